@@ -1,0 +1,224 @@
+"""The `delayd` command: daemon verbs (start, stop, …) and task verbs (add, get, …).
+
+Exit codes: 0 success, 1 failure (bad task, Redis unreachable, not found),
+2 command-line syntax, 3 `status` when not running.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Callable
+
+from . import __version__
+from . import config as config_mod
+from .client import Client, DelaydError
+from .connection import RedisURLError
+from .task import STATUSES, TaskError
+
+VERBS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def verb(name: str) -> Callable:
+    def register(func: Callable[[argparse.Namespace], int]) -> Callable:
+        VERBS[name] = func
+        return func
+    return register
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"delayd: error: {message}", file=sys.stderr)
+    return code
+
+
+def load_config(args: argparse.Namespace) -> config_mod.Config:
+    return config_mod.load(getattr(args, "config", None), redis_url=getattr(args, "redis", None),
+                           prefix=getattr(args, "prefix", None))
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    return Client(config=load_config(args))
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, separators=(",", ":")) if args.json else text)
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}"
+
+
+# -- task verbs ----------------------------------------------------------------------
+@verb("add")
+def cmd_add(args: argparse.Namespace) -> int:
+    try:
+        params = json.loads(args.params) if args.params is not None else None
+    except json.JSONDecodeError as exc:
+        return fail(f"--params is not valid JSON: {exc}")
+    fields = dict(call=args.call, url=args.url, push=args.push, params=params, intervals=args.intervals,
+                  persistent=not args.once, priority=args.priority, callback=args.callback,
+                  method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at)
+    client = client_for(args)
+    written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
+    task = client.get(args.topic, args.id)
+    state = "added" if written else "exists"
+    emit(args, {"result": state, "task": task.to_dict() if task else None},
+         f"{state} {args.topic}:{args.id}" + (f" due {fmt_time(task.due_at)}" if task and written else
+                                              " (nothing changed)" if not written else ""))
+    return 0
+
+
+@verb("get")
+def cmd_get(args: argparse.Namespace) -> int:
+    task = client_for(args).get(args.topic, args.id)
+    if task is None:
+        return fail(f"not found: {args.topic}:{args.id}")
+    if args.json:
+        print(task.to_json())
+        return 0
+    data = task.to_dict()
+    for name, value in data.items():
+        if value is None or name == "key":
+            continue
+        if name.endswith("_at"):
+            value = f"{fmt_time(value)} ({value:.3f})"
+        elif isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        print(f"{name:12} {value}")
+    return 0
+
+
+@verb("del")
+def cmd_del(args: argparse.Namespace) -> int:
+    found = client_for(args).delete(args.topic, args.id, hard=args.hard)
+    if not found:
+        return fail(f"not found: {args.topic}:{args.id}")
+    emit(args, {"result": "deleted", "hard": args.hard},
+         f"{'removed' if args.hard else 'deleted'} {args.topic}:{args.id}")
+    return 0
+
+
+@verb("retry")
+def cmd_retry(args: argparse.Namespace) -> int:
+    if not client_for(args).retry(args.topic, args.id):
+        return fail(f"not found: {args.topic}:{args.id}")
+    emit(args, {"result": "retrying"}, f"retrying {args.topic}:{args.id} now")
+    return 0
+
+
+@verb("ls")
+def cmd_ls(args: argparse.Namespace) -> int:
+    tasks = client_for(args).list(topic=args.topic, status=args.status, limit=args.limit, offset=args.offset)
+    if args.json:
+        for task in tasks:
+            print(task.to_json())
+        return 0
+    print(f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':23} {'TARGET':40} LAST_ERROR")
+    for task in tasks:
+        error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
+        print(f"{task.key:32} {task.status:8} {task.runs:>4} {fmt_time(task.due_at):23} {task.target[:40]:40} {error}")
+    return 0
+
+
+@verb("stats")
+def cmd_stats(args: argparse.Namespace) -> int:
+    stats = client_for(args).stats()
+    if args.json:
+        print(json.dumps(stats, separators=(",", ":")))
+        return 0
+    counts = stats["counts"]
+    print("status   " + "  ".join(f"{k}={v}" for k, v in counts.items()))
+    print(f"queues   waiting={stats['waiting']}  ready p3={stats['ready']['3']} p2={stats['ready']['2']} "
+          f"p1={stats['ready']['1']}  quarantined={stats['quarantined']}")
+    print(f"oldest   due {fmt_time(stats['oldest_due_at'])}  lag {stats['oldest_due_lag']:.3f} s")
+    for b in stats["per_bucket"]:
+        ready = sum(b["ready"].values())
+        print(f"bucket {b['bucket']:<3} waiting={b['waiting']} ready={ready} running={b['running']} "
+              f"ok={b['ok']} failed={b['failed']} deleted={b['deleted']} next={fmt_time(b['next_due_at'])}")
+    return 0
+
+
+# -- parser --------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-c", "--config", metavar="FILE", help="config file (default: $DELAYD_CONFIG)")
+    common.add_argument("--redis", metavar="URL", help="Redis URL (default: $DELAYD_REDIS_URL, the config, "
+                                                       "or the embedded Redis)")
+    common.add_argument("--prefix", help="key prefix in Redis (default: $DELAYD_PREFIX or delayd:)")
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    parser = argparse.ArgumentParser(prog="delayd", description="Delayed and recurring tasks stored in Redis.")
+    parser.add_argument("--version", action="version", version=f"delayd {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def task_verb(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p.add_argument("topic", help="task type, e.g. order:cancel")
+        p.add_argument("id", help="id within the topic")
+        return p
+
+    p = task_verb("add", "add (or replace) a task")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--call", metavar="MOD:FUNC", help="function to call with the task")
+    target.add_argument("--url", help="http(s) URL to request")
+    target.add_argument("--push", metavar="LIST", help="Redis list to RPUSH the task's JSON to")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
+    when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
+    p.add_argument("--intervals", metavar="0,30,60", help="schedule in seconds (default 0)")
+    p.add_argument("--once", action="store_true", help="end as failed after the last interval (persistent=false)")
+    p.add_argument("--priority", type=int, choices=(1, 2, 3), help="1-3, 3 highest (default 2)")
+    p.add_argument("--params", metavar="JSON", help="JSON object handed to the handler or sent to the URL")
+    p.add_argument("--method", type=str.upper, choices=("GET", "POST"), help="HTTP method of a url task")
+    p.add_argument("--body", choices=("form", "json"), help="how a POST sends params (default form)")
+    p.add_argument("--timeout", type=float, metavar="S", help="per-run timeout of a url task")
+    p.add_argument("--callback", metavar="MOD:FUNC", help="function called once after success")
+    p.add_argument("--nx", action="store_true", help="only add if the task does not exist")
+
+    task_verb("get", "show a task")
+    p = task_verb("del", "delete a task (it never runs again)")
+    p.add_argument("--hard", action="store_true", help="remove every trace instead of marking it deleted")
+    task_verb("retry", "run a failed task again now")
+
+    p = sub.add_parser("ls", parents=[common], help="list tasks", description="list tasks")
+    p.add_argument("--topic")
+    p.add_argument("--status", choices=STATUSES)
+    p.add_argument("--limit", type=positive_int, default=100)
+    p.add_argument("--offset", type=int, default=0)
+
+    sub.add_parser("stats", parents=[common], help="counts per status, bucket and queue",
+                   description="counts per status, bucket and queue")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return VERBS[args.verb](args)
+    except (TaskError, DelaydError, config_mod.ConfigError, RedisURLError) as exc:
+        return fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""The Client: add, read, list, delete and retry tasks; read counts.
+
+    from delayd import Client
+    c = Client.from_url("redis://:secret@127.0.0.1:6379/0")
+    c.add("order:cancel", 42, call="shop.tasks:cancel_order", delay=1800)
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from datetime import datetime
+from typing import Any, Iterable, Iterator
+
+import redis
+
+from . import config as config_mod
+from . import connection, embedded
+from .store import PRIORITIES, SCRIPTS, BucketKeys, Store, bucket_of, meta_key
+from .task import FINISHED, Task, TaskError, module_allowed
+
+ADD_BATCH = 500  # tasks per add.lua call: keeps each script call well under a millisecond or two
+
+
+class DelaydError(Exception):
+    """Base of delayd's own errors (messages are one line, never with a password)."""
+
+
+class RedisUnavailable(DelaydError):
+    """Redis cannot be reached or refused us."""
+
+
+class LayoutError(DelaydError):
+    """The store in Redis does not match this configuration (e.g. bucket count)."""
+
+
+def redis_errors(method):
+    """Turn redis-py connection errors into RedisUnavailable naming host and port."""
+    @functools.wraps(method)
+    def wrapper(self: "Client", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise RedisUnavailable(f"cannot reach Redis at {connection.where(self.url)}: {exc}") from None
+        except redis.exceptions.ResponseError as exc:
+            if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+                raise RedisUnavailable(f"Redis at {connection.where(self.url)} refused the credentials") from None
+            raise
+    return wrapper
+
+
+def to_ms(at: Any) -> int:
+    """An absolute time (Unix seconds, a datetime, or an ISO 8601 string) in ms."""
+    if isinstance(at, bool):
+        raise TaskError("at must be Unix seconds or an ISO 8601 time")
+    if isinstance(at, datetime):
+        return int(at.timestamp() * 1000)
+    if isinstance(at, (int, float)):
+        if not 0 <= at < 1e11:
+            raise TaskError(f"at must be Unix seconds, got {at!r}")
+        return int(at * 1000)
+    if isinstance(at, str):
+        try:
+            return to_ms(float(at))
+        except ValueError:
+            pass
+        try:
+            moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        except ValueError:
+            raise TaskError(f"at must be Unix seconds or an ISO 8601 time, got {at!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.astimezone()  # a naive time is local time
+        return to_ms(moment)
+    raise TaskError(f"at must be Unix seconds or an ISO 8601 time, got {at!r}")
+
+
+class Client:
+    """Access to one delayd store (a Redis URL and a key prefix)."""
+
+    def __init__(self, url: str | None = None, prefix: str | None = None, *,
+                 config: config_mod.Config | None = None, allowed_modules: Iterable[str] | None = None):
+        cfg = config or config_mod.load()
+        self.config = cfg
+        self.url = url or cfg.redis_url or embedded.url(cfg.state_dir)
+        self.prefix = prefix or cfg.prefix
+        if allowed_modules is None and "allowed_modules" in cfg.explicit:
+            allowed_modules = cfg.allowed_modules
+        self.allowed_modules = tuple(allowed_modules) if allowed_modules is not None else None
+        self.redis = connection.connect(self.url)
+        self._store: Store | None = None
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str | None = None, **kwargs: Any) -> "Client":
+        return cls(url, prefix, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Client({connection.redact(self.url)!r}, prefix={self.prefix!r})"
+
+    def close(self) -> None:
+        self.redis.close()
+
+    @property
+    @redis_errors
+    def store(self) -> Store:
+        """The store, with the bucket count recorded in Redis (set on first use)."""
+        if self._store is None:
+            buckets = self.redis.hget(meta_key(self.prefix), "buckets")
+            if buckets is None:
+                self.redis.hsetnx(meta_key(self.prefix), "buckets", self.config.buckets)
+                buckets = self.redis.hget(meta_key(self.prefix), "buckets")
+            self._store = Store(self.redis, self.prefix, int(buckets))
+        return self._store
+
+    # -- writing ---------------------------------------------------------------------
+    def build(self, topic: Any, id: Any, *, delay: float | None = None, at: Any = None,
+              **fields: Any) -> tuple[Task, str, int]:
+        """Validate one add's arguments: (task, 'delay'|'at', ms). Raises TaskError."""
+        unknown = set(fields) - {"call", "url", "push", "method", "body", "params", "intervals", "persistent",
+                                 "priority", "callback", "timeout"}
+        if unknown:
+            raise TaskError(f"unknown task field(s): {', '.join(sorted(unknown))}")
+        task = Task.new(topic, id, params_limit=self.config.params_limit, **fields)
+        if self.allowed_modules is not None:
+            for target in (task.call, task.callback):
+                if target and not module_allowed(target, self.allowed_modules):
+                    raise TaskError(f"{target} is not in the allowed modules "
+                                    f"({', '.join(self.allowed_modules) or 'none'}); add its module to "
+                                    "allowed_modules or DELAYD_ALLOWED_MODULES")
+        if delay is not None and at is not None:
+            raise TaskError("give delay or at, not both")
+        if at is not None:
+            return task, "at", to_ms(at)
+        if delay is None:
+            delay = task.intervals[0]
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10 * 365 * 86400:
+            raise TaskError(f"delay must be a number of seconds >= 0, got {delay!r}")
+        return task, "delay", int(delay * 1000)
+
+    @redis_errors
+    def add(self, topic: Any, id: Any, *, nx: bool = False, **fields: Any) -> bool:
+        """Add (or replace) a task. With nx=True, return False and change nothing if it exists."""
+        item = self.build(topic, id, **fields)
+        store = self.store
+        return bool(store.add(store.keys_for(item[0].key), [item], nx)[0])
+
+    @redis_errors
+    def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False) -> int:
+        """Add many tasks (dicts of add()'s keyword arguments) in one round trip per batch.
+
+        Every item is validated before anything is written; returns how many were written.
+        """
+        built: list[tuple[Task, str, int]] = []
+        for n, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise TaskError(f"item {n}: expected a dict of add() arguments")
+            item = dict(item)
+            try:
+                built.append(self.build(item.pop("topic", None), item.pop("id", None), **item))
+            except TaskError as exc:
+                raise TaskError(f"item {n}: {exc}") from None
+        store = self.store
+        by_bucket: dict[int, list[tuple[Task, str, int]]] = {}
+        for entry in built:
+            by_bucket.setdefault(bucket_of(entry[0].key, store.buckets), []).append(entry)
+        calls = [(store.keys[b], entries[i:i + ADD_BATCH])
+                 for b, entries in by_bucket.items() for i in range(0, len(entries), ADD_BATCH)]
+        written = 0
+        for chunk in (calls[i:i + 64] for i in range(0, len(calls), 64)):
+            written += self._add_pipelined(chunk, nx)
+        return written
+
+    def _add_pipelined(self, calls: list[tuple[BucketKeys, list[tuple[Task, str, int]]]], nx: bool) -> int:
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            for keys, entries in calls:
+                self.store.add(keys, entries, nx, client=pipe)
+            results = pipe.execute(raise_on_error=False)
+            if not any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
+                break
+            SCRIPTS["add"].load(self.redis)  # Redis lost its script cache: load, then redo
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return sum(sum(r) for r in results)
+
+    @redis_errors
+    def delete(self, topic: Any, id: Any, hard: bool = False) -> bool:
+        """Mark a task deleted (it never runs again); hard=True removes every trace."""
+        return self.store.delete(f"{topic}:{id}", hard, self.config.retention_ms)
+
+    @redis_errors
+    def retry(self, topic: Any, id: Any) -> bool:
+        """Put a failed task back to run now. Raises TaskError if it is not failed."""
+        result = self.store.retry(f"{topic}:{id}")
+        if result == -1:
+            raise TaskError(f"{topic}:{id} is not failed; only failed tasks can be retried")
+        return result == 1
+
+    # -- reading ---------------------------------------------------------------------
+    @redis_errors
+    def get(self, topic: Any, id: Any) -> Task | None:
+        """The task, or None. Raises TaskError if its record in Redis is corrupt."""
+        member = f"{topic}:{id}"
+        record = self.redis.hgetall(self.store.keys_for(member).task(member))
+        return Task.from_record(record) if record else None
+
+    def _members(self, keys: BucketKeys, status: str | None) -> Iterator[str]:
+        """Members of one bucket with a status (None: all), from the bucket's own indexes."""
+        sources: list[tuple[str, str]] = []
+        if status in (None, "delayed"):
+            sources += [("list", key) for key in keys.ready] + [("zset", keys.delayed)]
+        if status in (None, "running"):
+            sources.append(("zset", keys.leases))
+        sources += [("zset", keys.done(s)) for s in FINISHED if status in (None, s)]
+        seen: set[str] = set()
+        for kind, key in sources:
+            for start in itertools.count(0, 500):
+                if kind == "list":
+                    page = self.redis.lrange(key, start, start + 499)
+                else:
+                    page = self.redis.zrange(key, start, start + 499)
+                for member in page:
+                    if member not in seen:
+                        seen.add(member)
+                        yield member
+                if len(page) < 500:
+                    break
+
+    @redis_errors
+    def iter_tasks(self, topic: str | None = None, status: str | None = None) -> Iterator[Task]:
+        """Every task (of a topic, with a status), bucket by bucket."""
+        for keys in self.store.keys:
+            members = (m for m in self._members(keys, status) if topic is None or m.rpartition(":")[0] == topic)
+            while batch := list(itertools.islice(members, 200)):
+                pipe = self.redis.pipeline(transaction=False)
+                for member in batch:
+                    pipe.hgetall(keys.task(member))
+                for member, record in zip(batch, pipe.execute()):
+                    if not record:
+                        continue  # expired or removed since the index was read
+                    try:
+                        task = Task.from_record(record)
+                    except TaskError:
+                        continue
+                    if status is None or task.status == status:
+                        yield task
+
+    def list(self, topic: str | None = None, status: str | None = None, limit: int = 100,
+             offset: int = 0) -> list[Task]:
+        """A page of tasks, filtered by topic and status."""
+        return list(itertools.islice(self.iter_tasks(topic, status), offset, offset + limit))
+
+    @redis_errors
+    def stats(self) -> dict[str, Any]:
+        """Counts per status, per bucket and per ready queue, and the oldest due time."""
+        store = self.store
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        for keys in store.keys:
+            pipe.zcard(keys.delayed)
+            for key in keys.ready:
+                pipe.llen(key)
+            pipe.zcard(keys.leases)
+            for status in FINISHED:
+                pipe.zcard(keys.done(status))
+            pipe.hlen(keys.quarantine)
+            pipe.zrange(keys.delayed, 0, 0, withscores=True)
+        results = pipe.execute()
+        seconds, micros = results[0]
+        now = seconds + micros / 1e6
+        per_bucket = []
+        width = 10
+        for b in range(store.buckets):
+            waiting, r3, r2, r1, running, ok, failed, deleted, quarantined, head = results[1 + b * width:1 + (b + 1) * width]
+            per_bucket.append({
+                "bucket": b, "waiting": waiting, "ready": {"3": r3, "2": r2, "1": r1}, "running": running,
+                "ok": ok, "failed": failed, "deleted": deleted, "quarantined": quarantined,
+                "next_due_at": head[0][1] / 1000 if head else None,
+            })
+        total = {name: sum(b[name] for b in per_bucket)
+                 for name in ("waiting", "running", "ok", "failed", "deleted", "quarantined")}
+        ready = {str(p): sum(b["ready"][str(p)] for b in per_bucket) for p in PRIORITIES}
+        oldest = min((b["next_due_at"] for b in per_bucket if b["next_due_at"] is not None), default=None)
+        return {
+            "time": now,
+            "buckets": store.buckets,
+            "counts": {"delayed": total["waiting"] + sum(ready.values()), "running": total["running"],
+                       "ok": total["ok"], "failed": total["failed"], "deleted": total["deleted"]},
+            "waiting": total["waiting"],
+            "ready": ready,
+            "quarantined": total["quarantined"],
+            "oldest_due_at": oldest,
+            "oldest_due_lag": max(0.0, now - oldest) if oldest is not None else 0.0,
+            "per_bucket": per_bucket,
+        }

@@ -1,0 +1,165 @@
+"""Configuration: defaults, then the TOML file, then DELAYD_* variables, then flags."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+SYSTEM_CONFIG = Path("/etc/delayd/delayd.toml")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used. The message is one line."""
+
+
+@dataclass
+class Config:
+    """Every option, with its default. `etc/delayd.toml` documents each one."""
+
+    redis_url: str | None = None            # unset: the embedded Redis of state_dir
+    state_dir: str = ""                     # pidfile, log, embedded Redis data
+    prefix: str = "delayd:"
+    name: str = ""                          # shown in process titles when several daemons share a host
+    buckets: int = 4
+    queues: int = 2
+    concurrency: int = 32                   # tasks one queue process runs at once
+    priority_weights: tuple = (5, 3, 2)     # claims per round for priority 3, 2, 1
+    allowed_modules: tuple = ("delayd.examples",)
+    lease: float = 60.0                     # seconds a claim stays leased (renewed while running)
+    task_timeout: float = 30.0              # seconds a handler may run before it is abandoned
+    url_timeout: float = 10.0               # default per-request timeout of url tasks
+    max_response_bytes: int = 65536         # how much of a URL's answer is read
+    graceful_timeout: float = 30.0          # seconds a stop waits for tasks in hand
+    heartbeat_timeout: float = 30.0         # a child silent this long is killed and replaced
+    retention: float = 604800.0             # seconds finished tasks stay readable
+    params_limit: int = 65536               # bytes of JSON params a task may carry
+    pidfile: str = ""                       # default: state_dir/delayd.pid
+    log_file: str = ""                      # default when daemonized: state_dir/delayd.log
+    log_level: str = "INFO"
+    log_format: str = "kv"                  # kv or json
+    metrics_port: int | None = None
+    metrics_bind: str = "127.0.0.1"
+    source: str = field(default="", compare=False)  # the file read, if any
+    explicit: frozenset = field(default=frozenset(), compare=False, repr=False)  # options set by file/env/flag
+
+    def __post_init__(self) -> None:
+        if not self.state_dir:
+            self.state_dir = str(Path.home() / ".local" / "state" / "delayd")
+
+    def validate(self) -> "Config":
+        """Raise ConfigError for a value that cannot work; return self."""
+        def positive(name: str, limit: float = 1e9) -> None:
+            value = getattr(self, name)
+            if not 0 < value <= limit:
+                raise ConfigError(f"{name} must be > 0 and <= {limit:g}, got {value!r}")
+
+        for name, limit in (("buckets", 1024), ("queues", 256), ("concurrency", 4096)):
+            positive(name, limit)
+        for name in ("lease", "task_timeout", "url_timeout", "graceful_timeout", "heartbeat_timeout",
+                     "retention", "params_limit", "max_response_bytes"):
+            positive(name)
+        if self.lease <= self.task_timeout:
+            raise ConfigError(f"lease ({self.lease:g} s) must be longer than task_timeout "
+                              f"({self.task_timeout:g} s), or a running task could be taken twice")
+        if "{" in self.prefix or "}" in self.prefix or not self.prefix:
+            raise ConfigError("prefix must be non-empty and must not contain '{' or '}'")
+        if len(self.priority_weights) != 3 or any(w < 1 for w in self.priority_weights):
+            raise ConfigError("priority_weights must be three integers >= 1 (priority 3, 2, 1)")
+        if self.log_format not in ("kv", "json"):
+            raise ConfigError(f"log_format must be kv or json, got {self.log_format!r}")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
+        self.log_level = self.log_level.upper()
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
+        return self
+
+    @property
+    def pid_path(self) -> Path:
+        return Path(self.pidfile) if self.pidfile else Path(self.state_dir) / "delayd.pid"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.log_file) if self.log_file else Path(self.state_dir) / "delayd.log"
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.retention * 1000)
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease * 1000)
+
+
+_ENV = {
+    "DELAYD_REDIS_URL": "redis_url", "DELAYD_STATE_DIR": "state_dir", "DELAYD_PREFIX": "prefix",
+    "DELAYD_BUCKETS": "buckets", "DELAYD_QUEUES": "queues", "DELAYD_ALLOWED_MODULES": "allowed_modules",
+    "DELAYD_LOG_LEVEL": "log_level", "DELAYD_CONCURRENCY": "concurrency", "DELAYD_LEASE": "lease",
+    "DELAYD_TASK_TIMEOUT": "task_timeout", "DELAYD_GRACEFUL_TIMEOUT": "graceful_timeout",
+    "DELAYD_RETENTION": "retention", "DELAYD_METRICS_PORT": "metrics_port",
+    "DELAYD_PIDFILE": "pidfile", "DELAYD_LOG_FILE": "log_file", "DELAYD_LOG_FORMAT": "log_format",
+    "DELAYD_NAME": "name",
+}
+_TYPES = {f.name: f.type for f in fields(Config)}
+
+
+def _coerce(name: str, value: Any, origin: str) -> Any:
+    kind = _TYPES[name]
+    try:
+        if kind == "tuple":
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, (list, tuple)):
+                raise TypeError("a list is expected")
+            return tuple(int(v) for v in value) if name == "priority_weights" else tuple(str(v) for v in value)
+        if kind in ("int", "int | None"):
+            if value in ("", None) and kind == "int | None":
+                return None
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError("an integer is expected")
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise TypeError("a number is expected")
+            return float(value)
+        if kind in ("str", "str | None"):
+            if not isinstance(value, str):
+                raise TypeError("a string is expected")
+            return (value or None) if kind == "str | None" else value
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{origin}: {name} = {value!r} is not valid ({exc})") from None
+    return value
+
+
+def load(path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+    """Build the configuration: defaults < file < environment < `overrides` (flags)."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = path or env.get("DELAYD_CONFIG") or (str(SYSTEM_CONFIG) if SYSTEM_CONFIG.exists() else None)
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        for name, value in data.items():
+            if name not in _TYPES or name in ("source", "explicit"):
+                raise ConfigError(f"config file {path}: unknown option {name!r}")
+            values[name] = _coerce(name, value, path)
+        values["source"] = path
+    for var, name in _ENV.items():
+        if var in env:
+            values[name] = _coerce(name, env[var], var)
+    for name, value in overrides.items():
+        if value is not None:
+            values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
+    return Config(**values, explicit=frozenset(values)).validate()
+
+
+def replace(config: Config, **changes: Any) -> Config:
+    return dataclasses.replace(config, **changes).validate()

@@ -1,0 +1,89 @@
+"""Redis connections from URLs: plain, TLS, unix socket, Cluster and Sentinel.
+
+    redis://[[user]:password@]host[:port][/db]      rediss://… for TLS
+    unix:///path/to/redis.sock[?db=0]
+    redis+cluster://host1:port1,host2:port2/        or redis://host:port/?cluster=true
+    redis+sentinel://host1:26379,host2:26379/service[/db]
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.sentinel import Sentinel
+
+# Options every delayd connection uses: fail fast instead of hanging on a dead host.
+SOCKET_OPTIONS = dict(socket_connect_timeout=5.0, socket_timeout=30.0, health_check_interval=15,
+                      socket_keepalive=True, decode_responses=True)
+
+
+class RedisURLError(ValueError):
+    """A Redis URL that cannot be used."""
+
+
+def redact(url: str | None) -> str:
+    """The URL with any password replaced by `***`: safe for logs, errors and `ps`."""
+    if not url:
+        return "(embedded)"
+    return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
+
+
+def _hosts(netloc: str, default_port: int) -> list[tuple[str, int]]:
+    hosts = []
+    for part in netloc.split(","):
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", str(default_port))
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            raise RedisURLError(f"bad host:port {part!r} in Redis URL")
+        hosts.append((host, int(port)))
+    return hosts
+
+
+def _split_auth(netloc: str) -> tuple[str | None, str | None, str]:
+    if "@" not in netloc:
+        return None, None, netloc
+    auth, _, hosts = netloc.rpartition("@")
+    user, _, password = auth.partition(":")
+    return unquote(user) or None, unquote(password) or None, hosts
+
+
+def connect(url: str, **options: Any) -> Any:
+    """A redis-py client for `url` (Redis, RedisCluster, or a Sentinel-managed master)."""
+    opts = {**SOCKET_OPTIONS, **options}
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    scheme = parts.scheme
+    if scheme in ("redis+cluster", "rediss+cluster") or query.get("cluster", "").lower() in ("1", "true", "yes"):
+        user, password, netloc = _split_auth(parts.netloc)
+        nodes = [ClusterNode(h, p) for h, p in _hosts(netloc, 6379)]
+        opts.pop("health_check_interval", None)  # not a RedisCluster option
+        return RedisCluster(startup_nodes=nodes, username=user, password=password,
+                            ssl=scheme.startswith("rediss"), **opts)
+    if scheme == "redis+sentinel":
+        user, password, netloc = _split_auth(parts.netloc)
+        path = [p for p in parts.path.split("/") if p]
+        if not path:
+            raise RedisURLError("a sentinel URL needs a service name: redis+sentinel://host:26379/mymaster/0")
+        service, db = path[0], int(path[1]) if len(path) > 1 and path[1].isdigit() else 0
+        sentinel = Sentinel(_hosts(netloc, 26379), sentinel_kwargs={"socket_timeout": 5.0,
+                                                                    "password": query.get("sentinel_password")},
+                            username=user, password=password, db=db, **opts)
+        return sentinel.master_for(service)
+    if scheme not in ("redis", "rediss", "unix"):
+        raise RedisURLError(f"unsupported Redis URL scheme {scheme!r}: use redis://, rediss://, unix://, "
+                            "redis+cluster:// or redis+sentinel://")
+    try:
+        return redis.Redis.from_url(url, **opts)
+    except ValueError as exc:
+        raise RedisURLError(f"bad Redis URL {redact(url)}: {exc}") from None
+
+
+def where(url: str) -> str:
+    """Host and port (or socket path) of a URL, for error messages."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return parts.path
+    return _split_auth(parts.netloc)[2] or "localhost:6379"

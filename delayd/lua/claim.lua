@@ -1,0 +1,47 @@
+-- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
+-- KEYS: ready:3, ready:2, ready:1, leases
+-- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel
+-- Each claim bumps the task's claim token (the fencing token finish/renew check)
+-- and, unless the task is being re-run after a lapsed lease, its run number.
+-- Returns {now, then per task 8 values: member, spec, runs, claim, due, created,
+--          last error, priority}
+local now = now_ms()
+local prefix, n, lease = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6])
+local quota = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
+local out = {now}
+local taken = 0
+local lease_head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+
+local function take(list, count)
+  if count <= 0 then return end
+  local members = redis.call('LPOP', list, count)
+  if not members then return end
+  for _, member in ipairs(members) do
+    local task_key = prefix .. member
+    local r = redis.call('HMGET', task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
+      'due', 'created', 'error', 'priority')
+    -- Entries whose task was deleted, replaced or already claimed are stale: skip.
+    if r[1] == '1' then
+      local claim = tonumber(r[4]) + 1
+      local runs = tonumber(r[3])
+      if r[5] ~= '1' then runs = runs + 1 end
+      redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
+        'claim', claim, 'runs', runs, 'last_run', now)
+      redis.call('ZADD', KEYS[4], now + lease, member)
+      for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or ''}) do
+        out[#out + 1] = v
+      end
+      taken = taken + 1
+    end
+  end
+end
+
+for p = 1, 3 do take(KEYS[p], math.min(quota[p], n - taken)) end
+for p = 1, 3 do take(KEYS[p], n - taken) end
+
+-- The bucket process sleeps until its next due time or lease expiry; tell it
+-- when this claim made a lease the earliest one.
+if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
+  redis.call('PUBLISH', ARGV[7], now + lease)
+end
+return out

@@ -1,0 +1,65 @@
+-- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
+-- lease lapsed back at the front of them, and trims finished-task indexes.
+-- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
+--       done:deleted, quarantine
+-- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id
+-- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
+--          now (ms), 1 if a batch was full (call again at once) else 0}
+local now = now_ms()
+local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
+
+local function quarantine(member, reason)
+  redis.call('HSET', KEYS[9], member, reason)
+end
+
+-- Due tasks go to the back of their priority's ready list.
+local moved = 0
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+for _, member in ipairs(due) do
+  local task_key = prefix .. member
+  local list = ready[redis.call('HGET', task_key, 'priority') or '']
+  if list then
+    redis.call('HSET', task_key, 'queued', '1')
+    redis.call('RPUSH', list, member)
+    moved = moved + 1
+  else
+    quarantine(member, 'delayed entry without a valid record (missing or bad priority)')
+  end
+end
+if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
+
+-- Lapsed leases: the worker died, hung or lost Redis. Fence it off (claim + 1)
+-- and run the task again soon, keeping its run number (same idempotency key).
+local reaped = 0
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+for _, member in ipairs(lapsed) do
+  local task_key = prefix .. member
+  local r = redis.call('HMGET', task_key, 'status', 'priority')
+  if r[1] == 'running' then
+    local list = ready[r[2] or '']
+    if list then
+      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1')
+      redis.call('HINCRBY', task_key, 'claim', 1)
+      redis.call('LPUSH', list, member)
+      reaped = reaped + 1
+    else
+      quarantine(member, 'leased entry with a bad priority')
+    end
+  end
+end
+if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
+
+-- Finished-task indexes keep only what is inside the retention period (the
+-- records themselves expire on their own with PEXPIRE).
+for k = 6, 8 do
+  local old = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', 0, limit)
+  if #old > 0 then redis.call('ZREM', KEYS[k], unpack(old)) end
+end
+
+if moved + reaped > 0 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local full = 0
+if #due == limit or #lapsed == limit then full = 1 end
+return {moved, reaped, tonumber(head[2] or -1), tonumber(lease[2] or -1), now, full}

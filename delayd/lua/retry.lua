@@ -1,0 +1,15 @@
+-- retry: put a failed task back to run now (one more run by its schedule).
+-- KEYS: task, delayed, done:failed
+-- ARGV: member, wake channel
+-- Returns 1 if the task was failed and is now delayed, 0 if missing, -1 if not failed.
+local now = now_ms()
+local member = ARGV[1]
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return 0 end
+if status ~= 'failed' then return -1 end
+redis.call('HSET', KEYS[1], 'status', 'delayed', 'due', now)
+redis.call('PERSIST', KEYS[1])
+redis.call('ZREM', KEYS[3], member)
+redis.call('ZADD', KEYS[2], now, member)
+wake_if_head(KEYS[2], member, ARGV[2], now)
+return 1

@@ -1,0 +1,180 @@
+"""The Redis layout and its atomic transitions (one Lua script each).
+
+Every key of one bucket shares the hash tag `{N}`, so every script touches one
+Redis Cluster slot. See docs/redis-layout.md for the whole layout.
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import resources
+from typing import Any, Iterable, Sequence
+
+import redis
+
+from .task import Task
+
+PRIORITIES = (3, 2, 1)
+
+
+def bucket_of(member: str, buckets: int) -> int:
+    """The bucket of a task key: a stable hash of `topic:id`, not of the topic alone."""
+    return zlib.crc32(member.encode()) % buckets
+
+
+@dataclass(frozen=True)
+class BucketKeys:
+    """Names of one bucket's keys and channels."""
+
+    prefix: str
+    bucket: int
+
+    @cached_property
+    def tag(self) -> str:
+        return f"{self.prefix}{{{self.bucket}}}:"
+
+    @property
+    def task_prefix(self) -> str:
+        return self.tag + "t:"
+
+    def task(self, member: str) -> str:
+        return self.task_prefix + member
+
+    @property
+    def delayed(self) -> str:
+        return self.tag + "delayed"
+
+    @property
+    def leases(self) -> str:
+        return self.tag + "leases"
+
+    @property
+    def ready(self) -> tuple[str, str, str]:
+        """Ready lists, highest priority first."""
+        return tuple(f"{self.tag}ready:{p}" for p in PRIORITIES)  # type: ignore[return-value]
+
+    def done(self, status: str) -> str:
+        return f"{self.tag}done:{status}"
+
+    @property
+    def quarantine(self) -> str:
+        return self.tag + "quarantine"
+
+    @property
+    def wake_channel(self) -> str:
+        """Published to when this bucket's next due time or lease expiry moved earlier."""
+        return f"{self.prefix}wake:{self.bucket}"
+
+
+def ready_channel(prefix: str) -> str:
+    """Published to (with the bucket number) when a bucket made tasks ready."""
+    return f"{prefix}ready"
+
+
+def meta_key(prefix: str) -> str:
+    return f"{prefix}meta"
+
+
+class Script:
+    """One Lua script from `delayd/lua/NAME.lua`, run by SHA with a reload on NOSCRIPT.
+
+    Unlike redis-py's Script in a pipeline, this never adds a SCRIPT EXISTS round trip.
+    """
+
+    _lib = resources.files(__package__).joinpath("lua/_lib.lua").read_text()
+
+    def __init__(self, name: str):
+        self.name = name
+        self.source = self._lib + "\n" + resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            # Redis restarted or its script cache was flushed: EVAL loads it again.
+            return client.eval(self.source, len(keys), *keys, *args)
+
+    def load(self, client: Any) -> None:
+        """Cache the script in Redis (before EVALSHA in a pipeline)."""
+        client.script_load(self.source)
+
+
+SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry")}
+
+
+class Store:
+    """The transitions of the task store, for one key prefix and bucket count."""
+
+    def __init__(self, redis_client: Any, prefix: str, buckets: int):
+        self.redis = redis_client
+        self.prefix = prefix
+        self.buckets = buckets
+        self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
+
+    def keys_for(self, member: str) -> BucketKeys:
+        return self.keys[bucket_of(member, self.buckets)]
+
+    # -- producers -------------------------------------------------------------------
+    def add_args(self, tasks: Iterable[tuple[Task, str, int]]) -> list[Any]:
+        """Flatten (task, mode, value_ms) triples into add.lua's per-task ARGV."""
+        args: list[Any] = []
+        for task, mode, value in tasks:
+            args += [task.key, task.spec_json(), task.priority, mode, value]
+        return args
+
+    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool, client: Any = None) -> Any:
+        """Write tasks of one bucket in one script call; returns 1/0 per task."""
+        return SCRIPTS["add"](
+            client or self.redis,
+            [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted")],
+            [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)],
+        )
+
+    def delete(self, member: str, hard: bool, retention_ms: int) -> bool:
+        keys = self.keys_for(member)
+        return bool(SCRIPTS["delete"](
+            self.redis,
+            [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted")],
+            [member, int(hard), retention_ms],
+        ))
+
+    def retry(self, member: str) -> int:
+        keys = self.keys_for(member)
+        return int(SCRIPTS["retry"](self.redis, [keys.task(member), keys.delayed, keys.done("failed")],
+                                    [member, keys.wake_channel]))
+
+    # -- bucket process --------------------------------------------------------------
+    def promote(self, bucket: int, limit: int, retention_ms: int) -> list[int]:
+        keys = self.keys[bucket]
+        return SCRIPTS["promote"](
+            self.redis,
+            [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
+             keys.done("deleted"), keys.quarantine],
+            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket],
+        )
+
+    # -- queue process ---------------------------------------------------------------
+    def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int) -> list[Any]:
+        keys = self.keys[bucket]
+        return SCRIPTS["claim"](
+            self.redis, [*keys.ready, keys.leases],
+            [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel],
+        )
+
+    def finish(self, bucket: int, results: list[tuple[str, int, str, int, str]], retention_ms: int) -> list[int]:
+        keys = self.keys[bucket]
+        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel]
+        for member, claim, outcome, gap_ms, error in results:
+            args += [member, claim, outcome, gap_ms, error]
+        return SCRIPTS["finish"](
+            self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine], args)
+
+    def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[int]:
+        keys = self.keys[bucket]
+        args: list[Any] = [keys.task_prefix, lease_ms]
+        for member, claim in runs:
+            args += [member, claim]
+        return SCRIPTS["renew"](self.redis, [keys.leases], args)

@@ -1,0 +1,283 @@
+"""The task model: what a task is, how it is validated, and how it is stored.
+
+A task is data that anyone with Redis access can write, so everything read back
+from Redis is parsed defensively (`Task.from_record`) and everything written is
+validated first (`Task.new`). Nothing is ever eval-ed or unpickled.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+STATUSES = ("delayed", "running", "ok", "failed", "deleted")
+FINISHED = ("ok", "failed", "deleted")
+METHODS = ("GET", "POST")
+BODIES = ("form", "json")
+DEFAULT_PARAMS_LIMIT = 64 * 1024
+MAX_NAME = 512
+# A target is `package.module:function` (dotted identifiers on both sides).
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+_BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
+
+
+class TaskError(ValueError):
+    """A task that fails validation. The message is one line, fit for a user."""
+
+
+def parse_intervals(value: Any) -> list[float]:
+    """Accept `10`, `[0, 30, 60]` or `"0,30,60"`; return a non-empty list of seconds."""
+    if value is None:
+        return [0]
+    if isinstance(value, bool):
+        raise TaskError("intervals must be seconds: a number, a list, or '0,30,60'")
+    if isinstance(value, (int, float)):
+        items: list[Any] = [value]
+    elif isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise TaskError("intervals must be seconds: a number, a list, or '0,30,60'")
+    if not items:
+        raise TaskError("intervals must not be empty")
+    if len(items) > 1000:
+        raise TaskError("intervals may hold at most 1000 entries")
+    out: list[float] = []
+    for item in items:
+        if isinstance(item, bool):
+            raise TaskError(f"interval {item!r} is not a number of seconds")
+        try:
+            number = float(item)
+        except (TypeError, ValueError):
+            raise TaskError(f"interval {item!r} is not a number of seconds") from None
+        if not math.isfinite(number) or number < 0:
+            raise TaskError(f"interval {item!r} must be a finite number >= 0")
+        if number > 10 * 365 * 86400:
+            raise TaskError(f"interval {item!r} is longer than ten years")
+        out.append(int(number) if number.is_integer() else number)
+    return out
+
+
+def _check_name(what: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TaskError(f"{what} must be a string or an integer")
+    text = str(value)
+    if not text:
+        raise TaskError(f"{what} must not be empty")
+    if len(text) > MAX_NAME:
+        raise TaskError(f"{what} is longer than {MAX_NAME} characters")
+    if _BAD_NAME_CHARS.search(text):
+        raise TaskError(f"{what} must not contain spaces or control characters")
+    return text
+
+
+def check_target(what: str, value: Any) -> str:
+    """A `module:function` reference, checked for shape only."""
+    if not isinstance(value, str) or not TARGET_RE.match(value):
+        raise TaskError(f"{what} must look like package.module:function, got {value!r}")
+    return value
+
+
+def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
+    """`shop.tasks` allows `shop.tasks` and `shop.tasks.x`, never `shop.tasks_evil`."""
+    module = target.split(":", 1)[0]
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
+
+
+@dataclass
+class Task:
+    """One delayed or recurring task, as handlers and the Client see it.
+
+    Times (`created_at`, `due_at`, `last_run_at`) are Unix seconds as floats, by
+    Redis's clock. `runs` is the number of the current (or last) run, 1-based.
+    """
+
+    topic: str
+    id: str
+    call: str | None = None
+    url: str | None = None
+    push: str | None = None
+    method: str = "GET"
+    body: str = "form"
+    params: dict = field(default_factory=dict)
+    intervals: list = field(default_factory=lambda: [0])
+    persistent: bool = True
+    priority: int = 2
+    callback: str | None = None
+    timeout: float | None = None
+    status: str = "delayed"
+    created_at: float | None = None
+    due_at: float | None = None
+    last_run_at: float | None = None
+    runs: int = 0
+    last_error: str | None = None
+    # The fencing token of the claim this copy was read under (internal).
+    claim: int = field(default=0, repr=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.topic}:{self.id}"
+
+    @property
+    def target(self) -> str:
+        """What the task runs, for logs: `call:…`, `url:…` or `push:…`."""
+        if self.call:
+            return f"call:{self.call}"
+        if self.url:
+            return f"url:{self.url}"
+        return f"push:{self.push}"
+
+    # -- construction and validation -------------------------------------------------
+    @classmethod
+    def new(
+        cls,
+        topic: Any,
+        id: Any,
+        *,
+        call: str | None = None,
+        url: str | None = None,
+        push: str | None = None,
+        method: str = "GET",
+        body: str = "form",
+        params: dict | None = None,
+        intervals: Any = None,
+        persistent: bool = True,
+        priority: int = 2,
+        callback: str | None = None,
+        timeout: float | None = None,
+        params_limit: int = DEFAULT_PARAMS_LIMIT,
+    ) -> "Task":
+        """Validate user input and build a task; raise TaskError with one clear line."""
+        topic = _check_name("topic", topic)
+        id = _check_name("id", id)
+        if ":" in id:
+            raise TaskError("id must not contain ':' (the key is topic:id)")
+        targets = [name for name, value in (("call", call), ("url", url), ("push", push)) if value]
+        if len(targets) != 1:
+            raise TaskError("give exactly one of call, url or push")
+        if call is not None:
+            check_target("call", call)
+        if url is not None:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
+        if push is not None:
+            push = _check_name("push list", push)
+        if not isinstance(method, str) or method.upper() not in METHODS:
+            raise TaskError(f"method must be GET or POST, got {method!r}")
+        if body not in BODIES:
+            raise TaskError(f"body must be 'form' or 'json', got {body!r}")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise TaskError("params must be a JSON object (a dict)")
+        try:
+            encoded = json.dumps(params, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise TaskError(f"params are not JSON-serialisable: {exc}") from None
+        if len(encoded.encode()) > params_limit:
+            raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
+        if not isinstance(persistent, bool):
+            raise TaskError("persistent must be true or false")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 3:
+            raise TaskError(f"priority must be 1, 2 or 3, got {priority!r}")
+        if callback is not None:
+            check_target("callback", callback)
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+                raise TaskError(f"timeout must be a number of seconds in (0, 86400], got {timeout!r}")
+        return cls(
+            topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
+            params=json.loads(encoded), intervals=parse_intervals(intervals), persistent=persistent,
+            priority=priority, callback=callback, timeout=timeout,
+        )
+
+    # -- storage ---------------------------------------------------------------------
+    def spec_json(self) -> str:
+        """The immutable part of the task, as stored in Redis (defaults left out)."""
+        spec: dict[str, Any] = {"topic": self.topic, "id": self.id}
+        for name in ("call", "url", "push", "callback", "timeout"):
+            value = getattr(self, name)
+            if value is not None:
+                spec[name] = value
+        if self.url:
+            spec["method"] = self.method
+            if self.body != "form":
+                spec["body"] = self.body
+        if self.params:
+            spec["params"] = self.params
+        if self.intervals != [0]:
+            spec["intervals"] = self.intervals
+        if not self.persistent:
+            spec["persistent"] = False
+        return json.dumps(spec, separators=(",", ":"))
+
+    @classmethod
+    def from_record(cls, record: dict[str, str]) -> "Task":
+        """Rebuild a task from its Redis hash; raise TaskError if the record is corrupt."""
+        try:
+            spec = json.loads(record["spec"])
+            if not isinstance(spec, dict):
+                raise TaskError("spec is not a JSON object")
+            task = cls.new(
+                spec.get("topic"), spec.get("id"), call=spec.get("call"), url=spec.get("url"),
+                push=spec.get("push"), method=spec.get("method", "GET"), body=spec.get("body", "form"),
+                params=spec.get("params"), intervals=spec.get("intervals"),
+                persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
+                callback=spec.get("callback"), timeout=spec.get("timeout"),
+                params_limit=1 << 62,
+            )
+            status = record.get("status", "delayed")
+            if status not in STATUSES:
+                raise TaskError(f"unknown status {status!r}")
+            task.status = status
+            task.created_at = _seconds(record.get("created"))
+            task.due_at = _seconds(record.get("due"))
+            task.last_run_at = _seconds(record.get("last_run"))
+            task.runs = int(record.get("runs", 0))
+            task.claim = int(record.get("claim", 0))
+            task.last_error = record.get("error") or None
+        except KeyError as exc:
+            raise TaskError(f"record has no {exc.args[0]!r} field") from None
+        except (ValueError, TypeError) as exc:
+            raise TaskError(f"record does not parse: {exc}") from None
+        return task
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task as `delayd get --json` prints it: the field names of SPEC section 2."""
+        return {
+            "topic": self.topic, "id": self.id, "key": self.key, "call": self.call, "url": self.url,
+            "push": self.push, "method": self.method, "body": self.body, "params": self.params,
+            "intervals": self.intervals, "persistent": self.persistent, "priority": self.priority,
+            "callback": self.callback, "timeout": self.timeout, "status": self.status,
+            "created_at": self.created_at, "due_at": self.due_at, "last_run_at": self.last_run_at,
+            "runs": self.runs, "last_error": self.last_error,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    # -- schedule --------------------------------------------------------------------
+    def next_gap(self) -> float | None:
+        """Seconds from this run's due time to the next run, or None when the list is used up.
+
+        After run k (1-based) the next gap is intervals[k]; past the end it is
+        intervals[-1] if persistent, else the task is over. A repeat gap of 0 is
+        raised to 1 s so that a task that never succeeds cannot spin.
+        """
+        if self.runs < len(self.intervals):
+            gap = self.intervals[self.runs]
+        elif self.persistent:
+            gap = self.intervals[-1]
+        else:
+            return None
+        return max(gap, 1)
+
+
+def _seconds(ms: str | None) -> float | None:
+    return None if ms in (None, "") else int(ms) / 1000.0

@@ -1,0 +1,53 @@
+"""Shared fixtures: a real redis-server per test session, flushed before every test."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from redis_server import RedisServer, wait_for  # noqa: E402
+
+# Tests must not read the user's or the system's delayd configuration.
+for _var in [v for v in os.environ if v.startswith("DELAYD_")]:
+    del os.environ[_var]
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(str(tmp_path_factory.mktemp("redis"))).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server, monkeypatch, tmp_path):
+    """A flushed Redis, and DELAYD_* pointing at it and at a private state dir."""
+    client = redis_server.client()
+    client.flushall()
+    client.close()
+    monkeypatch.setenv("DELAYD_REDIS_URL", redis_server.url)
+    monkeypatch.setenv("DELAYD_STATE_DIR", str(tmp_path / "state"))
+    return redis_server.url
+
+
+@pytest.fixture
+def r(redis_server, redis_url):
+    client = redis_server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def client(redis_url):
+    from delayd import Client
+
+    c = Client.from_url(redis_url)
+    yield c
+    c.close()
+
+
+__all__ = ["wait_for"]

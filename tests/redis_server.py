@@ -1,0 +1,113 @@
+"""A private, real redis-server for tests, benchmarks and the chaos run."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from delayd.embedded import find_redis_server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition"):
+    """Wait until condition() is truthy (returns it) or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)
+
+
+class RedisServer:
+    """redis-server on a free loopback port, with its own data directory."""
+
+    def __init__(self, directory: str | None = None, aof: bool = False, password: str | None = None,
+                 port: int | None = None, extra: list[str] | None = None):
+        self.dir = Path(directory or tempfile.mkdtemp(prefix="delayd-redis-"))
+        self.aof = aof
+        self.password = password
+        self.port = port or free_port()
+        self.extra = extra or []
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def args(self) -> list[str]:
+        args = [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+                "--save", "", "--appendonly", "yes" if self.aof else "no", "--appendfsync", "everysec",
+                "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), "--hz", "100"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        return args + self.extra
+
+    def start(self) -> "RedisServer":
+        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        client = self.client()
+        def up():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited: {(self.dir / 'redis.log').read_text()[-2000:]}")
+            try:
+                return client.ping()
+            except redis.exceptions.BusyLoadingError:
+                return False
+            except redis.exceptions.ConnectionError:
+                return False
+        wait_for(up, 20, message=f"redis-server on port {self.port}")
+        client.close()
+        return self
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, decode_responses=True,
+                           socket_timeout=10, **kw)
+
+    def stop(self) -> None:
+        """Stop cleanly (SHUTDOWN; with AOF on, the data stays)."""
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.client().shutdown(nosave=not self.aof)
+            except (redis.exceptions.ConnectionError, redis.exceptions.ResponseError):
+                pass
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    server = RedisServer().start()
+    print(server.url, os.getpid())
