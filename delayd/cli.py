@@ -141,6 +141,63 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- daemon verbs --------------------------------------------------------------------
+def daemon_config(args: argparse.Namespace) -> config_mod.Config:
+    return config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix)
+
+
+@verb("start")
+def cmd_start(args: argparse.Namespace) -> int:
+    from . import control
+    return control.start(daemon_config(args), args.config, args.foreground)
+
+
+@verb("stop")
+def cmd_stop(args: argparse.Namespace) -> int:
+    from . import control
+    return control.stop(daemon_config(args), args.timeout)
+
+
+@verb("restart")
+def cmd_restart(args: argparse.Namespace) -> int:
+    from . import control
+    config = daemon_config(args)
+    code = control.stop(config, args.timeout)
+    return code or control.start(config, args.config, foreground=False)
+
+
+@verb("reload")
+def cmd_reload(args: argparse.Namespace) -> int:
+    import signal
+    from . import control
+    pid = control.signal_master(daemon_config(args), signal.SIGHUP)
+    if not pid:
+        return fail("delayd is not running")
+    print(f"reload requested (pid {pid})")
+    return 0
+
+
+@verb("status")
+def cmd_status(args: argparse.Namespace) -> int:
+    from . import control
+    state = control.status(daemon_config(args))
+    if state is None:
+        emit(args, {"running": False}, "delayd is not running")
+        return 3
+    if args.json:
+        print(json.dumps(state, separators=(",", ":")))
+        return 0
+    print(f"delayd is running (pid {state['pid']}, redis {state['redis']})")
+    print(f"{'PID':>7} {'TITLE':28} {'STATE':9} {'UPTIME':>9} {'CPU%':>6} {'RSS':>8} RESTARTS")
+    for p in state["processes"]:
+        flag = "  CRASH-LOOPING" if p["crash_looping"] else ""
+        print(f"{p['pid']:>7} {p['title'][:28]:28} {p['state']:9} {p['uptime']:>8.0f}s {p['cpu_percent']:>6.2f} "
+              f"{p['rss'] // 1024:>6}Ki {p['restarts']}{flag}")
+    for name in state["waiting_to_restart"]:
+        print(f"{'-':>7} {'delayd: ' + name:28} waiting to restart")
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------
 def positive_int(text: str) -> int:
     value = int(text)
@@ -202,6 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status", choices=STATUSES)
     p.add_argument("--limit", type=positive_int, default=100)
     p.add_argument("--offset", type=int, default=0)
+
+    p = sub.add_parser("start", parents=[common], help="start the daemon", description="start the daemon")
+    p.add_argument("--foreground", action="store_true", help="do not detach (systemd, containers, tests)")
+    for name, help in (("stop", "stop the daemon and wait until it is gone"),
+                       ("restart", "stop, then start the daemon")):
+        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p.add_argument("--timeout", type=non_negative, metavar="S",
+                       help="seconds to wait (default graceful_timeout + 15)")
+    sub.add_parser("reload", parents=[common], help="reread the config and replace the workers (SIGHUP)",
+                   description="reread the config and replace the workers (SIGHUP)")
+    sub.add_parser("status", parents=[common], help="show the master and its children (exit 3: not running)",
+                   description="show the master and its children (exit 3: not running)")
 
     sub.add_parser("stats", parents=[common], help="counts per status, bucket and queue",
                    description="counts per status, bucket and queue")

@@ -28,6 +28,7 @@ class Config:
     concurrency: int = 32                   # tasks one queue process runs at once
     priority_weights: tuple = (5, 3, 2)     # claims per round for priority 3, 2, 1
     allowed_modules: tuple = ("delayd.examples",)
+    preload: tuple = ()                     # modules queue processes import at start (must be allowed)
     lease: float = 60.0                     # seconds a claim stays leased (renewed while running)
     task_timeout: float = 30.0              # seconds a handler may run before it is abandoned
     url_timeout: float = 10.0               # default per-request timeout of url tasks
@@ -73,6 +74,10 @@ class Config:
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         self.log_level = self.log_level.upper()
+        from .task import module_allowed
+        for module in self.preload:
+            if not module_allowed(module + ":x", self.allowed_modules):
+                raise ConfigError(f"preload module {module!r} is not in allowed_modules")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
         return self

@@ -1,0 +1,159 @@
+"""Daemon control for the CLI: start (daemonized or in the foreground), stop, status."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import daemon
+import psutil
+
+from . import embedded
+from . import log as log_mod
+from .config import Config
+from .master import Master, StartError, check_redis
+from .pidfile import AlreadyRunning, PidFile, read_pid, running_master
+
+START_TIMEOUT = 60.0
+
+
+def preflight(config: Config) -> None:
+    """Everything that can be checked before detaching, so errors reach the terminal."""
+    if not os.access(config.state_dir, os.W_OK):
+        raise StartError(f"state directory {config.state_dir} is not writable")
+    if config.redis_url:
+        check_redis(config)
+    else:
+        try:
+            embedded.find_redis_server()
+        except FileNotFoundError as exc:
+            raise StartError(str(exc)) from None
+
+
+def start(config: Config, config_path: str | None, foreground: bool) -> int:
+    log_mod.setup(config.log_level, config.log_format, None)  # pre-flight warnings go to the terminal
+    try:
+        Path(config.state_dir).mkdir(parents=True, exist_ok=True)
+        pidfile = PidFile(config.pid_path)
+        pidfile.acquire()
+        preflight(config)
+    except (StartError, AlreadyRunning, OSError) as exc:
+        print(f"delayd: error: {exc}", file=sys.stderr)
+        return 1
+    if foreground:
+        if config.log_file:
+            log_mod.setup(config.log_level, config.log_format, config.log_file)
+        return Master(config, pidfile, config_path).run()
+
+    read_end, write_end = os.pipe()
+    if os.fork():  # the launcher: wait until the daemon says it is up (or why not)
+        os.close(write_end)
+        os.close(pidfile.lock_fd)
+        answer = read_answer(read_end)
+        if answer == "ok":
+            print(f"delayd started (pid {read_pid(config.pid_path)}, log {config.log_path})")
+            return 0
+        print(f"delayd: error: {answer or 'the daemon exited during start-up'} (log: {config.log_path})",
+              file=sys.stderr)
+        return 1
+    os.close(read_end)
+    code = 1
+    try:
+        handler = log_mod.setup(config.log_level, config.log_format, str(config.log_path))
+        stream = handler.stream
+        context = daemon.DaemonContext(
+            detach_process=True, umask=0o027, working_directory=config.state_dir,
+            files_preserve=[write_end, pidfile.lock_fd, stream.fileno()],
+            stdout=stream, stderr=stream,
+            signal_map={},  # the master installs its own handlers (no SIGTERM -> SystemExit)
+        )
+        context.open()
+
+        def ready(message: str) -> None:
+            os.write(write_end, message.encode() + b"\n")
+            os.close(write_end)
+
+        code = Master(config, pidfile, config_path, ready=ready).run()
+    finally:
+        os._exit(code)
+
+
+def read_answer(fd: int) -> str:
+    data = b""
+    deadline = time.monotonic() + START_TIMEOUT
+    while b"\n" not in data and (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    text = data.decode(errors="replace").strip()
+    return text[len("error: "):] if text.startswith("error: ") else text
+
+
+def signal_master(config: Config, sig: int) -> int | None:
+    pid = running_master(config.pid_path)
+    if pid:
+        os.kill(pid, sig)
+    return pid
+
+
+def stop(config: Config, timeout: float | None) -> int:
+    pid = signal_master(config, signal.SIGTERM)
+    if not pid:
+        print("delayd is not running")
+        return 0
+    timeout = config.graceful_timeout + 15 if timeout is None else timeout
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        print(f"delayd: error: the master (pid {pid}) did not stop within {timeout:g} s", file=sys.stderr)
+        return 1
+    print(f"delayd stopped (pid {pid})")
+    return 0
+
+
+def cpu_average(proc: psutil.Process) -> float:
+    """CPU use since the process started, in % of one core."""
+    times = proc.cpu_times()
+    age = max(1e-3, time.time() - proc.create_time())
+    return round(100.0 * (times.user + times.system) / age, 2)
+
+
+def status(config: Config) -> dict[str, Any] | None:
+    """Master and children as psutil sees them, with restart counts; None if not running."""
+    pid = running_master(config.pid_path)
+    if not pid:
+        return None
+    try:
+        slots = json.loads((Path(config.state_dir) / "status.json").read_text())
+    except (OSError, ValueError):
+        slots = {"slots": []}
+    by_pid = {s["pid"]: s for s in slots.get("slots", []) if s.get("pid")}
+    master = psutil.Process(pid)
+    procs = []
+    for proc in [master] + master.children():
+        try:
+            with proc.oneshot():
+                slot = by_pid.get(proc.pid, {})
+                procs.append({
+                    "pid": proc.pid, "title": " ".join(proc.cmdline()).strip() or proc.name(),
+                    "state": proc.status(), "uptime": round(time.time() - proc.create_time(), 1),
+                    "cpu_percent": cpu_average(proc), "rss": proc.memory_info().rss,
+                    "restarts": slot.get("restarts", 0), "crash_looping": slot.get("crash_looping", False),
+                })
+        except psutil.NoSuchProcess:
+            continue
+    down = [s["name"] for s in slots.get("slots", []) if not s.get("pid")]
+    return {"running": True, "pid": pid, "redis": slots.get("redis"), "processes": procs,
+            "waiting_to_restart": down,
+            "crash_looping": [s["name"] for s in slots.get("slots", []) if s.get("crash_looping")]}

@@ -1,0 +1,77 @@
+"""Logging: one line per event, `key=value` or JSON, to stderr or a file.
+
+    log = logging.getLogger("delayd.queue")
+    event(log, "run", task="order:cancel:42", run=1, outcome="ok")
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+_handler: logging.Handler | None = None
+
+
+def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one event with fields (values are rendered by the formatter)."""
+    if logger.isEnabledFor(level):
+        logger.log(level, name, extra={"fields": fields})
+
+
+class Formatter(logging.Formatter):
+    def __init__(self, style: str):
+        super().__init__()
+        self.style = style
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
+                  + f".{int(record.msecs):03d}", "level": record.levelname.lower(),
+                  "proc": os.environ.get("DELAYD_PROC", "delayd"), "pid": record.process,
+                  "event": record.getMessage()}
+        fields.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            fields["exc"] = self.formatException(record.exc_info)
+        if self.style == "json":
+            return json.dumps(fields, default=str, separators=(",", ":"))
+        return " ".join(f"{k}={_kv(v)}" for k, v in fields.items() if v is not None)
+
+
+def _kv(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if text == "" or any(c in text for c in ' "=\n'):
+        return json.dumps(text)
+    return text
+
+
+def setup(level: str, style: str, path: str | None) -> logging.Handler:
+    """Send delayd's logs to `path` (a file) or stderr; replaces any earlier set-up."""
+    global _handler
+    root = logging.getLogger("delayd")
+    if _handler is not None:
+        root.removeHandler(_handler)
+        _handler.close()
+    _handler = logging.FileHandler(path, encoding="utf-8") if path else logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(Formatter(style))
+    root.addHandler(_handler)
+    root.setLevel(level)
+    root.propagate = False
+    return _handler
+
+
+def current_path() -> str | None:
+    """The log file in use, or None for stderr."""
+    return _handler.baseFilename if isinstance(_handler, logging.FileHandler) else None
+
+
+def reopen() -> None:
+    """Reopen the log file (SIGUSR1, after logrotate moved it)."""
+    if isinstance(_handler, logging.FileHandler):
+        _handler.acquire()
+        try:
+            _handler.close()
+            _handler.stream = _handler._open()
+        finally:
+            _handler.release()

@@ -1,0 +1,323 @@
+"""A queue process: claims ready tasks and runs up to `concurrency` of them at once.
+
+One main thread owns all Redis state changes and batches them: it claims up to
+the free slots in one script call per bucket, records every finished run of a
+loop turn in one finish call per bucket, and renews the leases of runs in hand.
+Handlers run in a pool of threads. A handler past the task timeout is abandoned:
+its slot is freed at once and the run is recorded as a timeout; its thread is
+replaced, and left to finish (or not) on its own.
+
+Wake-ups: a listener thread is subscribed to the ready channel, on which bucket
+processes announce "bucket N has ready tasks"; completions and signals arrive
+on the same event queue, so the main thread sleeps in one place.
+"""
+from __future__ import annotations
+
+import importlib
+import itertools
+import logging
+import queue as queue_mod
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import connection
+from .config import Config
+from .handlers import Outcome, Runner
+from .log import event
+from .store import PRIORITIES, Store, ready_channel
+from .task import Task, TaskError
+from .worker import REDIS_ERRORS, Backoff, Heartbeat, RedisHealth
+
+log = logging.getLogger("delayd.queue")
+WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
+
+
+def priority_cycle(weights: tuple[int, int, int]) -> list[int]:
+    """One round of priorities, smoothly interleaved (nginx's smooth weighted round robin).
+
+    (5, 3, 2) gives 10 picks: 5 of priority 3, 3 of priority 2, 2 of priority 1,
+    spread out, so priority 1 gets its share in every round and never starves.
+    """
+    current = [0, 0, 0]
+    total = sum(weights)
+    picks = []
+    for _ in range(total):
+        for i, w in enumerate(weights):
+            current[i] += w
+        best = max(range(3), key=lambda i: current[i])
+        current[best] -= total
+        picks.append(PRIORITIES[best])
+    return picks
+
+
+@dataclass(eq=False)
+class Run:
+    task: Task
+    bucket: int
+    started: float
+    deadline: float
+    abandoned: bool = False
+    result: tuple[Outcome, str] | None = field(default=None, repr=False)
+
+
+class Pool:
+    """Threads that run handlers; a thread whose run was abandoned retires when it returns."""
+
+    def __init__(self, size: int, execute, done):
+        self.jobs: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.execute, self.done = execute, done
+        self.live = 0
+        self.lock = threading.Lock()
+        for _ in range(size):
+            self.add_thread()
+
+    def add_thread(self) -> None:
+        with self.lock:
+            self.live += 1
+        threading.Thread(target=self.loop, daemon=True, name="handler").start()
+
+    def loop(self) -> None:
+        while (run := self.jobs.get()) is not None:
+            result = self.execute(run.task)
+            if run.abandoned:
+                break  # a replacement thread took this one's place
+            self.done(run, result)
+        with self.lock:
+            self.live -= 1
+
+    def stop(self) -> None:
+        for _ in range(self.live):
+            self.jobs.put(None)
+
+
+class QueueWorker:
+    def __init__(self, config: Config, index: int, heartbeat: Heartbeat):
+        self.config = config
+        self.index = index
+        self.heartbeat = heartbeat
+        for module in config.preload:  # import errors show at start, not at the first run
+            importlib.import_module(module)
+        self.redis = connection.connect(config.redis_url)
+        self.store = Store(self.redis, config.prefix, config.buckets)
+        self.runner = Runner(config, self.redis)
+        self.health = RedisHealth(log, config.redis_url)
+        self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.pool = Pool(config.concurrency, self.execute, self.completed)
+        self.in_hand: dict[str, Run] = {}
+        self.finished: dict[int, list[tuple[Run, str, int, str]]] = {}
+        self.candidates: set[int] = set(range(config.buckets))
+        self.cycle = itertools.cycle(priority_cycle(tuple(config.priority_weights)))
+        self.next_bucket = itertools.cycle(range(config.buckets))
+        self.renew_every = config.lease / 3
+        self.next_renew = time.monotonic() + self.renew_every
+        self.abandoned = 0
+        self.stopping = False
+        self.stop_deadline = 0.0
+        self.retry_at = 0.0  # after a Redis error, no Redis calls before this time
+
+    # -- threads -------------------------------------------------------------------
+    def execute(self, task: Task) -> tuple[Outcome, str]:
+        """In a pool thread: run the target, then the callback of a success."""
+        outcome = self.runner.run(task)
+        callback_error = self.runner.run_callback(task) if outcome.kind == "ok" else ""
+        return outcome, callback_error
+
+    def completed(self, run: Run, result: tuple[Outcome, str]) -> None:
+        run.result = result
+        self.events.put(("done", run))
+
+    def listen(self) -> None:
+        """Listener thread: turn ready-channel messages into events."""
+        backoff = Backoff()
+        channel = ready_channel(self.config.prefix)
+        while True:
+            try:
+                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(channel)
+                self.events.put(("ready", None))  # (re)subscribed: look at every bucket
+                backoff.reset()
+                while True:
+                    message = pubsub.get_message(timeout=WAIT_CAP)
+                    if message is not None:
+                        self.events.put(("ready", int(message["data"])))
+            except REDIS_ERRORS:
+                time.sleep(backoff.next())
+            except (ValueError, TypeError):
+                continue
+
+    # -- main thread ---------------------------------------------------------------
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, lambda s, f: self.events.put(("stop", None)))
+        signal.signal(signal.SIGINT, lambda s, f: self.events.put(("stop", None)))
+        threading.Thread(target=self.listen, daemon=True, name="listener").start()
+        event(log, "queue_started", queue=self.index, concurrency=self.config.concurrency)
+        while not (self.stopping and not self.in_hand and not self.finished):
+            self.heartbeat.beat()
+            self.handle(self.next_event())
+            while True:  # everything that is already waiting, in the same turn
+                try:
+                    self.handle(self.events.get_nowait())
+                except queue_mod.Empty:
+                    break
+            self.abandon_overdue()
+            if time.monotonic() >= self.retry_at:
+                self.sync()
+            if self.stopping and time.monotonic() > self.stop_deadline:
+                event(log, "stop_timeout", logging.WARNING, in_hand=len(self.in_hand))
+                break
+        self.pool.stop()
+        self.runner.close()
+        event(log, "queue_stopped", queue=self.index)
+
+    def next_event(self) -> Any:
+        now = time.monotonic()
+        timeout = WAIT_CAP
+        if self.candidates and self.free_slots() and not self.stopping:
+            timeout = max(0.0, self.retry_at - now)
+        if self.in_hand:
+            timeout = min(timeout, max(0.0, min(r.deadline for r in self.in_hand.values()) - now),
+                          max(0.0, self.next_renew - now))
+        if self.finished:
+            timeout = min(timeout, max(0.0, self.retry_at - now))
+        try:
+            return self.events.get(timeout=timeout)
+        except queue_mod.Empty:
+            return ("tick", None)
+
+    def handle(self, item: tuple[str, Any]) -> None:
+        kind, value = item
+        if kind == "ready":
+            self.candidates.update(range(self.config.buckets) if value is None else
+                                   [value] if 0 <= value < self.config.buckets else [])
+        elif kind == "done":
+            run: Run = value
+            if self.in_hand.get(run.task.key) is run:
+                outcome, callback_error = run.result
+                self.settle(run, outcome, callback_error)
+        elif kind == "stop" and not self.stopping:
+            self.stopping = True
+            self.stop_deadline = time.monotonic() + self.config.graceful_timeout
+            event(log, "queue_stopping", queue=self.index, in_hand=len(self.in_hand))
+        elif kind == "tick":
+            self.candidates.update(range(self.config.buckets))
+
+    def free_slots(self) -> int:
+        return self.config.concurrency - len(self.in_hand)
+
+    def settle(self, run: Run, outcome: Outcome, callback_error: str = "") -> None:
+        """Turn a run's outcome into a finish entry (sent with the next batch)."""
+        del self.in_hand[run.task.key]
+        task = run.task
+        kind, gap_ms, error = outcome.kind, 0, outcome.error
+        if kind == "ok":
+            error = f"callback: {callback_error}" if callback_error else ""
+        elif kind == "retry":
+            gap = task.next_gap()
+            if gap is None:
+                kind, error = "failed", f"no runs left in intervals; last error: {error}"
+            else:
+                gap_ms = int(gap * 1000)
+        elapsed_ms = round((time.monotonic() - run.started) * 1000, 1)
+        event(log, "run", task=task.key, run=task.runs, outcome=kind, ms=elapsed_ms,
+              error=error.splitlines()[0][:300] if error else None,
+              level=logging.INFO if kind == "ok" else logging.WARNING)
+        self.finished.setdefault(run.bucket, []).append((run, kind, gap_ms, error))
+
+    def abandon_overdue(self) -> None:
+        now = time.monotonic()
+        for run in [r for r in self.in_hand.values() if r.deadline <= now]:
+            run.abandoned = True
+            self.abandoned += 1
+            self.pool.add_thread()  # keep `concurrency` threads free for new work
+            self.settle(run, Outcome("retry", f"timeout: still running after {self.timeout_of(run.task):g} s, "
+                                              "abandoned"))
+        if self.abandoned > 4 * self.config.concurrency and not self.stopping:
+            event(log, "too_many_hung_handlers", logging.ERROR, abandoned=self.abandoned)
+            self.handle(("stop", None))  # exit so the master starts a fresh process
+
+    def timeout_of(self, task: Task) -> float:
+        if task.url and task.timeout:
+            return min(task.timeout + 1.0, self.config.task_timeout)
+        return self.config.task_timeout
+
+    def sync(self) -> None:
+        """All Redis work of one turn: finishes, lease renewals, claims."""
+        try:
+            self.flush_finished()
+            if self.in_hand and time.monotonic() >= self.next_renew:
+                self.renew()
+            if not self.stopping:
+                self.claim()
+            self.health.ok()
+        except REDIS_ERRORS as exc:
+            self.retry_at = time.monotonic() + self.health.failed(exc)
+
+    def flush_finished(self) -> None:
+        for bucket in list(self.finished):
+            entries = self.finished[bucket]
+            applied = self.store.finish(bucket, [(run.task.key, run.task.claim, kind, gap_ms, error)
+                                                 for run, kind, gap_ms, error in entries],
+                                        self.config.retention_ms)
+            del self.finished[bucket]
+            for (run, kind, _, _), ok in zip(entries, applied):
+                if not ok:
+                    event(log, "result_fenced", logging.WARNING, task=run.task.key, run=run.task.runs,
+                          outcome=kind, reason="lease lapsed, task replaced or deleted")
+
+    def renew(self) -> None:
+        by_bucket: dict[int, list[Run]] = {}
+        for run in self.in_hand.values():
+            by_bucket.setdefault(run.bucket, []).append(run)
+        for bucket, runs in by_bucket.items():
+            renewed = self.store.renew(bucket, [(r.task.key, r.task.claim) for r in runs], self.config.lease_ms)
+            for run, ok in zip(runs, renewed):
+                if not ok:
+                    event(log, "lease_lost", logging.WARNING, task=run.task.key, run=run.task.runs)
+        self.next_renew = time.monotonic() + self.renew_every
+
+    def claim(self) -> None:
+        tried = 0
+        while (free := self.free_slots()) > 0 and self.candidates and tried < self.config.buckets:
+            bucket = next(self.next_bucket)
+            tried += 1
+            if bucket not in self.candidates:
+                continue
+            n = min(free, 200)
+            quotas = [0, 0, 0]
+            for priority in itertools.islice(self.cycle, n):
+                quotas[PRIORITIES.index(priority)] += 1
+            rows = self.store.claim(bucket, tuple(quotas), n, self.config.lease_ms)
+            got = self.dispatch(bucket, rows)
+            if got < n:
+                self.candidates.discard(bucket)
+            else:
+                tried -= 1  # this bucket may have more: stay on it
+
+    def dispatch(self, bucket: int, rows: list[Any]) -> int:
+        now_ms = int(rows[0])
+        count = 0
+        for i in range(1, len(rows), 8):
+            member, spec, runs, claim, due, created, error, priority = rows[i:i + 8]
+            count += 1
+            record = {"spec": spec, "priority": priority, "status": "running", "created": created, "due": due,
+                      "last_run": now_ms, "runs": runs, "claim": claim, "error": error}
+            try:
+                task = Task.from_record(record)
+            except TaskError as exc:
+                self.finished.setdefault(bucket, []).append(
+                    (Run(Task(topic=member.rpartition(":")[0], id=member.rpartition(":")[2], claim=int(claim)),
+                         bucket, 0, 0), "quarantine", 0, str(exc)))
+                event(log, "quarantined", logging.ERROR, task=member, reason=str(exc))
+                continue
+            start = time.monotonic()
+            run = Run(task, bucket, start, start + self.timeout_of(task))
+            self.in_hand[task.key] = run
+            self.pool.jobs.put(run)
+        return count
+
+
+def main(config: Config, index: int, heartbeat: Heartbeat) -> None:
+    QueueWorker(config, index, heartbeat).run()

@@ -1,0 +1,121 @@
+"""What every child process shares: set-up after fork, heartbeat, Redis backoff.
+
+The master forks a child with `start_child`; the child never returns from it.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import random
+import signal
+import time
+from typing import Any, Callable
+
+import redis
+from setproctitle import setproctitle
+
+from . import connection
+from .config import Config
+
+PR_SET_PDEATHSIG = 1
+REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                redis.exceptions.BusyLoadingError, redis.exceptions.ReadOnlyError)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD,
+                   signal.SIGTTIN, signal.SIGTTOU, signal.SIGQUIT)
+
+
+def set_death_signal(sig: int, parent: int) -> None:
+    """Die with `sig` when the master dies (and right now if it already has)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the heartbeat-free master check below still catches it at start
+    if os.getppid() != parent:  # the master died before prctl took effect
+        os._exit(1)
+
+
+def title(config: Config, role: str) -> str:
+    return f"delayd: {role}" + (f" [{config.name}]" if config.name else "")
+
+
+class Heartbeat:
+    """A child touches its (unlinked) temp file; the master reads its mtime (gunicorn's way)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.last = 0.0
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            os.utime(self.fd)
+            self.last = now
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter, for reconnecting to Redis."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0):
+        self.base, self.cap, self.failures = base, cap, 0
+
+    def next(self) -> float:
+        self.failures += 1
+        return random.uniform(self.base, min(self.cap, self.base * 2 ** self.failures))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class RedisHealth:
+    """Logs a Redis outage once when it starts and once when it ends."""
+
+    def __init__(self, log: logging.Logger, url: str):
+        self.log, self.url, self.down_since = log, url, None
+        self.backoff = Backoff()
+
+    def failed(self, exc: Exception) -> float:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            self.log.warning("redis_unavailable", extra={"fields": {
+                "redis": connection.where(self.url), "error": str(exc)}})
+        return self.backoff.next()
+
+    def ok(self) -> None:
+        if self.down_since is not None:
+            self.log.warning("redis_back", extra={"fields": {
+                "redis": connection.where(self.url), "down_s": round(time.monotonic() - self.down_since, 3)}})
+            self.down_since = None
+            self.backoff.reset()
+
+
+def start_child(config: Config, role: str, heartbeat_fd: int, close_fds: list[int],
+                body: Callable[[Config, Heartbeat], Any]) -> int:
+    """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid."""
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        set_death_signal(signal.SIGKILL, parent)
+        for fd in close_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.environ["DELAYD_PROC"] = role.replace(" ", ".")
+        setproctitle(title(config, role))
+        random.seed()
+        body(config, Heartbeat(heartbeat_fd))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a child must never return into the master's code
+        logging.getLogger("delayd").exception("child_crashed", extra={"fields": {"role": role}})
+        code = 1
+    finally:
+        logging.shutdown()
+        os._exit(code)
