@@ -1,0 +1,80 @@
+"""Example handlers for the docs, the demo and the daemon tests.
+
+`delayd.examples` is the one module allowed by default, so every handler here is
+harmless whatever a task's params say. Each is called as `handler(task)`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from .task import Task
+
+log = logging.getLogger("delayd.examples")
+
+
+def echo(task: Task) -> str:
+    """Log the task's key, run number and params; succeed."""
+    log.info("echo %s run %s params %s", task.key, task.runs, task.params)
+    return "success"
+
+
+def cancel_order(task: Task) -> str:
+    """The order-cancel example: cancel order `task.params['order']` (or `task.id`) if unpaid."""
+    order = task.params.get("order", task.id)
+    # A real handler would check the order is still unpaid, then cancel it, idempotently
+    # (a task may run twice if a worker died mid-run): e.g. UPDATE … WHERE status = 'unpaid'.
+    log.info("cancel order %s (task %s, run %s)", order, task.key, task.runs)
+    return "success"
+
+
+def flaky(task: Task) -> str:
+    """Ask for a retry until run `params['succeed_on']` (default 3), then succeed."""
+    return "success" if task.runs >= int(task.params.get("succeed_on", 3)) else "retry"
+
+
+def noop(task: Task) -> bool:
+    """Do nothing; succeed."""
+    return True
+
+
+_clients: dict[str, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _redis(url: str) -> Any:
+    client = _clients.get(url)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(url)
+            if client is None:
+                from .connection import connect
+                client = _clients[url] = connect(url)
+    return client
+
+
+def record(task: Task) -> str:
+    """RPUSH `"<key>:<runs>"` to the list `params['list']` on the Redis at `params['redis']`.
+
+    Tests use it to prove that (and how often) a run happened.
+    """
+    _redis(task.params["redis"]).rpush(task.params["list"], f"{task.key}:{task.runs}")
+    return "success"
+
+
+def slow(task: Task) -> str:
+    """Sleep `params['seconds']` (default 1), then succeed."""
+    time.sleep(float(task.params.get("seconds", 1)))
+    return "success"
+
+
+def fail(task: Task) -> str:
+    """Give up: the task ends failed."""
+    return "fail"
+
+
+def boom(task: Task) -> str:
+    """Raise RuntimeError: the run is retried and the error kept in last_error."""
+    raise RuntimeError(f"boom (task {task.key}, run {task.runs})")

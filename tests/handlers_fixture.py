@@ -1,0 +1,64 @@
+"""Handlers for tests/test_handlers.py (tests/ is on sys.path, see conftest.py)."""
+import os  # noqa: F401  (a target must not reach through it: handlers_fixture:os.remove)
+
+NOT_CALLABLE = 42
+
+
+def touch(task):
+    """Append "<key>:<runs>" to the file params['path']: the proof that a run happened."""
+    with open(task.params["path"], "a") as fh:
+        fh.write(f"{task.key}:{task.runs}\n")
+    return "success"
+
+
+def returns(task):
+    """Return params['value'] as it is."""
+    return task.params.get("value")
+
+
+def returns_set(task):
+    return {1, 2}
+
+
+def level1(task):
+    level2(task)
+
+
+def level2(task):
+    level3(task)
+
+
+def level3(task):
+    level4(task)
+
+
+def level4(task):
+    level5(task)
+
+
+def level5(task):
+    raise ValueError(f"bad order {task.id}")
+
+
+def explode(task):
+    level1(task)
+
+
+def huge_error(task):
+    raise ValueError("x" * 100_000 + "\n\nsecond paragraph")
+
+
+def exits(task):
+    raise SystemExit(3)
+
+
+async def coroutine(task):
+    return "success"
+
+
+class _Handler:
+    def __call__(self, task):
+        return "SUCCESS"
+
+
+HANDLER = _Handler()
