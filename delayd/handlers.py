@@ -122,6 +122,8 @@ def _load(target: str) -> Callable[..., Any]:
     try:
         obj: Any = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # ImportError, SyntaxError, whatever the module raises
+        if isinstance(exc, ImportError):
+            importlib.invalidate_caches()  # so that code deployed before the next run is found
         raise TargetUnavailable(f"cannot import module {module_name!r} of {target!r}: "
                             f"{describe_exception(exc)}") from None
     for part in path.split("."):
