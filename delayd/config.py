@@ -106,7 +106,7 @@ _ENV = {
     "DELAYD_TASK_TIMEOUT": "task_timeout", "DELAYD_GRACEFUL_TIMEOUT": "graceful_timeout",
     "DELAYD_RETENTION": "retention", "DELAYD_METRICS_PORT": "metrics_port",
     "DELAYD_PIDFILE": "pidfile", "DELAYD_LOG_FILE": "log_file", "DELAYD_LOG_FORMAT": "log_format",
-    "DELAYD_NAME": "name",
+    "DELAYD_NAME": "name", "DELAYD_PRELOAD": "preload",
 }
 _TYPES = {f.name: f.type for f in fields(Config)}
 

@@ -81,7 +81,9 @@ class RedisServer:
         """Stop cleanly (SHUTDOWN; with AOF on, the data stays)."""
         if self.proc and self.proc.poll() is None:
             try:
-                self.client().shutdown(nosave=not self.aof)
+                from redis.backoff import NoBackoff
+                from redis.retry import Retry
+                self.client(retry=Retry(NoBackoff(), 0)).shutdown(nosave=not self.aof)
             except (redis.exceptions.ConnectionError, redis.exceptions.ResponseError):
                 pass
             try:

@@ -1,0 +1,107 @@
+"""Run a real delayd daemon for tests and find its processes with psutil."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from redis_server import wait_for
+
+DELAYD = [sys.executable, "-m", "delayd.cli"]
+
+
+def delayd(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*DELAYD, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def titled(prefix: str) -> list[psutil.Process]:
+    """Live processes whose title starts with `prefix` (e.g. 'delayd: queue')."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if cmd.startswith(prefix) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+class Daemon:
+    """`delayd start --foreground` in a subprocess, with its own state dir."""
+
+    def __init__(self, redis_url: str, state_dir: Path, buckets: int = 2, queues: int = 1, **env: str):
+        self.state_dir = Path(state_dir)
+        self.env = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": str(state_dir),
+                    "DELAYD_BUCKETS": str(buckets), "DELAYD_QUEUES": str(queues),
+                    "DELAYD_GRACEFUL_TIMEOUT": "10", "DELAYD_ALLOWED_MODULES": "delayd.examples",
+                    "DELAYD_LOG_FILE": str(Path(state_dir) / "delayd.log"), **env}
+        self.buckets, self.queues = buckets, queues
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> "Daemon":
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([*DELAYD, "start", "--foreground"], env=self.env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if wait:
+            wait_for(lambda: len(self.children()) == self.buckets + self.queues and self.ready(), 20,
+                     message="daemon children up")
+        return self
+
+    def ready(self) -> bool:
+        return "master_ready" in self.log()
+
+    def log(self) -> str:
+        try:
+            return (self.state_dir / "delayd.log").read_text()
+        except OSError:
+            return ""
+
+    @property
+    def master(self) -> psutil.Process:
+        return psutil.Process(self.proc.pid)
+
+    def children(self, kind: str = "") -> list[psutil.Process]:
+        try:
+            kids = self.master.children()
+        except psutil.NoSuchProcess:
+            return []
+        out = []
+        for kid in kids:
+            try:
+                if kid.status() != psutil.STATUS_ZOMBIE and " ".join(kid.cmdline()).startswith(f"delayd: {kind}"):
+                    out.append(kid)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def child(self, title: str) -> psutil.Process:
+        matches = [c for c in self.children() if " ".join(c.cmdline()).strip() == title]
+        assert len(matches) == 1, f"expected one {title!r}, found {matches}"
+        return matches[0]
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                for kid in self.children():
+                    kid.kill()
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> "Daemon":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
