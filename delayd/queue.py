@@ -213,7 +213,7 @@ class QueueWorker:
         task = run.task
         kind, gap_ms, error = outcome.kind, 0, outcome.error
         if kind == "ok":
-            error = f"callback: {callback_error}" if callback_error else ""
+            error = callback_error
         elif kind == "retry":
             gap = task.next_gap()
             if gap is None:

@@ -36,7 +36,9 @@ class Daemon:
         self.env = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": str(state_dir),
                     "DELAYD_BUCKETS": str(buckets), "DELAYD_QUEUES": str(queues),
                     "DELAYD_GRACEFUL_TIMEOUT": "10", "DELAYD_ALLOWED_MODULES": "delayd.examples",
-                    "DELAYD_LOG_FILE": str(Path(state_dir) / "delayd.log"), **env}
+                    "DELAYD_LOG_FILE": str(Path(state_dir) / "delayd.log"),
+                    # tests/ importable, so that a refused target is refused by the allowlist alone
+                    "PYTHONPATH": str(Path(__file__).parent), **env}
         self.buckets, self.queues = buckets, queues
         self.proc: subprocess.Popen | None = None
 

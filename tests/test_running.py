@@ -1,0 +1,201 @@
+"""Tasks run by a real daemon: schedules, outcomes, callbacks, allowlist, concurrency,
+priorities, timeouts, leases, and on-time wake-ups."""
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+
+import pytest
+
+from daemon_helper import Daemon, delayd
+from redis_server import wait_for
+
+from delayd import Client
+
+
+class Merchant(http.server.BaseHTTPRequestHandler):
+    """Answers `success` from the Nth request on (path /notify/N), records every request."""
+
+    requests: list = []
+    lock = threading.Lock()
+
+    def do_POST(self):
+        self.do_GET()
+
+    def do_GET(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode() if length else ""
+        with self.lock:
+            self.requests.append({"path": self.path, "t": time.time(), "body": body,
+                                  "key": self.headers.get("Idempotency-Key")})
+            count = sum(1 for r in self.requests if r["path"] == self.path)
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if parts[0] == "slow":
+            time.sleep(1.0)
+            answer = "success"
+        elif parts[0] == "notify":
+            answer = "success" if count >= int(parts[1]) else "not yet"
+        else:
+            answer = parts[0]
+        data = answer.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def merchant():
+    Merchant.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Merchant)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def daemon(redis_url, tmp_path):
+    d = Daemon(redis_url, tmp_path / "d", buckets=2, queues=2, DELAYD_TASK_TIMEOUT="2", DELAYD_LEASE="4").start()
+    yield d
+    d.stop()
+
+
+def test_alipay_style_notify_until_success(daemon, client, merchant):
+    client.add("order:notify", 5, url=f"{merchant}/notify/3", method="POST", params={"order": 5},
+               intervals=[0, 1, 2, 3], persistent=False)
+    wait_for(lambda: client.get("order:notify", 5).status == "ok", 15, message="notify acknowledged")
+    reqs = Merchant.requests
+    assert len(reqs) == 3
+    task = client.get("order:notify", 5)
+    offsets = [r["t"] - task.created_at for r in reqs]  # due at 0, 0+1, 0+1+2 s
+    assert all(0 <= got - want < 0.5 for got, want in zip(offsets, [0, 1, 3])), offsets
+    assert [r["key"] for r in reqs] == ["order:notify:5:1", "order:notify:5:2", "order:notify:5:3"]
+    assert all(r["body"] == "order=5" for r in reqs)
+    task = client.get("order:notify", 5)
+    assert task.runs == 3 and task.last_error is None
+
+
+def test_once_ends_failed_after_the_list(daemon, client, merchant):
+    client.add("n", 1, url=f"{merchant}/garbage", intervals=[0, 0.2, 0.2], persistent=False)
+    wait_for(lambda: client.get("n", 1).status == "failed", 15, message="failed after the list")
+    task = client.get("n", 1)
+    assert task.runs == 3 and "no runs left" in task.last_error
+    assert len(Merchant.requests) == 3
+    out = delayd("ls", "--status", "failed", env=daemon.env)
+    assert "n:1" in out.stdout and "no runs left" in out.stdout
+
+
+def test_fail_answer_stops_and_retry_verb_runs_it_again(daemon, client, merchant):
+    client.add("n", 2, url=f"{merchant}/fail")
+    wait_for(lambda: client.get("n", 2).status == "failed", 10, message="failed on 'fail'")
+    assert len(Merchant.requests) == 1
+    out = delayd("retry", "n", "2", env=daemon.env)
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: len(Merchant.requests) == 2 and client.get("n", 2).status == "failed", 10,
+             message="ran again after retry")
+
+
+def test_persistent_keeps_going(daemon, client, r, redis_url):
+    client.add("p", 1, call="delayd.examples:flaky", params={"succeed_on": 99}, intervals=[0, 0.2])
+    wait_for(lambda: (client.get("p", 1).runs or 0) >= 4, 15, message="four runs")
+    task = client.get("p", 1)
+    assert task.status in ("delayed", "running") and "retry" in task.last_error
+
+
+def test_callback_runs_once_after_success(daemon, client, r, redis_url):
+    client.add("c", 1, call="delayd.examples:flaky", params={"succeed_on": 2, "list": "cb", "redis": redis_url},
+               intervals=[0, 0.2], callback="delayd.examples:record")
+    wait_for(lambda: client.get("c", 1).status == "ok", 10, message="ok")
+    wait_for(lambda: r.lrange("cb", 0, -1) == ["c:1:2"], 5, message="callback ran")
+    assert r.lrange("cb", 0, -1) == ["c:1:2"]
+
+
+def test_refused_callback_leaves_task_ok(daemon, client):
+    client.add("c", 2, call="delayd.examples:noop", callback="os:system")
+    wait_for(lambda: client.get("c", 2).status == "ok", 10, message="ok")
+    assert "callback refused" in client.get("c", 2).last_error
+
+
+def test_call_outside_allowlist_never_runs(daemon, redis_url, tmp_path):
+    marker = tmp_path / "ran"
+    plain = Client.from_url(redis_url)  # a producer that does not know the allowlist
+    plain.add("evil", 1, call="handlers_fixture:touch", params={"path": str(marker)})
+    wait_for(lambda: plain.get("evil", 1).status == "failed", 10, message="refused")
+    assert "not allowed" in plain.get("evil", 1).last_error or "allowed_modules" in plain.get("evil", 1).last_error
+    assert not marker.exists()
+
+
+def test_handlers_that_raise_hang_or_return_garbage(daemon, client):
+    client.add("h", "boom", call="delayd.examples:boom", intervals=[0, 60])
+    client.add("h", "hang", call="delayd.examples:slow", params={"seconds": 30}, intervals=[0, 60])
+    client.add("h", "ok", call="delayd.examples:noop")
+    wait_for(lambda: client.get("h", "boom").last_error, 10, message="boom recorded")
+    assert "RuntimeError" in client.get("h", "boom").last_error
+    wait_for(lambda: client.get("h", "hang").last_error, 10, message="timeout recorded")
+    hang = client.get("h", "hang")
+    assert "timeout" in hang.last_error and hang.status == "delayed" and hang.runs == 1
+    assert client.get("h", "ok").status == "ok"
+    client.add("h", "after", call="delayd.examples:noop")  # the worker is still healthy
+    wait_for(lambda: client.get("h", "after").status == "ok", 10, message="later task ran")
+
+
+def test_200_slow_urls_run_concurrently(daemon, client, merchant):
+    started = time.monotonic()
+    client.add_many([{"topic": "u", "id": i, "url": f"{merchant}/slow"} for i in range(200)])
+    wait_for(lambda: client.stats()["counts"]["ok"] == 200, 30, interval=0.1, message="200 url tasks ok")
+    assert time.monotonic() - started < 20  # 200 x 1 s run one by one would take 200 s
+
+
+def test_priorities_weighted_and_lowest_not_starved(redis_url, tmp_path, client, r):
+    client.add_many([{"topic": f"p{p}", "id": i, "call": "delayd.examples:record", "priority": p,
+                      "params": {"list": "order", "redis": redis_url}} for p in (1, 2, 3) for i in range(40)])
+    with Daemon(redis_url, tmp_path / "d", buckets=4, queues=1, DELAYD_CONCURRENCY="1"):
+        wait_for(lambda: r.llen("order") == 120, 30, message="all ran")
+    first = [item.split(":")[0] for item in r.lrange("order", 0, 29)]
+    counts = {p: first.count(p) for p in ("p3", "p2", "p1")}
+    assert counts == {"p3": 15, "p2": 9, "p1": 6}, counts  # 5:3:2 per round
+    assert "p1" in first[:10]
+
+
+def test_never_early_by_redis_clock(daemon, client):
+    client.add_many([{"topic": "e", "id": i, "call": "delayd.examples:noop", "delay": (i % 20) * 0.05}
+                     for i in range(200)])
+    wait_for(lambda: client.stats()["counts"]["ok"] == 200, 20, interval=0.05, message="all ran")
+    tasks = client.list(topic="e", limit=1000)
+    assert len(tasks) == 200
+    early = [t.key for t in tasks if t.last_run_at < t.due_at]
+    assert early == []
+
+
+def test_wakeup_for_a_task_ahead_of_a_far_future_head(daemon, client):
+    client.add("w", "later", call="delayd.examples:noop", delay=3600)  # bucket sleeps toward this
+    client.add("w", "soon", call="delayd.examples:noop", delay=0.3)
+    added = time.monotonic()
+    wait_for(lambda: client.get("w", "soon").status == "ok", 1.5, interval=0.005, message="ran on time")
+    assert time.monotonic() - added < 1.5
+    task = client.get("w", "soon")
+    assert task.last_run_at - task.due_at < 0.5
+
+
+def test_lapsed_lease_runs_again_and_stale_finish_is_fenced(daemon, client, r, redis_url):
+    client.add("l", 1, call="delayd.examples:slow", params={"seconds": 0.5})
+    wait_for(lambda: client.get("l", 1).status == "running", 10, message="running")
+    for q in daemon.children("queue"):
+        q.suspend()
+    # Both queue processes are stopped; the lease (4 s) lapses and the bucket puts it back.
+    wait_for(lambda: r.zcard("delayd:{%d}:leases" % client.store.keys_for("l:1").bucket) == 0, 10,
+             message="lease reaped")
+    lapsed_at = time.monotonic()
+    for q in daemon.children("queue"):
+        q.resume()
+    wait_for(lambda: client.get("l", 1).status == "ok", 10, message="ran again")
+    assert time.monotonic() - lapsed_at < 5
+    task = client.get("l", 1)
+    assert task.runs == 1  # the same run number: the retry carries the same idempotency key
+    assert "result_fenced" in daemon.log() or "lease_lost" in daemon.log()
