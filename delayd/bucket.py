@@ -3,28 +3,26 @@
 It sleeps exactly until the bucket's next due time or lease expiry (a timer in
 this process, not a Redis blocking timeout) and is woken early by a message on
 the bucket's wake channel when an add, a retry or a claim moves that time
-earlier. No wait is longer than WAIT_CAP, so a lost message or a dead connection
-can never stall promotion for long.
+earlier. No sleep is longer than WAIT_CAP, so a lost message or a dead
+connection can never stall promotion for long.
 """
 from __future__ import annotations
 
 import logging
+import queue as queue_mod
 import signal
-import time
+import threading
 
 from . import connection
+from . import log as log_mod
 from .config import Config
 from .log import event
 from .store import Store
-from .worker import REDIS_ERRORS, Heartbeat, RedisHealth
+from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
 
 log = logging.getLogger("delayd.bucket")
 WAIT_CAP = 5.0          # seconds: the longest sleep, whatever the next due time
 MIN_BATCH, MAX_BATCH = 100, 1000
-
-
-class Stop(Exception):
-    """Raised by the signal handler to leave any wait at once."""
 
 
 class BucketWorker:
@@ -36,11 +34,8 @@ class BucketWorker:
         self.store = Store(self.redis, config.prefix, config.buckets)
         self.health = RedisHealth(log, config.redis_url)
         self.batch = MIN_BATCH
-        self.pubsub = None
-
-    def subscribe(self) -> None:
-        self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        self.pubsub.subscribe(self.store.keys[self.bucket].wake_channel)
+        # Wake-ups from the listener thread and the stop signal arrive here.
+        self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
 
     def tick(self) -> float:
         """Promote what is due; return how long (s) to sleep before the next tick."""
@@ -61,37 +56,37 @@ class BucketWorker:
         # +1 ms: a member due at T ms is promoted once Redis's clock reads T.
         return min(WAIT_CAP, max(0.0, (wake_at - now + 1) / 1000.0))
 
-    def wait(self, seconds: float) -> None:
-        """Sleep up to `seconds`, or until a wake-up message arrives (then drain them all)."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            if self.pubsub.get_message(timeout=left) is not None:
-                while self.pubsub.get_message(timeout=0) is not None:
-                    pass
-                return
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds` or until woken; drain what is waiting. False: stop."""
+        try:
+            items = [self.events.get(timeout=seconds)]
+        except queue_mod.Empty:
+            return True
+        while True:
+            try:
+                items.append(self.events.get_nowait())
+            except queue_mod.Empty:
+                break
+        if ("reopen", None) in items:
+            log_mod.reopen()
+        return ("stop", None) not in items
 
     def run(self) -> None:
-        def stop(signum, frame):
-            raise Stop()
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, lambda s, f: self.events.put(("stop", None)))
+        signal.signal(signal.SIGINT, lambda s, f: self.events.put(("stop", None)))
+        signal.signal(signal.SIGUSR1, lambda s, f: self.events.put(("reopen", None)))
+        threading.Thread(target=listen, args=(self.redis, self.store.keys[self.bucket].wake_channel,
+                                              self.events, "wake"), daemon=True, name="listener").start()
         event(log, "bucket_started", bucket=self.bucket)
-        try:
-            while True:
-                self.heartbeat.beat()
-                try:
-                    if self.pubsub is None:
-                        self.subscribe()
-                    sleep = self.tick()
-                    self.health.ok()
-                    self.wait(sleep)
-                except REDIS_ERRORS as exc:
-                    self.pubsub = None  # resubscribe on a fresh connection
-                    pause = self.health.failed(exc)
-                    self.heartbeat.beat()
-                    time.sleep(pause)
-        except Stop:
-            event(log, "bucket_stopped", bucket=self.bucket)
+        sleep = 0.0
+        while self.wait(sleep):
+            self.heartbeat.beat()
+            try:
+                sleep = self.tick()
+                self.health.ok()
+            except REDIS_ERRORS as exc:
+                sleep = self.health.failed(exc)
+        event(log, "bucket_stopped", bucket=self.bucket)
 
 
 def main(config: Config, bucket: int, heartbeat: Heartbeat) -> None:

@@ -58,6 +58,7 @@ class Slot:
     start_at: float = 0.0            # monotonic time of the next (re)start
     heartbeat: int | None = None     # fd of the heartbeat temp file
     aborted_at: float | None = None
+    spawned_at: float = 0.0          # wall-clock time of the last spawn (heartbeat files use mtime)
     retiring: set = field(default_factory=set)  # pids of replaced children still finishing
 
     @property
@@ -217,7 +218,9 @@ class Master:
                 fd, path = tempfile.mkstemp(prefix=f"delayd-{slot.kind}{slot.index}-")
                 os.unlink(path)
                 slot.heartbeat = fd
-            os.utime(slot.heartbeat)
+            # Backdate the heartbeat, so that "up" means the child itself touched it.
+            slot.spawned_at = time.time()
+            os.utime(slot.heartbeat, (slot.spawned_at - 1, slot.spawned_at - 1))
             body = bucket.main if slot.kind == "bucket" else queue_worker.main
             keep = {slot.heartbeat}
             close = [s.heartbeat for s in self.slots if s.heartbeat is not None and s.heartbeat not in keep]
@@ -239,6 +242,7 @@ class Master:
                 for sig in HANDLED_SIGNALS:
                     signal.signal(sig, signal.SIG_DFL)
                 signal.pthread_sigmask(signal.SIG_SETMASK, [])
+                os.setpgid(0, 0)
                 set_death_signal(signal.SIGTERM, parent)  # Redis shuts down cleanly (AOF flushed)
                 devnull = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
@@ -274,7 +278,7 @@ class Master:
         while time.monotonic() < deadline:
             self.reap()
             waiting = [s for s in self.slots if s.kind != "redis" and s.pid is not None
-                       and os.fstat(s.heartbeat).st_mtime <= self.started]
+                       and os.fstat(s.heartbeat).st_mtime < s.spawned_at - 0.5]
             if not waiting:
                 return
             try:

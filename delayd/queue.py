@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import connection
+from . import log as log_mod
 from .config import Config
 from .handlers import Outcome, Runner
 from .log import event
 from .store import PRIORITIES, Store, ready_channel
 from .task import Task, TaskError
-from .worker import REDIS_ERRORS, Backoff, Heartbeat, RedisHealth
+from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
@@ -129,30 +130,13 @@ class QueueWorker:
         run.result = result
         self.events.put(("done", run))
 
-    def listen(self) -> None:
-        """Listener thread: turn ready-channel messages into events."""
-        backoff = Backoff()
-        channel = ready_channel(self.config.prefix)
-        while True:
-            try:
-                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(channel)
-                self.events.put(("ready", None))  # (re)subscribed: look at every bucket
-                backoff.reset()
-                while True:
-                    message = pubsub.get_message(timeout=WAIT_CAP)
-                    if message is not None:
-                        self.events.put(("ready", int(message["data"])))
-            except REDIS_ERRORS:
-                time.sleep(backoff.next())
-            except (ValueError, TypeError):
-                continue
-
     # -- main thread ---------------------------------------------------------------
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda s, f: self.events.put(("stop", None)))
         signal.signal(signal.SIGINT, lambda s, f: self.events.put(("stop", None)))
-        threading.Thread(target=self.listen, daemon=True, name="listener").start()
+        signal.signal(signal.SIGUSR1, lambda s, f: self.events.put(("reopen", None)))
+        threading.Thread(target=listen, args=(self.redis, ready_channel(self.config.prefix), self.events, "ready"),
+                         daemon=True, name="listener").start()
         event(log, "queue_started", queue=self.index, concurrency=self.config.concurrency)
         while not (self.stopping and not self.in_hand and not self.finished):
             self.heartbeat.beat()
@@ -190,8 +174,11 @@ class QueueWorker:
     def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
         if kind == "ready":
-            self.candidates.update(range(self.config.buckets) if value is None else
-                                   [value] if 0 <= value < self.config.buckets else [])
+            bucket = int(value) if value is not None and str(value).isdigit() else None
+            if bucket is None or bucket >= self.config.buckets:
+                self.candidates.update(range(self.config.buckets))
+            else:
+                self.candidates.add(bucket)
         elif kind == "done":
             run: Run = value
             if self.in_hand.get(run.task.key) is run:
@@ -201,6 +188,8 @@ class QueueWorker:
             self.stopping = True
             self.stop_deadline = time.monotonic() + self.config.graceful_timeout
             event(log, "queue_stopping", queue=self.index, in_hand=len(self.in_hand))
+        elif kind == "reopen":
+            log_mod.reopen()
         elif kind == "tick":
             self.candidates.update(range(self.config.buckets))
 

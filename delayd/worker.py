@@ -89,6 +89,27 @@ class RedisHealth:
             self.backoff.reset()
 
 
+def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: float = 5.0) -> None:
+    """Thread body: put (kind, data) on `events` for every message on `channel`.
+
+    After every (re)subscription it puts (kind, None), meaning "look at everything",
+    since messages published while the connection was down are lost.
+    """
+    backoff = Backoff()
+    while True:
+        try:
+            pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(channel)
+            events.put((kind, None))
+            backoff.reset()
+            while True:
+                message = pubsub.get_message(timeout=stop_after)
+                if message is not None:
+                    events.put((kind, message["data"]))
+        except REDIS_ERRORS:
+            time.sleep(backoff.next())
+
+
 def start_child(config: Config, role: str, heartbeat_fd: int, close_fds: list[int],
                 body: Callable[[Config, Heartbeat], Any]) -> int:
     """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid."""
@@ -101,6 +122,7 @@ def start_child(config: Config, role: str, heartbeat_fd: int, close_fds: list[in
         for sig in HANDLED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the master only; it stops the children
         set_death_signal(signal.SIGKILL, parent)
         for fd in close_fds:
             try:

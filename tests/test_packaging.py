@@ -353,9 +353,6 @@ def started_lines(buckets: int, queues: int) -> list[str]:
             [f"event=queue_started queue={q}" for q in range(queues)])
 
 
-@pytest.mark.xfail(reason="Master.spawn touches the heartbeat file itself, so wait_children_up "
-                          "(delayd/master.py) sees every child as up at once and READY=1 goes out early",
-                   strict=False)
 def test_ready_is_sent_after_every_child_started(redis_url, tmp_path):
     notify = Notifications(tmp_path)
     proc = start_foreground(tmp_path, notify)
@@ -369,9 +366,6 @@ def test_ready_is_sent_after_every_child_started(redis_url, tmp_path):
         notify.close()
 
 
-@pytest.mark.xfail(reason="children keep SIG_DFL for SIGUSR1 (delayd/worker.py start_child), so the master's "
-                          "SIGUSR1 relay kills every bucket and queue process instead of reopening their logs",
-                   strict=False)
 def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, tmp_path):
     """What etc/logrotate.d/delayd does: move the log, SIGUSR1 the master via the pidfile."""
     from redis_server import wait_for
