@@ -6,12 +6,15 @@
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import itertools
 from datetime import datetime
 from typing import Any, Iterable, Iterator
 
 import redis
+from redis.cluster import RedisCluster
 
 from . import config as config_mod
 from . import connection, embedded
@@ -33,18 +36,32 @@ class LayoutError(DelaydError):
     """The store in Redis does not match this configuration (e.g. bucket count)."""
 
 
+@contextlib.contextmanager
+def _translated(client: "Client") -> Iterator[None]:
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise RedisUnavailable(f"cannot reach Redis at {connection.where(client.url)}: {exc}") from None
+    except redis.exceptions.ResponseError as exc:
+        if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+            raise RedisUnavailable(f"Redis at {connection.where(client.url)} refused the credentials") from None
+        raise
+
+
 def redis_errors(method):
     """Turn redis-py connection errors into RedisUnavailable naming host and port."""
+    if inspect.isgeneratorfunction(method):
+        # A generator's body runs while it is iterated, not when it is called.
+        @functools.wraps(method)
+        def gen_wrapper(self: "Client", *args: Any, **kwargs: Any) -> Any:
+            with _translated(self):
+                yield from method(self, *args, **kwargs)
+        return gen_wrapper
+
     @functools.wraps(method)
     def wrapper(self: "Client", *args: Any, **kwargs: Any) -> Any:
-        try:
+        with _translated(self):
             return method(self, *args, **kwargs)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise RedisUnavailable(f"cannot reach Redis at {connection.where(self.url)}: {exc}") from None
-        except redis.exceptions.ResponseError as exc:
-            if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
-                raise RedisUnavailable(f"Redis at {connection.where(self.url)} refused the credentials") from None
-            raise
     return wrapper
 
 
@@ -169,6 +186,9 @@ class Client:
         return written
 
     def _add_pipelined(self, calls: list[tuple[BucketKeys, list[tuple[Task, str, int]]]], nx: bool) -> int:
+        if isinstance(self.redis, RedisCluster):
+            # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
+            return sum(sum(self.store.add(keys, entries, nx)) for keys, entries in calls)
         for attempt in (1, 2):
             pipe = self.redis.pipeline(transaction=False)
             for keys, entries in calls:
@@ -253,8 +273,8 @@ class Client:
     def stats(self) -> dict[str, Any]:
         """Counts per status, per bucket and per ready queue, and the oldest due time."""
         store = self.store
+        seconds, micros = self.redis.time()  # not pipelined: a cluster pipeline refuses TIME
         pipe = self.redis.pipeline(transaction=False)
-        pipe.time()
         for keys in store.keys:
             pipe.zcard(keys.delayed)
             for key in keys.ready:
@@ -265,12 +285,11 @@ class Client:
             pipe.hlen(keys.quarantine)
             pipe.zrange(keys.delayed, 0, 0, withscores=True)
         results = pipe.execute()
-        seconds, micros = results[0]
         now = seconds + micros / 1e6
         per_bucket = []
         width = 10
         for b in range(store.buckets):
-            waiting, r3, r2, r1, running, ok, failed, deleted, quarantined, head = results[1 + b * width:1 + (b + 1) * width]
+            waiting, r3, r2, r1, running, ok, failed, deleted, quarantined, head = results[b * width:(b + 1) * width]
             per_bucket.append({
                 "bucket": b, "waiting": waiting, "ready": {"3": r3, "2": r2, "1": r1}, "running": running,
                 "ok": ok, "failed": failed, "deleted": deleted, "quarantined": quarantined,

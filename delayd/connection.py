@@ -75,6 +75,8 @@ def connect(url: str, **options: Any) -> Any:
     if scheme not in ("redis", "rediss", "unix"):
         raise RedisURLError(f"unsupported Redis URL scheme {scheme!r}: use redis://, rediss://, unix://, "
                             "redis+cluster:// or redis+sentinel://")
+    if scheme == "unix":
+        opts.pop("socket_keepalive", None)  # a TCP option: unix-socket connections refuse it
     try:
         return redis.Redis.from_url(url, **opts)
     except ValueError as exc:

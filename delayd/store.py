@@ -137,7 +137,8 @@ class Store:
         keys = self.keys_for(member)
         return bool(SCRIPTS["delete"](
             self.redis,
-            [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted")],
+            [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
+             keys.quarantine],
             [member, int(hard), retention_ms],
         ))
 

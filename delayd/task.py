@@ -53,7 +53,7 @@ def parse_intervals(value: Any) -> list[float]:
             raise TaskError(f"interval {item!r} is not a number of seconds")
         try:
             number = float(item)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise TaskError(f"interval {item!r} is not a number of seconds") from None
         if not math.isfinite(number) or number < 0:
             raise TaskError(f"interval {item!r} must be a finite number >= 0")
@@ -73,12 +73,16 @@ def _check_name(what: str, value: Any) -> str:
         raise TaskError(f"{what} is longer than {MAX_NAME} characters")
     if _BAD_NAME_CHARS.search(text):
         raise TaskError(f"{what} must not contain spaces or control characters")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise TaskError(f"{what} is not valid UTF-8 text") from None
     return text
 
 
 def check_target(what: str, value: Any) -> str:
     """A `module:function` reference, checked for shape only."""
-    if not isinstance(value, str) or not TARGET_RE.match(value):
+    if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
         raise TaskError(f"{what} must look like package.module:function, got {value!r}")
     return value
 
@@ -163,7 +167,12 @@ class Task:
         if call is not None:
             check_target("call", call)
         if url is not None:
-            parts = urlsplit(url) if isinstance(url, str) else None
+            try:
+                parts = urlsplit(url) if isinstance(url, str) else None
+                if parts is not None:
+                    parts.hostname  # noqa: B018  (raises ValueError for a malformed host)
+            except ValueError:
+                parts = None
             if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
                 raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
         if push is not None:
@@ -178,7 +187,7 @@ class Task:
             raise TaskError("params must be a JSON object (a dict)")
         try:
             encoded = json.dumps(params, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise TaskError(f"params are not JSON-serialisable: {exc}") from None
         if len(encoded.encode()) > params_limit:
             raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
@@ -205,10 +214,12 @@ class Task:
             value = getattr(self, name)
             if value is not None:
                 spec[name] = value
-        if self.url:
+        # method and body matter only for url tasks, but are kept if given so that
+        # a task reads back exactly as it was added.
+        if self.url or self.method != "GET":
             spec["method"] = self.method
-            if self.body != "form":
-                spec["body"] = self.body
+        if self.body != "form":
+            spec["body"] = self.body
         if self.params:
             spec["params"] = self.params
         if self.intervals != [0]:
@@ -244,7 +255,7 @@ class Task:
             task.last_error = record.get("error") or None
         except KeyError as exc:
             raise TaskError(f"record has no {exc.args[0]!r} field") from None
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             raise TaskError(f"record does not parse: {exc}") from None
         return task
 

@@ -1,10 +1,11 @@
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted
+-- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Returns 1 if the task existed, else 0.
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
+if hard then redis.call('HDEL', KEYS[7], member) end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for k = 2, 6 do redis.call('ZREM', KEYS[k], member) end
 if hard then

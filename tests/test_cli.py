@@ -1,0 +1,275 @@
+"""The `delayd` command's task verbs, run as a real process against a real Redis."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from delayd import Client
+from delayd.cli import build_parser
+from redis_server import free_port
+
+SECTION_2_FIELDS = {"topic", "id", "call", "url", "params", "intervals", "persistent", "priority", "callback",
+                    "status", "created_at", "due_at", "last_run_at", "runs", "last_error"}
+TASK_VERBS = ("add", "get", "del", "retry", "ls", "stats")
+
+
+def delayd(*args: str, env: dict | None = None, check: int | None = 0) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "delayd.cli", *args], capture_output=True, text=True,
+                          timeout=30, env={**os.environ, **(env or {})})
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def delayd_many(cases: list[list[str]], env: dict | None = None) -> list[subprocess.CompletedProcess]:
+    """Run several independent invocations at once (each is a fresh interpreter)."""
+    full_env = {**os.environ, **(env or {})}
+    procs = [subprocess.Popen([sys.executable, "-m", "delayd.cli", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=full_env) for args in cases]
+    done = []
+    for args, proc in zip(cases, procs):
+        out, err = proc.communicate(timeout=60)
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+# -- add / get ---------------------------------------------------------------------
+def test_add_then_get_json(redis_url):
+    proc = delayd("add", "order:cancel", "42", "--call", "shop.tasks:cancel_order", "--delay", "1800",
+                  "--params", '{"order": 42}', "--priority", "3", "--intervals", "0,30,60", "--once",
+                  "--callback", "shop.tasks:done")
+    assert proc.stdout.startswith("added order:cancel:42 due ")
+    task = json.loads(delayd("get", "order:cancel", "42", "--json").stdout)
+    assert SECTION_2_FIELDS <= set(task)
+    assert task["topic"] == "order:cancel" and task["id"] == "42" and task["call"] == "shop.tasks:cancel_order"
+    assert task["params"] == {"order": 42} and task["priority"] == 3 and task["intervals"] == [0, 30, 60]
+    assert task["persistent"] is False and task["callback"] == "shop.tasks:done" and task["status"] == "delayed"
+    assert task["runs"] == 0 and task["last_run_at"] is None and task["last_error"] is None
+    assert isinstance(task["created_at"], float) and isinstance(task["due_at"], float)
+    assert task["due_at"] - task["created_at"] == pytest.approx(1800, abs=0.002)
+
+
+def test_add_url_and_push_and_at(redis_url):
+    delayd("add", "order:notify", "5", "--url", "http://merchant.example/notify", "--method", "post",
+           "--body", "json", "--timeout", "2.5", "--at", "2033-05-18T03:33:20Z")
+    task = json.loads(delayd("get", "order:notify", "5", "--json").stdout)
+    assert (task["url"], task["method"], task["body"], task["timeout"]) == (
+        "http://merchant.example/notify", "POST", "json", 2.5)
+    assert task["due_at"] == 2_000_000_000.0
+    delayd("add", "t", "p", "--push", "my:list", "--at", "2000000000")
+    assert json.loads(delayd("get", "t", "p", "--json").stdout)["push"] == "my:list"
+
+
+def test_add_json_output(redis_url):
+    out = json.loads(delayd("add", "t", "1", "--call", "a:b", "--json").stdout)
+    assert out["result"] == "added" and out["task"]["key"] == "t:1"
+
+
+def test_get_text(redis_url):
+    delayd("add", "t", "1", "--call", "a:b", "--params", '{"x": 1}')
+    out = delayd("get", "t", "1").stdout
+    assert "status" in out and "delayed" in out and "a:b" in out and '{"x": 1}' in out
+
+
+def test_get_missing_exits_1(redis_url):
+    proc = delayd("get", "nope", "1", check=1)
+    assert "not found" in one_line_error(proc) and proc.stdout == ""
+    assert "not found" in one_line_error(delayd("get", "nope", "1", "--json", check=1))
+
+
+def test_nx_exits_0_both_ways(redis_url):
+    first = delayd("add", "t", "1", "--call", "a:b", "--nx", "--params", '{"v": 1}')
+    second = delayd("add", "t", "1", "--call", "a:b", "--nx", "--params", '{"v": 2}')
+    assert first.stdout.startswith("added") and second.stdout.startswith("exists")
+    assert json.loads(delayd("get", "t", "1", "--json").stdout)["params"] == {"v": 1}
+    out = json.loads(delayd("add", "t", "1", "--call", "a:b", "--nx", "--json").stdout)
+    assert out["result"] == "exists"
+
+
+# -- ls / stats --------------------------------------------------------------------
+def test_ls(redis_url):
+    for i in range(3):
+        delayd("add", "a", str(i), "--call", "x:y", "--delay", "60")
+    delayd("add", "b", "1", "--url", "http://h/", "--delay", "60")
+    delayd("del", "a", "2")
+    lines = delayd("ls").stdout.splitlines()
+    assert lines[0].split()[:3] == ["KEY", "STATUS", "RUNS"] and len(lines) == 5
+    assert any(line.startswith("b:1 ") and "url:http://h/" in line for line in lines)
+    rows = [json.loads(line) for line in delayd("ls", "--json").stdout.splitlines()]
+    assert sorted(row["key"] for row in rows) == ["a:0", "a:1", "a:2", "b:1"]
+    assert all(SECTION_2_FIELDS <= set(row) for row in rows)
+    rows = [json.loads(line) for line in delayd("ls", "--json", "--topic", "a", "--status", "delayed").stdout.splitlines()]
+    assert sorted(row["key"] for row in rows) == ["a:0", "a:1"]
+    assert len(delayd("ls", "--json", "--limit", "2").stdout.splitlines()) == 2
+    assert len(delayd("ls", "--json", "--limit", "2", "--offset", "3").stdout.splitlines()) == 1
+    assert delayd("ls", "--json", "--status", "failed").stdout == ""
+
+
+def test_stats(redis_url):
+    delayd("add", "t", "1", "--call", "x:y", "--at", "2000000000")
+    delayd("add", "t", "2", "--call", "x:y", "--delay", "60")
+    delayd("del", "t", "2")
+    stats = json.loads(delayd("stats", "--json").stdout)
+    assert stats["counts"] == {"delayed": 1, "running": 0, "ok": 0, "failed": 0, "deleted": 1}
+    assert stats["oldest_due_at"] == 2_000_000_000.0 and set(stats["ready"]) == {"1", "2", "3"}
+    text = delayd("stats").stdout
+    assert "delayed=1" in text and "deleted=1" in text and "bucket 0" in text
+
+
+# -- del / retry -------------------------------------------------------------------
+def test_del_soft_then_hard(redis_url, r):
+    delayd("add", "t", "1", "--call", "x:y", "--delay", "60")
+    assert delayd("del", "t", "1").stdout.strip() == "deleted t:1"
+    assert json.loads(delayd("get", "t", "1", "--json").stdout)["status"] == "deleted"
+    assert json.loads(delayd("del", "t", "1", "--hard", "--json").stdout) == {"result": "deleted", "hard": True}
+    delayd("get", "t", "1", check=1)
+    assert [k for k in r.keys("*") if ":t:" in k] == []
+    assert "not found" in one_line_error(delayd("del", "t", "1", check=1))
+
+
+def test_retry(redis_url):
+    delayd("add", "t", "1", "--call", "x:y")
+    assert "not failed" in one_line_error(delayd("retry", "t", "1", check=1))
+    assert "not found" in one_line_error(delayd("retry", "nope", "1", check=1))
+    client = Client.from_url(redis_url)  # fail it as a queue process would
+    store = client.store
+    bucket = store.keys_for("t:1").bucket
+    store.promote(bucket, 100, 60_000)
+    out = store.claim(bucket, (5, 3, 2), 10, 60_000)
+    store.finish(bucket, [("t:1", out[4], "failed", 0, "said fail")], 60_000)
+    assert json.loads(delayd("get", "t", "1", "--json").stdout)["status"] == "failed"
+    assert delayd("retry", "t", "1").stdout.strip() == "retrying t:1 now"
+    task = json.loads(delayd("get", "t", "1", "--json").stdout)
+    assert task["status"] == "delayed" and task["runs"] == 1
+
+
+# -- exit codes --------------------------------------------------------------------
+USAGE_ERRORS = [
+    ["add", "t", "1", "--call", "a:b", "--bogus"],
+    ["add", "t"],
+    ["add", "t", "1"],                                     # no target
+    ["add", "t", "1", "--call", "a:b", "--url", "http://h/"],
+    ["add", "t", "1", "--call", "a:b", "--priority", "5"],
+    ["add", "t", "1", "--call", "a:b", "--priority", "high"],
+    ["add", "t", "1", "--call", "a:b", "--delay", "soon"],
+    ["add", "t", "1", "--call", "a:b", "--method", "PUT"],
+    ["get", "t"],
+    ["ls", "--limit", "0"],
+    ["ls", "--status", "weird"],
+    ["frobnicate"],
+    [],
+]
+
+
+def test_usage_errors_exit_2(redis_url, r):
+    for proc in delayd_many(USAGE_ERRORS):
+        assert proc.returncode == 2, (proc.args, proc.returncode, proc.stderr)
+        assert "usage:" in proc.stderr and "Traceback" not in proc.stderr, proc.args
+    assert r.dbsize() == 0
+
+
+INVALID_TASKS = [
+    (["--call", "notatarget"], "call"),
+    (["--call", "os.system"], "call"),
+    (["--call", "a:b", "--params", "{bad json"], "--params"),
+    (["--call", "a:b", "--params", "[1, 2]"], "params"),
+    (["--call", "a:b", "--intervals", "0,x,60"], "interval"),
+    (["--call", "a:b", "--intervals", "0,-5"], "interval"),
+    (["--call", "a:b", "--intervals", "nan"], "interval"),
+    (["--url", "ftp://h/x"], "url"),
+    (["--call", "a:b", "--at", "next tuesday"], "at"),
+    (["--call", "a:b", "--timeout", "0"], "timeout"),
+    (["--call", "a:b", "--callback", "nope"], "callback"),
+    (["--push", "has space"], "push"),
+]
+
+
+def test_invalid_task_exits_1_and_writes_nothing(redis_url, r):
+    procs = delayd_many([["add", "t", "1", *args] for args, _ in INVALID_TASKS])
+    for (args, says), proc in zip(INVALID_TASKS, procs):
+        assert proc.returncode == 1, (args, proc.returncode, proc.stderr)
+        line = one_line_error(proc)
+        assert line.startswith("delayd: error:") and says in line, (args, line)
+        assert proc.stdout == "", args
+    assert r.dbsize() == 0
+
+
+def test_invalid_id_exits_1(redis_url, r):
+    assert "':'" in one_line_error(delayd("add", "t", "a:b", "--call", "a:b", check=1))
+    assert r.dbsize() == 0
+
+
+def test_allowlist_refusal_exits_1(redis_url, r):
+    proc = delayd("add", "t", "1", "--call", "evil.x:f", env={"DELAYD_ALLOWED_MODULES": "shop"}, check=1)
+    assert "allowed" in one_line_error(proc)
+    assert r.dbsize() == 0
+    delayd("add", "t", "1", "--call", "shop.x:f", env={"DELAYD_ALLOWED_MODULES": "shop"})
+
+
+def test_redis_down_exits_1_with_one_line():
+    port = free_port()  # nothing listens there
+    cases = [["add", "t", "1", "--call", "a:b", "--nx"], ["get", "t", "1", "--json"], ["del", "t", "1", "--hard"],
+             ["retry", "t", "1"], ["ls"], ["stats", "--json"]]
+    for proc in delayd_many(cases, env={"DELAYD_REDIS_URL": f"redis://:pa55word-x@127.0.0.1:{port}/0"}):
+        assert proc.returncode == 1, (proc.args, proc.returncode, proc.stderr)
+        line = one_line_error(proc)
+        assert f"127.0.0.1:{port}" in line, line
+        assert "pa55word" not in proc.stderr + proc.stdout
+        assert proc.stdout == ""
+
+
+def test_redis_flag_overrides_environment(redis_url, r):
+    port = free_port()
+    delayd("add", "t", "1", "--call", "a:b", "--redis", redis_url,
+           env={"DELAYD_REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+    assert r.exists("delayd:meta")
+    delayd("add", "t", "1", "--call", "a:b", "--prefix", "other:")
+    assert r.exists("other:meta")
+
+
+def test_bad_config_file_exits_1(redis_url, tmp_path):
+    config = tmp_path / "delayd.toml"
+    config.write_text("buckets = 'many'\n")
+    line = one_line_error(delayd("ls", "-c", str(config), check=1))
+    assert "buckets" in line
+
+
+# -- help --------------------------------------------------------------------------
+def every_verb() -> list[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sorted(set(sub.choices) | set(TASK_VERBS))
+
+
+def test_help_on_every_verb():
+    verbs = every_verb()
+    for verb, proc in zip(verbs, delayd_many([[verb, "--help"] for verb in verbs])):
+        assert proc.returncode == 0, (verb, proc.stderr)
+        assert proc.stdout.startswith(f"usage: delayd {verb}"), (verb, proc.stdout)
+
+
+def test_top_level_help_lists_task_verbs():
+    out = delayd("--help").stdout
+    assert all(verb in out for verb in TASK_VERBS)
+    assert delayd("--version").stdout.startswith("delayd ")
+
+
+def test_console_script_entry_point(redis_url):
+    script = Path(sys.executable).parent / "delayd"
+    if not script.exists():
+        pytest.skip("no delayd console script next to this Python")
+    proc = subprocess.run([str(script), "add", "t", "1", "--call", "a:b"], capture_output=True, text=True,
+                          timeout=30, env=os.environ.copy())
+    assert proc.returncode == 0 and proc.stdout.startswith("added t:1")

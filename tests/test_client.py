@@ -1,0 +1,352 @@
+"""The Client: connecting, adding (one and many), reading, listing, counting."""
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from delayd import Client, RedisUnavailable, Task, TaskError
+from delayd import config as config_mod
+from delayd.store import meta_key
+from redis_server import RedisServer, free_port
+
+
+def now_s(r) -> float:
+    seconds, micros = r.time()
+    return seconds + micros / 1e6
+
+
+def task_keys(r) -> list[str]:
+    return [k for k in r.keys("*") if ":t:" in k]
+
+
+# -- connecting --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def password_server(tmp_path_factory):
+    server = RedisServer(str(tmp_path_factory.mktemp("pw")), password="s3cr3t-pw").start()
+    yield server
+    server.kill()
+
+
+def test_from_url_with_password(password_server):
+    client = Client.from_url(f"redis://:s3cr3t-pw@127.0.0.1:{password_server.port}/0")
+    assert client.add("order:cancel", 1, call="shop.tasks:cancel", delay=60) is True
+    assert client.get("order:cancel", 1).status == "delayed"
+    assert "s3cr3t-pw" not in repr(client)
+    client.close()
+    assert password_server.client().exists("delayd:meta")
+
+
+@pytest.mark.parametrize("url", ["redis://:wrong-pw@127.0.0.1:{port}/0", "redis://127.0.0.1:{port}/0"])
+def test_wrong_or_missing_password(password_server, url):
+    client = Client.from_url(url.format(port=password_server.port))
+    with pytest.raises(RedisUnavailable) as info:
+        client.add("t", 1, call="a:b")
+    message = str(info.value)
+    assert f"127.0.0.1:{password_server.port}" in message
+    assert "wrong-pw" not in message and "s3cr3t-pw" not in message and "\n" not in message
+
+
+def test_from_url_unix_socket():
+    directory = Path(tempfile.mkdtemp(prefix="dd-"))  # short: socket paths are limited to ~100 bytes
+    sock = directory / "redis.sock"
+    server = RedisServer(str(directory), extra=["--unixsocket", str(sock), "--unixsocketperm", "700"]).start()
+    try:
+        client = Client.from_url(f"unix://{sock}")
+        assert client.add("t", 1, call="a:b") is True
+        assert client.get("t", 1).key == "t:1"
+        assert server.client().exists("delayd:meta")
+        client.close()
+    finally:
+        server.kill()
+    with pytest.raises(RedisUnavailable, match=str(sock)):
+        Client.from_url(f"unix://{sock}").get("t", 1)
+
+
+def test_unreachable_redis_names_host_and_port_never_the_password():
+    port = free_port()
+    client = Client.from_url(f"redis://:hunter2-secret@127.0.0.1:{port}/0")
+    calls = [lambda: client.add("t", 1, call="a:b"), lambda: client.get("t", 1), lambda: client.list(),
+             lambda: client.stats(), lambda: client.delete("t", 1), lambda: client.retry("t", 1),
+             lambda: client.add_many([{"topic": "t", "id": 1, "call": "a:b"}])]
+    for call in calls:
+        with pytest.raises(RedisUnavailable) as info:
+            call()
+        message = str(info.value)
+        assert f"127.0.0.1:{port}" in message and "hunter2" not in message and "\n" not in message
+    assert "hunter2" not in repr(client)
+
+
+def test_invalid_task_is_rejected_before_connecting():
+    client = Client.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    with pytest.raises(TaskError):
+        client.add("t", 1, call="not a target")
+
+
+def test_redis_lost_after_first_use_is_redis_unavailable(tmp_path):
+    server = RedisServer(str(tmp_path)).start()
+    client = Client.from_url(server.url)
+    try:
+        client.add("t", 1, call="a:b")
+        assert [t.key for t in client.list()] == ["t:1"]
+    finally:
+        server.kill()
+    for call in (client.list, lambda: list(client.iter_tasks()), client.stats, lambda: client.get("t", 1)):
+        with pytest.raises(RedisUnavailable, match=f"127.0.0.1:{server.port}"):
+            call()
+
+
+# -- adding ------------------------------------------------------------------------
+def test_add_and_get(client, r):
+    assert client.add("order:cancel", 42, call="shop.tasks:cancel_order", delay=1800, params={"o": 42},
+                      priority=3) is True
+    task = client.get("order:cancel", 42)
+    assert isinstance(task, Task)
+    assert (task.topic, task.id, task.key, task.params, task.priority) == (
+        "order:cancel", "42", "order:cancel:42", {"o": 42}, 3)
+    assert task.status == "delayed" and task.runs == 0 and task.last_run_at is None
+    assert abs(task.created_at - now_s(r)) < 5
+    assert task.due_at - task.created_at == pytest.approx(1800, abs=0.002)
+    assert client.get("order:cancel", 43) is None
+
+
+def test_add_nx(client):
+    assert client.add("t", 1, call="a:b", params={"v": 1}) is True
+    assert client.add("t", 1, call="a:b", params={"v": 2}, nx=True) is False
+    assert client.get("t", 1).params == {"v": 1}
+    assert client.add("t", 1, call="a:b", params={"v": 3}) is True
+    assert client.get("t", 1).params == {"v": 3}
+
+
+def test_schedule_defaults(client):
+    client.add("t", "now", call="a:b")
+    task = client.get("t", "now")
+    assert task.intervals == [0] and task.persistent is True and task.due_at == task.created_at
+    client.add("t", "first", call="a:b", intervals=[5, 30])
+    task = client.get("t", "first")
+    assert task.due_at - task.created_at == pytest.approx(5, abs=0.002)
+    client.add("t", "delayed", call="a:b", intervals="5,30", delay=0.25)
+    task = client.get("t", "delayed")
+    assert task.due_at - task.created_at == pytest.approx(0.25, abs=0.002) and task.intervals == [5, 30]
+
+
+@pytest.mark.parametrize("at, expected", [
+    (2_000_000_000, 2_000_000_000.0),
+    (2_000_000_000.25, 2_000_000_000.25),
+    ("2000000000", 2_000_000_000.0),
+    ("2033-05-18T03:33:20Z", 2_000_000_000.0),
+    ("2033-05-18T03:33:20+00:00", 2_000_000_000.0),
+    ("2033-05-18T05:33:20.500+02:00", 2_000_000_000.5),
+    (datetime(2033, 5, 18, 3, 33, 20, tzinfo=timezone.utc), 2_000_000_000.0),
+    (datetime.fromtimestamp(2_000_000_000).isoformat(), 2_000_000_000.0),  # naive: local time
+])
+def test_add_at(client, at, expected):
+    assert client.add("t", 1, call="a:b", at=at) is True
+    assert client.get("t", 1).due_at == expected
+
+
+@pytest.mark.parametrize("kw", [
+    {"at": "tomorrow"}, {"at": -1}, {"at": True}, {"at": 1e12}, {"at": "nan"}, {"at": [1]},
+    {"at": 2_000_000_000, "delay": 5}, {"delay": -1}, {"delay": "5"}, {"delay": float("nan")},
+    {"delay": float("inf")}, {"colour": "red"},
+])
+def test_add_bad_when_writes_nothing(client, r, kw):
+    with pytest.raises(TaskError):
+        client.add("t", 1, call="a:b", **kw)
+    assert r.dbsize() == 0
+
+
+def test_add_in_the_past_is_due_now(client):
+    client.add("t", 1, call="a:b", at=datetime.now(timezone.utc) - timedelta(hours=1))
+    task = client.get("t", 1)
+    assert task.due_at < task.created_at
+
+
+# -- add_many ----------------------------------------------------------------------
+def test_add_many_writes_every_task(client, r):
+    items = [{"topic": "bulk", "id": i, "call": "a:b", "params": {"i": i}, "priority": 1 + i % 3}
+             for i in range(1234)]
+    assert client.add_many(items) == 1234
+    assert len(task_keys(r)) == 1234
+    buckets = client.store.buckets
+    assert sum(r.zcard(f"delayd:{{{b}}}:delayed") for b in range(buckets)) == 1234
+    assert client.get("bulk", 1000).params == {"i": 1000}
+    assert client.add_many(items[:10], nx=True) == 0
+    assert client.add_many(items[:10] + [{"topic": "bulk", "id": "new", "call": "a:b"}], nx=True) == 1
+    assert client.add_many([]) == 0
+
+
+def test_add_many_validates_everything_before_writing(client, r):
+    items = [{"topic": "bulk", "id": i, "call": "a:b"} for i in range(600)]
+    items[550] = {"topic": "bulk", "id": 550, "call": "a:b", "intervals": "0,x"}
+    with pytest.raises(TaskError, match="item 550"):
+        client.add_many(items)
+    assert r.dbsize() == 0
+    for bad in (["not a dict"], [{"id": 1, "call": "a:b"}], [{"topic": "t", "id": 1, "call": "a:b", "bogus": 1}],
+                [{"topic": "t", "id": 1, "call": "a:b", "at": "whenever"}]):
+        with pytest.raises(TaskError, match="item 0"):
+            client.add_many(bad)
+    assert r.dbsize() == 0
+
+
+def test_add_many_accepts_a_generator(client):
+    assert client.add_many({"topic": "g", "id": i, "url": "http://h/"} for i in range(5)) == 5
+
+
+# -- the bucket count --------------------------------------------------------------
+def test_bucket_count_is_recorded_and_reused(redis_url, r):
+    first = Client.from_url(redis_url, config=config_mod.load(buckets=3))
+    first.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(50)])
+    assert r.hget(meta_key("delayd:"), "buckets") == "3"
+    second = Client.from_url(redis_url, config=config_mod.load(buckets=8))
+    assert second.store.buckets == 3
+    assert all(second.get("t", i) is not None for i in range(50))
+    second.add_many([{"topic": "u", "id": i, "call": "a:b"} for i in range(50)])
+    tags = {k.split("}")[0] for k in r.keys("delayd:{*")}
+    assert tags == {"delayd:{0", "delayd:{1", "delayd:{2"}
+    assert len(second.list(limit=1000)) == 100
+    # Another prefix is another store, with its own count.
+    other = Client.from_url(redis_url, prefix="other:", config=config_mod.load(buckets=5))
+    other.add("t", 1, call="a:b")
+    assert r.hget("other:meta", "buckets") == "5" and other.store.buckets == 5
+    assert first.get("t", 1) is not None and other.get("t", 2) is None
+
+
+# -- reading -----------------------------------------------------------------------
+def finish(client, member, outcome, error=""):
+    """Run one task to an outcome through the store, as a queue process would."""
+    store = client.store
+    keys = store.keys_for(member)
+    for b in range(store.buckets):
+        store.promote(b, 1000, client.config.retention_ms)
+    out = store.claim(keys.bucket, (5, 3, 2), 1000, 60_000)
+    tokens = {out[i]: out[i + 3] for i in range(1, len(out), 8)}
+    store.finish(keys.bucket, [(member, tokens[member], outcome, 1000, error)], client.config.retention_ms)
+    # Put the others back as they were (due now) for the test's counts.
+    for other, token in tokens.items():
+        if other != member:
+            store.finish(keys.bucket, [(other, token, "retry", 0, "")], client.config.retention_ms)
+
+
+def test_list_filters_and_pages(client):
+    for i in range(5):
+        client.add("a", i, call="x:y", delay=60)
+    for i in range(3):
+        client.add("b", i, call="x:y", delay=60)
+    client.add("b", "now", call="x:y")
+    finish(client, "b:now", "failed", "said fail")
+    client.delete("a", 4)
+
+    assert sorted(t.key for t in client.list(topic="a")) == [f"a:{i}" for i in range(5)]
+    assert sorted(t.key for t in client.list(topic="a", status="delayed")) == [f"a:{i}" for i in range(4)]
+    assert [t.key for t in client.list(status="deleted")] == ["a:4"]
+    [failed] = client.list(status="failed")
+    assert failed.key == "b:now" and failed.last_error == "said fail" and failed.runs == 1
+    assert client.list(topic="c") == [] and client.list(status="running") == []
+    assert len(client.list()) == 9
+
+    everything = [t.key for t in client.list(limit=1000)]
+    pages = [t.key for offset in range(0, 9, 2) for t in client.list(limit=2, offset=offset)]
+    assert pages == everything and len(set(pages)) == 9
+    assert client.list(limit=3, offset=8) == client.list()[8:]
+    assert len(client.list(limit=3)) == 3
+
+
+def test_list_skips_corrupt_records(client, r):
+    client.add("t", 1, call="a:b")
+    keys = client.store.keys_for("t:1")
+    r.hset(keys.task("t:1"), "spec", "{broken")
+    client.add("t", 2, call="a:b")
+    assert [t.key for t in client.list()] == ["t:2"]
+    with pytest.raises(TaskError):
+        client.get("t", 1)
+
+
+def test_stats(client, r):
+    assert client.stats()["counts"] == {"delayed": 0, "running": 0, "ok": 0, "failed": 0, "deleted": 0}
+    for p in (1, 2, 3):
+        for i in range(p):
+            client.add(f"p{p}", i, call="a:b", priority=p)
+    client.add("later", 1, call="a:b", at=2_000_000_000)
+    client.add("later", 2, call="a:b", at=2_100_000_000)
+    client.add("gone", 1, call="a:b", delay=60)
+    client.delete("gone", 1)
+    client.add("ok", 1, call="a:b", priority=1)
+    finish(client, "ok:1", "ok")
+    store = client.store
+    for b in range(store.buckets):
+        store.promote(b, 1000, client.config.retention_ms)
+
+    stats = client.stats()
+    assert stats["counts"] == {"delayed": 8, "running": 0, "ok": 1, "failed": 0, "deleted": 1}
+    assert stats["ready"] == {"3": 3, "2": 2, "1": 1}
+    assert stats["waiting"] == 2 and stats["buckets"] == store.buckets == len(stats["per_bucket"])
+    assert stats["oldest_due_at"] == 2_000_000_000.0
+    assert stats["oldest_due_lag"] == 0.0
+    assert abs(stats["time"] - now_s(r)) < 5
+    assert sum(b["waiting"] for b in stats["per_bucket"]) == 2
+
+    client.add("late", 1, call="a:b", at=now_s(r) - 100)
+    stats = client.stats()
+    assert stats["oldest_due_at"] < stats["time"] and 99 < stats["oldest_due_lag"] < 110
+
+
+# -- delete and retry --------------------------------------------------------------
+def test_delete_soft_and_hard(client, r):
+    client.add("t", 1, call="a:b", delay=60)
+    assert client.delete("t", 1) is True
+    assert client.get("t", 1).status == "deleted"
+    assert client.delete("t", 1, hard=True) is True
+    assert client.get("t", 1) is None
+    assert client.delete("t", 1) is False
+    assert task_keys(r) == []
+
+
+def test_retry(client):
+    client.add("t", 1, call="a:b")
+    with pytest.raises(TaskError, match="not failed"):
+        client.retry("t", 1)
+    finish(client, "t:1", "failed")
+    assert client.get("t", 1).status == "failed"
+    assert client.retry("t", 1) is True
+    task = client.get("t", 1)
+    assert task.status == "delayed" and task.runs == 1
+    assert client.retry("missing", 1) is False
+
+
+# -- the allowlist -----------------------------------------------------------------
+def test_allowlist_rejects_at_add_and_writes_nothing(redis_url, r):
+    client = Client.from_url(redis_url, allowed_modules=["shop"])
+    for kw in ({"call": "evil.x:f"}, {"call": "shopping:f"}, {"call": "shop.x:f", "callback": "os:system"}):
+        with pytest.raises(TaskError, match="allowed"):
+            client.add("t", 1, **kw)
+        with pytest.raises(TaskError, match="allowed"):
+            client.add_many([{"topic": "t", "id": 2, "call": "shop:f"}, {"topic": "t", "id": 1, **kw}])
+    assert r.dbsize() == 0
+    assert client.add("t", 1, call="shop.tasks.refunds:run", callback="shop:done") is True
+    assert client.add("t", 2, url="http://h/") is True  # the allowlist is about code, not URLs
+
+
+def test_allowlist_from_environment(redis_url, r, monkeypatch):
+    monkeypatch.setenv("DELAYD_ALLOWED_MODULES", "shop.tasks, billing")
+    client = Client.from_url(redis_url)
+    assert client.allowed_modules == ("shop.tasks", "billing")
+    with pytest.raises(TaskError, match="DELAYD_ALLOWED_MODULES"):
+        client.add("t", 1, call="shop.tasks_evil:f")
+    assert r.dbsize() == 0
+    assert client.add("t", 1, call="billing.charge:run") is True
+
+
+def test_no_allowlist_configured_accepts_any_shape_valid_call(client):
+    # The daemon enforces its allowlist when it runs the task; the Client checks only when configured.
+    assert client.allowed_modules is None
+    assert client.add("t", 1, call="anything.at.all:f") is True
+
+
+def test_client_without_url_uses_environment(redis_url, r):
+    client = Client()
+    assert client.url == redis_url
+    client.add("t", 1, call="a:b")
+    assert r.exists("delayd:meta")

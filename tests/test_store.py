@@ -1,0 +1,709 @@
+"""The Redis layout and its transitions (one Lua script each), against a real Redis."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import threading
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from delayd.store import SCRIPTS, BucketKeys, Store, bucket_of, meta_key, ready_channel
+from delayd.task import Task
+from redis_server import RedisServer, free_port, wait_for
+
+PREFIX = "delayd:"
+DAY_MS = 86400 * 1000
+QUOTAS = (5, 3, 2)
+
+
+# -- helpers -----------------------------------------------------------------------
+def now_ms(r) -> int:
+    seconds, micros = r.time()
+    return seconds * 1000 + micros // 1000
+
+
+def task_of(topic, id, priority=2, **fields):
+    if not any(k in fields for k in ("call", "url", "push")):
+        fields["call"] = "shop.tasks:run"
+    return Task.new(topic, id, priority=priority, **fields)
+
+
+def add(store: Store, topic, id, *, delay_ms=0, at_ms=None, priority=2, nx=False, **fields) -> int:
+    task = task_of(topic, id, priority, **fields)
+    mode, value = ("at", at_ms) if at_ms is not None else ("delay", delay_ms)
+    return store.add(store.keys_for(task.key), [(task, mode, value)], nx)[0]
+
+
+def claim(store: Store, bucket=0, n=100, lease_ms=60_000, quotas=QUOTAS) -> list[dict]:
+    out = store.claim(bucket, quotas, n, lease_ms)
+    runs = []
+    for i in range(1, len(out), 8):
+        member, spec, run, token, due, created, error, priority = out[i:i + 8]
+        runs.append({"member": member, "spec": json.loads(spec), "runs": int(run), "claim": int(token),
+                     "due": int(due), "created": int(created), "error": error, "priority": int(priority),
+                     "now": out[0]})
+    return runs
+
+
+def promote_all(store: Store, bucket=0, retention_ms=DAY_MS) -> list[int]:
+    result = store.promote(bucket, 1000, retention_ms)
+    assert result[5] == 0
+    return result
+
+
+def record(r, store: Store, member: str) -> dict:
+    return r.hgetall(store.keys_for(member).task(member))
+
+
+def ready_members(r, keys: BucketKeys) -> list[str]:
+    return [m for key in keys.ready for m in r.lrange(key, 0, -1)]
+
+
+@pytest.fixture
+def store(r):
+    return Store(r, PREFIX, 1)
+
+
+@pytest.fixture
+def keys(store):
+    return store.keys[0]
+
+
+# -- add ---------------------------------------------------------------------------
+def test_add_upsert_replaces_and_nx_keeps(r, store, keys):
+    assert add(store, "t", 1, delay_ms=10_000, params={"v": 1}) == 1
+    first = record(r, store, "t:1")
+    assert add(store, "t", 1, delay_ms=20_000, params={"v": 2}, priority=3) == 1
+    second = record(r, store, "t:1")
+    assert json.loads(second["spec"])["params"] == {"v": 2} and second["priority"] == "3"
+    assert int(second["claim"]) == int(first["claim"]) + 1  # replacing fences the old version
+    assert r.zcard(keys.delayed) == 1 and int(r.zscore(keys.delayed, "t:1")) == int(second["due"])
+
+    assert add(store, "t", 1, delay_ms=0, params={"v": 3}, nx=True) == 0
+    assert record(r, store, "t:1") == second
+    assert int(r.zscore(keys.delayed, "t:1")) == int(second["due"])
+    assert add(store, "t", 2, nx=True) == 1
+
+
+def test_add_batch_returns_one_result_per_task(r, store, keys):
+    add(store, "t", 1)
+    batch = [(task_of("t", i), "delay", 0) for i in (0, 1, 2)]
+    assert store.add(keys, batch, True) == [1, 0, 1]
+    assert store.add(keys, batch, False) == [1, 1, 1]
+    assert r.zcard(keys.delayed) == 3
+
+
+def test_add_resolves_delay_on_redis_clock(r, store):
+    before = now_ms(r)
+    add(store, "t", 1, delay_ms=5000)
+    after = now_ms(r)
+    rec = record(r, store, "t:1")
+    assert before <= int(rec["created"]) <= after
+    assert int(rec["due"]) == int(rec["created"]) + 5000
+    assert rec["status"] == "delayed" and rec["runs"] == "0"
+
+    add(store, "t", 2, at_ms=1_900_000_000_123)
+    assert record(r, store, "t:2")["due"] == "1900000000123"
+
+
+def test_readd_resets_a_finished_or_running_task(r, store, keys):
+    add(store, "t", 1)
+    promote_all(store)
+    [run] = claim(store)
+    store.finish(0, [("t:1", run["claim"], "ok", 0, "")], DAY_MS)
+    assert r.pttl(keys.task("t:1")) > 0 and r.zscore(keys.done("ok"), "t:1") is not None
+
+    add(store, "t", 1, delay_ms=60_000)
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "delayed" and rec["runs"] == "0"
+    assert r.pttl(keys.task("t:1")) == -1, "a live task must not expire"
+    assert r.zscore(keys.done("ok"), "t:1") is None
+
+    # Replace while running: the old run is fenced and its lease dropped.
+    add(store, "t", 2)
+    promote_all(store)
+    [run] = claim(store)
+    add(store, "t", 2, delay_ms=60_000)
+    assert r.zscore(keys.leases, "t:2") is None
+    assert store.finish(0, [("t:2", run["claim"], "ok", 0, "")], DAY_MS) == [0]
+    assert record(r, store, "t:2")["status"] == "delayed"
+
+
+# -- promote -----------------------------------------------------------------------
+def test_promote_moves_only_due_tasks_never_early(r, store, keys):
+    base = now_ms(r)
+    dues = {f"t:{i}": base + 40 + 15 * i for i in range(10)}
+    for member, due in dues.items():
+        add(store, *member.split(":"), at_ms=due)
+    add(store, "t", "late", delay_ms=3_600_000)
+    seen: set[str] = set()
+
+    def step():
+        moved, _, next_due, _, now, full = store.promote(0, 100, DAY_MS)
+        assert full == 0
+        ready = set(ready_members(r, keys))
+        for member in ready - seen:
+            assert dues[member] <= now, f"{member} promoted {dues[member] - now} ms early"
+        for member in set(dues) - ready:
+            assert dues[member] > now, f"{member} due but not promoted"
+        assert moved == len(ready - seen)
+        seen.update(ready)
+        assert next_due == min([d for m, d in dues.items() if m not in ready] + [int(r.zscore(keys.delayed, "t:late"))])
+        return len(seen) == len(dues)
+
+    wait_for(step, 5, interval=0.003, message="every task promoted")
+    assert r.zrange(keys.delayed, 0, -1) == ["t:late"]
+    assert all(r.hget(keys.task(m), "queued") == "1" for m in dues)
+
+
+def test_promote_boundary_is_inclusive(r, store, keys):
+    at = now_ms(r) + 30
+    add(store, "t", 1, at_ms=at)
+    wait_for(lambda: now_ms(r) >= at, 2)
+    assert store.promote(0, 10, DAY_MS)[0] == 1
+
+
+def test_promote_in_batches_with_full_flag(r, store, keys):
+    for i in range(25):
+        add(store, "t", i)
+    results = [store.promote(0, 10, DAY_MS) for _ in range(3)]
+    assert [(res[0], res[5]) for res in results] == [(10, 1), (10, 1), (5, 0)]
+    assert r.zcard(keys.delayed) == 0
+    # In due order (ties by name, as the sorted set orders them), each task once.
+    order = sorted((int(record(r, store, f"t:{i}")["due"]), f"t:{i}") for i in range(25))
+    assert r.lrange(keys.ready[1], 0, -1) == [member for _, member in order]
+
+
+def test_promote_returns_next_due_and_next_lease(r, store, keys):
+    assert store.promote(0, 10, DAY_MS)[2:4] == [-1, -1]
+    add(store, "t", "now")
+    add(store, "t", "later", delay_ms=50_000)
+    moved, reaped, next_due, next_lease, now, full = store.promote(0, 10, DAY_MS)
+    assert (moved, reaped, full) == (1, 0, 0)
+    assert next_due == int(record(r, store, "t:later")["due"])
+    assert next_lease == -1
+    [run] = claim(store, lease_ms=30_000)
+    assert store.promote(0, 10, DAY_MS)[3] == run["now"] + 30_000 == int(r.zscore(keys.leases, "t:now"))
+
+
+def test_priorities_go_to_their_ready_lists(r, store, keys):
+    for p in (1, 2, 3):
+        add(store, "p", p, priority=p)
+    promote_all(store)
+    assert [r.lrange(key, 0, -1) for key in keys.ready] == [["p:3"], ["p:2"], ["p:1"]]
+    assert keys.ready == (f"{PREFIX}{{0}}:ready:3", f"{PREFIX}{{0}}:ready:2", f"{PREFIX}{{0}}:ready:1")
+
+
+# -- claim -------------------------------------------------------------------------
+def test_claim_is_weighted_by_priority_quotas(r, store, keys):
+    for p in (1, 2, 3):
+        for i in range(10):
+            add(store, f"p{p}", i, priority=p)
+    promote_all(store)
+
+    def priorities(runs):
+        counts = {}
+        for run in runs:
+            counts[run["priority"]] = counts.get(run["priority"], 0) + 1
+        return counts
+
+    assert priorities(claim(store, n=10)) == {3: 5, 2: 3, 1: 2}  # the lowest is never starved
+    assert priorities(claim(store, n=10)) == {3: 5, 2: 3, 1: 2}
+    # Priority 3 is used up: its share goes to the others, in priority order.
+    assert priorities(claim(store, n=10)) == {2: 4, 1: 6}
+    assert claim(store, n=10) == []
+    assert r.zcard(keys.leases) == 30
+
+
+def test_claim_leases_and_bumps_runs_and_token(r, store, keys):
+    add(store, "t", 1, params={"a": 1})
+    before = record(r, store, "t:1")
+    promote_all(store)
+    [run] = claim(store, lease_ms=12_345)
+    assert run["member"] == "t:1" and run["spec"]["params"] == {"a": 1}
+    assert run["runs"] == 1 and run["claim"] == int(before["claim"]) + 1
+    assert run["due"] == int(before["due"]) and run["created"] == int(before["created"])
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "running" and rec["queued"] == "0" and rec["last_run"] == str(run["now"])
+    assert int(r.zscore(keys.leases, "t:1")) == run["now"] + 12_345
+    assert claim(store) == [], "a claimed task is not claimable again"
+
+
+def test_claim_takes_at_most_n(store):
+    for i in range(7):
+        add(store, "t", i)
+    promote_all(store)
+    assert len(claim(store, n=3)) == 3
+    assert len(claim(store, n=100)) == 4
+
+
+# -- finish and renew ----------------------------------------------------------------
+def claimed(r, store, member="t:1", lease_ms=60_000, **kw) -> dict:
+    topic, id = member.split(":")
+    add(store, topic, id, **kw)
+    promote_all(store)
+    [run] = [run for run in claim(store, lease_ms=lease_ms) if run["member"] == member]
+    return run
+
+
+def test_finish_ok(r, store, keys):
+    run = claimed(r, store)
+    assert store.finish(0, [("t:1", run["claim"], "ok", 0, "")], DAY_MS) == [1]
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "ok" and "error" not in rec
+    assert r.zscore(keys.leases, "t:1") is None and r.zscore(keys.done("ok"), "t:1") is not None
+    assert 0 < r.pttl(keys.task("t:1")) <= DAY_MS
+
+
+def test_finish_failed_keeps_the_error(r, store, keys):
+    run = claimed(r, store)
+    assert store.finish(0, [("t:1", run["claim"], "failed", 0, "handler said fail")], 5000) == [1]
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "failed" and rec["error"] == "handler said fail"
+    assert r.zscore(keys.done("failed"), "t:1") is not None and r.zscore(keys.leases, "t:1") is None
+    assert 0 < r.pttl(keys.task("t:1")) <= 5000
+
+
+def test_finish_retry_counts_from_previous_due(r, store, keys):
+    at = now_ms(r) - 10_000
+    run = claimed(r, store, at_ms=at)
+    assert store.finish(0, [("t:1", run["claim"], "retry", 60_000, "boom")], DAY_MS) == [1]
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "delayed" and rec["error"] == "boom" and rec["runs"] == "1"
+    assert int(rec["due"]) == at + 60_000 == int(r.zscore(keys.delayed, "t:1"))
+    assert r.zscore(keys.leases, "t:1") is None and r.pttl(keys.task("t:1")) == -1
+
+
+def test_finish_retry_from_now_when_previous_due_plus_gap_is_past(r, store):
+    run = claimed(r, store, at_ms=now_ms(r) - 120_000)
+    before = now_ms(r)
+    store.finish(0, [("t:1", run["claim"], "retry", 60_000, "")], DAY_MS)
+    after = now_ms(r)
+    assert before + 60_000 <= int(record(r, store, "t:1")["due"]) <= after + 60_000
+    assert "error" not in record(r, store, "t:1")
+
+
+def test_finish_with_stale_token_changes_nothing(r, store, keys):
+    run = claimed(r, store)
+    before = record(r, store, "t:1")
+    lease = r.zscore(keys.leases, "t:1")
+    for outcome in ("ok", "failed", "retry", "quarantine"):
+        assert store.finish(0, [("t:1", run["claim"] - 1, outcome, 1000, "x")], DAY_MS) == [0]
+    assert record(r, store, "t:1") == before and r.zscore(keys.leases, "t:1") == lease
+    assert r.hlen(keys.quarantine) == 0
+    # A batch: each run is judged on its own token.
+    assert store.finish(0, [("t:1", run["claim"] + 5, "ok", 0, ""), ("t:1", run["claim"], "ok", 0, ""),
+                            ("missing:1", 1, "ok", 0, "")], DAY_MS) == [0, 1, 0]
+
+
+def test_finish_quarantine(r, store, keys):
+    run = claimed(r, store)
+    store.finish(0, [("t:1", run["claim"], "quarantine", 0, "unknown target")], DAY_MS)
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "failed" and rec["error"] == "quarantined: unknown target"
+    assert r.hget(keys.quarantine, "t:1") == "unknown target"
+
+
+def test_renew(r, store, keys):
+    run = claimed(r, store)
+    assert store.renew(0, [("t:1", run["claim"])], 90_000) == [1]
+    assert int(r.zscore(keys.leases, "t:1")) >= run["now"] + 90_000
+    lease = r.zscore(keys.leases, "t:1")
+    assert store.renew(0, [("t:1", run["claim"] - 1), ("t:1", run["claim"] + 1), ("nope:1", 1)], 500_000) == [0, 0, 0]
+    assert r.zscore(keys.leases, "t:1") == lease
+    store.finish(0, [("t:1", run["claim"], "ok", 0, "")], DAY_MS)
+    assert store.renew(0, [("t:1", run["claim"])], 90_000) == [0]
+    assert r.zscore(keys.leases, "t:1") is None, "renew must not resurrect a lease"
+
+
+# -- lapsed leases -----------------------------------------------------------------
+def test_lapsed_lease_is_reaped_to_the_front_and_fenced(r, store, keys):
+    old = claimed(r, store, lease_ms=50)
+    add(store, "t", "waiting")
+    promote_all(store)
+    assert r.lrange(keys.ready[1], 0, -1) == ["t:waiting"]
+    expiry = old["now"] + 50
+    wait_for(lambda: now_ms(r) > expiry, 2, message="the lease to lapse")
+    moved, reaped, _, next_lease, _, _ = store.promote(0, 100, DAY_MS)
+    assert reaped == 1 and next_lease == -1
+    assert r.lrange(keys.ready[1], 0, -1) == ["t:1", "t:waiting"], "a lapsed task goes to the front"
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "delayed" and rec["lapsed"] == "1" and rec["queued"] == "1"
+    assert int(rec["claim"]) == old["claim"] + 1
+    # The old worker is fenced off.
+    assert store.renew(0, [("t:1", old["claim"])], 60_000) == [0]
+    assert store.finish(0, [("t:1", old["claim"], "ok", 0, "")], DAY_MS) == [0]
+    # The re-run keeps its run number (same idempotency key) and gets a new token.
+    again = [run for run in claim(store) if run["member"] == "t:1"][0]
+    assert again["runs"] == old["runs"] == 1 and again["claim"] == old["claim"] + 2
+    assert record(r, store, "t:1")["lapsed"] == "0"
+    assert store.finish(0, [("t:1", again["claim"], "ok", 0, "")], DAY_MS) == [1]
+
+
+def test_a_running_task_with_a_live_lease_is_not_reaped(r, store, keys):
+    claimed(r, store)
+    assert store.promote(0, 100, DAY_MS)[1] == 0
+    assert record(r, store, "t:1")["status"] == "running"
+
+
+# -- delete ------------------------------------------------------------------------
+def test_soft_delete_fences_a_running_task(r, store, keys):
+    run = claimed(r, store)
+    assert store.delete("t:1", False, DAY_MS) is True
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "deleted" and int(rec["claim"]) == run["claim"] + 1
+    assert r.zscore(keys.leases, "t:1") is None and r.zscore(keys.done("deleted"), "t:1") is not None
+    assert 0 < r.pttl(keys.task("t:1")) <= DAY_MS
+    assert store.finish(0, [("t:1", run["claim"], "retry", 1000, "")], DAY_MS) == [0]
+    assert store.renew(0, [("t:1", run["claim"])], 60_000) == [0]
+    assert record(r, store, "t:1")["status"] == "deleted" and r.zcard(keys.delayed) == 0
+
+
+def test_soft_delete_makes_a_ready_entry_stale(r, store, keys):
+    add(store, "t", 1)
+    add(store, "t", 2)
+    promote_all(store)
+    store.delete("t:1", False, DAY_MS)
+    assert [run["member"] for run in claim(store)] == ["t:2"]
+    assert r.llen(keys.ready[1]) == 0, "claim drops stale entries"
+    assert record(r, store, "t:1")["status"] == "deleted"
+
+
+def test_soft_delete_of_a_delayed_task(r, store, keys):
+    add(store, "t", 1, delay_ms=60_000)
+    assert store.delete("t:1", False, 1000) is True
+    assert r.zcard(keys.delayed) == 0 and 0 < r.pttl(keys.task("t:1")) <= 1000
+    assert store.delete("missing:1", False, 1000) is False
+
+
+def test_hard_delete_removes_every_key(r, store, keys):
+    add(store, "t", 1, delay_ms=60_000)
+    add(store, "t", 2)
+    promote_all(store)
+    run = claim(store)[0]
+    add(store, "t", 3)
+    promote_all(store)
+    store.finish(0, [("t:2", run["claim"], "quarantine", 0, "bad")], DAY_MS)
+    for member in ("t:1", "t:2", "t:3"):
+        assert store.delete(member, True, DAY_MS) is True
+    assert claim(store) == []  # the ready entry of t:3 is stale and dropped
+    assert r.keys("*") == []
+    assert store.delete("t:1", True, DAY_MS) is False
+
+
+def test_hard_delete_of_a_finished_task(r, store, keys):
+    run = claimed(r, store)
+    store.finish(0, [("t:1", run["claim"], "ok", 0, "")], DAY_MS)
+    store.delete("t:1", True, DAY_MS)
+    assert r.keys("*") == []
+
+
+# -- retry -------------------------------------------------------------------------
+def test_retry_of_a_failed_task(r, store, keys):
+    run = claimed(r, store)
+    store.finish(0, [("t:1", run["claim"], "failed", 0, "no")], DAY_MS)
+    before = now_ms(r)
+    assert store.retry("t:1") == 1
+    rec = record(r, store, "t:1")
+    assert rec["status"] == "delayed" and before <= int(rec["due"]) <= now_ms(r)
+    assert r.pttl(keys.task("t:1")) == -1 and r.zscore(keys.done("failed"), "t:1") is None
+    assert int(r.zscore(keys.delayed, "t:1")) == int(rec["due"])
+    promote_all(store)
+    [again] = claim(store)
+    assert again["runs"] == 2
+
+
+def test_retry_only_failed(r, store):
+    assert store.retry("t:1") == 0
+    add(store, "t", 1)
+    assert store.retry("t:1") == -1
+    store.delete("t:1", False, DAY_MS)
+    assert store.retry("t:1") == -1
+
+
+# -- retention ---------------------------------------------------------------------
+def test_finished_records_expire_and_indexes_are_trimmed(r, store, keys):
+    for i in range(3):
+        add(store, "t", i)
+    promote_all(store)
+    runs = {run["member"]: run for run in claim(store)}
+    store.finish(0, [("t:0", runs["t:0"]["claim"], "ok", 0, ""), ("t:1", runs["t:1"]["claim"], "failed", 0, "")],
+                 DAY_MS)
+    store.delete("t:2", False, DAY_MS)
+    for i, status in enumerate(("ok", "failed", "deleted")):
+        assert 0 < r.pttl(keys.task(f"t:{i}")) <= DAY_MS
+        assert r.zscore(keys.done(status), f"t:{i}") is not None
+    finished = now_ms(r)
+    store.promote(0, 100, DAY_MS)
+    assert all(r.zcard(keys.done(s)) == 1 for s in ("ok", "failed", "deleted")), "inside retention: kept"
+    wait_for(lambda: now_ms(r) > finished + 20, 2)
+    store.promote(0, 100, 20)
+    assert all(r.zcard(keys.done(s)) == 0 for s in ("ok", "failed", "deleted")), "older than retention: trimmed"
+
+
+def test_records_disappear_on_their_own(r, store, keys):
+    run = claimed(r, store)
+    store.finish(0, [("t:1", run["claim"], "ok", 0, "")], 30)
+    wait_for(lambda: not r.exists(keys.task("t:1")), 3, message="the record to expire")
+
+
+# -- corrupt data ------------------------------------------------------------------
+def test_promote_quarantines_a_delayed_entry_without_record(r, store, keys):
+    r.zadd(keys.delayed, {"ghost:1": 0})
+    add(store, "t", 1)
+    r.hset(keys.task("bad:1"), mapping={"spec": "{}", "priority": "9", "status": "delayed"})
+    r.zadd(keys.delayed, {"bad:1": 0})
+    moved, *_ = store.promote(0, 100, DAY_MS)
+    assert moved == 1
+    assert set(r.hkeys(keys.quarantine)) == {"ghost:1", "bad:1"}
+    assert "record" in r.hget(keys.quarantine, "ghost:1")
+    assert r.zcard(keys.delayed) == 0 and ready_members(r, keys) == ["t:1"]
+    assert [run["member"] for run in claim(store)] == ["t:1"]
+
+
+def test_claim_skips_ready_entries_without_record(r, store, keys):
+    r.rpush(keys.ready[0], "ghost:1")
+    add(store, "t", 1)
+    promote_all(store)
+    assert [run["member"] for run in claim(store)] == ["t:1"]
+    assert not r.exists(keys.task("ghost:1"))
+
+
+# -- pub/sub -----------------------------------------------------------------------
+def next_message(pubsub):
+    return wait_for(lambda: pubsub.get_message(timeout=0.1), 2, message="a pub/sub message")
+
+
+def test_wake_and_ready_channels(r, store, keys):
+    pubsub = r.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(keys.wake_channel, ready_channel(PREFIX))
+    wait_for(lambda: r.pubsub_numsub(keys.wake_channel)[0][1] == 1, 2)
+    assert keys.wake_channel == f"{PREFIX}wake:0"
+
+    add(store, "t", 1, delay_ms=50_000)
+    msg = next_message(pubsub)
+    assert msg["channel"] == keys.wake_channel and int(msg["data"]) == int(record(r, store, "t:1")["due"])
+    add(store, "t", 2, delay_ms=90_000)  # not the earliest: no wake
+    add(store, "t", 3)                  # the earliest: wake
+    msg = next_message(pubsub)
+    assert int(msg["data"]) == int(record(r, store, "t:3")["due"])
+    store.promote(0, 100, DAY_MS)
+    msg = next_message(pubsub)
+    assert msg["channel"] == ready_channel(PREFIX) == f"{PREFIX}ready" and msg["data"] == "0"
+    # A claim whose lease is the earliest wakes the bucket (to reap it in time).
+    [run] = claim(store, lease_ms=40_000)
+    msg = next_message(pubsub)
+    assert msg["channel"] == keys.wake_channel and int(msg["data"]) == run["now"] + 40_000
+    assert pubsub.get_message(timeout=0.05) is None, "one wake per change of the head"
+    pubsub.close()
+
+
+# -- hash tags and slots -------------------------------------------------------------
+def exercise(store: Store, r, count=40):
+    """Drive every transition on every bucket."""
+    for i in range(count):
+        add(store, "t", i, priority=1 + i % 3, delay_ms=0 if i % 4 else 60_000)
+    for b in range(store.buckets):
+        store.promote(b, 1000, DAY_MS)
+        runs = claim(store, b)
+        if runs:
+            store.renew(b, [(runs[0]["member"], runs[0]["claim"])], 60_000)
+            outcomes = ["ok", "failed", "retry", "quarantine"]
+            store.finish(b, [(run["member"], run["claim"], outcomes[n % 4], 1000, "e")
+                             for n, run in enumerate(runs[:-1])], DAY_MS)
+    for i in range(0, count, 5):
+        store.delete(f"t:{i}", i % 10 == 0, DAY_MS)
+    for i in range(1, count, 4):
+        store.retry(f"t:{i}")
+
+
+def test_every_key_of_a_bucket_shares_its_hash_tag(r):
+    store = Store(r, PREFIX, 4)
+    exercise(store, r)
+    keys = r.keys("*")
+    assert len(keys) > 40
+    by_bucket: dict[int, list[str]] = {}
+    for key in keys:
+        assert key.startswith(PREFIX + "{"), key
+        bucket = int(key[len(PREFIX) + 1:key.index("}")])
+        by_bucket.setdefault(bucket, []).append(key)
+    assert set(by_bucket) == {0, 1, 2, 3}
+    for bucket, names in by_bucket.items():
+        assert {key_slot(k.encode()) for k in names} == {key_slot(str(bucket).encode())}, bucket
+        for name in names:
+            if ":t:" in name:
+                assert bucket_of(name.split(":t:", 1)[1], 4) == bucket
+    assert len({key_slot(str(b).encode()) for b in range(4)}) == 4, "buckets spread over slots"
+
+
+def test_bucket_of_hashes_the_whole_key():
+    members = [f"order:cancel:{i}" for i in range(200)]
+    assert {bucket_of(m, 8) for m in members} == set(range(8))
+    assert all(bucket_of(m, 8) == bucket_of(m, 8) for m in members)
+    assert meta_key("p:") == "p:meta"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A one-node Redis Cluster owning every slot: it refuses scripts whose keys cross slots."""
+    directory = tempfile.mkdtemp(prefix="delayd-cluster-")
+    port = wait_for(lambda: (p := free_port()) <= 55535 and p, 5)  # the bus port is port + 10000
+    server = RedisServer(directory, port=port, extra=["--cluster-enabled", "yes", "--cluster-config-file",
+                                           os.path.join(directory, "nodes.conf")]).start()
+    c = server.client()
+    c.execute_command("CLUSTER", "ADDSLOTS", *range(16384))
+    wait_for(lambda: "cluster_state:ok" in c.execute_command("CLUSTER", "INFO"), 15, message="cluster ok")
+    c.close()
+    yield server
+    server.kill()
+
+
+def test_scripts_stay_in_one_slot_on_a_cluster(cluster):
+    c = cluster.client()
+    c.flushall()
+    with pytest.raises(redis.exceptions.ClusterCrossSlotError):
+        c.eval("return 1", 2, "{0}a", "{1}a")  # the check this test relies on
+    store = Store(c, PREFIX, 4)
+    exercise(store, c)
+    assert c.dbsize() > 40
+    c.close()
+
+
+def test_client_on_a_cluster(cluster):
+    from delayd import Client
+
+    cluster.client().flushall()
+    client = Client.from_url(f"redis+cluster://127.0.0.1:{cluster.port}/")
+    assert client.add("t", "one", call="a:b") is True
+    assert client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(30)]) == 30
+    assert len(client.list(limit=1000)) == 31
+    stats = client.stats()
+    assert stats["counts"]["delayed"] == 31 and stats["buckets"] == 4
+    assert client.delete("t", 1) is True and client.get("t", 1).status == "deleted"
+    assert client.delete("t", 2, hard=True) is True and client.get("t", 2) is None
+    client.close()
+
+
+# -- concurrency -------------------------------------------------------------------
+def test_concurrent_adds_of_the_same_key_leave_one_consistent_record(redis_server, r, store, keys):
+    """Two writers race on each key: the record is whole (one writer's) and matches its index entry."""
+    writers = {"A": (1, 1000), "B": (3, 2000)}  # priority, delay
+    rounds = 60
+    barrier = threading.Barrier(2)
+    nx_results: dict[str, list[int]] = {"A": [], "B": []}
+    errors = []
+
+    def writer(name):
+        conn = redis_server.client()
+        mine = Store(conn, PREFIX, 1)
+        priority, delay = writers[name]
+        try:
+            for i in range(rounds):
+                barrier.wait(5)
+                add(mine, "race", i, priority=priority, delay_ms=delay, params={"w": name})
+                barrier.wait(5)
+                nx_results[name].append(add(mine, "nx", i, priority=priority, delay_ms=delay,
+                                            params={"w": name}, nx=True))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=writer, args=(name,)) for name in writers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert len(r.keys(keys.task_prefix + "*")) == 2 * rounds
+    assert r.zcard(keys.delayed) == 2 * rounds
+    for topic in ("race", "nx"):
+        for i in range(rounds):
+            rec = record(r, store, f"{topic}:{i}")
+            who = json.loads(rec["spec"])["params"]["w"]
+            priority, delay = writers[who]
+            assert rec["priority"] == str(priority) and int(rec["due"]) - int(rec["created"]) == delay
+            assert int(r.zscore(keys.delayed, f"{topic}:{i}")) == int(rec["due"])
+    assert [a + b for a, b in zip(nx_results["A"], nx_results["B"])] == [1] * rounds
+
+
+def test_delete_racing_promote_and_claim(redis_server, r, store, keys):
+    """Deletes race a bucket (promote) and a worker (claim + finish); deleted tasks never run after."""
+    rng = random.Random(7)
+    total = 0
+    for round_ in range(4):
+        members = [f"d{round_}:{i}" for i in range(150)]
+        for m in members:
+            add(store, *m.split(":"), priority=rng.choice((1, 2, 3)))
+        doomed = set(rng.sample(members, 100))
+        hard = set(rng.sample(sorted(doomed), 30))
+        deleted: set[str] = set()
+        stop = threading.Event()
+        claimed_after: list[str] = []
+        errors = []
+
+        def bucket():
+            conn = redis_server.client()
+            s = Store(conn, PREFIX, 1)
+            try:
+                while not stop.is_set():
+                    s.promote(0, 7, DAY_MS)
+            except Exception as exc:  # pragma: no cover
+                errors.append(exc)
+            finally:
+                conn.close()
+
+        def worker():
+            conn = redis_server.client()
+            s = Store(conn, PREFIX, 1)
+            try:
+                while not stop.is_set():
+                    snapshot = set(deleted)
+                    for run in claim(s, n=5):
+                        if run["member"] in snapshot:
+                            claimed_after.append(run["member"])
+                        s.finish(0, [(run["member"], run["claim"], "ok", 0, "")], DAY_MS)
+            except Exception as exc:  # pragma: no cover
+                errors.append(exc)
+            finally:
+                conn.close()
+
+        threads = [threading.Thread(target=bucket), threading.Thread(target=worker)]
+        for t in threads:
+            t.start()
+        conn = redis_server.client()
+        mine = Store(conn, PREFIX, 1)
+        for m in rng.sample(sorted(doomed), len(doomed)):
+            mine.delete(m, m in hard, DAY_MS)
+            deleted.add(m)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        conn.close()
+        assert not errors
+
+        # Drain: whatever is left is promoted and claimed now.
+        promote_all(store)
+        for run in claim(store, n=1000):
+            assert run["member"] not in deleted
+            store.finish(0, [(run["member"], run["claim"], "ok", 0, "")], DAY_MS)
+        assert not claimed_after, f"deleted tasks were claimed: {claimed_after[:5]}"
+        assert sum(r.llen(k) for k in keys.ready) == 0 and r.zcard(keys.leases) == 0
+        delayed = set(r.zrange(keys.delayed, 0, -1))
+        for m in members:
+            rec = record(r, store, m)
+            assert m not in delayed
+            if m in hard:
+                assert rec == {}
+            elif m in doomed:
+                assert rec["status"] == "deleted", (m, rec)
+            else:
+                assert rec["status"] == "ok", (m, rec)
+        total += len(members)
+    assert total == 600
+    assert SCRIPTS["delete"].sha  # loaded by name, one script per transition

@@ -1,0 +1,361 @@
+"""The task model: validation, the stored form, the schedule, the allowlist."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from delayd.task import Task, TaskError, module_allowed, parse_intervals
+
+
+def new(**kw):
+    kw.setdefault("call", None if ("url" in kw or "push" in kw) else "shop.tasks:cancel")
+    return Task.new(kw.pop("topic", "order:cancel"), kw.pop("id", 42), **kw)
+
+
+# -- names -------------------------------------------------------------------------
+@pytest.mark.parametrize("topic, id", [("", 1), ("t", ""), (None, 1), ("t", None), (True, 1), ("t", False),
+                                       (1.5, 1), ("a b", 1), ("t", "x\ny"), ("t", "\x00"), ("x" * 513, 1),
+                                       ("t", "\udcff")])
+def test_bad_topic_or_id(topic, id):
+    with pytest.raises(TaskError):
+        Task.new(topic, id, call="a:b")
+
+
+def test_id_must_not_contain_colon_but_topic_may():
+    with pytest.raises(TaskError, match="':'"):
+        Task.new("order", "cancel:42", call="a:b")
+    task = Task.new("order:cancel", 42, call="a:b")
+    assert (task.topic, task.id, task.key) == ("order:cancel", "42", "order:cancel:42")
+
+
+# -- targets -----------------------------------------------------------------------
+@pytest.mark.parametrize("targets", [
+    {},
+    {"call": "a:b", "url": "http://h/"},
+    {"call": "a:b", "push": "list"},
+    {"url": "http://h/", "push": "list"},
+    {"call": "a:b", "url": "http://h/", "push": "list"},
+])
+def test_exactly_one_target(targets):
+    with pytest.raises(TaskError, match="exactly one"):
+        Task.new("t", 1, **targets)
+
+
+@pytest.mark.parametrize("call", ["shop", "shop.tasks", ":f", "shop:", "shop::f", "shop:f:g", "1shop:f",
+                                  "shop tasks:f", "shop.tasks:f\n", "shop.:f", "shop-tasks:f", "shop/x:f", 5])
+def test_call_must_be_module_colon_function(call):
+    with pytest.raises(TaskError, match="package.module:function"):
+        Task.new("t", 1, call=call)
+
+
+@pytest.mark.parametrize("call", ["shop:f", "shop.tasks:cancel_order", "_a.b_2.c:Klass.method"])
+def test_good_calls(call):
+    assert Task.new("t", 1, call=call).call == call
+
+
+@pytest.mark.parametrize("callback", ["nope", "a:b\n", "a:", 3])
+def test_callback_shape(callback):
+    with pytest.raises(TaskError, match="callback"):
+        Task.new("t", 1, call="a:b", callback=callback)
+
+
+@pytest.mark.parametrize("url", ["ftp://h/x", "file:///etc/passwd", "h/x", "http://", "https:///x",
+                                 "javascript:alert(1)", "http://[::1", 7])
+def test_url_must_be_http_with_host(url):
+    with pytest.raises(TaskError, match="url"):
+        Task.new("t", 1, url=url)
+
+
+def test_url_task_method_and_body():
+    task = Task.new("t", 1, url="https://merchant.example/notify?x=1", method="post", body="json")
+    assert (task.method, task.body) == ("POST", "json")
+    with pytest.raises(TaskError, match="method"):
+        Task.new("t", 1, url="http://h/", method="PUT")
+    with pytest.raises(TaskError, match="body"):
+        Task.new("t", 1, url="http://h/", body="xml")
+
+
+def test_push_target_is_a_name():
+    assert Task.new("t", 1, push="my:list").push == "my:list"
+    with pytest.raises(TaskError):
+        Task.new("t", 1, push="my list")
+
+
+# -- intervals ---------------------------------------------------------------------
+@pytest.mark.parametrize("value, expected", [
+    (None, [0]), (10, [10]), (2.5, [2.5]), ([0, 30, 60], [0, 30, 60]), ((0, 30), [0, 30]),
+    ("0,30,60", [0, 30, 60]), (" 0 , 30,60 ", [0, 30, 60]), ("1.5", [1.5]), ([0.0, "30"], [0, 30]),
+])
+def test_intervals_forms(value, expected):
+    assert parse_intervals(value) == expected
+    assert new(intervals=value).intervals == expected
+
+
+@pytest.mark.parametrize("value", [-1, [0, -5], "0,-1", "abc", "0,,30", "", [], "nan", float("nan"),
+                                   [float("inf")], "inf", True, [True], [None], {"a": 1}, [[1]],
+                                   [10 ** 400], 10 * 365 * 86400 + 1, list(range(1001))])
+def test_bad_intervals(value):
+    with pytest.raises(TaskError):
+        parse_intervals(value)
+    with pytest.raises(TaskError):
+        new(intervals=value)
+
+
+# -- priority, params, timeout, persistent -------------------------------------------
+@pytest.mark.parametrize("priority", [0, 4, -1, True, False, 2.0, "2", None])
+def test_bad_priority(priority):
+    with pytest.raises(TaskError, match="priority"):
+        new(priority=priority)
+
+
+@pytest.mark.parametrize("priority", [1, 2, 3])
+def test_good_priority(priority):
+    assert new(priority=priority).priority == priority
+
+
+@pytest.mark.parametrize("params", [{"x": {1, 2}}, {"x": object()}, {"x": float("nan")}, {"x": float("inf")},
+                                    [1, 2], "x", 5, {"x": b"bytes"}])
+def test_params_must_be_a_json_object(params):
+    with pytest.raises(TaskError, match="params"):
+        new(params=params)
+
+
+def test_params_deeply_nested_is_an_error_not_a_crash():
+    deep: dict = {}
+    node = deep
+    for _ in range(5000):
+        node["a"] = {}
+        node = node["a"]
+    with pytest.raises(TaskError, match="params"):
+        new(params=deep)
+
+
+def test_params_limit():
+    ok = {"x": "a" * 100}
+    size = len(json.dumps(ok, separators=(",", ":")))
+    assert new(params=ok, params_limit=size).params == ok
+    with pytest.raises(TaskError, match="limit"):
+        new(params=ok, params_limit=size - 1)
+    with pytest.raises(TaskError, match="limit"):
+        new(params={"x": "a" * (64 * 1024)})  # the default limit is 64 KiB
+
+
+def test_params_are_normalised_to_json():
+    assert new(params={1: (1, 2)}).params == {"1": [1, 2]}
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 86400.5, True, "5", float("nan"), float("inf")])
+def test_bad_timeout(timeout):
+    with pytest.raises(TaskError, match="timeout"):
+        new(timeout=timeout)
+
+
+@pytest.mark.parametrize("timeout", [0.001, 5, 86400])
+def test_good_timeout(timeout):
+    assert new(timeout=timeout).timeout == timeout
+
+
+@pytest.mark.parametrize("persistent", [0, 1, "yes", None])
+def test_persistent_must_be_bool(persistent):
+    with pytest.raises(TaskError, match="persistent"):
+        new(persistent=persistent)
+
+
+def test_errors_are_one_line():
+    for kw in ({"call": "x"}, {"intervals": "a,b"}, {"params": {"x": {1}}}, {"priority": 9}):
+        with pytest.raises(TaskError) as info:
+            new(**kw)
+        assert "\n" not in str(info.value)
+
+
+# -- the stored form -----------------------------------------------------------------
+def record_of(task: Task) -> dict[str, str]:
+    return {"spec": task.spec_json(), "priority": str(task.priority)}
+
+
+def test_spec_leaves_out_defaults():
+    assert json.loads(new().spec_json()) == {"topic": "order:cancel", "id": "42", "call": "shop.tasks:cancel"}
+
+
+def test_round_trip_with_every_field():
+    task = Task.new("order:notify", 5, url="http://merchant.example/notify", method="POST", body="json",
+                    params={"order": 5, "nested": {"a": [1, 2.5, None, True]}}, intervals=[0, 30, 60, 150],
+                    persistent=False, priority=3, callback="shop.tasks:notified", timeout=2.5)
+    back = Task.from_record(record_of(task))
+    assert back == task
+    assert back.spec_json() == task.spec_json()
+
+
+def test_method_and_body_survive_a_round_trip_on_any_target():
+    task = Task.new("t", 1, push="list", method="post", body="json")
+    assert Task.from_record(record_of(task)) == task
+
+
+def test_from_record_bookkeeping():
+    task = new()
+    record = {**record_of(task), "status": "running", "created": "1700000000123", "due": "1700000001000",
+              "last_run": "1700000001005", "runs": "3", "claim": "7", "error": "boom", "queued": "0"}
+    back = Task.from_record(record)
+    assert back.status == "running" and back.runs == 3 and back.claim == 7 and back.last_error == "boom"
+    assert back.created_at == 1700000000.123 and back.due_at == 1700000001.0
+    assert back.last_run_at == 1700000001.005
+    assert all(isinstance(t, float) for t in (back.created_at, back.due_at, back.last_run_at))
+    assert Task.from_record({**record, "error": ""}).last_error is None
+
+
+_NESTED = "[" * 100000
+
+
+@pytest.mark.parametrize("record", [
+    {},
+    {"priority": "2"},
+    {"spec": "not json"},
+    {"spec": "[1, 2]"},
+    {"spec": "null"},
+    {"spec": _NESTED},
+    {"spec": '{"id": "1", "call": "a:b"}'},
+    {"spec": '{"topic": "t", "id": "1"}'},
+    {"spec": '{"topic": "t", "id": "1", "call": "os:system", "url": "http://h/"}'},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b", "params": [1]}'},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "priority": "7"},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "priority": "high"},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "status": "exploded"},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "runs": "many"},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "due": "soon"},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "created": "1.5"},
+    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "claim": ""},
+])
+def test_from_record_rejects_corrupt_records(record):
+    with pytest.raises(TaskError):
+        Task.from_record(record)
+
+
+# Valid values for every argument of Task.new, and a mix of valid and invalid ones.
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10)
+_good_name = st.one_of(st.text(st.characters(codec="utf-8", exclude_characters=" "), min_size=1, max_size=12)
+                       .filter(lambda s: not any(ord(c) < 33 or ord(c) == 127 for c in s)),
+                       st.integers(0, 10 ** 12))
+_good_id = _good_name.filter(lambda s: ":" not in str(s))
+_good_target = st.sampled_from(["shop.tasks:cancel", "a:b", "_x.y_1:Z.w"])
+_good_number = st.one_of(st.integers(0, 10 ** 6), st.floats(0, 10 ** 6))
+GOOD = dict(
+    topic=_good_name, id=_good_id,
+    target=st.one_of(st.fixed_dictionaries({"call": _good_target}),
+                     st.fixed_dictionaries({"url": st.sampled_from(["http://h/", "https://m.example:8443/n?x=1"])}),
+                     st.fixed_dictionaries({"push": _good_name.map(str)})),
+    method=st.sampled_from(["GET", "POST", "post"]), body=st.sampled_from(["form", "json"]),
+    params=st.one_of(st.none(), st.dictionaries(st.text(max_size=5), _json, max_size=4)),
+    intervals=st.one_of(st.none(), _good_number, st.lists(_good_number, min_size=1, max_size=5),
+                        st.lists(st.integers(0, 3600), min_size=1, max_size=5).map(lambda v: ",".join(map(str, v)))),
+    persistent=st.booleans(), priority=st.integers(1, 3), callback=st.one_of(st.none(), _good_target),
+    timeout=st.one_of(st.none(), st.floats(0.001, 86400), st.integers(1, 86400)),
+)
+_bad_number = st.one_of(st.integers(-5, -1), st.booleans(), st.just(10 ** 400),
+                        st.sampled_from(["abc", "", "-1", "nan", "inf", "1;2", "1,,2"]),
+                        st.floats().filter(lambda f: not (math.isfinite(f) and 0 <= f <= 10 * 365 * 86400)))
+# Every value here is invalid whatever the other arguments are.
+BAD = dict(
+    topic=st.sampled_from(["", "a b", True, None, 1.5, "x" * 600, "\udcff"]),
+    id=st.sampled_from(["", "a:b", "x\ny", False, None]),
+    target=st.sampled_from([{}, {"call": "a"}, {"call": "a:b:c"}, {"url": "ftp://h/"}, {"url": "http://[::1"},
+                            {"call": "a:b", "url": "http://h/"}, {"push": ""}, {"call": 3}, {"call": "a:b\n"}]),
+    method=st.sampled_from(["PUT", 1, None]), body=st.sampled_from(["xml", None]),
+    params=st.one_of(_json.filter(lambda v: not isinstance(v, dict) and v is not None),
+                     st.just({"x": float("nan")}), st.just({"x": {1}})),
+    intervals=st.one_of(_bad_number, st.lists(_bad_number, min_size=1, max_size=3), st.just([])),
+    persistent=st.sampled_from([0, 1, None, "yes"]),
+    priority=st.one_of(st.integers(-1, 0), st.integers(4, 9), st.booleans(), st.floats(0, 4)),
+    callback=st.sampled_from(["a", "a:b\n", 3]),
+    timeout=st.one_of(st.sampled_from([0, -1, True, "5", 86401]),
+                      st.floats(allow_nan=True).filter(lambda t: not 0 < t <= 86400)),
+)
+
+
+def _build(args):
+    args = dict(args)
+    targets = args.pop("target")
+    return Task.new(args.pop("topic"), args.pop("id"), **targets, **args)
+
+
+def _check_round_trip(task):
+    back = Task.from_record(record_of(task))
+    assert back == task
+    assert back.spec_json() == task.spec_json()
+    assert back.key == task.key
+    assert task.intervals and all(math.isfinite(i) and i >= 0 for i in task.intervals)
+
+
+@st.composite
+def mixed_args(draw):
+    """Arguments of which some (maybe none) are invalid; returns (args, names of the invalid ones)."""
+    bad = [name for name in GOOD if draw(st.integers(0, 5)) == 0]
+    return {name: draw(BAD[name] if name in bad else GOOD[name]) for name in GOOD}, bad
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries(GOOD))
+def test_valid_input_builds_a_task_that_round_trips(args):
+    _check_round_trip(_build(args))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_args())
+def test_new_raises_task_error_or_round_trips(case):
+    """Whatever the mix: a TaskError with one clear line, or a task that reads back identically."""
+    args, bad = case
+    try:
+        task = _build(args)
+    except TaskError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        assert bad, f"valid arguments rejected: {exc}"
+        return
+    assert not bad, f"invalid {bad} accepted"
+    _check_round_trip(task)
+
+
+# -- the schedule ------------------------------------------------------------------
+@pytest.mark.parametrize("persistent, expected", [(True, [30, 60, 60, 60]), (False, [30, 60, None, None])])
+def test_next_gap(persistent, expected):
+    task = new(intervals=[0, 30, 60], persistent=persistent)
+    gaps = []
+    for runs in (1, 2, 3, 4):
+        task.runs = runs
+        gaps.append(task.next_gap())
+    assert gaps == expected
+
+
+def test_zero_repeat_gap_is_raised_to_one_second():
+    task = new()  # intervals [0], persistent
+    task.runs = 1
+    assert task.next_gap() == 1
+    task = new(intervals=[5, 0, 10])
+    task.runs = 1
+    assert task.next_gap() == 1
+    task.runs = 2
+    assert task.next_gap() == 10
+    task = new(intervals=[0], persistent=False)
+    task.runs = 1
+    assert task.next_gap() is None
+
+
+# -- the allowlist -----------------------------------------------------------------
+@pytest.mark.parametrize("target, allowed", [
+    ("shop.tasks:f", True), ("shop.tasks.refunds:f", True), ("shop.tasks.a.b:f", True),
+    ("shop.tasks_evil:f", False), ("shop:f", False), ("shop.task:f", False), ("shopxtasks:f", False),
+    ("evil.shop.tasks:f", False), ("os:system", False),
+])
+def test_module_allowed(target, allowed):
+    assert module_allowed(target, ("shop.tasks",)) is allowed
+
+
+def test_module_allowed_with_several_or_none():
+    assert module_allowed("b.x:f", ("a", "b"))
+    assert not module_allowed("a:f", ())
