@@ -287,7 +287,7 @@ class Task:
             gap = self.intervals[-1]
         else:
             return None
-        return max(gap, 1)
+        return gap if gap > 0 else 1
 
 
 def _seconds(ms: str | None) -> float | None:

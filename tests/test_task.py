@@ -359,3 +359,9 @@ def test_module_allowed(target, allowed):
 def test_module_allowed_with_several_or_none():
     assert module_allowed("b.x:f", ("a", "b"))
     assert not module_allowed("a:f", ())
+
+
+def test_fractional_repeat_gap_is_kept():
+    task = new(intervals=[0, 0.25])
+    task.runs = 1
+    assert task.next_gap() == 0.25
