@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from .task import Task
 
@@ -58,9 +59,15 @@ def _redis(url: str) -> Any:
 def record(task: Task) -> str:
     """RPUSH `"<key>:<runs>"` to the list `params['list']` on the Redis at `params['redis']`.
 
-    Tests use it to prove that (and how often) a run happened.
+    Tests use it to prove that (and how often) a run happened. Only a Redis on
+    this host (loopback or a unix socket) may be named: this module is allowed by
+    default, so a task must not be able to point it at another machine.
     """
-    _redis(task.params["redis"]).rpush(task.params["list"], f"{task.key}:{task.runs}")
+    url = str(task.params["redis"])
+    parts = urlsplit(url)
+    if parts.scheme != "unix" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return "fail"
+    _redis(url).rpush(task.params["list"], f"{task.key}:{task.runs}")
     return "success"
 
 

@@ -37,6 +37,7 @@ class RedisServer:
     def __init__(self, directory: str | None = None, aof: bool = False, password: str | None = None,
                  port: int | None = None, extra: list[str] | None = None):
         self.dir = Path(directory or tempfile.mkdtemp(prefix="delayd-redis-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.aof = aof
         self.password = password
         self.port = port or free_port()

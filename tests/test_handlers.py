@@ -501,6 +501,8 @@ def test_examples(make_runner, redis_url, r):
     assert run("record", runs=3, redis=redis_url, list="proof") == "ok"
     assert run("record", runs=4, redis=redis_url, list="proof") == "ok"
     assert r.lrange("proof", 0, -1) == ["order:cancel:42:3", "order:cancel:42:4"]
+    # A default-allowed example must not be a way to reach another host's Redis.
+    assert run("record", redis="redis://10.0.0.1:6379/0", list="proof") == "failed"
 
 
 # -- push targets ----------------------------------------------------------------------------
