@@ -28,10 +28,14 @@ def titled(prefix: str) -> list[psutil.Process]:
     return found
 
 
+def redis_url_set(env: dict) -> bool:
+    return bool(env.get("DELAYD_REDIS_URL"))
+
+
 class Daemon:
     """`delayd start --foreground` in a subprocess, with its own state dir."""
 
-    def __init__(self, redis_url: str, state_dir: Path, buckets: int = 2, queues: int = 1, **env: str):
+    def __init__(self, redis_url: str | None, state_dir: Path, buckets: int = 2, queues: int = 1, **env: str):
         self.state_dir = Path(state_dir)
         self.env = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": str(state_dir),
                     "DELAYD_BUCKETS": str(buckets), "DELAYD_QUEUES": str(queues),
@@ -39,6 +43,8 @@ class Daemon:
                     "DELAYD_LOG_FILE": str(Path(state_dir) / "delayd.log"),
                     # tests/ importable, so that a refused target is refused by the allowlist alone
                     "PYTHONPATH": str(Path(__file__).parent), **env}
+        if redis_url is None:  # the embedded Redis of state_dir
+            del self.env["DELAYD_REDIS_URL"]
         self.buckets, self.queues = buckets, queues
         self.proc: subprocess.Popen | None = None
 
@@ -47,7 +53,8 @@ class Daemon:
         self.proc = subprocess.Popen([*DELAYD, "start", "--foreground"], env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if wait:
-            wait_for(lambda: len(self.children()) == self.buckets + self.queues and self.ready(), 20,
+            expected = self.buckets + self.queues + (0 if redis_url_set(self.env) else 1)
+            wait_for(lambda: len(self.children()) == expected and self.ready(), 30,
                      message="daemon children up")
         return self
 
