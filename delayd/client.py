@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 from . import config as config_mod
 from . import connection, embedded
-from .store import PRIORITIES, SCRIPTS, BucketKeys, Store, bucket_of, meta_key
+from .store import PRIORITIES, SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
 from .task import FINISHED, Task, TaskError, module_allowed
 
 ADD_BATCH = 500  # tasks per add.lua call: keeps each script call well under a millisecond or two
@@ -120,11 +120,8 @@ class Client:
     def store(self) -> Store:
         """The store, with the bucket count recorded in Redis (set on first use)."""
         if self._store is None:
-            buckets = self.redis.hget(meta_key(self.prefix), "buckets")
-            if buckets is None:
-                self.redis.hsetnx(meta_key(self.prefix), "buckets", self.config.buckets)
-                buckets = self.redis.hget(meta_key(self.prefix), "buckets")
-            self._store = Store(self.redis, self.prefix, int(buckets))
+            buckets = recorded_buckets(self.redis, self.prefix, self.config.buckets)
+            self._store = Store(self.redis, self.prefix, buckets)
         return self._store
 
     # -- writing ---------------------------------------------------------------------

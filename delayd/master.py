@@ -33,7 +33,7 @@ from . import queue as queue_worker
 from .config import Config
 from .log import event
 from .pidfile import PidFile
-from .store import meta_key
+from .store import recorded_buckets
 from .worker import HANDLED_SIGNALS, REDIS_ERRORS, set_death_signal, start_child, title
 
 log = logging.getLogger("delayd.master")
@@ -81,11 +81,8 @@ def check_redis(config: Config) -> None:
     client = connection.connect(config.redis_url)
     try:
         client.ping()
-        stored = client.hget(meta_key(config.prefix), "buckets")
-        if stored is None:
-            client.hsetnx(meta_key(config.prefix), "buckets", config.buckets)
-            stored = client.hget(meta_key(config.prefix), "buckets")
-        if int(stored) != config.buckets:
+        stored = recorded_buckets(client, config.prefix, config.buckets)
+        if stored != config.buckets:
             raise StartError(f"the store at prefix {config.prefix!r} has {stored} buckets but the config says "
                              f"{config.buckets}; set buckets = {stored} (changing it would orphan tasks)")
         info = client.info("persistence")

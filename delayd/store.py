@@ -77,6 +77,15 @@ def meta_key(prefix: str) -> str:
     return f"{prefix}meta"
 
 
+def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
+    """The bucket count recorded in Redis for `prefix`; records `default` on first use."""
+    stored = redis_client.hget(meta_key(prefix), "buckets")
+    if stored is None:
+        redis_client.hsetnx(meta_key(prefix), "buckets", default)
+        stored = redis_client.hget(meta_key(prefix), "buckets")
+    return int(stored)
+
+
 class Script:
     """One Lua script from `delayd/lua/NAME.lua`, run by SHA with a reload on NOSCRIPT.
 
