@@ -213,23 +213,8 @@ class Notifications:
         self.sock.bind(str(path))
         self.seen: list[dict[str, str]] = []
 
-    def expect(self, key: str, value: str = "1", timeout: float = 30.0) -> dict[str, str]:
-        """The next datagram that sets key=value (earlier ones are kept in self.seen)."""
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            self.sock.settimeout(left)
-            try:
-                data = self.sock.recv(4096)
-            except socket.timeout:
-                break
-            message = dict(line.partition("=")[::2] for line in data.decode().splitlines() if line)
-            self.seen.append(message)
-            if message.get(key) == value:
-                return message
-        raise AssertionError(f"no {key}={value} within {timeout} s; got {self.seen}")
-
-    def quiet(self, key: str, timeout: float) -> None:
-        """No datagram setting `key` arrives within `timeout` s."""
+    def messages(self, timeout: float):
+        """Datagrams (as dicts) arriving within `timeout` s; each is also kept in self.seen."""
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             self.sock.settimeout(left)
@@ -239,6 +224,18 @@ class Notifications:
                 return
             message = dict(line.partition("=")[::2] for line in data.decode().splitlines() if line)
             self.seen.append(message)
+            yield message
+
+    def expect(self, key: str, value: str = "1", timeout: float = 30.0) -> dict[str, str]:
+        """The next datagram that sets key=value (earlier ones are kept in self.seen)."""
+        for message in self.messages(timeout):
+            if message.get(key) == value:
+                return message
+        raise AssertionError(f"no {key}={value} within {timeout} s; got {self.seen}")
+
+    def quiet(self, key: str, timeout: float) -> None:
+        """No datagram setting `key` arrives within `timeout` s."""
+        for message in self.messages(timeout):
             assert key not in message, f"unexpected {message}"
 
     def close(self) -> None:
