@@ -33,8 +33,7 @@ def fail(message: str, code: int = 1) -> int:
 
 
 def load_config(args: argparse.Namespace) -> config_mod.Config:
-    return config_mod.load(getattr(args, "config", None), redis_url=getattr(args, "redis", None),
-                           prefix=getattr(args, "prefix", None))
+    return config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix)
 
 
 def client_for(args: argparse.Namespace) -> Client:
@@ -142,26 +141,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 # -- daemon verbs --------------------------------------------------------------------
-def daemon_config(args: argparse.Namespace) -> config_mod.Config:
-    return config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix)
-
-
 @verb("start")
 def cmd_start(args: argparse.Namespace) -> int:
     from . import control
-    return control.start(daemon_config(args), args.config, args.foreground)
+    return control.start(load_config(args), args.config, args.foreground)
 
 
 @verb("stop")
 def cmd_stop(args: argparse.Namespace) -> int:
     from . import control
-    return control.stop(daemon_config(args), args.timeout)
+    return control.stop(load_config(args), args.timeout)
 
 
 @verb("restart")
 def cmd_restart(args: argparse.Namespace) -> int:
     from . import control
-    config = daemon_config(args)
+    config = load_config(args)
     code = control.stop(config, args.timeout)
     return code or control.start(config, args.config, foreground=False)
 
@@ -170,7 +165,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_reload(args: argparse.Namespace) -> int:
     import signal
     from . import control
-    pid = control.signal_master(daemon_config(args), signal.SIGHUP)
+    pid = control.signal_master(load_config(args), signal.SIGHUP)
     if not pid:
         return fail("delayd is not running")
     print(f"reload requested (pid {pid})")
@@ -180,7 +175,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
 @verb("status")
 def cmd_status(args: argparse.Namespace) -> int:
     from . import control
-    state = control.status(daemon_config(args))
+    state = control.status(load_config(args))
     if state is None:
         emit(args, {"running": False}, "delayd is not running")
         return 3

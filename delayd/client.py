@@ -32,10 +32,6 @@ class RedisUnavailable(DelaydError):
     """Redis cannot be reached or refused us."""
 
 
-class LayoutError(DelaydError):
-    """The store in Redis does not match this configuration (e.g. bucket count)."""
-
-
 @contextlib.contextmanager
 def _translated(client: "Client") -> Iterator[None]:
     try:
@@ -186,7 +182,7 @@ class Client:
         if isinstance(self.redis, RedisCluster):
             # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
             return sum(sum(self.store.add(keys, entries, nx)) for keys, entries in calls)
-        for attempt in (1, 2):
+        for _attempt in (1, 2):
             pipe = self.redis.pipeline(transaction=False)
             for keys, entries in calls:
                 self.store.add(keys, entries, nx, client=pipe)
