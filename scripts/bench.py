@@ -1,0 +1,293 @@
+"""delayd benchmarks (run through ./scripts/bench). Every figure is the median of
+--runs runs (default 3) with min-max; the Redis ceiling is measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import psutil  # noqa: E402
+
+from daemon_helper import Daemon  # noqa: E402
+from redis_server import RedisServer, wait_for  # noqa: E402
+
+from delayd import Client  # noqa: E402
+from delayd.embedded import find_redis_server  # noqa: E402
+
+N = 20_000
+MOVE_LUA = """
+local m = redis.call('ZRANGE', KEYS[1], 0, 99)
+if #m > 0 then redis.call('RPUSH', KEYS[2], unpack(m)); redis.call('ZREM', KEYS[1], unpack(m)) end
+return #m
+"""
+
+
+class Figure:
+    def __init__(self, name: str, unit: str, target: str = ""):
+        self.name, self.unit, self.target, self.values = name, unit, target, []
+
+    def add(self, value: float) -> None:
+        self.values.append(value)
+
+    def row(self) -> str:
+        if not self.values:
+            return f"| {self.name} | - | - | {self.unit} | {self.target} |"
+        med = statistics.median(self.values)
+        return (f"| {self.name} | {fmt(med)} | {fmt(min(self.values))}–{fmt(max(self.values))} | "
+                f"{self.unit} | {self.target} |")
+
+
+def fmt(x: float) -> str:
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.2f}"
+
+
+def redis_tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(find_redis_server()).parent / name
+    return str(beside) if beside.exists() else None
+
+
+# -- the Redis ceiling -----------------------------------------------------------------
+def zadd_ceiling(server: RedisServer, pipeline: int) -> float:
+    """ZADD ops/s: redis-benchmark if installed, else redis-cli (--pipe / one by one)."""
+    bench = redis_tool("redis-benchmark")
+    if bench:
+        out = subprocess.run([bench, "-p", str(server.port), "-n", "200000" if pipeline > 1 else "50000",
+                              "-c", "1" if pipeline == 1 else "4", "-P", str(pipeline), "-q", "-r", "100000",
+                              "ZADD", "ceil", "__rand_int__", "m:__rand_int__"],
+                             capture_output=True, text=True, check=True).stdout
+        return float(out.split(":")[-1].split()[0].replace(",", ""))
+    cli = redis_tool("redis-cli")
+    n = 200_000 if pipeline > 1 else 20_000
+    if pipeline > 1:
+        payload = "".join(f"*4\r\n$4\r\nZADD\r\n$4\r\nceil\r\n${len(str(i))}\r\n{i}\r\n${len(str(i)) + 2}\r\nm:{i}\r\n"
+                          for i in range(n)).encode()
+        start = time.perf_counter()
+        subprocess.run([cli, "-p", str(server.port), "--pipe"], input=payload, capture_output=True, check=True)
+    else:
+        start = time.perf_counter()
+        subprocess.run([cli, "-p", str(server.port), "-r", str(n), "ZADD", "ceil", "1", "m"],
+                       capture_output=True, check=True)
+    return n / (time.perf_counter() - start)
+
+
+def lua_move_ceiling(server: RedisServer) -> float:
+    """Calls/s of one Lua call moving 100 members zset -> list, from one client."""
+    r = server.client()
+    sha = r.script_load(MOVE_LUA)
+    r.delete("z", "l")
+    calls = 2000
+    pipe = r.pipeline(transaction=False)
+    for i in range(calls * 100):
+        pipe.zadd("z", {f"m{i}": i})
+        if i % 10000 == 9999:
+            pipe.execute()
+    pipe.execute()
+    start = time.perf_counter()
+    for _ in range(calls):
+        r.evalsha(sha, 2, "z", "l")
+    elapsed = time.perf_counter() - start
+    r.delete("z", "l")
+    return calls / elapsed
+
+
+# -- delayd ----------------------------------------------------------------------------
+def redis_now(r) -> float:
+    s, us = r.time()
+    return s + us / 1e6
+
+
+def enqueue_single(client: Client, r) -> float:
+    r.flushall()
+    start = time.perf_counter()
+    for i in range(N):
+        client.add("bench", i, call="delayd.examples:noop", delay=3600)
+    return N / (time.perf_counter() - start)
+
+
+def enqueue_many(client: Client, r) -> float:
+    r.flushall()
+    items = [{"topic": "bench", "id": i, "call": "delayd.examples:noop", "delay": 3600} for i in range(N)]
+    start = time.perf_counter()
+    client.add_many(items)
+    return N / (time.perf_counter() - start)
+
+
+def done_scores(client: Client, r) -> list[float]:
+    scores = []
+    for keys in client.store.keys:
+        scores += [s for _, s in r.zrange(keys.done("ok"), 0, -1, withscores=True)]
+    return scores
+
+
+def drain(client: Client, r, n: int = N) -> float:
+    """n no-op tasks due at one instant: tasks/s from the due time to the last finish."""
+    for keys in client.store.keys:
+        r.delete(keys.done("ok"))
+    due = redis_now(r) + 3.0
+    for i in range(0, n, 20_000):
+        client.add_many([{"topic": "drain", "id": j, "call": "delayd.examples:noop", "at": due}
+                         for j in range(i, min(n, i + 20_000))])
+    due = min(t.due_at for t in client.list(topic="drain", limit=5))
+    wait_for(lambda: sum(r.zcard(k.done("ok")) for k in client.store.keys) >= n, 600, interval=0.05,
+             message="drain")
+    last = max(done_scores(client, r)) / 1000
+    return n / (last - due)
+
+
+def lateness(client: Client, r) -> tuple[float, float, float, int]:
+    """1,000 tasks spread over 20 s: start minus due (ms, by Redis time)."""
+    start = redis_now(r) + 1.0
+    client.add_many([{"topic": "late", "id": i, "call": "delayd.examples:noop", "at": start + i * 0.02}
+                     for i in range(1000)])
+    wait_for(lambda: client.stats()["counts"]["ok"] >= 1000 + client_ok_base[0], 60, interval=0.2,
+             message="lateness run")
+    tasks = client.list(topic="late", limit=2000)
+    late = sorted((t.last_run_at - t.due_at) * 1000 for t in tasks)
+    early = sum(1 for x in late if x < 0)
+    for t in tasks:
+        client.delete("late", t.id, hard=True)
+    return statistics.median(late), late[int(len(late) * 0.99) - 1], late[-1], early
+
+
+client_ok_base = [0]
+
+
+def idle_cpu(daemon: Daemon, seconds: float = 10.0) -> float:
+    procs = [daemon.master] + daemon.children()
+    before = {p.pid: sum(p.cpu_times()[:2]) for p in procs}
+    start = time.monotonic()
+    time.sleep(seconds)  # the measurement window itself
+    used = sum(sum(p.cpu_times()[:2]) - before[p.pid] for p in procs if p.is_running())
+    return 100.0 * used / (time.monotonic() - start)
+
+
+def memory_per_task(client: Client, r, n: int) -> float:
+    r.flushall()
+    base = r.info("memory")["used_memory"]
+    for i in range(0, n, 20_000):
+        client.add_many([{"topic": "m", "id": j, "call": "delayd.examples:noop", "delay": 86400}
+                         for j in range(i, min(n, i + 20_000))])
+    used = r.info("memory")["used_memory"] - base
+    return used / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--big", action="store_true", help="also 1M pending and 1M due at once")
+    ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="delayd-bench-"))
+    server = RedisServer(str(work / "redis")).start()
+    r = server.client()
+    version = r.info("server")["redis_version"]
+    figs = {k: Figure(*v) for k, v in {
+        "zadd1": ("Redis ZADD, no pipelining", "ops/s"),
+        "zaddp": ("Redis ZADD, pipelined", "ops/s"),
+        "lua": ("Redis Lua move of 100 members (calls/s)", "calls/s"),
+        "luam": ("Redis Lua move of 100 members (members/s)", "members/s"),
+        "add": ("enqueue: `add`, one at a time", "tasks/s"),
+        "many": ("enqueue: `add_many`", "tasks/s"),
+        "manypct": ("enqueue: `add_many` as % of pipelined ZADD", "%", ">= 50 %"),
+        "drain1": ("drain 20,000 due at once, 1 queue process", "tasks/s"),
+        "drain2": ("drain 20,000 due at once, 2 queue processes", "tasks/s", ">= 20,000"),
+        "p50": ("lateness p50 (start - due)", "ms"),
+        "p99": ("lateness p99", "ms", "<= 5 ms"),
+        "max": ("lateness max", "ms"),
+        "early": ("early starts (of 1,000)", "count", "0"),
+        "idle": ("idle CPU, all delayd processes, 10 s", "% of one core", "< 0.5 %"),
+        "mem": ("Redis memory per pending minimal task (20,000)", "bytes", "<= 300"),
+    }.items()}
+    if args.big:
+        figs["mem1m"] = Figure("Redis memory per pending minimal task (1,000,000)", "bytes", "<= 300")
+        figs["drain1m"] = Figure("drain 1,000,000 due at once, 2 queue processes", "tasks/s")
+    try:
+        for run in range(args.runs):
+            print(f"run {run + 1}/{args.runs}: Redis ceiling", flush=True)
+            r.flushall()
+            figs["zadd1"].add(zadd_ceiling(server, 1))
+            figs["zaddp"].add(zadd_ceiling(server, 64))
+            calls = lua_move_ceiling(server)
+            figs["lua"].add(calls)
+            figs["luam"].add(calls * 100)
+            r.flushall()
+            client = Client.from_url(server.url)
+            print(f"run {run + 1}/{args.runs}: enqueue", flush=True)
+            figs["add"].add(enqueue_single(client, r))
+            figs["many"].add(enqueue_many(client, r))
+            figs["manypct"].add(100 * figs["many"].values[-1] / figs["zaddp"].values[-1])
+            figs["mem"].add(memory_per_task(client, r, N))
+            r.flushall()
+            client = Client.from_url(server.url)
+            for queues in (1, 2):
+                print(f"run {run + 1}/{args.runs}: drain with {queues} queue process(es)", flush=True)
+                with Daemon(server.url, work / f"state{queues}", buckets=4, queues=queues):
+                    figs[f"drain{queues}"].add(drain(client, r))
+                r.flushall()
+                client = Client.from_url(server.url)
+            print(f"run {run + 1}/{args.runs}: lateness and idle CPU (default settings)", flush=True)
+            with Daemon(server.url, work / "state", buckets=4, queues=2) as d:
+                client_ok_base[0] = client.stats()["counts"]["ok"]
+                p50, p99, mx, early = lateness(client, r)
+                figs["p50"].add(p50)
+                figs["p99"].add(p99)
+                figs["max"].add(mx)
+                figs["early"].add(early)
+                figs["idle"].add(idle_cpu(d))
+            r.flushall()
+        if args.big:
+            client = Client.from_url(server.url)
+            print("big: 1,000,000 pending", flush=True)
+            figs["mem1m"].add(memory_per_task(client, r, 1_000_000))
+            r.flushall()
+            with Daemon(server.url, work / "big", buckets=4, queues=2):
+                print("big: 1,000,000 due at once", flush=True)
+                figs["drain1m"].add(drain(client, r, 1_000_000))
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = cpu
+    ceiling_tool = "redis-benchmark" if redis_tool("redis-benchmark") else "redis-cli (--pipe / -r)"
+    lines = [
+        "# delayd benchmarks",
+        "",
+        f"Written by `./scripts/bench{' --big' if args.big else ''}` on {datetime.date.today()} — "
+        f"{model}, {psutil.cpu_count()} cores, Python {platform.python_version()}, Redis {version} "
+        f"(no persistence, loopback TCP). Each figure: median of {args.runs} run(s), min–max. "
+        f"Ceiling measured with {ceiling_tool}. The daemon runs with default settings "
+        "(4 buckets, 2 queue processes, concurrency 32) unless the row says otherwise.",
+        "",
+        "| figure | median | min–max | unit | target |",
+        "| --- | --- | --- | --- | --- |",
+        *[f.row() for f in figs.values()],
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
