@@ -154,9 +154,13 @@ class Task:
         priority: int = 2,
         callback: str | None = None,
         timeout: float | None = None,
-        params_limit: int = DEFAULT_PARAMS_LIMIT,
+        params_limit: int | None = DEFAULT_PARAMS_LIMIT,
     ) -> "Task":
-        """Validate user input and build a task; raise TaskError with one clear line."""
+        """Validate user input and build a task; raise TaskError with one clear line.
+
+        params_limit=None is for params just decoded from JSON (a stored record):
+        they need no serialisability check or copy.
+        """
         topic = _check_name("topic", topic)
         id = _check_name("id", id)
         if ":" in id:
@@ -185,12 +189,14 @@ class Task:
             params = {}
         if not isinstance(params, dict):
             raise TaskError("params must be a JSON object (a dict)")
-        try:
-            encoded = json.dumps(params, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise TaskError(f"params are not JSON-serialisable: {exc}") from None
-        if len(encoded.encode()) > params_limit:
-            raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
+        if params_limit is not None:  # user input: must survive JSON, as a copy, within the limit
+            try:
+                encoded = json.dumps(params, allow_nan=False, separators=(",", ":"))
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise TaskError(f"params are not JSON-serialisable: {exc}") from None
+            if len(encoded.encode()) > params_limit:
+                raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
+            params = json.loads(encoded)
         if not isinstance(persistent, bool):
             raise TaskError("persistent must be true or false")
         if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 3:
@@ -202,7 +208,7 @@ class Task:
                 raise TaskError(f"timeout must be a number of seconds in (0, 86400], got {timeout!r}")
         return cls(
             topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
-            params=json.loads(encoded), intervals=parse_intervals(intervals), persistent=persistent,
+            params=params, intervals=parse_intervals(intervals), persistent=persistent,
             priority=priority, callback=callback, timeout=timeout,
         )
 
@@ -241,7 +247,7 @@ class Task:
                 params=spec.get("params"), intervals=spec.get("intervals"),
                 persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
                 callback=spec.get("callback"), timeout=spec.get("timeout"),
-                params_limit=1 << 62,
+                params_limit=None,
             )
             status = record.get("status", "delayed")
             if status not in STATUSES:
