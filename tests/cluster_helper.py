@@ -1,0 +1,142 @@
+"""Real Redis Cluster and Sentinel set-ups on loopback, for the scale-out tests."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import redis
+
+from delayd.embedded import find_redis_server
+from redis_server import RedisServer, free_port, wait_for
+
+
+def cluster_port() -> int:
+    """A free port low enough that port + 10000 (the cluster bus) is valid and free too."""
+    for _ in range(1000):
+        port = free_port()
+        if port <= 55535:
+            with socket.socket() as bus:
+                try:
+                    bus.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def redis_cli() -> str:
+    return str(Path(find_redis_server()).parent / "redis-cli")
+
+
+class Cluster:
+    """`masters` cluster-enabled redis-servers joined with `redis-cli --cluster create`."""
+
+    def __init__(self, masters: int = 3):
+        self.dir = Path(tempfile.mkdtemp(prefix="delayd-cluster-"))
+        self.nodes = [RedisServer(str(self.dir / f"n{i}"), port=cluster_port(), extra=[
+            "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"n{i}" / "nodes.conf"),
+            "--cluster-node-timeout", "2000"]) for i in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes) + "/"
+
+    def start(self) -> "Cluster":
+        for node in self.nodes:
+            node.start()
+        subprocess.run([redis_cli(), "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+
+        def ready() -> bool:
+            return all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes)
+        wait_for(ready, 30, interval=0.1, message="cluster_state ok")
+        return self
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, decode_responses=True)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class SentinelSet:
+    """One master, one replica, one sentinel watching them as service `mymaster`."""
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="delayd-sentinel-"))
+        self.master = RedisServer(str(self.dir / "m"), aof=True)
+        self.replica = RedisServer(str(self.dir / "r"), aof=True)
+        self.sentinel_port = free_port()
+        self.sentinel: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/mymaster/0"
+
+    def start(self) -> "SentinelSet":
+        self.master.start()
+        self.replica.extra = ["--replicaof", "127.0.0.1", str(self.master.port)]
+        self.replica.start()
+        conf = self.dir / "sentinel.conf"
+        conf.write_text(f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                        f"sentinel monitor mymaster 127.0.0.1 {self.master.port} 1\n"
+                        "sentinel down-after-milliseconds mymaster 2000\n"
+                        "sentinel failover-timeout mymaster 10000\n")
+        self.sentinel = subprocess.Popen([find_redis_server(), str(conf), "--sentinel"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        s = self.sentinel_client()
+        wait_for(lambda: self._replica_known(s), 30, interval=0.1, message="sentinel sees the replica")
+        return self
+
+    def _replica_known(self, s) -> bool:
+        try:
+            return len(s.sentinel_slaves("mymaster")) >= 1 and \
+                self.replica.client().info("replication").get("master_link_status") == "up"
+        except redis.exceptions.ConnectionError:
+            return False
+
+    def sentinel_client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.sentinel_port, decode_responses=True)
+
+    def master_port(self) -> int:
+        return int(self.sentinel_client().sentinel_get_master_addr_by_name("mymaster")[1])
+
+    def failover(self) -> int:
+        """Force a failover; return the new master's port once the sentinel reports it."""
+        old = self.master_port()
+
+        def asked() -> bool:  # NOGOODSLAVE until the sentinel has fresh INFO from the replica
+            try:
+                return self.sentinel_client().execute_command("SENTINEL", "FAILOVER", "mymaster")
+            except redis.exceptions.ResponseError as exc:
+                if "NOGOODSLAVE" in str(exc):
+                    return False
+                raise
+        wait_for(asked, 30, interval=0.2, message="sentinel accepts FAILOVER")
+        return wait_for(lambda: self.master_port() != old and self.master_port(), 30, interval=0.1,
+                        message="failover done")
+
+    def stop(self) -> None:
+        if self.sentinel:
+            self.sentinel.kill()
+            self.sentinel.wait()
+        self.replica.kill()
+        self.master.kill()
+
+    def __enter__(self) -> "SentinelSet":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+__all__ = ["Cluster", "SentinelSet"]

@@ -1,0 +1,83 @@
+"""Scale-out: two daemons on one Redis, a 3-master Redis Cluster, and Sentinel failover."""
+from __future__ import annotations
+
+import pytest
+
+from cluster_helper import Cluster, SentinelSet
+from daemon_helper import Daemon
+from redis_server import wait_for
+
+from delayd import Client
+
+
+def all_ok(client: Client, topic: str, n: int) -> bool:
+    tasks = client.list(topic=topic, status="ok", limit=n + 10)
+    return len(tasks) == n
+
+
+def test_two_daemons_share_one_redis_without_duplicate_runs(redis_url, tmp_path, client, r):
+    params = {"list": "ran", "redis": redis_url}
+    with Daemon(redis_url, tmp_path / "a", buckets=4, queues=1, DELAYD_LOG_LEVEL="DEBUG") as a, \
+            Daemon(redis_url, tmp_path / "b", buckets=4, queues=1, DELAYD_LOG_LEVEL="DEBUG") as b:
+        client.add_many([{"topic": "s", "id": i, "call": "delayd.examples:record", "params": params,
+                          "delay": (i % 40) * 0.05} for i in range(400)])
+        wait_for(lambda: r.llen("ran") >= 400, 30, message="400 runs")
+        runs = r.lrange("ran", 0, -1)
+        assert len(runs) == len(set(runs)) == 400  # each task moved once and run once
+        # The log line follows the handler's RPUSH: wait for all of them.
+        wait_for(lambda: a.log().count("event=run ") + b.log().count("event=run ") == 400, 10,
+                 message="400 run lines")
+        ran_a, ran_b = a.log().count("event=run "), b.log().count("event=run ")
+        assert ran_a > 0 and ran_b > 0, (ran_a, ran_b)  # the work spread over both daemons
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(3) as c:
+        yield c
+
+
+def test_cluster_runs_tasks_with_buckets_spread_over_shards(cluster, tmp_path):
+    client = Client.from_url(cluster.url)
+    rc = cluster.client()
+    nodes = {rc.get_node_from_key(keys.delayed).name for keys in client.store.keys}
+    assert len(nodes) >= 2  # bucket hash tags land on different shards
+    with Daemon(cluster.url, tmp_path / "d", buckets=client.store.buckets, queues=2) as d:
+        client.add_many([{"topic": "c", "id": i, "call": "delayd.examples:noop", "delay": (i % 10) * 0.1}
+                         for i in range(300)])
+        client.add("c", "push", push="delayd-cluster-out")
+        queue = d.child("delayd: queue 0")
+        queue.kill()  # a worker dies mid-run: its leased tasks come back
+        wait_for(lambda: all_ok(client, "c", 301), 60, interval=0.1, message="all cluster tasks ok")
+        assert rc.llen("delayd-cluster-out") == 1
+        stats = client.stats()
+        assert stats["counts"]["ok"] >= 301 and stats["counts"]["delayed"] == 0
+    client.close()
+
+
+def test_sentinel_failover_loses_no_task(tmp_path):
+    with SentinelSet() as sentinels:
+        client = Client.from_url(sentinels.url)
+        with Daemon(sentinels.url, tmp_path / "d", buckets=2, queues=1):
+            client.add_many([{"topic": "f", "id": i, "call": "delayd.examples:noop", "delay": 1 + (i % 30) * 0.1}
+                             for i in range(300)])
+            wait_for(lambda: sentinels.replica.client().dbsize() >= 300, 10, message="replicated")
+            sentinels.failover()
+            wait_for(lambda: all_ok(client, "f", 300), 60, interval=0.2, message="all tasks ok after failover")
+        client.close()
+
+
+def test_killed_daemon_work_is_taken_over_by_the_other(redis_url, tmp_path, client, r):
+    """SIGKILL one daemon's master (its children follow): the survivor runs everything."""
+    a = Daemon(redis_url, tmp_path / "a", buckets=4, queues=1, DELAYD_LEASE="3", DELAYD_TASK_TIMEOUT="2").start()
+    with Daemon(redis_url, tmp_path / "b", buckets=4, queues=1, DELAYD_LEASE="3", DELAYD_TASK_TIMEOUT="2"):
+        client.add_many([{"topic": "k", "id": i, "call": "delayd.examples:slow", "params": {"seconds": 0.2}}
+                         for i in range(100)])
+        wait_for(lambda: "event=run" in a.log() or client.stats()["counts"]["running"] > 0, 10,
+                 message="work in flight")
+        kids = a.children()
+        a.master.kill()
+        a.proc.wait(10)
+        wait_for(lambda: not [k for k in kids if k.is_running() and k.status() != "zombie"], 10,
+                 message="a's children gone")
+        wait_for(lambda: all_ok(client, "k", 100), 60, interval=0.2, message="survivor finished all 100")
