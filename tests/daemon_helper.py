@@ -63,7 +63,7 @@ class Daemon:
 
     def log(self) -> str:
         try:
-            return (self.state_dir / "delayd.log").read_text()
+            return Path(self.env["DELAYD_LOG_FILE"]).read_text()
         except OSError:
             return ""
 

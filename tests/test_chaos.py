@@ -1,0 +1,18 @@
+"""SPEC promise 1 under chaos: SIGKILLs, a SIGSTOP past the lease, a master kill, a Redis restart.
+
+The scenario and its checks are in tests/chaos.py (shared with scripts/chaos, which
+runs it at 50,000 tasks). This is the suite's smaller run.
+"""
+from __future__ import annotations
+
+import chaos
+
+
+def test_nothing_is_lost_under_chaos(tmp_path):
+    result = chaos.run(chaos.Settings(tasks=5000, window=10.0), tmp_path, say=print)
+    print(result.summary())
+    assert not result.failures, "\n".join([result.summary(), *result.failures])
+    # The scenario really happened (a run that skipped a disruption proves less).
+    assert result.redis_restarts == 1 and result.master_kills == 1 and result.stops == 1
+    assert result.kills >= 10 and result.queue_kills >= 1
+    assert result.deleted > 0 and result.tasks == 5000
