@@ -18,7 +18,8 @@ from redis.cluster import RedisCluster
 
 from . import config as config_mod
 from . import connection, embedded
-from .store import PRIORITIES, SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
+from . import stats as stats_mod
+from .store import SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
 from .task import FINISHED, Task, TaskError, module_allowed
 
 ADD_BATCH = 500  # tasks per add.lua call: keeps each script call well under a millisecond or two
@@ -264,43 +265,6 @@ class Client:
 
     @redis_errors
     def stats(self) -> dict[str, Any]:
-        """Counts per status, per bucket and per ready queue, and the oldest due time."""
-        store = self.store
-        seconds, micros = self.redis.time()  # not pipelined: a cluster pipeline refuses TIME
-        pipe = self.redis.pipeline(transaction=False)
-        for keys in store.keys:
-            pipe.zcard(keys.delayed)
-            for key in keys.ready:
-                pipe.llen(key)
-            pipe.zcard(keys.leases)
-            for status in FINISHED:
-                pipe.zcard(keys.done(status))
-            pipe.hlen(keys.quarantine)
-            pipe.zrange(keys.delayed, 0, 0, withscores=True)
-        results = pipe.execute()
-        now = seconds + micros / 1e6
-        per_bucket = []
-        width = 10
-        for b in range(store.buckets):
-            waiting, r3, r2, r1, running, ok, failed, deleted, quarantined, head = results[b * width:(b + 1) * width]
-            per_bucket.append({
-                "bucket": b, "waiting": waiting, "ready": {"3": r3, "2": r2, "1": r1}, "running": running,
-                "ok": ok, "failed": failed, "deleted": deleted, "quarantined": quarantined,
-                "next_due_at": head[0][1] / 1000 if head else None,
-            })
-        total = {name: sum(b[name] for b in per_bucket)
-                 for name in ("waiting", "running", "ok", "failed", "deleted", "quarantined")}
-        ready = {str(p): sum(b["ready"][str(p)] for b in per_bucket) for p in PRIORITIES}
-        oldest = min((b["next_due_at"] for b in per_bucket if b["next_due_at"] is not None), default=None)
-        return {
-            "time": now,
-            "buckets": store.buckets,
-            "counts": {"delayed": total["waiting"] + sum(ready.values()), "running": total["running"],
-                       "ok": total["ok"], "failed": total["failed"], "deleted": total["deleted"]},
-            "waiting": total["waiting"],
-            "ready": ready,
-            "quarantined": total["quarantined"],
-            "oldest_due_at": oldest,
-            "oldest_due_lag": max(0.0, now - oldest) if oldest is not None else 0.0,
-            "per_bucket": per_bucket,
-        }
+        """Counts per status (and ready per priority), oldest due lag, runs and tasks/s over
+        the last minute, lateness p50/p99: overall, per topic and per bucket (see delayd.stats)."""
+        return stats_mod.collect(self.redis, self.store)

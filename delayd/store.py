@@ -63,6 +63,21 @@ class BucketKeys:
         return self.tag + "quarantine"
 
     @property
+    def counts(self) -> str:
+        """Hash `<state>|<topic>` -> tasks in that state (kept in step by every script)."""
+        return self.tag + "counts"
+
+    @property
+    def totals(self) -> str:
+        """Hash `<event>|<topic>` -> runs by outcome, starts, lateness buckets, since the start."""
+        return self.tag + "totals"
+
+    @property
+    def window_prefix(self) -> str:
+        """`P{N}:w:<n>`: the same events as totals for the 10-second window n (expires)."""
+        return self.tag + "w:"
+
+    @property
     def wake_channel(self) -> str:
         """Published to when this bucket's next due time or lease expiry moved earlier."""
         return f"{self.prefix}wake:{self.bucket}"
@@ -111,7 +126,8 @@ class Script:
         client.script_load(self.source)
 
 
-SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry")}
+SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
+                                           "stats")}
 
 
 class Store:
@@ -138,7 +154,7 @@ class Store:
         """Write tasks of one bucket in one script call; returns 1/0 per task."""
         return SCRIPTS["add"](
             client or self.redis,
-            [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted")],
+            [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts],
             [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)],
         )
 
@@ -147,13 +163,13 @@ class Store:
         return bool(SCRIPTS["delete"](
             self.redis,
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine],
+             keys.quarantine, keys.counts],
             [member, int(hard), retention_ms],
         ))
 
     def retry(self, member: str) -> int:
         keys = self.keys_for(member)
-        return int(SCRIPTS["retry"](self.redis, [keys.task(member), keys.delayed, keys.done("failed")],
+        return int(SCRIPTS["retry"](self.redis, [keys.task(member), keys.delayed, keys.done("failed"), keys.counts],
                                     [member, keys.wake_channel]))
 
     # -- bucket process --------------------------------------------------------------
@@ -162,25 +178,26 @@ class Store:
         return SCRIPTS["promote"](
             self.redis,
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
-             keys.done("deleted"), keys.quarantine],
-            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket],
+             keys.done("deleted"), keys.quarantine, keys.counts, keys.totals],
+            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix],
         )
 
     # -- queue process ---------------------------------------------------------------
     def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int) -> list[Any]:
         keys = self.keys[bucket]
         return SCRIPTS["claim"](
-            self.redis, [*keys.ready, keys.leases],
-            [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel],
+            self.redis, [*keys.ready, keys.leases, keys.counts, keys.totals],
+            [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix],
         )
 
     def finish(self, bucket: int, results: list[tuple[str, int, str, int, str]], retention_ms: int) -> list[int]:
         keys = self.keys[bucket]
-        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel]
+        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix]
         for member, claim, outcome, gap_ms, error in results:
             args += [member, claim, outcome, gap_ms, error]
         return SCRIPTS["finish"](
-            self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine], args)
+            self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine,
+                         keys.counts, keys.totals], args)
 
     def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[int]:
         keys = self.keys[bucket]

@@ -281,6 +281,8 @@ class Chaos:
                 _, what = plan.pop(0)
                 if what == "stop":
                     stopped = self.stop_a_queue()
+                    if stopped is None:  # every queue process is waiting for its restart: soon again
+                        plan.insert(0, (time.monotonic() + 0.2, "stop"))
                     resume_at = time.monotonic() + s.lease + 1.5
                 elif what == "redis":
                     self.restart_redis()

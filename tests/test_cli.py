@@ -123,7 +123,7 @@ def test_stats(redis_url):
     delayd("del", "t", "2")
     stats = json.loads(delayd("stats", "--json").stdout)
     assert stats["counts"] == {"delayed": 1, "running": 0, "ok": 0, "failed": 0, "deleted": 1}
-    assert stats["oldest_due_at"] == 2_000_000_000.0 and set(stats["ready"]) == {"1", "2", "3"}
+    assert stats["next_due_at"] == 2_000_000_000.0 and stats["oldest_due_at"] is None and set(stats["ready"]) == {"1", "2", "3"}
     text = delayd("stats").stdout
     assert "delayed=1" in text and "deleted=1" in text and "bucket 0" in text
 

@@ -283,14 +283,23 @@ def test_stats(client, r):
     assert stats["counts"] == {"delayed": 8, "running": 0, "ok": 1, "failed": 0, "deleted": 1}
     assert stats["ready"] == {"3": 3, "2": 2, "1": 1}
     assert stats["waiting"] == 2 and stats["buckets"] == store.buckets == len(stats["per_bucket"])
-    assert stats["oldest_due_at"] == 2_000_000_000.0
-    assert stats["oldest_due_lag"] == 0.0
+    assert stats["next_due_at"] == 2_000_000_000.0  # the head of the delayed sets
+    # oldest_due_at: the earliest due time of what is due but not started (the ready tasks)
+    assert stats["time"] - 5 < stats["oldest_due_at"] <= stats["time"]
+    assert 0 <= stats["oldest_due_lag"] < 5
     assert abs(stats["time"] - now_s(r)) < 5
     assert sum(b["waiting"] for b in stats["per_bucket"]) == 2
+    assert set(stats["topics"]) == {"p1", "p2", "p3", "later", "gone", "ok"}
+    assert stats["topics"]["p3"]["ready"] == {"3": 3, "2": 0, "1": 0}
+    assert stats["topics"]["later"]["counts"]["delayed"] == 2 and stats["topics"]["later"]["oldest_due_at"] is None
+    assert stats["topics"]["ok"]["runs_last_minute"]["ok"] == 1
+    assert stats["topics"]["gone"]["counts"]["deleted"] == 1
 
     client.add("late", 1, call="a:b", at=now_s(r) - 100)
     stats = client.stats()
     assert stats["oldest_due_at"] < stats["time"] and 99 < stats["oldest_due_lag"] < 110
+    assert 99 < stats["topics"]["late"]["oldest_due_lag"] < 110
+    assert stats["topics"]["p1"]["oldest_due_lag"] < 5
 
 
 # -- delete and retry --------------------------------------------------------------

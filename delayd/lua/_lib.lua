@@ -14,8 +14,100 @@ local function wake_if_head(zset, member, channel, score)
   end
 end
 
--- Move `member` out of the live sets and into a finished-index set.
-local function index_finished(member, done_key, now, task_key, retention)
-  redis.call('ZADD', done_key, now, member)
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+-- Upper bounds (ms) of the lateness histogram; stats.py has the same list.
+local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
+local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
+local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
+local function topic_of(member)
+  return string.match(member, '^(.*):') or member
+end
+
+local function add_to(tables, topic, name, delta)
+  local t = tables[topic]
+  if not t then
+    t = {}
+    tables[topic] = t
+  end
+  t[name] = (t[name] or 0) + delta
+end
+
+local function count(state, topic, delta)
+  add_to(counts, topic, state, delta)
+end
+
+local function count_ready(priority, topic, delta)
+  add_to(counts, topic, READY[priority] or 'ready:?', delta)
+end
+
+local function tally(name, topic, delta)
+  add_to(runs, topic, name, delta or 1)
+end
+
+-- A run of `topic` started `lateness` ms after it was due.
+local function tally_lateness(topic, lateness)
+  if lateness < 0 then lateness = 0 end
+  local bound = 'inf'
+  for _, b in ipairs(LATENESS_MS) do
+    if lateness <= b then
+      bound = b
+      break
+    end
+  end
+  local t = runs[topic]
+  if not t then
+    t = {}
+    runs[topic] = t
+  end
+  local field = 'le:' .. bound
+  t[field] = (t[field] or 0) + 1
+  t.lateness_ms = (t.lateness_ms or 0) + lateness
+end
+
+-- ZREM / ZADD that keep the state count of `member` in step with the index.
+local function zrem_counted(zset, member, state, topic)
+  if redis.call('ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+end
+
+local function zadd_counted(zset, score, member, state, topic)
+  if redis.call('ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
+end
+
+-- Write what the script counted: state counts to `counts_key`; run events to the
+-- lifetime totals and to the 10-second window of `now` (which expires).
+local function flush_stats(counts_key, totals_key, window_prefix, now)
+  for topic, t in pairs(counts) do
+    for state, delta in pairs(t) do
+      local field = state .. '|' .. topic
+      if delta ~= 0 and redis.call('HINCRBY', counts_key, field, delta) == 0 then
+        redis.call('HDEL', counts_key, field)
+      end
+    end
+  end
+  if totals_key and next(runs) then
+    local window = window_prefix .. math.floor(now / WINDOW_MS)
+    for topic, t in pairs(runs) do
+      for name, delta in pairs(t) do
+        local field = name .. '|' .. topic
+        redis.call('HINCRBY', totals_key, field, delta)
+        redis.call('HINCRBY', window, field, delta)
+      end
+    end
+    redis.call('PEXPIRE', window, WINDOW_TTL_MS)
+  end
+end
+
+-- Index `member` as finished (`state`: ok, failed or deleted) and let its record expire.
+local function index_finished(member, done_key, now, task_key, retention, state, topic)
+  zadd_counted(done_key, now, member, state, topic)
   redis.call('PEXPIRE', task_key, retention)
 end

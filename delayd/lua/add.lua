@@ -1,5 +1,5 @@
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, done:deleted
+-- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts
 -- ARGV: task-key prefix, nx (1/0), wake channel, then per task 5 values:
 --       member (topic:id), spec JSON, priority, mode ('delay'|'at'), value (ms)
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
@@ -7,24 +7,37 @@
 -- Returns one 1 (written) or 0 (exists, nx) per task.
 local now = now_ms()
 local prefix, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
+local states = {nil, 'running', 'ok', 'failed', 'deleted'}
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head_due = tonumber(head[2] or math.huge)
+local earliest = math.huge
 local written = {}
 for i = 4, #ARGV, 5 do
   local member, spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local value = tonumber(ARGV[i + 4])
   local task_key = prefix .. member
-  if nx and redis.call('EXISTS', task_key) == 1 then
+  local old = redis.call('HMGET', task_key, 'claim', 'queued', 'priority')
+  local exists = old[1] or redis.call('EXISTS', task_key) == 1
+  if nx and exists then
     written[#written + 1] = 0
   else
     local due = value
     if mode == 'delay' then due = now + value end
-    local claim = tonumber(redis.call('HGET', task_key, 'claim') or '0') + 1
-    redis.call('DEL', task_key)
+    local topic = topic_of(member)
+    if exists then  -- a replacement: clear the old record and its index entries
+      -- A live ready-list entry of the old record goes stale with it.
+      if old[2] == '1' then count_ready(old[3], topic, -1) end
+      redis.call('DEL', task_key)
+      for k = 2, 5 do zrem_counted(KEYS[k], member, states[k], topic) end
+    end
     redis.call('HSET', task_key, 'spec', spec, 'priority', priority, 'status', 'delayed',
-      'created', now, 'due', due, 'runs', 0, 'claim', claim)
-    for k = 2, 5 do redis.call('ZREM', KEYS[k], member) end
-    redis.call('ZADD', KEYS[1], due, member)
-    wake_if_head(KEYS[1], member, channel, due)
+      'created', now, 'due', due, 'runs', 0, 'claim', tonumber(old[1] or '0') + 1)
+    zadd_counted(KEYS[1], due, member, 'waiting', topic)
+    if due < earliest then earliest = due end
     written[#written + 1] = 1
   end
 end
+-- The bucket process is woken once per batch, if the batch moved its head earlier.
+if earliest < head_due then redis.call('PUBLISH', channel, earliest) end
+flush_stats(KEYS[6])
 return written

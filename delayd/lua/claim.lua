@@ -1,6 +1,8 @@
 -- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
--- KEYS: ready:3, ready:2, ready:1, leases
--- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel
+-- KEYS: ready:3, ready:2, ready:1, leases, counts, totals
+-- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
+--       window-key prefix
+-- Counts each start and its lateness (now - due) for the statistics.
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
 -- and, unless the task is being re-run after a lapsed lease, its run number.
 -- Returns {now, then per task 8 values: member, spec, runs, claim, due, created,
@@ -12,9 +14,9 @@ local out = {now}
 local taken = 0
 local lease_head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 
-local function take(list, count)
-  if count <= 0 then return end
-  local members = redis.call('LPOP', list, count)
+local function take(list, want)
+  if want <= 0 then return end
+  local members = redis.call('LPOP', list, want)
   if not members then return end
   for _, member in ipairs(members) do
     local task_key = prefix .. member
@@ -27,7 +29,11 @@ local function take(list, count)
       if r[5] ~= '1' then runs = runs + 1 end
       redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
         'claim', claim, 'runs', runs, 'last_run', now)
-      redis.call('ZADD', KEYS[4], now + lease, member)
+      local topic = topic_of(member)
+      count_ready(r[9], topic, -1)
+      zadd_counted(KEYS[4], now + lease, member, 'running', topic)
+      tally('started', topic)
+      tally_lateness(topic, now - tonumber(r[6] or now))
       for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or ''}) do
         out[#out + 1] = v
       end
@@ -44,4 +50,5 @@ for p = 1, 3 do take(KEYS[p], n - taken) end
 if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
   redis.call('PUBLISH', ARGV[7], now + lease)
 end
+flush_stats(KEYS[5], KEYS[6], ARGV[8], now)
 return out

@@ -1,18 +1,23 @@
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine
+-- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Returns 1 if the task existed, else 0.
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
+local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
 if hard then redis.call('HDEL', KEYS[7], member) end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-for k = 2, 6 do redis.call('ZREM', KEYS[k], member) end
+local old = redis.call('HMGET', KEYS[1], 'queued', 'priority')
+local topic = topic_of(member)
+if old[1] == '1' then count_ready(old[2], topic, -1) end
+for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
 if hard then
   redis.call('DEL', KEYS[1])
 else
   redis.call('HSET', KEYS[1], 'status', 'deleted', 'queued', '0')
   redis.call('HINCRBY', KEYS[1], 'claim', 1)
-  index_finished(member, KEYS[6], now, KEYS[1], retention)
+  index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
 end
+flush_stats(KEYS[8])
 return 1

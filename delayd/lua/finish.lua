@@ -1,6 +1,7 @@
 -- finish: record the outcome of a batch of runs of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, quarantine
--- ARGV: task-key prefix, retention (ms), wake channel, then per run 5 values:
+-- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals
+-- ARGV: task-key prefix, retention (ms), wake channel, window-key prefix,
+--       then per run 5 values:
 --       member, claim token, outcome ('ok'|'failed'|'retry'|'quarantine'),
 --       gap (ms, for retry), last error ('' clears it)
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted)
@@ -8,25 +9,27 @@
 local now = now_ms()
 local prefix, retention, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local applied = {}
-for i = 4, #ARGV, 5 do
+for i = 5, #ARGV, 5 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local task_key = prefix .. member
   local r = redis.call('HMGET', task_key, 'claim', 'status', 'due')
   if r[1] == claim and r[2] == 'running' then
-    redis.call('ZREM', KEYS[2], member)
+    local topic = topic_of(member)
+    zrem_counted(KEYS[2], member, 'running', topic)
+    tally(outcome, topic)
     if outcome == 'retry' then
       -- Next run counts from the previous due time; if that is past, from now.
       local due = tonumber(r[3]) + gap
       if due < now then due = now + gap end
       redis.call('HSET', task_key, 'status', 'delayed', 'due', due)
-      redis.call('ZADD', KEYS[1], due, member)
+      zadd_counted(KEYS[1], due, member, 'waiting', topic)
       wake_if_head(KEYS[1], member, channel, due)
     elseif outcome == 'ok' then
       redis.call('HSET', task_key, 'status', 'ok')
-      index_finished(member, KEYS[3], now, task_key, retention)
+      index_finished(member, KEYS[3], now, task_key, retention, 'ok', topic)
     elseif outcome == 'failed' then
       redis.call('HSET', task_key, 'status', 'failed')
-      index_finished(member, KEYS[4], now, task_key, retention)
+      index_finished(member, KEYS[4], now, task_key, retention, 'failed', topic)
     else
       redis.call('HSET', task_key, 'status', 'failed')
       redis.call('HSET', KEYS[5], member, err)
@@ -42,4 +45,5 @@ for i = 4, #ARGV, 5 do
     applied[#applied + 1] = 0
   end
 end
+flush_stats(KEYS[6], KEYS[7], ARGV[4], now)
 return applied

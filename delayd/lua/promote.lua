@@ -1,8 +1,9 @@
 -- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
---       done:deleted, quarantine
--- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id
+--       done:deleted, quarantine, counts, totals
+-- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
+--       window-key prefix
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
 --          now (ms), 1 if a batch was full (call again at once) else 0}
 local now = now_ms()
@@ -18,10 +19,14 @@ local moved = 0
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, member in ipairs(due) do
   local task_key = prefix .. member
-  local list = ready[redis.call('HGET', task_key, 'priority') or '']
+  local priority = redis.call('HGET', task_key, 'priority') or ''
+  local list = ready[priority]
+  local topic = topic_of(member)
+  count('waiting', topic, -1)
   if list then
     redis.call('HSET', task_key, 'queued', '1')
     redis.call('RPUSH', list, member)
+    count_ready(priority, topic, 1)
     moved = moved + 1
   else
     quarantine(member, 'delayed entry without a valid record (missing or bad priority)')
@@ -36,12 +41,16 @@ local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, lim
 for _, member in ipairs(lapsed) do
   local task_key = prefix .. member
   local r = redis.call('HMGET', task_key, 'status', 'priority')
+  local topic = topic_of(member)
+  count('running', topic, -1)
   if r[1] == 'running' then
     local list = ready[r[2] or '']
     if list then
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1')
       redis.call('HINCRBY', task_key, 'claim', 1)
       redis.call('LPUSH', list, member)
+      count_ready(r[2], topic, 1)
+      tally('lapsed', topic)
       reaped = reaped + 1
     else
       quarantine(member, 'leased entry with a bad priority')
@@ -52,10 +61,15 @@ if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
 
 -- Finished-task indexes keep only what is inside the retention period (the
 -- records themselves expire on their own with PEXPIRE).
+local finished = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
 for k = 6, 8 do
   local old = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', 0, limit)
-  if #old > 0 then redis.call('ZREM', KEYS[k], unpack(old)) end
+  if #old > 0 then
+    redis.call('ZREM', KEYS[k], unpack(old))
+    for _, member in ipairs(old) do count(finished[k], topic_of(member), -1) end
+  end
 end
+flush_stats(KEYS[10], KEYS[11], ARGV[6], now)
 
 if moved + reaped > 0 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -1,0 +1,151 @@
+"""The statistics counters kept by the scripts, and what Client.stats() makes of them."""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from delayd import stats as stats_mod
+from delayd.store import PRIORITIES, SCRIPTS, Store
+from delayd.task import Task
+
+PREFIX = "delayd:"
+DAY_MS = 86400 * 1000
+
+
+def topic_of(member: str) -> str:
+    return member.rpartition(":")[0]
+
+
+def true_counts(r, store: Store, bucket: int) -> dict[str, int]:
+    """The state counts recomputed from the indexes themselves (what the counters mirror)."""
+    keys = store.keys[bucket]
+    truth: Counter = Counter()
+    for state, key in (("waiting", keys.delayed), ("running", keys.leases), ("ok", keys.done("ok")),
+                       ("failed", keys.done("failed")), ("deleted", keys.done("deleted"))):
+        for member in r.zrange(key, 0, -1):
+            truth[f"{state}|{topic_of(member)}"] += 1
+    live = set()
+    for key in keys.ready:
+        for member in r.lrange(key, 0, -1):
+            if member not in live and r.hget(keys.task(member), "queued") == "1":
+                live.add(member)
+                truth[f"ready:{r.hget(keys.task(member), 'priority')}|{topic_of(member)}"] += 1
+    return dict(truth)
+
+
+def stored_counts(r, store: Store, bucket: int) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(store.keys[bucket].counts).items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_counts_mirror_the_indexes_through_random_transitions(r, seed):
+    """Every script keeps `counts` equal to what the indexes hold, whatever the order of events."""
+    rng = random.Random(seed)
+    store = Store(r, PREFIX, 2)
+    members = [f"{t}:{i}" for t in ("a", "b:c", "order:cancel") for i in range(4)]
+    in_hand: list[tuple[int, str, int]] = []  # (bucket, member, token), some of them stale by now
+    started, outcomes, lapsed = 0, Counter(), 0
+    for _step in range(400):
+        op = rng.choice(["add", "add", "promote", "claim", "claim", "finish", "finish", "delete", "retry",
+                         "sleep"])
+        member = rng.choice(members)
+        keys = store.keys_for(member)
+        if op == "add":
+            topic, _, id = member.rpartition(":")
+            task = Task.new(topic, id, call="shop.tasks:run", priority=rng.choice(PRIORITIES))
+            when = rng.choice([("delay", 0), ("delay", 0), ("delay", 60_000), ("at", 1000)])
+            store.add(keys, [(task, *when)], nx=rng.random() < 0.3)
+        elif op == "promote":
+            b = rng.randrange(2)
+            _moved, reaped, *_ = store.promote(b, 1000, rng.choice([DAY_MS, DAY_MS, 0]))
+            lapsed += reaped
+        elif op == "claim":
+            b = rng.randrange(2)
+            out = store.claim(b, (5, 3, 2), rng.randint(1, 5), rng.choice([60_000, 1]))
+            for i in range(1, len(out), 8):
+                in_hand.append((b, out[i], int(out[i + 3])))
+                started += 1
+        elif op == "finish" and in_hand:
+            b, m, token = in_hand.pop(rng.randrange(len(in_hand)))
+            outcome = rng.choice(["ok", "failed", "retry", "quarantine"])
+            if store.finish(b, [(m, token, outcome, rng.choice([0, 60_000]), "e")], DAY_MS)[0]:
+                outcomes[outcome] += 1
+        elif op == "delete":
+            store.delete(member, rng.random() < 0.4, DAY_MS)
+        elif op == "retry":
+            store.retry(member)
+        elif op == "sleep":
+            time.sleep(0.003)  # leases of 1 ms lapse
+        for b in range(2):
+            assert stored_counts(r, store, b) == true_counts(r, store, b), (seed, _step, op, member)
+    totals = Counter()
+    for b in range(2):
+        for field, value in r.hgetall(store.keys[b].totals).items():
+            totals[field.partition("|")[0]] += int(value)
+    assert totals["started"] == started and totals["lapsed"] == lapsed
+    assert {o: totals[o] for o in outcomes} == dict(outcomes)
+    assert sum(v for k, v in totals.items() if k.startswith("le:")) == started
+
+
+def test_lateness_buckets_match_between_lua_and_python():
+    source = SCRIPTS["claim"].source
+    line = next(ln for ln in source.splitlines() if ln.startswith("local LATENESS_MS"))
+    assert tuple(int(x) for x in line.split("{")[1].split("}")[0].split(",")) == stats_mod.LATENESS_MS
+    assert f"local WINDOW_MS = {stats_mod.WINDOW_MS} " in source
+
+
+def test_quantiles_interpolate_inside_a_bucket():
+    events = stats_mod._new_events()
+    assert stats_mod.quantile(events, 0.5) is None
+    events["le:10"] = 100  # 100 runs between 5 and 10 ms late
+    assert stats_mod.quantile(events, 0.5) == pytest.approx(0.0075)
+    events["le:5000"] = 100  # and 100 between 2.5 and 5 s
+    assert stats_mod.quantile(events, 0.5) == pytest.approx(0.010)
+    assert stats_mod.quantile(events, 0.99) == pytest.approx(2.5 + 2.5 * 0.98)
+    events["le:inf"] = 1000
+    assert stats_mod.quantile(events, 0.99) == 300.0  # past the last bound: that bound
+
+
+def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
+    store = client.store
+    seconds, _ = r.time()
+    client.add("late", 1, call="a:b", at=seconds - 3)   # due 3 s ago: starts about 3 s late
+    client.add("late", 2, call="a:b", at=seconds - 3)
+    client.add("now", 1, call="a:b")
+    for b in range(store.buckets):
+        store.promote(b, 1000, DAY_MS)
+    for b in range(store.buckets):
+        out = store.claim(b, (5, 3, 2), 10, 60_000)
+        results = [(out[i], int(out[i + 3]), "ok" if out[i].startswith("late") else "retry", 1000, "")
+                   for i in range(1, len(out), 8)]
+        if results:
+            store.finish(b, results, DAY_MS)
+    stats = client.stats()
+    late, now = stats["topics"]["late"], stats["topics"]["now"]
+    assert late["runs_last_minute"] == {"ok": 2, "failed": 0, "retry": 0, "quarantine": 0, "started": 2,
+                                        "lapsed": 0}
+    assert now["runs_last_minute"]["retry"] == 1 and now["counts"]["delayed"] == 1
+    assert 2.5 <= late["lateness"]["p50"] <= 5 and late["lateness"]["runs"] == 2
+    assert now["lateness"]["p99"] < 0.5
+    assert stats["runs_last_minute"]["started"] == 3 and stats["lateness"]["runs"] == 3
+    assert 60 <= stats["window_s"] <= 70
+    assert stats["tasks_per_s"] == pytest.approx(3 / stats["window_s"], abs=0.001)
+    assert late["tasks_per_s"] == pytest.approx(2 / stats["window_s"], abs=0.001)
+    assert stats["totals"]["late"]["ok"] == 2 and stats["totals"]["late"]["le:5000"] == 2
+    assert stats["counts"]["ok"] == 2
+
+
+def test_old_windows_leave_the_last_minute(client, r):
+    """Runs of a window older than the last minute are in the totals only."""
+    store = client.store
+    keys = store.keys[0]
+    now_ms = int(r.time()[0]) * 1000
+    old = now_ms // stats_mod.WINDOW_MS - stats_mod.WINDOWS - 1
+    r.hset(keys.window_prefix + str(old), mapping={"ok|t": 50, "started|t": 50, "le:1|t": 50})
+    r.hset(keys.window_prefix + str(now_ms // stats_mod.WINDOW_MS - 2), mapping={"ok|t": 7, "started|t": 7,
+                                                                                "le:1|t": 7})
+    stats = client.stats()
+    assert stats["runs_last_minute"]["ok"] == 7 and stats["topics"]["t"]["runs_last_minute"]["ok"] == 7
