@@ -11,14 +11,16 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from .log import event
 from .task import Task
 
 log = logging.getLogger("delayd.examples")
 
 
 def echo(task: Task) -> str:
-    """Log the task's key, run number and params; succeed."""
-    log.info("echo %s run %s params %s", task.key, task.runs, task.params)
+    """Log the task's key and run number (and its params when the log level is DEBUG); succeed."""
+    event(log, "echo", task=task.key, run=task.runs,
+          params=task.params if log.isEnabledFor(logging.DEBUG) else None)  # params may be private
     return "success"
 
 
@@ -27,7 +29,7 @@ def cancel_order(task: Task) -> str:
     order = task.params.get("order", task.id)
     # A real handler would check the order is still unpaid, then cancel it, idempotently
     # (a task may run twice if a worker died mid-run): e.g. UPDATE … WHERE status = 'unpaid'.
-    log.info("cancel order %s (task %s, run %s)", order, task.key, task.runs)
+    event(log, "cancel_order", task=task.key, run=task.runs, order=order)
     return "success"
 
 

@@ -17,6 +17,7 @@ import os
 import queue as queue_mod
 import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,9 @@ class Master:
         self.started = time.time()
         self.watchdog = notify.watchdog_interval()
         self.next_watchdog = time.monotonic()
+        # Held around every fork; the /metrics thread holds it while it has anything open.
+        self.fork_lock = threading.Lock()
+        self.metrics = None
 
     # -- signals -------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -138,6 +142,7 @@ class Master:
             if self.embedded:
                 self.start_embedded_redis()
             check_redis(self.config)
+            self.start_metrics()
             self.slots += [Slot("bucket", b) for b in range(self.config.buckets)]
             self.slots += [Slot("queue", q) for q in range(self.config.queues)]
             self.spawn_due()
@@ -207,7 +212,28 @@ class Master:
         if due:
             self.write_status()
 
+    def start_metrics(self) -> None:
+        """Serve /metrics from a thread (config metrics_port; off when unset)."""
+        if self.config.metrics_port is None:
+            return
+        from .metrics import MetricsServer
+        try:
+            self.metrics = MetricsServer(self.config, self.slot_states, self.fork_lock).start()
+        except OSError as exc:
+            raise StartError(f"cannot serve metrics on {self.config.metrics_bind}:{self.config.metrics_port}: "
+                             f"{exc.strerror or exc}") from None
+        host, port = self.metrics.address
+        event(log, "metrics_serving", url=f"http://{host}:{port}/metrics")
+
+    def slot_states(self) -> list[tuple[str, str, bool, int, bool]]:
+        """For /metrics (read from its thread): kind, name, up, restarts, crash-looping of each slot."""
+        return [(s.kind, s.name, s.pid is not None, s.restarts, s.crash_looping) for s in list(self.slots)]
+
     def spawn(self, slot: Slot) -> None:
+        with self.fork_lock:  # never fork while the /metrics thread has a socket open
+            self._spawn(slot)
+
+    def _spawn(self, slot: Slot) -> None:
         if slot.kind == "redis":
             pid = self.spawn_redis()
         else:
@@ -223,6 +249,8 @@ class Master:
             close = [s.heartbeat for s in self.slots if s.heartbeat is not None and s.heartbeat not in keep]
             if self.pidfile.lock_fd is not None:
                 close.append(self.pidfile.lock_fd)
+            if self.metrics is not None:
+                close.append(self.metrics.fileno())
             pid = start_child(self.config, slot.name, slot.heartbeat, close,
                               lambda cfg, hb, index=slot.index: body(cfg, index, hb))
         slot.pid, slot.started, slot.aborted_at = pid, time.monotonic(), None
@@ -413,6 +441,8 @@ class Master:
                     self.events.get(timeout=0.05)  # SIGCHLD wakes us; other signals are moot now
                 except queue_mod.Empty:
                     pass
+        if self.metrics is not None:
+            self.metrics.close()
         self.pidfile.release()
         status = Path(self.config.state_dir) / "status.json"
         status.unlink(missing_ok=True)
@@ -421,6 +451,7 @@ class Master:
         """state_dir/status.json: what `delayd status` adds to what psutil shows."""
         data = {"pid": os.getpid(), "started": self.started,
                 "redis": connection.redact(self.config.redis_url), "embedded_redis": self.embedded,
+                "metrics": "http://{}:{}/metrics".format(*self.metrics.address) if self.metrics else None,
                 "slots": [{"name": s.name, "pid": s.pid, "restarts": s.restarts,
                            "crash_looping": s.crash_looping} for s in self.slots]}
         path = Path(self.config.state_dir) / "status.json"

@@ -301,7 +301,7 @@ class QueueWorker:
                 self.finished.setdefault(bucket, []).append(
                     (Run(Task(topic=member.rpartition(":")[0], id=member.rpartition(":")[2], claim=int(claim)),
                          bucket, 0, 0), "quarantine", 0, str(exc)))
-                event(log, "quarantined", logging.ERROR, task=member, reason=str(exc))
+                event(log, "quarantined", logging.ERROR, task=member, run=int(runs or 0), reason=str(exc))
                 continue
             start = time.monotonic()
             run = Run(task, bucket, start, start + self.timeout_of(task))
