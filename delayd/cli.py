@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from . import __version__
 from . import config as config_mod
-from .client import Client, DelaydError
+from .client import ADD_BATCH, Client, DelaydError
 from .connection import RedisURLError
 from .task import STATUSES, TaskError
 
@@ -50,9 +50,107 @@ def fmt_time(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}"
 
 
+class Progress:
+    """A one-line progress report on stderr, only when stderr is a terminal (quiet when piped)."""
+
+    def __init__(self, stream: Any = None, every: float = 0.1):
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+        self.every = every
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, text: str, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if force or now - self.last >= self.every:
+            self.last = now
+            self.stream.write("\r\x1b[K" + text)
+            self.stream.flush()
+            self.shown = True
+
+    def done(self) -> None:
+        """Clear the line, so that what follows starts clean."""
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
 # -- task verbs ----------------------------------------------------------------------
+ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "once", "priority", "params", "method", "body",
+              "timeout", "callback")
+
+
+def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
+    """Every line of `source` (a file, or - for stdin) validated: (built tasks, lines read).
+
+    Raises TaskError naming the first bad line (and how many more there are); nothing is written."""
+    try:
+        handle = sys.stdin if source == "-" else open(source, encoding="utf-8")
+    except OSError as exc:
+        raise TaskError(f"cannot read {source}: {exc.strerror}") from None
+    name = "stdin" if source == "-" else source
+    built, errors, number = [], [], 0
+    with handle:
+        try:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    errors.append(f"{name} line {number}: not valid JSON: {exc}")
+                    continue
+                if not isinstance(item, dict):
+                    errors.append(f"{name} line {number}: expected a JSON object of add() arguments")
+                    continue
+                try:
+                    built.append(client.build(item.pop("topic", None), item.pop("id", None), **item))
+                except TaskError as exc:
+                    errors.append(f"{name} line {number}: {exc}")
+                progress(f"checking {name}: line {number}")
+        except UnicodeDecodeError as exc:
+            raise TaskError(f"{name} line {number + 1}: not UTF-8 text: {exc.reason}") from None
+    if errors:
+        more = f" (and {len(errors) - 1} more bad line{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        raise TaskError(errors[0] + more + "; nothing was added")
+    return built, number
+
+
+def add_from(args: argparse.Namespace) -> int:
+    """`delayd add --from FILE.jsonl`: validate every line, then write in batches."""
+    client = client_for(args)
+    progress = Progress()
+    try:
+        built, lines = read_jsonl(args.from_file, client, progress)
+        batch = 10 * ADD_BATCH
+        written = 0
+        for start in range(0, len(built), batch):
+            progress(f"adding {start}/{len(built)} ({100 * start // max(1, len(built))}%)", force=start == 0)
+            written += client.add_built(built[start:start + batch], args.nx)
+    finally:
+        progress.done()
+    existed = len(built) - written
+    emit(args, {"result": "added", "lines": lines, "tasks": len(built), "written": written, "existed": existed},
+         f"added {written} task{'s' if written != 1 else ''} from {'stdin' if args.from_file == '-' else args.from_file}"
+         + (f"; {existed} existed (nothing changed)" if existed else ""))
+    return 0
+
+
 @verb("add")
 def cmd_add(args: argparse.Namespace) -> int:
+    if args.from_file is not None:
+        given = [f"--{name}" for name in ADD_FIELDS if getattr(args, name) not in (None, False)]
+        if args.topic is not None or given:
+            args.parser.error("--from takes the tasks from the file: give no TOPIC, ID or task options with it"
+                              + (f" (got {', '.join(given)})" if given else ""))
+        return add_from(args)
+    if args.topic is None or args.id is None:
+        args.parser.error("TOPIC and ID are required (or --from FILE.jsonl)")
+    if not (args.call or args.url or args.push):
+        args.parser.error("one of the arguments --call --url --push is required")
     try:
         params = json.loads(args.params) if args.params is not None else None
     except json.JSONDecodeError as exc:
@@ -110,7 +208,14 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 @verb("ls")
 def cmd_ls(args: argparse.Namespace) -> int:
-    tasks = client_for(args).list(topic=args.topic, status=args.status, limit=args.limit, offset=args.offset)
+    progress = Progress()
+    try:
+        tasks = client_for(args).list(
+            topic=args.topic, status=args.status, limit=args.limit, offset=args.offset,
+            progress=lambda bucket, buckets, read: progress(f"listing: bucket {bucket + 1}/{buckets}, "
+                                                            f"{read} records read"))
+    finally:
+        progress.done()
     if args.json:
         for task in tasks:
             print(task.to_json())
@@ -248,8 +353,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", help="id within the topic")
         return p
 
-    p = task_verb("add", "add (or replace) a task")
-    target = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser("add", parents=[common], help="add (or replace) a task, or many from a JSONL file",
+                       description="Add (or replace) a task; or, with --from, one task per line of a JSONL "
+                                   "file: each line a JSON object of add()'s keyword arguments with topic and "
+                                   "id, e.g. {\"topic\": \"order:cancel\", \"id\": 42, \"call\": "
+                                   "\"shop.tasks:cancel\", \"delay\": 1800}. Every line is checked before "
+                                   "anything is written.")
+    p.add_argument("topic", nargs="?", help="task type, e.g. order:cancel")
+    p.add_argument("id", nargs="?", help="id within the topic")
+    p.add_argument("--from", dest="from_file", metavar="FILE.jsonl",
+                   help="add the tasks of a JSONL file (- for stdin); progress on a terminal, quiet when piped")
+    p.set_defaults(parser=p)
+    target = p.add_mutually_exclusive_group()
     target.add_argument("--call", metavar="MOD:FUNC", help="function to call with the task")
     target.add_argument("--url", help="http(s) URL to request")
     target.add_argument("--push", metavar="LIST", help="Redis list to RPUSH the task's JSON to")

@@ -11,7 +11,7 @@ import functools
 import inspect
 import itertools
 from datetime import datetime
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import redis
 from redis.cluster import RedisCluster
@@ -168,6 +168,11 @@ class Client:
                 built.append(self.build(item.pop("topic", None), item.pop("id", None), **item))
             except TaskError as exc:
                 raise TaskError(f"item {n}: {exc}") from None
+        return self.add_built(built, nx)
+
+    @redis_errors
+    def add_built(self, built: list[tuple[Task, str, int]], nx: bool = False) -> int:
+        """Write tasks already validated by build() (what add_many does after validating)."""
         store = self.store
         by_bucket: dict[int, list[tuple[Task, str, int]]] = {}
         for entry in built:
@@ -240,11 +245,18 @@ class Client:
                     break
 
     @redis_errors
-    def iter_tasks(self, topic: str | None = None, status: str | None = None) -> Iterator[Task]:
-        """Every task (of a topic, with a status), bucket by bucket."""
+    def iter_tasks(self, topic: str | None = None, status: str | None = None,
+                   progress: Callable[[int, int, int], None] | None = None) -> Iterator[Task]:
+        """Every task (of a topic, with a status), bucket by bucket.
+
+        `progress(bucket, buckets, records_read)` is called before each batch of reads."""
+        read = 0
         for keys in self.store.keys:
             members = (m for m in self._members(keys, status) if topic is None or m.rpartition(":")[0] == topic)
             while batch := list(itertools.islice(members, 200)):
+                if progress:
+                    progress(keys.bucket, self.store.buckets, read)
+                read += len(batch)
                 pipe = self.redis.pipeline(transaction=False)
                 for member in batch:
                     pipe.hgetall(keys.task(member))
@@ -259,9 +271,9 @@ class Client:
                         yield task
 
     def list(self, topic: str | None = None, status: str | None = None, limit: int = 100,
-             offset: int = 0) -> list[Task]:
+             offset: int = 0, progress: Callable[[int, int, int], None] | None = None) -> list[Task]:
         """A page of tasks, filtered by topic and status."""
-        return list(itertools.islice(self.iter_tasks(topic, status), offset, offset + limit))
+        return list(itertools.islice(self.iter_tasks(topic, status, progress), offset, offset + limit))
 
     @redis_errors
     def stats(self) -> dict[str, Any]:

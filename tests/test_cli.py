@@ -273,3 +273,114 @@ def test_console_script_entry_point(redis_url):
     proc = subprocess.run([str(script), "add", "t", "1", "--call", "a:b"], capture_output=True, text=True,
                           timeout=30, env=os.environ.copy())
     assert proc.returncode == 0 and proc.stdout.startswith("added t:1")
+
+
+# -- add --from FILE.jsonl, progress -------------------------------------------------
+def write_jsonl(path: Path, items: list) -> Path:
+    path.write_text("".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items))
+    return path
+
+
+def with_tty_stderr(args: list[str]) -> tuple[int, str, str]:
+    """Run delayd with stderr on a pseudo-terminal: (exit code, stdout, what the terminal got)."""
+    import pty
+    import select
+
+    import tempfile
+
+    main, sub = pty.openpty()
+    stdout = tempfile.TemporaryFile()  # not a pipe: a long listing must not block on it while we read the pty
+    proc = subprocess.Popen([sys.executable, "-m", "delayd.cli", *args], stdout=stdout, stderr=sub,
+                            stdin=subprocess.DEVNULL, env=os.environ.copy())
+    os.close(sub)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([main], [], [], 30)
+        if not ready:
+            break
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    code = proc.wait(30)
+    os.close(main)
+    stdout.seek(0)
+    out = stdout.read().decode()
+    stdout.close()
+    return code, out, seen.decode(errors="replace")
+
+
+def test_add_from_jsonl_file(redis_url, tmp_path, r):
+    items = [{"topic": "bulk", "id": i, "call": "a:b", "delay": 60, "params": {"n": i}} for i in range(1200)]
+    items.insert(7, "")  # blank lines are skipped
+    items.append({"topic": "bulk:late", "id": "x", "url": "http://example.com/", "at": 2_000_000_000,
+                  "intervals": [0, 30], "persistent": False, "priority": 3})
+    path = write_jsonl(tmp_path / "tasks.jsonl", items)
+    proc = delayd("add", "--from", str(path))
+    assert proc.stdout.strip() == f"added 1201 tasks from {path}" and proc.stderr == ""  # piped: quiet
+    c = Client.from_url(redis_url)
+    assert c.stats()["counts"]["delayed"] == 1201
+    assert c.get("bulk", 1199).params == {"n": 1199}
+    late = c.get("bulk:late", "x")
+    assert late.due_at == 2_000_000_000.0 and late.priority == 3 and late.persistent is False
+    again = json.loads(delayd("add", "--from", str(path), "--nx", "--json").stdout)
+    assert again == {"result": "added", "lines": 1202, "tasks": 1201, "written": 0, "existed": 1201}
+    c.close()
+
+
+def test_add_from_stdin(redis_url, r):
+    lines = "\n".join(json.dumps({"topic": "in", "id": i, "call": "a:b"}) for i in range(3)) + "\n"
+    proc = subprocess.run([sys.executable, "-m", "delayd.cli", "add", "--from", "-"], input=lines,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout.strip() == "added 3 tasks from stdin" and proc.stderr == ""
+    assert len(r.keys("delayd:{*}:t:in:*")) == 3
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("{not json", "not valid JSON"),
+    ('["a", "list"]', "expected a JSON object"),
+    ('{"topic": "t", "id": 3}', "give exactly one of call, url or push"),
+    ('{"topic": "t", "id": 3, "call": "a:b", "nx": true}', "unknown task field(s): nx"),
+    ('{"topic": "t", "id": "a:b", "call": "a:b"}', "':'"),
+    ('{"topic": "t", "id": 3, "call": "a:b", "delay": -1}', "delay"),
+])
+def test_add_from_a_bad_line_names_it_and_writes_nothing(redis_url, tmp_path, r, bad, says):
+    good = [{"topic": "t", "id": i, "call": "a:b"} for i in range(2)]
+    path = write_jsonl(tmp_path / "tasks.jsonl", [*good, bad, *good])
+    proc = delayd("add", "--from", str(path), check=1)
+    line = one_line_error(proc)
+    assert f"{path} line 3: " in line and says in line and "nothing was added" in line, line
+    assert proc.stdout == "" and r.dbsize() == 0
+
+
+def test_add_from_counts_every_bad_line_and_checks_the_allowlist(redis_url, tmp_path, r):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"topic": "t", "id": 1, "call": "shop.x:f"}, "{",
+                                              {"topic": "t", "id": 2, "call": "evil:f"}, "[]"])
+    line = one_line_error(delayd("add", "--from", str(path), env={"DELAYD_ALLOWED_MODULES": "shop"}, check=1))
+    assert "line 2: not valid JSON" in line and "(and 2 more bad lines)" in line
+    assert r.dbsize() == 0
+    assert "cannot read" in one_line_error(delayd("add", "--from", str(tmp_path / "missing.jsonl"), check=1))
+
+
+def test_add_from_usage_errors_exit_2(redis_url, tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"topic": "t", "id": 1, "call": "a:b"}])
+    for args in (["add", "t", "1", "--from", str(path)], ["add", "--from", str(path), "--call", "a:b"],
+                 ["add", "t"], ["add", "t", "1"], ["add"]):
+        proc = delayd(*args, check=2)
+        assert proc.stderr.startswith("usage: delayd add"), (args, proc.stderr)
+
+
+def test_progress_on_a_terminal_only(redis_url, tmp_path):
+    items = [{"topic": "p", "id": i, "call": "a:b", "delay": 60} for i in range(12_000)]
+    path = write_jsonl(tmp_path / "tasks.jsonl", items)
+    code, out, terminal = with_tty_stderr(["add", "--from", str(path)])
+    assert code == 0 and out.strip() == f"added 12000 tasks from {path}"
+    assert "adding 0/12000" in terminal and "\x1b[K" in terminal and "Traceback" not in terminal
+    code, out, terminal = with_tty_stderr(["ls", "--limit", "12000", "--json"])
+    assert code == 0 and len(out.splitlines()) == 12000
+    assert "listing: bucket" in terminal and "records read" in terminal
+    piped = delayd("ls", "--limit", "12000", "--json")
+    assert piped.stderr == "" and len(piped.stdout.splitlines()) == 12000
