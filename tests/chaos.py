@@ -90,6 +90,7 @@ class Result:
     queue_kills: int = 0
     master_kills: int = 0
     stops: int = 0                # SIGSTOP/SIGCONT of a queue process past its lease
+    stopped_fenced: int = 0       # runs of the stopped process refused after SIGCONT (lease lost / fenced)
     redis_restarts: int = 0
     leftovers: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)   # tracebacks or child_crashed lines of the daemon
@@ -139,7 +140,7 @@ class Result:
                 f"wrong_status={len(self.wrong_status)} duplicate_tasks={self.duplicate_tasks} "
                 f"same_run_duplicates={self.same_run_duplicates} unexplained_duplicates={len(self.unexplained)} "
                 f"duplicate_bound={self.duplicate_bound} queue_kills={self.queue_kills} "
-                f"master_kills={self.master_kills} stops={self.stops} leftovers={len(self.leftovers)} crashes={len(self.crashes)} "
+                f"master_kills={self.master_kills} stops={self.stops} stopped_fenced={self.stopped_fenced} leftovers={len(self.leftovers)} crashes={len(self.crashes)} "
                 f"elapsed_s={self.elapsed:.1f}")
 
 
@@ -177,6 +178,8 @@ class Chaos:
         self.daemon: Daemon | None = None
         self.daemons = 0
         self.in_flight: set[str] = set()
+        self.stopped_pids: list[int] = []
+        self.slow: list[str] = []        # members of the slow tasks added for the SIGSTOP
         self.pause = threading.Event()   # never set: Event.wait(t) is the chaos driver's pause
         self.client: Client | None = None
 
@@ -187,6 +190,7 @@ class Chaos:
         self.daemon = Daemon(self.server.url, self.state_dir, buckets=s.buckets, queues=s.queues,
                              DELAYD_LEASE=str(s.lease), DELAYD_TASK_TIMEOUT=str(s.task_timeout),
                              DELAYD_CONCURRENCY=str(s.concurrency), DELAYD_LOG_LEVEL="INFO",
+                             DELAYD_ALLOWED_MODULES="delayd.examples,chaos_handlers",
                              DELAYD_LOG_FILE=str(self.state_dir / f"delayd-{self.daemons}.log"))
         self.daemon.start(wait=False)  # self.daemon is set first: shutdown() stops it even if start fails
         out = self.state_dir / f"daemon-{self.daemons}.out"
@@ -217,8 +221,8 @@ class Chaos:
         except redis.exceptions.RedisError:
             pass
 
-    def live_children(self, exclude: int | None = None) -> list[psutil.Process]:
-        return [c for c in self.daemon.children() if c.pid != exclude]
+    def live_children(self, exclude: set[int | None]) -> list[psutil.Process]:
+        return [c for c in self.daemon.children() if c.pid not in exclude]
 
     # -- the run ---------------------------------------------------------------------
     def run(self) -> Result:
@@ -269,12 +273,17 @@ class Chaos:
         plan = [(start + 0.25 * span, "stop"), (start + 0.45 * span, "redis"), (start + 0.65 * span, "master")]
         stopped: psutil.Process | None = None
         resume_at = 0.0
+        resumed, resumed_until = None, 0.0
         next_kill = start + self.rng.uniform(*s.kill_every)
         while True:
             now = time.monotonic()
             if stopped is not None and now >= resume_at:
                 self.resume(stopped)
+                resumed, resumed_until = stopped.pid, now + 2.0
                 stopped = None
+                # The resumed process must live on to report its stale results (and be fenced);
+                # the master kill would take it down at once.
+                plan = [(max(t, now + 2.0) if what == "master" else t, what) for t, what in plan]
             if now >= end and stopped is None and not plan:
                 break
             if plan and now >= plan[0][0] and not (plan[0][1] == "master" and stopped is not None):
@@ -290,13 +299,14 @@ class Chaos:
                     self.kill_master()
                 continue
             if now >= next_kill and now < end:
-                self.kill_a_child(exclude=stopped.pid if stopped else None)
+                self.kill_a_child(exclude={stopped.pid if stopped else None,
+                                           resumed if now < resumed_until else None})
                 next_kill = time.monotonic() + self.rng.uniform(*s.kill_every)
             timers = [t for t in (next_kill if now < end else None, resume_at if stopped else None,
                                   plan[0][0] if plan else None, end) if t is not None]
             self.pause.wait(max(0.0, min(timers) - time.monotonic()))
 
-    def kill_a_child(self, exclude: int | None) -> None:
+    def kill_a_child(self, exclude: set[int | None]) -> None:
         victims = self.live_children(exclude)
         if not victims:
             return
@@ -311,6 +321,31 @@ class Chaos:
         self.snapshot()
 
     def stop_a_queue(self) -> psutil.Process | None:
+        """SIGSTOP a queue process that holds runs: first fill every slot with slow tasks."""
+        if not self.daemon.children("queue"):
+            return None
+        s = self.s
+        first = len(self.slow)
+        batch = [f"slow-{n}" for n in range(first, first + 2 * s.concurrency * s.queues)]
+        self.client.add_many({"topic": TOPIC, "id": i, "call": "chaos_handlers:slow_record", "delay": 0,
+                              "params": {"list": RAN, "redis": self.server.url, "seconds": s.task_timeout * 0.75}}
+                             for i in batch)
+        self.slow += [f"{TOPIC}:{i}" for i in batch]
+        self.result.tasks += len(batch)
+        wanted = set(self.slow[first:])
+
+        def leased() -> int:
+            pipe = self.client.redis.pipeline(transaction=False)
+            for keys in self.client.store.keys:
+                pipe.zrange(keys.leases, 0, -1)
+            members: set[str] = set()
+            for page in pipe.execute():
+                members.update(page)
+            return len(wanted & members)
+        try:
+            wait_for(lambda: leased() >= s.concurrency, 10, interval=0.02, message="slow tasks running")
+        except AssertionError:
+            pass  # the queues were restarting; stop one anyway
         queues = self.daemon.children("queue")
         if not queues:
             return None
@@ -320,6 +355,7 @@ class Chaos:
         except psutil.NoSuchProcess:
             return None
         self.result.stops += 1
+        self.stopped_pids.append(victim.pid)
         self.snapshot()
         self.say(f"SIGSTOP queue pid {victim.pid} for {self.s.lease + 1.5:g} s (lease {self.s.lease:g} s)")
         return victim
@@ -355,7 +391,7 @@ class Chaos:
         self.daemon = self.new_daemon()
 
     def drain(self, deleted: set[str]) -> bool:
-        expected_ok = self.s.tasks - len(deleted) - self.result.delete_unconfirmed
+        expected_ok = self.result.tasks - len(deleted) - self.result.delete_unconfirmed
         keys = self.client.store.keys
 
         def finished() -> bool:
@@ -382,7 +418,7 @@ class Chaos:
         entries = r.lrange(RAN, 0, -1)
         per_task = Counter(entry.rpartition(":")[0] for entry in entries)
         per_run = Counter(entries)
-        every = [f"{TOPIC}:{i}" for i in range(self.s.tasks)]
+        every = [f"{TOPIC}:{i}" for i in range(self.s.tasks)] + self.slow
         expected = [k for k in every if k not in deleted and k not in unconfirmed]
         res = self.result
         res.lost = [k for k in expected if k not in per_task]
@@ -421,10 +457,15 @@ class Chaos:
         if self.client is not None:
             self.client.close()
         self.server.stop()
+        stopped = tuple(f" pid={pid} " for pid in self.stopped_pids)
         for path in sorted(self.state_dir.glob("delayd-*.log")) + sorted(self.state_dir.glob("daemon-*.out")):
             with open(path, errors="replace") as lines:
-                self.result.crashes += [f"{path.name}: {line.strip()[:300]}" for line in lines
-                                        if "child_crashed" in line or "Traceback" in line]
+                for line in lines:
+                    if "child_crashed" in line or "Traceback" in line:
+                        self.result.crashes.append(f"{path.name}: {line.strip()[:300]}")
+                    elif any(p in line for p in stopped) and ("event=result_fenced" in line
+                                                               or "event=lease_lost" in line):
+                        self.result.stopped_fenced += 1
         for proc in psutil.process_iter(["cmdline"]):
             try:
                 cmd = proc.info["cmdline"] or []

@@ -15,4 +15,5 @@ def test_nothing_is_lost_under_chaos(tmp_path):
     # The scenario really happened (a run that skipped a disruption proves less).
     assert result.redis_restarts == 1 and result.master_kills == 1 and result.stops == 1
     assert result.kills >= 10 and result.queue_kills >= 1
-    assert result.deleted > 0 and result.tasks == 5000
+    assert result.deleted > 0 and result.tasks >= 5000
+    assert result.stopped_fenced >= 1  # the SIGSTOPped process held runs, and their late results were refused
