@@ -18,6 +18,7 @@ from redis.cluster import RedisCluster
 
 from . import config as config_mod
 from . import connection, embedded
+from . import durable as durable_mod
 from . import stats as stats_mod
 from .store import SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
 from .task import FINISHED, Task, TaskError, module_allowed
@@ -27,6 +28,10 @@ ADD_BATCH = 500  # tasks per add.lua call: keeps each script call well under a m
 
 class DelaydError(Exception):
     """Base of delayd's own errors (messages are one line, never with a password)."""
+
+
+class DurabilityError(DelaydError):
+    """durable=True cannot be honoured by this Redis (nothing written), or the wait timed out (written)."""
 
 
 class RedisUnavailable(DelaydError):
@@ -90,6 +95,8 @@ def to_ms(at: Any) -> int:
 class Client:
     """Access to one delayd store (a Redis URL and a key prefix)."""
 
+    durable_timeout = durable_mod.DEFAULT_TIMEOUT  # seconds a durable add waits for WAIT / WAITAOF
+
     def __init__(self, url: str | None = None, prefix: str | None = None, *,
                  config: config_mod.Config | None = None, allowed_modules: Iterable[str] | None = None):
         cfg = config or config_mod.load()
@@ -147,17 +154,25 @@ class Client:
         return task, "delay", int(delay * 1000)
 
     @redis_errors
-    def add(self, topic: Any, id: Any, *, nx: bool = False, **fields: Any) -> bool:
-        """Add (or replace) a task. With nx=True, return False and change nothing if it exists."""
+    def add(self, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
+        """Add (or replace) a task. With nx=True, return False and change nothing if it exists.
+
+        durable=True returns only once the write is on a replica or on disk (see delayd.durable);
+        DurabilityError when this Redis cannot confirm that (then nothing is written).
+        """
         item = self.build(topic, id, **fields)
         store = self.store
+        if durable:
+            wait = self._durable_command()
+            return bool(self._add_pipelined([(store.keys_for(item[0].key), [item])], nx, wait))
         return bool(store.add(store.keys_for(item[0].key), [item], nx)[0])
 
     @redis_errors
-    def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False) -> int:
+    def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False, durable: bool = False) -> int:
         """Add many tasks (dicts of add()'s keyword arguments) in one round trip per batch.
 
         Every item is validated before anything is written; returns how many were written.
+        durable=True: as for add(), each batch is confirmed on a replica or on disk.
         """
         built: list[tuple[Task, str, int]] = []
         for n, item in enumerate(items):
@@ -168,12 +183,13 @@ class Client:
                 built.append(self.build(item.pop("topic", None), item.pop("id", None), **item))
             except TaskError as exc:
                 raise TaskError(f"item {n}: {exc}") from None
-        return self.add_built(built, nx)
+        return self.add_built(built, nx, durable)
 
     @redis_errors
-    def add_built(self, built: list[tuple[Task, str, int]], nx: bool = False) -> int:
+    def add_built(self, built: list[tuple[Task, str, int]], nx: bool = False, durable: bool = False) -> int:
         """Write tasks already validated by build() (what add_many does after validating)."""
         store = self.store
+        wait = self._durable_command() if durable else None
         by_bucket: dict[int, list[tuple[Task, str, int]]] = {}
         for entry in built:
             by_bucket.setdefault(bucket_of(entry[0].key, store.buckets), []).append(entry)
@@ -181,10 +197,25 @@ class Client:
                  for b, entries in by_bucket.items() for i in range(0, len(entries), ADD_BATCH)]
         written = 0
         for chunk in (calls[i:i + 64] for i in range(0, len(calls), 64)):
-            written += self._add_pipelined(chunk, nx)
+            written += self._add_pipelined(chunk, nx, wait)
         return written
 
-    def _add_pipelined(self, calls: list[tuple[BucketKeys, list[tuple[Task, str, int]]]], nx: bool) -> int:
+    def _durable_command(self) -> tuple[Any, ...]:
+        """How this Redis confirms a write now (WAIT, WAITAOF or nothing needed); DurabilityError if it cannot."""
+        if isinstance(self.redis, RedisCluster):
+            raise DurabilityError("durable=True is not supported on Redis Cluster; nothing was written")
+        info = self.redis.info()
+        try:
+            appendfsync = self.redis.config_get("appendfsync").get("appendfsync")
+        except redis.exceptions.ResponseError:  # CONFIG renamed or refused (managed Redis)
+            appendfsync = None
+        try:
+            return durable_mod.command(info, appendfsync, int(self.durable_timeout * 1000))
+        except durable_mod.Unconfirmable as exc:
+            raise DurabilityError(f"Redis at {connection.where(self.url)}: {exc}; nothing was written") from None
+
+    def _add_pipelined(self, calls: list[tuple[BucketKeys, list[tuple[Task, str, int]]]], nx: bool,
+                       wait: tuple[Any, ...] | None = None) -> int:
         if isinstance(self.redis, RedisCluster):
             # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
             return sum(sum(self.store.add(keys, entries, nx)) for keys, entries in calls)
@@ -192,14 +223,21 @@ class Client:
             pipe = self.redis.pipeline(transaction=False)
             for keys, entries in calls:
                 self.store.add(keys, entries, nx, client=pipe)
+            if wait:  # on the pipeline's connection: WAIT/WAITAOF count that connection's writes
+                pipe.execute_command(*wait)
             results = pipe.execute(raise_on_error=False)
             if not any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
                 break
             SCRIPTS["add"].load(self.redis)  # Redis lost its script cache: load, then redo
-        for r in results:
+        reply = results.pop() if wait else None
+        for r in results + [reply]:
             if isinstance(r, Exception):
                 raise r
-        return sum(sum(r) for r in results)
+        written = sum(sum(r) for r in results)
+        if wait and not durable_mod.confirmed(wait, reply):
+            raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "
+                                  f"{self.durable_timeout:g} s: they may be lost if Redis fails now")
+        return written
 
     @redis_errors
     def delete(self, topic: Any, id: Any, hard: bool = False) -> bool:
