@@ -47,6 +47,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import chaos_handlers  # noqa: E402
 from daemon_helper import Daemon  # noqa: E402
 from redis_server import RedisServer, wait_for  # noqa: E402
 
@@ -180,6 +181,7 @@ class Chaos:
         self.in_flight: set[str] = set()
         self.stopped_pids: list[int] = []
         self.slow: list[str] = []        # members of the slow tasks added for the SIGSTOP
+        self.victim_runs: dict[str, str] = {}  # slow runs the stopped process began: member -> claim
         self.pause = threading.Event()   # never set: Event.wait(t) is the chaos driver's pause
         self.client: Client | None = None
 
@@ -273,20 +275,26 @@ class Chaos:
         plan = [(start + 0.25 * span, "stop"), (start + 0.45 * span, "redis"), (start + 0.65 * span, "master")]
         stopped: psutil.Process | None = None
         resume_at = 0.0
-        resumed, resumed_until = None, 0.0
+        resumed: int | None = None   # pid of the resumed process until it reports its runs fenced
+        resumed_until = 0.0
         next_kill = start + self.rng.uniform(*s.kill_every)
         while True:
             now = time.monotonic()
-            if stopped is not None and now >= resume_at:
+            # Resume once a run of the stopped process has been taken from it (its lease
+            # lapsed and a bucket process requeued it), so that its late result must be refused.
+            if stopped is not None and now >= resume_at and (self.victim_lost_a_run() or now >= resume_at + 15):
                 self.resume(stopped)
-                resumed, resumed_until = stopped.pid, now + 2.0
+                resumed, resumed_until = stopped.pid, now + 15.0
                 stopped = None
-                # The resumed process must live on to report its stale results (and be fenced);
-                # the master kill would take it down at once.
-                plan = [(max(t, now + 2.0) if what == "master" else t, what) for t, what in plan]
+            # The resumed process must live on to report its stale results (and be fenced):
+            # after a Redis restart it first reconnects, with backoff. No kill of it, and no
+            # master kill (which would take it down), until it has or a deadline passed.
+            if resumed is not None and (now >= resumed_until or self.fenced_lines(resumed)):
+                resumed = None
             if now >= end and stopped is None and not plan:
                 break
-            if plan and now >= plan[0][0] and not (plan[0][1] == "master" and stopped is not None):
+            held = stopped is not None or resumed is not None
+            if plan and now >= plan[0][0] and not (plan[0][1] == "master" and held):
                 _, what = plan.pop(0)
                 if what == "stop":
                     stopped = self.stop_a_queue()
@@ -299,12 +307,22 @@ class Chaos:
                     self.kill_master()
                 continue
             if now >= next_kill and now < end:
-                self.kill_a_child(exclude={stopped.pid if stopped else None,
-                                           resumed if now < resumed_until else None})
+                self.kill_a_child(exclude={stopped.pid if stopped else None, resumed})
                 next_kill = time.monotonic() + self.rng.uniform(*s.kill_every)
             timers = [t for t in (next_kill if now < end else None, resume_at if stopped else None,
-                                  plan[0][0] if plan else None, end) if t is not None]
+                                  plan[0][0] if plan else None, end,
+                                  now + 0.1 if resumed is not None or (stopped and now >= resume_at) else None)
+                      if t is not None]
             self.pause.wait(max(0.0, min(timers) - time.monotonic()))
+
+    def fenced_lines(self, pid: int) -> int:
+        """Lines in which process `pid` reported a run of its own refused (stale claim or lease)."""
+        count = 0
+        for path in sorted(self.state_dir.glob("delayd-*.log")):
+            with open(path, errors="replace") as lines:
+                count += sum(1 for line in lines if f" pid={pid} " in line
+                             and ("event=result_fenced" in line or "event=lease_lost" in line))
+        return count
 
     def kill_a_child(self, exclude: set[int | None]) -> None:
         victims = self.live_children(exclude)
@@ -321,7 +339,7 @@ class Chaos:
         self.snapshot()
 
     def stop_a_queue(self) -> psutil.Process | None:
-        """SIGSTOP a queue process that holds runs: first fill every slot with slow tasks."""
+        """SIGSTOP a queue process that holds a run: add slow tasks, stop a process that began one."""
         if not self.daemon.children("queue"):
             return None
         s = self.s
@@ -334,22 +352,27 @@ class Chaos:
         self.result.tasks += len(batch)
         wanted = set(self.slow[first:])
 
-        def leased() -> int:
-            pipe = self.client.redis.pipeline(transaction=False)
-            for keys in self.client.store.keys:
-                pipe.zrange(keys.leases, 0, -1)
-            members: set[str] = set()
-            for page in pipe.execute():
-                members.update(page)
-            return len(wanted & members)
-        try:
-            wait_for(lambda: leased() >= s.concurrency, 10, interval=0.02, message="slow tasks running")
-        except AssertionError:
-            pass  # the queues were restarting; stop one anyway
-        queues = self.daemon.children("queue")
-        if not queues:
+        def running_one() -> psutil.Process | None:
+            """A live queue process that has begun one of this batch's slow runs."""
+            live = {p.pid: p for p in self.daemon.children("queue")}
+            for entry in self.client.redis.lrange(chaos_handlers.STARTED, 0, -1):
+                pid, _, member = entry.partition(" ")
+                if member in wanted and int(pid) in live:
+                    return live[int(pid)]
             return None
-        victim = self.rng.choice(queues)
+        try:
+            wait_for(lambda: running_one() is not None, 10, interval=0.02, message="a slow task running")
+        except AssertionError:
+            return None  # the queues were restarting: try again soon
+        victim = running_one()
+        if victim is None:
+            return None
+        mine = [entry.partition(" ")[2] for entry in self.client.redis.lrange(chaos_handlers.STARTED, 0, -1)
+                if entry.startswith(f"{victim.pid} ")]
+        pipe = self.client.redis.pipeline(transaction=False)
+        for member in mine:
+            pipe.hget(self.client.store.keys_for(member).task(member), "claim")
+        self.victim_runs = dict(zip(mine, pipe.execute()))
         try:
             victim.suspend()
         except psutil.NoSuchProcess:
@@ -357,8 +380,20 @@ class Chaos:
         self.result.stops += 1
         self.stopped_pids.append(victim.pid)
         self.snapshot()
-        self.say(f"SIGSTOP queue pid {victim.pid} for {self.s.lease + 1.5:g} s (lease {self.s.lease:g} s)")
+        self.say(f"SIGSTOP queue pid {victim.pid} for {self.s.lease + 1.5:g} s or more (lease {self.s.lease:g} s): "
+                 f"until one of its {len(self.victim_runs)} runs is taken from it")
         return victim
+
+    def victim_lost_a_run(self) -> bool:
+        """Has a run the stopped process holds been requeued or claimed again (claim token moved)?"""
+        try:
+            pipe = self.client.redis.pipeline(transaction=False)
+            for member in self.victim_runs:
+                pipe.hmget(self.client.store.keys_for(member).task(member), "claim", "status")
+            return any(claim != held or status != "running"
+                       for held, (claim, status) in zip(self.victim_runs.values(), pipe.execute()))
+        except redis.exceptions.RedisError:
+            return False
 
     @staticmethod
     def resume(proc: psutil.Process) -> None:
@@ -457,15 +492,12 @@ class Chaos:
         if self.client is not None:
             self.client.close()
         self.server.stop()
-        stopped = tuple(f" pid={pid} " for pid in self.stopped_pids)
         for path in sorted(self.state_dir.glob("delayd-*.log")) + sorted(self.state_dir.glob("daemon-*.out")):
             with open(path, errors="replace") as lines:
                 for line in lines:
                     if "child_crashed" in line or "Traceback" in line:
                         self.result.crashes.append(f"{path.name}: {line.strip()[:300]}")
-                    elif any(p in line for p in stopped) and ("event=result_fenced" in line
-                                                               or "event=lease_lost" in line):
-                        self.result.stopped_fenced += 1
+        self.result.stopped_fenced = sum(self.fenced_lines(pid) for pid in self.stopped_pids)
         for proc in psutil.process_iter(["cmdline"]):
             try:
                 cmd = proc.info["cmdline"] or []
