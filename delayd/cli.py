@@ -299,9 +299,48 @@ def cmd_reload(args: argparse.Namespace) -> int:
     return 0
 
 
+def fmt_span(seconds: float) -> str:
+    """A duration as 3d04h, 2h05m, 7m30s or 12s."""
+    s = int(seconds)
+    days, hours, minutes = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{s % 60:02d}s" if minutes else f"{s}s"
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    """Every live daemon on the store (from the registry in Redis), wherever it runs."""
+    daemons = client_for(args).daemons()
+    if args.json:
+        print(json.dumps({"daemons": daemons}, separators=(",", ":")))
+        return 0 if daemons else 3
+    if not daemons:
+        print("no live delayd daemon on this store")
+        return 3
+    now = time.time()
+    print(f"{len(daemons)} live daemon{'s' if len(daemons) != 1 else ''}; every bucket process scans every bucket "
+          "and every queue process claims from every bucket (a due task moves once and runs once)")
+    width = max(6, *(len(d["id"]) for d in daemons))
+    print(f"{'DAEMON':{width}} {'STATE':9} {'VERSION':8} {'UPTIME':>8} {'SEEN':>6} {'BUCKETS':>7} {'QUEUES':>10} "
+          f"{'CHILDREN':>9} RESTARTS")
+    for d in daemons:
+        children = [c for c in d["children"] if c["name"] != "redis"]
+        up = sum(1 for c in children if c["pid"])
+        looping = sum(1 for c in children if c["crash_looping"])
+        print(f"{d['id']:{width}} {d['state']:9} {d['version'][:8]:8} {fmt_span(now - d['started']):>8} "
+              f"{d['seen_ago']:>5.1f}s {d['buckets']:>7} {str(d['queues']) + ' x ' + str(d['concurrency']):>10} "
+              f"{str(up) + '/' + str(len(children)) + ' up':>9} {sum(c['restarts'] for c in children)}"
+              + (f"  {looping} CRASH-LOOPING" if looping else ""))
+    return 0
+
+
 @verb("status")
 def cmd_status(args: argparse.Namespace) -> int:
     from . import control
+    if args.cluster:
+        return cluster_status(args)
     state = control.status(load_config(args))
     if state is None:
         emit(args, {"running": False}, "delayd is not running")
@@ -401,8 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds to wait (default graceful_timeout + 15)")
     sub.add_parser("reload", parents=[common], help="reread the config and replace the workers (SIGHUP)",
                    description="reread the config and replace the workers (SIGHUP)")
-    sub.add_parser("status", parents=[common], help="show the master and its children (exit 3: not running)",
-                   description="show the master and its children (exit 3: not running)")
+    p = sub.add_parser("status", parents=[common], help="show the master and its children (exit 3: not running)",
+                       description="show the master and its children (exit 3: not running)")
+    p.add_argument("--cluster", action="store_true",
+                   help="every live daemon on this Redis store, on any host (exit 3: none)")
 
     sub.add_parser("stats", parents=[common], help="counts, lag, tasks/s and lateness, per topic and overall",
                    description="Per topic and overall: tasks delayed (waiting, ready per priority), running, "

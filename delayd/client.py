@@ -17,7 +17,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from . import config as config_mod
-from . import connection, embedded
+from . import connection, embedded, registry
 from . import durable as durable_mod
 from . import stats as stats_mod
 from .store import SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
@@ -318,3 +318,9 @@ class Client:
         """Counts per status (and ready per priority), oldest due lag, runs and tasks/s over
         the last minute, lateness p50/p99: overall, per topic and per bucket (see delayd.stats)."""
         return stats_mod.collect(self.redis, self.store)
+
+    @redis_errors
+    def daemons(self) -> list[dict[str, Any]]:
+        """The live daemons on this store (each master refreshes its entry every few seconds):
+        id, host, pid, version, started, buckets, queues, concurrency, children, seen_ago."""
+        return registry.live(self.redis, self.prefix)

@@ -16,6 +16,7 @@ import logging
 import os
 import queue as queue_mod
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -26,10 +27,10 @@ from typing import Callable
 import redis
 from setproctitle import setproctitle
 
-from . import bucket, connection, embedded
+from . import __version__, bucket, connection, embedded
 from . import config as config_mod
 from . import log as log_mod
-from . import notify
+from . import notify, registry
 from . import queue as queue_worker
 from .config import Config
 from .log import event
@@ -124,6 +125,7 @@ class Master:
         # Held around every fork; the /metrics thread holds it while it has anything open.
         self.fork_lock = threading.Lock()
         self.metrics = None
+        self.registrar: registry.Registrar | None = None
 
     # -- signals -------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -156,6 +158,9 @@ class Master:
         notify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=running")
         self.ready("ok")
         event(log, "master_ready", children=len(self.by_pid))
+        self.registrar = registry.Registrar(self.config, registry.daemon_id(self.config, os.getpid()),
+                                            self.registry_entry, self.fork_lock)
+        self.registrar.start()
         while not self.stopping:
             self.loop_once()
         self.stop_all()
@@ -443,9 +448,20 @@ class Master:
                     pass
         if self.metrics is not None:
             self.metrics.close()
+        if self.registrar is not None:
+            self.registrar.stop()
         self.pidfile.release()
         status = Path(self.config.state_dir) / "status.json"
         status.unlink(missing_ok=True)
+
+    def registry_entry(self) -> dict:
+        """This daemon's entry in the registry of live daemons (read from the registry thread)."""
+        return {"host": socket.gethostname(), "pid": os.getpid(), "name": self.config.name,
+                "version": __version__, "started": self.started, "state": "stopping" if self.stopping else "running",
+                "buckets": self.config.buckets, "queues": self.config.queues,
+                "concurrency": self.config.concurrency, "embedded_redis": self.embedded,
+                "children": [{"name": s.name, "pid": s.pid, "restarts": s.restarts, "crash_looping": s.crash_looping}
+                             for s in list(self.slots)]}
 
     def write_status(self) -> None:
         """state_dir/status.json: what `delayd status` adds to what psutil shows."""

@@ -127,7 +127,7 @@ class Script:
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
-                                           "stats")}
+                                           "stats", "register")}
 
 
 class Store:

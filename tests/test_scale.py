@@ -1,10 +1,13 @@
 """Scale-out: two daemons on one Redis, a 3-master Redis Cluster, and Sentinel failover."""
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from cluster_helper import Cluster, SentinelSet
-from daemon_helper import Daemon
+from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 
 from delayd import Client
@@ -30,6 +33,33 @@ def test_two_daemons_share_one_redis_without_duplicate_runs(redis_url, tmp_path,
         ran_a, ran_b = a.log().count("event=run "), b.log().count("event=run ")
         assert ran_a > 0 and ran_b > 0, (ran_a, ran_b)  # the work spread over both daemons
 
+        # `delayd status --cluster` lists both, from any host: no local daemon needed.
+        listed = cluster_status(redis_url, tmp_path / "elsewhere")
+        assert {d["pid"] for d in listed} == {a.master.pid, b.master.pid}
+        for d in listed:
+            assert d["state"] == "running" and d["buckets"] == 4 and d["queues"] == 1
+            assert sorted(c["name"] for c in d["children"]) == ["bucket 0", "bucket 1", "bucket 2", "bucket 3",
+                                                                 "queue 0"]
+            assert all(c["pid"] for c in d["children"]) and d["seen_ago"] < 10
+        text = status_cluster(redis_url, tmp_path / "elsewhere")
+        assert text.returncode == 0 and "2 live daemons" in text.stdout, text
+        assert str(a.master.pid) in text.stdout and str(b.master.pid) in text.stdout
+        b.stop()  # a graceful stop takes its entry out at once
+        assert [d["pid"] for d in cluster_status(redis_url, tmp_path / "elsewhere")] == [a.master.pid]
+    done = status_cluster(redis_url, tmp_path / "elsewhere")
+    assert done.returncode == 3 and "no live delayd daemon" in done.stdout, done
+
+
+def status_cluster(redis_url: str, state_dir, *flags: str):
+    return delayd("status", "--cluster", *flags, "--redis", redis_url,
+                  env={**os.environ, "DELAYD_STATE_DIR": str(state_dir)})
+
+
+def cluster_status(redis_url: str, state_dir) -> list[dict]:
+    out = status_cluster(redis_url, state_dir, "--json")
+    assert out.returncode in (0, 3), out.stderr
+    return json.loads(out.stdout)["daemons"]
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -50,6 +80,8 @@ def test_cluster_runs_tasks_with_buckets_spread_over_shards(cluster, tmp_path):
         queue.kill()  # a worker dies mid-run: its leased tasks come back
         wait_for(lambda: all_ok(client, "c", 301), 60, interval=0.1, message="all cluster tasks ok")
         assert rc.llen("delayd-cluster-out") == 1
+        # The registry's keys share one slot: status --cluster works on a Redis Cluster too.
+        assert [x["pid"] for x in cluster_status(cluster.url, tmp_path / "elsewhere")] == [d.master.pid]
         stats = client.stats()
         assert stats["counts"]["ok"] >= 301 and stats["counts"]["delayed"] == 0
     client.close()

@@ -1,0 +1,113 @@
+"""The registry of live daemons sharing one store, read by `delayd status --cluster`.
+
+Every master refreshes its entry every BEAT seconds from a thread (`Registrar`);
+an entry not refreshed within TTL belongs to a daemon that died without a stop
+(SIGKILL, a lost host) and no longer counts, and the next refresh of any daemon
+drops it. A graceful stop removes the entry at once. Both keys share the hash
+tag `{daemons}`, so register.lua touches one slot of a Redis Cluster.
+
+An entry says what the daemon owns. Bucket processes of every daemon scan every
+bucket (promotion is one script per batch, so a due task moves once however many
+daemons look at it) and queue processes of every daemon claim from every bucket:
+a daemon owns its processes and the runs they hold, not a share of the buckets.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import threading
+from typing import Any, Callable
+
+from . import connection
+from .config import Config
+from .log import event
+from .store import SCRIPTS
+from .worker import HANDLED_SIGNALS, REDIS_ERRORS
+
+log = logging.getLogger("delayd.registry")
+BEAT = 5.0          # seconds between refreshes
+TTL = 3 * BEAT      # an entry not refreshed this long is a dead daemon
+
+
+def keys(prefix: str) -> tuple[str, str]:
+    return f"{prefix}{{daemons}}:info", f"{prefix}{{daemons}}:expires"
+
+
+def daemon_id(config: Config, pid: int) -> str:
+    """host:pid, plus the config name when set: unique among the live daemons of a store."""
+    return f"{socket.gethostname()}:{pid}" + (f":{config.name}" if config.name else "")
+
+
+def register(client: Any, prefix: str, ident: str, entry: dict[str, Any], ttl: float = TTL) -> int:
+    """Write or refresh one daemon's entry; returns Redis's time in ms."""
+    body = json.dumps({**entry, "id": ident, "ttl": ttl}, separators=(",", ":"))
+    return int(SCRIPTS["register"](client, keys(prefix), [ident, body, int(ttl * 1000)]))
+
+
+def unregister(client: Any, prefix: str, ident: str) -> None:
+    SCRIPTS["register"](client, keys(prefix), [ident, "", 0])
+
+
+def live(client: Any, prefix: str) -> list[dict[str, Any]]:
+    """The entries of every live daemon, oldest start first, each with `seen_ago` (s) added."""
+    info, expires = keys(prefix)
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    rows = client.zrangebyscore(expires, now_ms, "+inf", withscores=True)
+    if not rows:
+        return []
+    entries = []
+    for (ident, expiry), body in zip(rows, client.hmget(info, [ident for ident, _ in rows])):
+        try:
+            entry = json.loads(body)
+        except (TypeError, ValueError):
+            continue  # removed between the two reads, or not written by delayd
+        entry["seen_ago"] = max(0.0, (now_ms - (expiry - entry.get("ttl", TTL) * 1000)) / 1000)
+        entries.append(entry)
+    return sorted(entries, key=lambda e: (e.get("started", 0), e["id"]))
+
+
+class Registrar(threading.Thread):
+    """The master's thread that keeps its entry fresh; `stop()` removes the entry.
+
+    Like the /metrics thread it holds `fork_lock` while it has a connection open,
+    so no child inherits its socket, and it blocks the master's signals.
+    """
+
+    def __init__(self, config: Config, ident: str, entry: Callable[[], dict[str, Any]], fork_lock: threading.Lock):
+        super().__init__(name="delayd-registry", daemon=True)
+        self.config = config
+        self.daemon_id = ident
+        self.entry = entry
+        self.fork_lock = fork_lock
+        self.stopped = threading.Event()
+        self.failing = False
+
+    def run(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        while not self.stopped.is_set():
+            self.call(register, self.entry())
+            self.stopped.wait(BEAT)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+        self.call(unregister)
+
+    def call(self, func: Callable[..., Any], *args: Any) -> None:
+        with self.fork_lock:
+            client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)
+            try:
+                func(client, self.config.prefix, self.daemon_id, *args)
+                if self.failing:
+                    event(log, "registry_back")
+                self.failing = False
+            except REDIS_ERRORS as exc:
+                if not self.failing:  # once per outage: the children say more about it
+                    event(log, "registry_unavailable", logging.WARNING,
+                          redis=connection.where(self.config.redis_url), error=str(exc))
+                self.failing = True
+            finally:
+                client.close()
