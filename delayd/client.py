@@ -258,7 +258,7 @@ class Client:
         """The task, or None. Raises TaskError if its record in Redis is corrupt."""
         member = f"{topic}:{id}"
         record = self.redis.hgetall(self.store.keys_for(member).task(member))
-        return Task.from_record(record) if record else None
+        return Task.from_record(member, record) if record else None
 
     def _members(self, keys: BucketKeys, status: str | None) -> Iterator[str]:
         """Members of one bucket with a status (None: all), from the bucket's own indexes."""
@@ -302,7 +302,7 @@ class Client:
                     if not record:
                         continue  # expired or removed since the index was read
                     try:
-                        task = Task.from_record(record)
+                        task = Task.from_record(member, record)
                     except TaskError:
                         continue
                     if status is None or task.status == status:

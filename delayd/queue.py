@@ -296,9 +296,7 @@ class QueueWorker:
             record = {"spec": spec, "priority": priority, "status": "running", "created": created, "due": due,
                       "last_run": now_ms, "runs": runs, "claim": claim, "error": error}
             try:
-                task = Task.from_record(record)
-                if task.key != member:  # a record copied or renamed: finish would never find it
-                    raise TaskError(f"the record's spec names the task {task.key!r}, not {member!r}")
+                task = Task.from_record(member, record)
             except TaskError as exc:
                 self.finished.setdefault(bucket, []).append(
                     (Run(Task(topic=member.rpartition(":")[0], id=member.rpartition(":")[2], claim=int(claim)),

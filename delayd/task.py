@@ -214,8 +214,12 @@ class Task:
 
     # -- storage ---------------------------------------------------------------------
     def spec_json(self) -> str:
-        """The immutable part of the task, as stored in Redis (defaults left out)."""
-        spec: dict[str, Any] = {"topic": self.topic, "id": self.id}
+        """The immutable part of the task, as stored in Redis (defaults left out).
+
+        Topic and id are not in it: they are the record's member (`topic:id`), which
+        the key and every index already hold, so a record always runs as the task
+        its key names."""
+        spec: dict[str, Any] = {}
         for name in ("call", "url", "push", "callback", "timeout"):
             value = getattr(self, name)
             if value is not None:
@@ -235,14 +239,15 @@ class Task:
         return json.dumps(spec, separators=(",", ":"))
 
     @classmethod
-    def from_record(cls, record: dict[str, str]) -> "Task":
-        """Rebuild a task from its Redis hash; raise TaskError if the record is corrupt."""
+    def from_record(cls, member: str, record: dict[str, str]) -> "Task":
+        """Rebuild task `member` (`topic:id`) from its Redis hash; raise TaskError if corrupt."""
         try:
             spec = json.loads(record["spec"])
             if not isinstance(spec, dict):
                 raise TaskError("spec is not a JSON object")
+            topic, _, id = member.rpartition(":")
             task = cls.new(
-                spec.get("topic"), spec.get("id"), call=spec.get("call"), url=spec.get("url"),
+                topic, id, call=spec.get("call"), url=spec.get("url"),
                 push=spec.get("push"), method=spec.get("method", "GET"), body=spec.get("body", "form"),
                 params=spec.get("params"), intervals=spec.get("intervals"),
                 persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),

@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -116,41 +117,62 @@ def redis_now(r) -> float:
     return s + us / 1e6
 
 
-def enqueue_single(client: Client, r) -> float:
-    r.flushall()
+def enqueue_single(client: Client, r, n: int = N, first: int = 0) -> float:
+    """`add` one at a time: tasks/s (ids from `first`, on top of whatever is pending)."""
     start = time.perf_counter()
-    for i in range(N):
+    for i in range(first, first + n):
         client.add("bench", i, call="delayd.examples:noop", delay=3600)
-    return N / (time.perf_counter() - start)
+    return n / (time.perf_counter() - start)
 
 
-def enqueue_many(client: Client, r) -> float:
-    r.flushall()
-    items = [{"topic": "bench", "id": i, "call": "delayd.examples:noop", "delay": 3600} for i in range(N)]
+def enqueue_many(client: Client, r, n: int = N, first: int = 0) -> float:
+    items = [{"topic": "bench", "id": i, "call": "delayd.examples:noop", "delay": 3600}
+             for i in range(first, first + n)]
     start = time.perf_counter()
     client.add_many(items)
-    return N / (time.perf_counter() - start)
+    return n / (time.perf_counter() - start)
 
 
-def done_scores(client: Client, r) -> list[float]:
-    scores = []
-    for keys in client.store.keys:
-        scores += [s for _, s in r.zrange(keys.done("ok"), 0, -1, withscores=True)]
-    return scores
+class AddProbe(threading.Thread):
+    """While a drain runs: one `add` every 10 ms, timing each round trip (is adding starved?)."""
+
+    def __init__(self, client: Client):
+        super().__init__(daemon=True)
+        self.client, self.stop, self.ms = client, threading.Event(), []
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.wait(0.01):
+            start = time.perf_counter()
+            self.client.add("probe", i, call="delayd.examples:noop", delay=3600)
+            self.ms.append((time.perf_counter() - start) * 1000)
+            i += 1
+
+    def result(self) -> tuple[float, float]:
+        self.stop.set()
+        self.join()
+        ms = sorted(self.ms)
+        return ms[int(len(ms) * 0.99) - 1], ms[-1]
+
+
+def last_finish(client: Client, r) -> float:
+    """The latest finish time (s) over every bucket's done:ok index (its top entry: O(log N))."""
+    return max(score for keys in client.store.keys
+               for _, score in r.zrevrange(keys.done("ok"), 0, 0, withscores=True)) / 1000
 
 
 def drain(client: Client, r, n: int = N) -> float:
     """n no-op tasks due at one instant: tasks/s from the due time to the last finish."""
     for keys in client.store.keys:
         r.delete(keys.done("ok"))
-    due = redis_now(r) + 3.0
+    due = redis_now(r) + 3.0 + n / 25_000  # every task is written before the first is due
     for i in range(0, n, 20_000):
         client.add_many([{"topic": "drain", "id": j, "call": "delayd.examples:noop", "at": due}
                          for j in range(i, min(n, i + 20_000))])
     due = int(due * 1000) / 1000  # the due time as stored (ms)
     wait_for(lambda: sum(r.zcard(k.done("ok")) for k in client.store.keys) >= n, 600, interval=0.05,
              message="drain")
-    last = max(done_scores(client, r)) / 1000
+    last = last_finish(client, r)
     return n / (last - due)
 
 
@@ -223,7 +245,13 @@ def main() -> None:
     }.items()}
     if args.big:
         figs["mem1m"] = Figure("Redis memory per pending minimal task (1,000,000)", "bytes", "<= 300")
+        figs["add1m"] = Figure("enqueue: `add` with 1,000,000 pending", "tasks/s")
+        figs["many1m"] = Figure("enqueue: `add_many` with 1,000,000 pending", "tasks/s")
         figs["drain1m"] = Figure("drain 1,000,000 due at once, 2 queue processes", "tasks/s")
+        figs["probe99"] = Figure("`add` round trip during that drain, p99", "ms")
+        figs["probemax"] = Figure("`add` round trip during that drain, max", "ms")
+        figs["slowmax"] = Figure("slowest Redis call during that drain (SLOWLOG)", "ms", "<= 10 ms")
+        figs["slow10"] = Figure("Redis calls over 10 ms during that drain (SLOWLOG)", "count", "0")
     try:
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs}: Redis ceiling", flush=True)
@@ -236,7 +264,9 @@ def main() -> None:
             r.flushall()
             client = Client.from_url(server.url)
             print(f"run {run + 1}/{args.runs}: enqueue", flush=True)
+            r.flushall()
             figs["add"].add(enqueue_single(client, r))
+            r.flushall()
             figs["many"].add(enqueue_many(client, r))
             figs["manypct"].add(100 * figs["many"].values[-1] / figs["zaddp"].values[-1])
             figs["mem"].add(memory_per_task(client, r, N))
@@ -269,10 +299,27 @@ def main() -> None:
             client = Client.from_url(server.url)
             print("big: 1,000,000 pending", flush=True)
             figs["mem1m"].add(memory_per_task(client, r, 1_000_000))
+            figs["add1m"].add(enqueue_single(client, r, 2_000, first=1_000_000))
+            figs["many1m"].add(enqueue_many(client, r, N, first=1_100_000))
             r.flushall()
+            r.config_set("slowlog-log-slower-than", 1000)  # µs: log every call over 1 ms
+            r.config_set("slowlog-max-len", 10_000)
             with Daemon(server.url, work / "big", buckets=4, queues=2):
                 print("big: 1,000,000 due at once", flush=True)
+                r.slowlog_reset()
+                probe = AddProbe(client)
+                probe.start()
                 figs["drain1m"].add(drain(client, r, 1_000_000))
+                p99, worst = probe.result()
+                figs["probe99"].add(p99)
+                figs["probemax"].add(worst)
+                entries = r.slowlog_get(10_000)
+                for entry in entries:
+                    if entry["duration"] > 10_000:
+                        print(f"  slow: {entry['duration'] / 1000:.1f} ms {entry['command'][:120]!r}", flush=True)
+                slow = [entry["duration"] / 1000 for entry in entries]
+                figs["slowmax"].add(max(slow, default=0.0))
+                figs["slow10"].add(sum(1 for ms in slow if ms > 10))
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

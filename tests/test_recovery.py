@@ -32,8 +32,8 @@ def make_due_with_spec(client: Client, r, member: str, spec: str) -> None:
 @pytest.mark.parametrize("spec", [
     "{not json",
     json.dumps(["a", "list"]),
-    json.dumps({"topic": "c", "id": "1"}),                                   # no target
-    json.dumps({"topic": "other", "id": "9", "call": "delayd.examples:noop"}),  # names another task
+    json.dumps({"params": {"a": 1}}),                           # no target
+    json.dumps({"call": "delayd.examples:noop", "params": [1]}),  # params not an object
 ])
 def test_a_corrupt_record_is_quarantined_and_the_worker_lives_on(daemon, client, r, redis_url, spec):
     queue = daemon.child("delayd: queue 0")

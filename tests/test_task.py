@@ -178,60 +178,59 @@ def record_of(task: Task) -> dict[str, str]:
 
 
 def test_spec_leaves_out_defaults():
-    assert json.loads(new().spec_json()) == {"topic": "order:cancel", "id": "42", "call": "shop.tasks:cancel"}
+    assert json.loads(new().spec_json()) == {"call": "shop.tasks:cancel"}
 
 
 def test_round_trip_with_every_field():
     task = Task.new("order:notify", 5, url="http://merchant.example/notify", method="POST", body="json",
                     params={"order": 5, "nested": {"a": [1, 2.5, None, True]}}, intervals=[0, 30, 60, 150],
                     persistent=False, priority=3, callback="shop.tasks:notified", timeout=2.5)
-    back = Task.from_record(record_of(task))
+    back = Task.from_record(task.key, record_of(task))
     assert back == task
     assert back.spec_json() == task.spec_json()
 
 
 def test_method_and_body_survive_a_round_trip_on_any_target():
     task = Task.new("t", 1, push="list", method="post", body="json")
-    assert Task.from_record(record_of(task)) == task
+    assert Task.from_record(task.key, record_of(task)) == task
 
 
 def test_from_record_bookkeeping():
     task = new()
     record = {**record_of(task), "status": "running", "created": "1700000000123", "due": "1700000001000",
               "last_run": "1700000001005", "runs": "3", "claim": "7", "error": "boom", "queued": "0"}
-    back = Task.from_record(record)
+    back = Task.from_record(task.key, record)
     assert back.status == "running" and back.runs == 3 and back.claim == 7 and back.last_error == "boom"
     assert back.created_at == 1700000000.123 and back.due_at == 1700000001.0
     assert back.last_run_at == 1700000001.005
     assert all(isinstance(t, float) for t in (back.created_at, back.due_at, back.last_run_at))
-    assert Task.from_record({**record, "error": ""}).last_error is None
+    assert Task.from_record(task.key, {**record, "error": ""}).last_error is None
 
 
 _NESTED = "[" * 100000
 
 
-@pytest.mark.parametrize("record", [
+@pytest.mark.parametrize("member, record", [("t:1", r) for r in [
     {},
     {"priority": "2"},
     {"spec": "not json"},
     {"spec": "[1, 2]"},
     {"spec": "null"},
     {"spec": _NESTED},
-    {"spec": '{"id": "1", "call": "a:b"}'},
-    {"spec": '{"topic": "t", "id": "1"}'},
-    {"spec": '{"topic": "t", "id": "1", "call": "os:system", "url": "http://h/"}'},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b", "params": [1]}'},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "priority": "7"},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "priority": "high"},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "status": "exploded"},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "runs": "many"},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "due": "soon"},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "created": "1.5"},
-    {"spec": '{"topic": "t", "id": "1", "call": "a:b"}', "claim": ""},
-])
-def test_from_record_rejects_corrupt_records(record):
+    {"spec": '{"params": {}}'},
+    {"spec": '{"call": "os:system", "url": "http://h/"}'},
+    {"spec": '{"call": "a:b", "params": [1]}'},
+    {"spec": '{"call": "a:b"}', "priority": "7"},
+    {"spec": '{"call": "a:b"}', "priority": "high"},
+    {"spec": '{"call": "a:b"}', "status": "exploded"},
+    {"spec": '{"call": "a:b"}', "runs": "many"},
+    {"spec": '{"call": "a:b"}', "due": "soon"},
+    {"spec": '{"call": "a:b"}', "created": "1.5"},
+    {"spec": '{"call": "a:b"}', "claim": ""},
+]] + [(m, {"spec": '{"call": "a:b"}'}) for m in ("no-colon", ":1", "t:", "t:with space")])
+def test_from_record_rejects_corrupt_records(member, record):
     with pytest.raises(TaskError):
-        Task.from_record(record)
+        Task.from_record(member, record)
 
 
 # Valid values for every argument of Task.new, and a mix of valid and invalid ones.
@@ -286,7 +285,7 @@ def _build(args):
 
 
 def _check_round_trip(task):
-    back = Task.from_record(record_of(task))
+    back = Task.from_record(task.key, record_of(task))
     assert back == task
     assert back.spec_json() == task.spec_json()
     assert back.key == task.key

@@ -12,7 +12,7 @@ local applied = {}
 for i = 5, #ARGV, 5 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local task_key = prefix .. member
-  local r = redis.call('HMGET', task_key, 'claim', 'status', 'due')
+  local r = redis.call('HMGET', task_key, 'claim', 'status', 'due', 'error')
   if r[1] == claim and r[2] == 'running' then
     local topic = topic_of(member)
     zrem_counted(KEYS[2], member, 'running', topic)
@@ -36,7 +36,7 @@ for i = 5, #ARGV, 5 do
       err = 'quarantined: ' .. err
     end
     if err == '' then
-      redis.call('HDEL', task_key, 'error')
+      if r[4] then redis.call('HDEL', task_key, 'error') end
     else
       redis.call('HSET', task_key, 'error', err)
     end

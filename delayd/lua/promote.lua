@@ -14,23 +14,29 @@ local function quarantine(member, reason)
   redis.call('HSET', KEYS[9], member, reason)
 end
 
--- Due tasks go to the back of their priority's ready list.
+-- Due tasks go to the back of their priority's ready list, in due order: one
+-- RPUSH per priority for the whole batch.
 local moved = 0
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+local pushes = {['3'] = {}, ['2'] = {}, ['1'] = {}}
 for _, member in ipairs(due) do
   local task_key = prefix .. member
   local priority = redis.call('HGET', task_key, 'priority') or ''
-  local list = ready[priority]
+  local batch = pushes[priority]
   local topic = topic_of(member)
   count('waiting', topic, -1)
-  if list then
+  if batch then
     redis.call('HSET', task_key, 'queued', '1')
-    redis.call('RPUSH', list, member)
+    batch[#batch + 1] = member
     count_ready(priority, topic, 1)
     moved = moved + 1
   else
     quarantine(member, 'delayed entry without a valid record (missing or bad priority)')
   end
+end
+for _, priority in ipairs({'3', '2', '1'}) do
+  local batch = pushes[priority]
+  if #batch > 0 then redis.call('RPUSH', ready[priority], unpack(batch)) end
 end
 if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 
