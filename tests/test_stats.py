@@ -32,7 +32,7 @@ def true_counts(r, store: Store, bucket: int) -> dict[str, int]:
         for member in r.lrange(key, 0, -1):
             if member not in live and r.hget(keys.task(member), "queued") == "1":
                 live.add(member)
-                truth[f"ready:{r.hget(keys.task(member), 'priority')}|{topic_of(member)}"] += 1
+                truth[f"ready:{r.hget(keys.task(member), 'priority') or 2}|{topic_of(member)}"] += 1
     return dict(truth)
 
 

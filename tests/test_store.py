@@ -80,13 +80,29 @@ def test_add_upsert_replaces_and_nx_keeps(r, store, keys):
     assert add(store, "t", 1, delay_ms=20_000, params={"v": 2}, priority=3) == 1
     second = record(r, store, "t:1")
     assert json.loads(second["spec"])["params"] == {"v": 2} and second["priority"] == "3"
-    assert int(second["claim"]) == int(first["claim"]) + 1  # replacing fences the old version
+    assert int(second["claim"]) == int(first.get("claim", 0)) + 1  # replacing fences the old version
     assert r.zcard(keys.delayed) == 1 and int(r.zscore(keys.delayed, "t:1")) == int(second["due"])
 
     assert add(store, "t", 1, delay_ms=0, params={"v": 3}, nx=True) == 0
     assert record(r, store, "t:1") == second
     assert int(r.zscore(keys.delayed, "t:1")) == int(second["due"])
     assert add(store, "t", 2, nx=True) == 1
+
+
+def test_a_fresh_record_leaves_defaults_out(r, store, keys):
+    """Memory per pending task: priority 2, runs 0 and claim 0 are not stored, and read back as such."""
+    add(store, "t", 1)
+    assert set(record(r, store, "t:1")) == {"spec", "status", "created", "due"}
+    task = Task.from_record("t:1", record(r, store, "t:1"))
+    assert (task.priority, task.runs, task.claim) == (2, 0, 0)
+    add(store, "t", 2, priority=1)
+    assert record(r, store, "t:2")["priority"] == "1"
+    promote_all(store)
+    ready3, ready2, ready1 = keys.ready
+    assert r.lrange(ready2, 0, -1) == ["t:1"] and r.lrange(ready1, 0, -1) == ["t:2"]
+    runs = {run["member"]: run for run in claim(store)}
+    assert (runs["t:1"]["priority"], runs["t:1"]["runs"], runs["t:1"]["claim"]) == (2, 1, 1)
+    assert runs["t:2"]["priority"] == 1
 
 
 def test_add_batch_returns_one_result_per_task(r, store, keys):
@@ -104,7 +120,7 @@ def test_add_resolves_delay_on_redis_clock(r, store):
     rec = record(r, store, "t:1")
     assert before <= int(rec["created"]) <= after
     assert int(rec["due"]) == int(rec["created"]) + 5000
-    assert rec["status"] == "delayed" and rec["runs"] == "0"
+    assert rec["status"] == "delayed" and "runs" not in rec
 
     add(store, "t", 2, at_ms=1_900_000_000_123)
     assert record(r, store, "t:2")["due"] == "1900000000123"
@@ -119,7 +135,7 @@ def test_readd_resets_a_finished_or_running_task(r, store, keys):
 
     add(store, "t", 1, delay_ms=60_000)
     rec = record(r, store, "t:1")
-    assert rec["status"] == "delayed" and rec["runs"] == "0"
+    assert rec["status"] == "delayed" and "runs" not in rec
     assert r.pttl(keys.task("t:1")) == -1, "a live task must not expire"
     assert r.zscore(keys.done("ok"), "t:1") is None
 
@@ -225,7 +241,7 @@ def test_claim_leases_and_bumps_runs_and_token(r, store, keys):
     promote_all(store)
     [run] = claim(store, lease_ms=12_345)
     assert run["member"] == "t:1" and run["spec"]["params"] == {"a": 1}
-    assert run["runs"] == 1 and run["claim"] == int(before["claim"]) + 1
+    assert run["runs"] == 1 and run["claim"] == int(before.get("claim", 0)) + 1
     assert run["due"] == int(before["due"]) and run["created"] == int(before["created"])
     rec = record(r, store, "t:1")
     assert rec["status"] == "running" and rec["queued"] == "0" and rec["last_run"] == str(run["now"])

@@ -27,6 +27,9 @@ local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000
 local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
 local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
 local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+-- Record fields left out when they hold their default (docs/redis-layout.md):
+-- priority 2, runs 0, claim 0. Every pending task saves their bytes.
+local DEFAULT_PRIORITY = '2'
 
 local function topic_of(member)
   return string.match(member, '^(.*):') or member
@@ -45,8 +48,9 @@ local function count(state, topic, delta)
   add_to(counts, topic, state, delta)
 end
 
+-- `priority` as read from a record: nil is the default.
 local function count_ready(priority, topic, delta)
-  add_to(counts, topic, READY[priority] or 'ready:?', delta)
+  add_to(counts, topic, READY[priority or DEFAULT_PRIORITY] or 'ready:?', delta)
 end
 
 local function tally(name, topic, delta)

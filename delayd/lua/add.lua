@@ -16,8 +16,9 @@ for i = 4, #ARGV, 5 do
   local member, spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local value = tonumber(ARGV[i + 4])
   local task_key = prefix .. member
-  local old = redis.call('HMGET', task_key, 'claim', 'queued', 'priority')
-  local exists = old[1] or redis.call('EXISTS', task_key) == 1
+  -- Every record has a status; claim and priority may be left out (defaults).
+  local old = redis.call('HMGET', task_key, 'status', 'queued', 'priority', 'claim')
+  local exists = old[1] ~= false
   if nx and exists then
     written[#written + 1] = 0
   else
@@ -30,8 +31,18 @@ for i = 4, #ARGV, 5 do
       redis.call('DEL', task_key)
       for k = 2, 5 do zrem_counted(KEYS[k], member, states[k], topic) end
     end
-    redis.call('HSET', task_key, 'spec', spec, 'priority', priority, 'status', 'delayed',
-      'created', now, 'due', due, 'runs', 0, 'claim', tonumber(old[1] or '0') + 1)
+    -- A fresh record leaves out runs (0), claim (0, unless it replaces one) and
+    -- the default priority.
+    local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
+    if priority ~= DEFAULT_PRIORITY then
+      fields[#fields + 1] = 'priority'
+      fields[#fields + 1] = priority
+    end
+    if exists then
+      fields[#fields + 1] = 'claim'
+      fields[#fields + 1] = tonumber(old[4] or 0) + 1
+    end
+    redis.call('HSET', task_key, unpack(fields))
     zadd_counted(KEYS[1], due, member, 'waiting', topic)
     if due < earliest then earliest = due end
     written[#written + 1] = 1

@@ -24,8 +24,8 @@ local function take(list, want)
       'due', 'created', 'error', 'priority')
     -- Entries whose task was deleted, replaced or already claimed are stale: skip.
     if r[1] == '1' then
-      local claim = tonumber(r[4]) + 1
-      local runs = tonumber(r[3])
+      local claim = tonumber(r[4] or 0) + 1
+      local runs = tonumber(r[3] or 0)
       if r[5] ~= '1' then runs = runs + 1 end
       redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
         'claim', claim, 'runs', runs, 'last_run', now)
@@ -34,7 +34,7 @@ local function take(list, want)
       zadd_counted(KEYS[4], now + lease, member, 'running', topic)
       tally('started', topic)
       tally_lateness(topic, now - tonumber(r[6] or now))
-      for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or ''}) do
+      for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY}) do
         out[#out + 1] = v
       end
       taken = taken + 1

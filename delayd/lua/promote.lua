@@ -21,17 +21,20 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 local pushes = {['3'] = {}, ['2'] = {}, ['1'] = {}}
 for _, member in ipairs(due) do
   local task_key = prefix .. member
-  local priority = redis.call('HGET', task_key, 'priority') or ''
+  local r = redis.call('HMGET', task_key, 'status', 'priority')
+  local priority = r[2] or DEFAULT_PRIORITY
   local batch = pushes[priority]
   local topic = topic_of(member)
   count('waiting', topic, -1)
-  if batch then
+  if not r[1] then
+    quarantine(member, 'delayed entry without a record')
+  elseif batch then
     redis.call('HSET', task_key, 'queued', '1')
     batch[#batch + 1] = member
     count_ready(priority, topic, 1)
     moved = moved + 1
   else
-    quarantine(member, 'delayed entry without a valid record (missing or bad priority)')
+    quarantine(member, 'record with a bad priority')
   end
 end
 for _, priority in ipairs({'3', '2', '1'}) do
@@ -50,7 +53,7 @@ for _, member in ipairs(lapsed) do
   local topic = topic_of(member)
   count('running', topic, -1)
   if r[1] == 'running' then
-    local list = ready[r[2] or '']
+    local list = ready[r[2] or DEFAULT_PRIORITY]
     if list then
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1')
       redis.call('HINCRBY', task_key, 'claim', 1)
