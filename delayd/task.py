@@ -185,11 +185,11 @@ class Task:
             raise TaskError(f"method must be GET or POST, got {method!r}")
         if body not in BODIES:
             raise TaskError(f"body must be 'form' or 'json', got {body!r}")
-        if params is None:
-            params = {}
-        if not isinstance(params, dict):
+        if params is not None and not isinstance(params, dict):
             raise TaskError("params must be a JSON object (a dict)")
-        if params_limit is not None:  # user input: must survive JSON, as a copy, within the limit
+        if not params:
+            params = {}  # a fresh one: nothing to check or copy
+        elif params_limit is not None:  # user input: must survive JSON, as a copy, within the limit
             try:
                 encoded = json.dumps(params, allow_nan=False, separators=(",", ":"))
             except (TypeError, ValueError, RecursionError) as exc:
