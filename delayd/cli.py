@@ -11,10 +11,12 @@ import sys
 import time
 from typing import Any, Callable
 
+from setproctitle import setproctitle
+
 from . import __version__
 from . import config as config_mod
 from .client import ADD_BATCH, Client, DelaydError
-from .connection import RedisURLError
+from .connection import RedisURLError, redact
 from .task import STATUSES, TaskError
 
 VERBS: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -453,8 +455,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def hide_password(url: str | None) -> None:
+    """Retitle this process with the password in `--redis URL` masked, since `ps` shows argv.
+
+    (A password in DELAYD_REDIS_URL or the config file never reaches argv at all.)"""
+    if url and redact(url) != url:
+        setproctitle(" ".join(arg.replace(url, redact(url)) for arg in sys.argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None:  # the command line of this very process
+        hide_password(getattr(args, "redis", None))
     try:
         return VERBS[args.verb](args)
     except (TaskError, DelaydError, config_mod.ConfigError, RedisURLError) as exc:

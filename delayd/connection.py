@@ -28,7 +28,8 @@ def redact(url: str | None) -> str:
     """The URL with any password replaced by `***`: safe for logs, errors and `ps`."""
     if not url:
         return "(embedded)"
-    return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
+    url = re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
+    return re.sub(r"([?&][a-z_]*password=)[^&]*", r"\1***", url)
 
 
 def _hosts(netloc: str, default_port: int) -> list[tuple[str, int]]:

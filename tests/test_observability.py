@@ -3,7 +3,10 @@ endpoint scraped over HTTP, JSON logs, and no Redis password anywhere."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -11,10 +14,11 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon_helper import Daemon, delayd
+from daemon_helper import DELAYD, Daemon, delayd
 from redis_server import RedisServer, free_port, wait_for
 
 from delayd import Client
+from delayd.connection import redact
 
 
 def tcp(proc: psutil.Process) -> list:
@@ -270,3 +274,39 @@ def test_no_password_in_ps_logs_status_stats_or_metrics(password_redis, tmp_path
     finally:
         d.stop()
     assert secret not in d.log()  # including what was logged while stopping
+
+
+def test_a_password_given_with_redis_flag_is_masked_in_ps(tmp_path):
+    """`delayd stats --redis redis://:pw@…` retitles itself at once, so `ps` never shows the password
+    while the command runs (here: for as long as a Redis that accepts but never answers keeps it waiting)."""
+    secret = "flag-Sekr1t-987"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"redis://:{secret}@127.0.0.1:{listener.getsockname()[1]}/0"
+        proc = subprocess.Popen([*DELAYD, "stats", "--redis", url], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env={**os.environ, "DELAYD_STATE_DIR": str(tmp_path)})
+        try:
+            listener.settimeout(30)
+            conn, _ = listener.accept()  # the command has parsed its flags and is talking to "Redis"
+            with conn:
+                cmdline = " ".join(psutil.Process(proc.pid).cmdline())
+                assert "stats --redis redis://:***@127.0.0.1" in cmdline
+                assert secret not in cmdline
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+    ("rediss://user:pw@h/1", "rediss://user:***@h/1"),
+    ("redis://user@h/0", "redis://user@h/0"),
+    ("redis+cluster://:pw@h1:7000,h2:7001/", "redis+cluster://:***@h1:7000,h2:7001/"),
+    ("redis+sentinel://:pw@s1:26379,s2:26379/mymaster/0?sentinel_password=spw",
+     "redis+sentinel://:***@s1:26379,s2:26379/mymaster/0?sentinel_password=***"),
+    ("unix:///run/redis.sock?db=2&password=pw", "unix:///run/redis.sock?db=2&password=***"),
+    (None, "(embedded)"),
+])
+def test_redact_masks_every_password_form(url, shown):
+    assert redact(url) == shown
