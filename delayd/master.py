@@ -427,32 +427,36 @@ class Master:
         self.write_status()
 
     def stop_all(self) -> None:
-        """SIGTERM to the children, wait up to graceful_timeout, SIGKILL the rest; Redis last."""
+        """Stop the workers, leave the registry, then stop Redis (the embedded one goes last)."""
         notify.notify("STOPPING=1")
         self.stopping = True
-        for kinds in (("bucket", "queue"), ("redis",)):
-            self.signal_children(signal.SIGTERM, kinds)
-            deadline = time.monotonic() + self.config.graceful_timeout + 1.0
-            while any(s.kind in kinds for s in self.by_pid.values()):
-                self.reap()
-                if time.monotonic() > deadline:
-                    for pid, slot in list(self.by_pid.items()):
-                        if slot.kind in kinds:
-                            event(log, "child_killed", logging.WARNING, child=slot.name, child_pid=pid,
-                                  reason="graceful timeout")
-                            self.kill(pid, signal.SIGKILL)
-                    deadline = time.monotonic() + 5.0
-                try:
-                    self.events.get(timeout=0.05)  # SIGCHLD wakes us; other signals are moot now
-                except queue_mod.Empty:
-                    pass
+        self.stop_children(("bucket", "queue"))
+        if self.registrar is not None:
+            self.registrar.stop()  # while Redis is still there to take the unregister
+        self.stop_children(("redis",))
         if self.metrics is not None:
             self.metrics.close()
-        if self.registrar is not None:
-            self.registrar.stop()
         self.pidfile.release()
         status = Path(self.config.state_dir) / "status.json"
         status.unlink(missing_ok=True)
+
+    def stop_children(self, kinds: tuple[str, ...]) -> None:
+        """SIGTERM to the children of these kinds, wait up to graceful_timeout, SIGKILL the rest."""
+        self.signal_children(signal.SIGTERM, kinds)
+        deadline = time.monotonic() + self.config.graceful_timeout + 1.0
+        while any(s.kind in kinds for s in self.by_pid.values()):
+            self.reap()
+            if time.monotonic() > deadline:
+                for pid, slot in list(self.by_pid.items()):
+                    if slot.kind in kinds:
+                        event(log, "child_killed", logging.WARNING, child=slot.name, child_pid=pid,
+                              reason="graceful timeout")
+                        self.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 5.0
+            try:
+                self.events.get(timeout=0.05)  # SIGCHLD wakes us; other signals are moot now
+            except queue_mod.Empty:
+                pass
 
     def registry_entry(self) -> dict:
         """This daemon's entry in the registry of live daemons (read from the registry thread)."""

@@ -21,6 +21,7 @@ def test_embedded_redis_persists_a_task_across_stop_and_start(tmp_path, monkeypa
     client.close()
     d.stop()
     assert d.proc.returncode == 0
+    assert "registry_unavailable" not in d.log()  # it left the registry before stopping its Redis
     assert not psutil.pid_exists(redis_proc.pid) or redis_proc.status() == psutil.STATUS_ZOMBIE
     assert (state / "appendonly.aof").exists() or (state / "appendonlydir").exists()
 
