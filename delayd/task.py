@@ -262,7 +262,7 @@ class Task:
             task.due_at = _seconds(record.get("due"))
             task.last_run_at = _seconds(record.get("last_run"))
             task.runs = int(record.get("runs", 0))
-            task.claim = int(record.get("claim", 0))
+            task.claim = int(record["claim"] if "claim" in record else record.get("created", 0))  # default: created
             task.last_error = record.get("error") or None
         except KeyError as exc:
             raise TaskError(f"record has no {exc.args[0]!r} field") from None

@@ -59,6 +59,11 @@ def record(r, store: Store, member: str) -> dict:
     return r.hgetall(store.keys_for(member).task(member))
 
 
+def token(rec: dict) -> int:
+    """A record's claim token: `claim`, or `created` when the field is left out."""
+    return int(rec.get("claim", rec["created"]))
+
+
 def ready_members(r, keys: BucketKeys) -> list[str]:
     return [m for key in keys.ready for m in r.lrange(key, 0, -1)]
 
@@ -80,7 +85,7 @@ def test_add_upsert_replaces_and_nx_keeps(r, store, keys):
     assert add(store, "t", 1, delay_ms=20_000, params={"v": 2}, priority=3) == 1
     second = record(r, store, "t:1")
     assert json.loads(second["spec"])["params"] == {"v": 2} and second["priority"] == "3"
-    assert int(second["claim"]) == int(first.get("claim", 0)) + 1  # replacing fences the old version
+    assert token(second) > token(first)  # replacing fences the old version
     assert r.zcard(keys.delayed) == 1 and int(r.zscore(keys.delayed, "t:1")) == int(second["due"])
 
     assert add(store, "t", 1, delay_ms=0, params={"v": 3}, nx=True) == 0
@@ -90,19 +95,30 @@ def test_add_upsert_replaces_and_nx_keeps(r, store, keys):
 
 
 def test_a_fresh_record_leaves_defaults_out(r, store, keys):
-    """Memory per pending task: priority 2, runs 0 and claim 0 are not stored, and read back as such."""
+    """Memory per pending task: priority 2, runs 0 and the claim token (default: created) are not stored."""
     add(store, "t", 1)
     assert set(record(r, store, "t:1")) == {"spec", "status", "created", "due"}
     task = Task.from_record("t:1", record(r, store, "t:1"))
-    assert (task.priority, task.runs, task.claim) == (2, 0, 0)
+    created = int(record(r, store, "t:1")["created"])
+    assert (task.priority, task.runs, task.claim) == (2, 0, created)
     add(store, "t", 2, priority=1)
     assert record(r, store, "t:2")["priority"] == "1"
     promote_all(store)
     ready3, ready2, ready1 = keys.ready
     assert r.lrange(ready2, 0, -1) == ["t:1"] and r.lrange(ready1, 0, -1) == ["t:2"]
     runs = {run["member"]: run for run in claim(store)}
-    assert (runs["t:1"]["priority"], runs["t:1"]["runs"], runs["t:1"]["claim"]) == (2, 1, 1)
+    assert (runs["t:1"]["priority"], runs["t:1"]["runs"], runs["t:1"]["claim"]) == (2, 1, created + 1)
     assert runs["t:2"]["priority"] == 1
+
+
+def test_the_token_goes_up_with_every_replacement_even_within_one_ms(r, store, keys):
+    seen = []
+    for _ in range(3):
+        add(store, "t", 1)
+        seen.append(token(record(r, store, "t:1")))
+        store.add(keys, [(task_of("t", 1), "delay", 0)] * 4, False)  # one script call: one `now`
+        seen.append(token(record(r, store, "t:1")))
+    assert all(b > a for a, b in zip(seen, seen[1:])), seen
 
 
 def test_add_batch_returns_one_result_per_task(r, store, keys):
@@ -241,7 +257,7 @@ def test_claim_leases_and_bumps_runs_and_token(r, store, keys):
     promote_all(store)
     [run] = claim(store, lease_ms=12_345)
     assert run["member"] == "t:1" and run["spec"]["params"] == {"a": 1}
-    assert run["runs"] == 1 and run["claim"] == int(before.get("claim", 0)) + 1
+    assert run["runs"] == 1 and run["claim"] == token(before) + 1
     assert run["due"] == int(before["due"]) and run["created"] == int(before["created"])
     rec = record(r, store, "t:1")
     assert rec["status"] == "running" and rec["queued"] == "0" and rec["last_run"] == str(run["now"])
@@ -425,6 +441,27 @@ def test_hard_delete_of_a_finished_task(r, store, keys):
     store.finish(0, [("t:1", run["claim"], "ok", 0, "")], DAY_MS)
     store.delete("t:1", True, DAY_MS)
     assert only_run_statistics_left(r, keys)
+
+
+@pytest.mark.parametrize("then_soft_delete", [False, True])
+def test_a_run_of_a_hard_deleted_task_cannot_finish_its_new_incarnation(r, store, keys, then_soft_delete):
+    """Hard delete leaves nothing to bump, so a re-added task's tokens start from its own
+    `created` time: a worker still running the old incarnation holds a token the new one
+    never hands out, and cannot renew or finish the new run."""
+    old = claimed(r, store)
+    store.delete("t:1", True, DAY_MS)
+    wait_for(lambda: now_ms(r) > old["created"], 1, message="the clock to move on")
+    add(store, "t", 1)
+    if then_soft_delete:  # soft delete and re-add before the first claim keep the tokens ahead too
+        store.delete("t:1", False, DAY_MS)
+        add(store, "t", 1)
+    promote_all(store)
+    [new] = claim(store)
+    assert new["claim"] > old["claim"]
+    assert store.renew(0, [("t:1", old["claim"])], 60_000) == [0]
+    assert store.finish(0, [("t:1", old["claim"], "ok", 0, "")], DAY_MS) == [0]
+    assert record(r, store, "t:1")["status"] == "running"
+    assert store.finish(0, [("t:1", new["claim"], "ok", 0, "")], DAY_MS) == [1]
 
 
 # -- retry -------------------------------------------------------------------------

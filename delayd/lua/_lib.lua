@@ -28,8 +28,18 @@ local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
 local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
 local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 -- Record fields left out when they hold their default (docs/redis-layout.md):
--- priority 2, runs 0, claim 0. Every pending task saves their bytes.
+-- priority 2, runs 0, and claim, whose default is the record's `created` time.
+-- Every pending task saves their bytes.
 local DEFAULT_PRIORITY = '2'
+
+-- The claim token of a record from its `claim` and `created` fields. A fresh
+-- or replaced record's tokens start from the time it was written, so they stay
+-- near Redis's clock (each bump is +1, and there is rarely more than one per ms
+-- on one task). After a hard delete, which leaves nothing to bump, a re-added
+-- task therefore still never hands out a token a worker of the deleted one holds.
+local function claim_token(claim, created)
+  return tonumber(claim or created or 0)
+end
 
 local function topic_of(member)
   return string.match(member, '^(.*):') or member

@@ -17,7 +17,7 @@ for i = 4, #ARGV, 5 do
   local value = tonumber(ARGV[i + 4])
   local task_key = prefix .. member
   -- Every record has a status; claim and priority may be left out (defaults).
-  local old = redis.call('HMGET', task_key, 'status', 'queued', 'priority', 'claim')
+  local old = redis.call('HMGET', task_key, 'status', 'queued', 'priority', 'claim', 'created')
   local exists = old[1] ~= false
   if nx and exists then
     written[#written + 1] = 0
@@ -31,16 +31,18 @@ for i = 4, #ARGV, 5 do
       redis.call('DEL', task_key)
       for k = 2, 5 do zrem_counted(KEYS[k], member, states[k], topic) end
     end
-    -- A fresh record leaves out runs (0), claim (0, unless it replaces one) and
-    -- the default priority.
+    -- A fresh record leaves out runs (0), the default priority, and claim: its
+    -- token is `created` (now), unless it replaces a record whose token is
+    -- already that high (bumped more than once a ms), which must still go up.
     local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
     if priority ~= DEFAULT_PRIORITY then
       fields[#fields + 1] = 'priority'
       fields[#fields + 1] = priority
     end
-    if exists then
+    local token = exists and claim_token(old[4], old[5]) + 1 or now
+    if token > now then
       fields[#fields + 1] = 'claim'
-      fields[#fields + 1] = tonumber(old[4] or 0) + 1
+      fields[#fields + 1] = token
     end
     redis.call('HSET', task_key, unpack(fields))
     zadd_counted(KEYS[1], due, member, 'waiting', topic)

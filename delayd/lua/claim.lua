@@ -24,7 +24,7 @@ local function take(list, want)
       'due', 'created', 'error', 'priority')
     -- Entries whose task was deleted, replaced or already claimed are stale: skip.
     if r[1] == '1' then
-      local claim = tonumber(r[4] or 0) + 1
+      local claim = claim_token(r[4], r[7]) + 1
       local runs = tonumber(r[3] or 0)
       if r[5] ~= '1' then runs = runs + 1 end
       redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',

@@ -8,15 +8,14 @@ local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
 if hard then redis.call('HDEL', KEYS[7], member) end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local old = redis.call('HMGET', KEYS[1], 'queued', 'priority')
+local old = redis.call('HMGET', KEYS[1], 'queued', 'priority', 'claim', 'created')
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
 if hard then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('HSET', KEYS[1], 'status', 'deleted', 'queued', '0')
-  redis.call('HINCRBY', KEYS[1], 'claim', 1)
+  redis.call('HSET', KEYS[1], 'status', 'deleted', 'queued', '0', 'claim', claim_token(old[3], old[4]) + 1)
   index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
 end
 flush_stats(KEYS[8])
