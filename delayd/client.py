@@ -23,6 +23,8 @@ from . import stats as stats_mod
 from .store import SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
 from .task import FINISHED, Task, TaskError, module_allowed
 
+TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
+                         "priority", "callback", "timeout"})  # add()'s keyword arguments besides delay/at
 ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
 
 
@@ -132,8 +134,7 @@ class Client:
     def build(self, topic: Any, id: Any, *, delay: float | None = None, at: Any = None,
               **fields: Any) -> tuple[Task, str, int]:
         """Validate one add's arguments: (task, 'delay'|'at', ms). Raises TaskError."""
-        unknown = set(fields) - {"call", "url", "push", "method", "body", "params", "intervals", "persistent",
-                                 "priority", "callback", "timeout"}
+        unknown = fields.keys() - TASK_FIELDS
         if unknown:
             raise TaskError(f"unknown task field(s): {', '.join(sorted(unknown))}")
         task = Task.new(topic, id, params_limit=self.config.params_limit, **fields)
