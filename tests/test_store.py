@@ -514,6 +514,21 @@ def test_records_disappear_on_their_own(r, store, keys):
 
 
 # -- corrupt data ------------------------------------------------------------------
+def test_corrupt_counters_in_a_record_do_not_break_claim_or_leak_into_a_new_add(r, store, keys):
+    add(store, "t", 1)
+    promote_all(store)
+    r.hset(keys.task("t:1"), mapping={"claim": "abc", "runs": "x"})
+    [run] = claim(store)  # the script does not fail half-way: the task is handed out
+    assert run["member"] == "t:1" and run["runs"] == 1
+    r.delete(keys.task("t:2"))
+    r.hset(keys.task("t:2"), mapping={"runs": "x", "lapsed": "1", "claim": "zzz"})  # no status: corrupt
+    add(store, "t", 2)
+    assert set(record(r, store, "t:2")) >= {"spec", "status"} and "lapsed" not in record(r, store, "t:2")
+    promote_all(store)
+    [run] = claim(store)
+    assert run["member"] == "t:2" and run["runs"] == 1
+
+
 def test_promote_quarantines_a_delayed_entry_without_record(r, store, keys):
     r.zadd(keys.delayed, {"ghost:1": 0})
     add(store, "t", 1)

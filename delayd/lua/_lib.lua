@@ -37,8 +37,9 @@ local DEFAULT_PRIORITY = '2'
 -- near Redis's clock (each bump is +1, and there is rarely more than one per ms
 -- on one task). After a hard delete, which leaves nothing to bump, a re-added
 -- task therefore still never hands out a token a worker of the deleted one holds.
+-- A corrupt (non-numeric) field reads as 0 rather than failing the whole script.
 local function claim_token(claim, created)
-  return tonumber(claim or created or 0)
+  return tonumber(claim or created) or 0
 end
 
 local function topic_of(member)

@@ -16,9 +16,10 @@ for i = 4, #ARGV, 5 do
   local member, spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local value = tonumber(ARGV[i + 4])
   local task_key = prefix .. member
-  -- Every record has a status; claim and priority may be left out (defaults).
+  -- Every record has a status (claim and priority may be left out); EXISTS
+  -- catches a corrupt one without, whose fields must not leak into the new one.
   local old = redis.call('HMGET', task_key, 'status', 'queued', 'priority', 'claim', 'created')
-  local exists = old[1] ~= false
+  local exists = old[1] ~= false or redis.call('EXISTS', task_key) == 1
   if nx and exists then
     written[#written + 1] = 0
   else

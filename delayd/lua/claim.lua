@@ -25,7 +25,7 @@ local function take(list, want)
     -- Entries whose task was deleted, replaced or already claimed are stale: skip.
     if r[1] == '1' then
       local claim = claim_token(r[4], r[7]) + 1
-      local runs = tonumber(r[3] or 0)
+      local runs = tonumber(r[3]) or 0  -- missing before the first run (or corrupt)
       if r[5] ~= '1' then runs = runs + 1 end
       redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
         'claim', claim, 'runs', runs, 'last_run', now)
