@@ -520,6 +520,10 @@ def test_corrupt_counters_in_a_record_do_not_break_claim_or_leak_into_a_new_add(
     r.hset(keys.task("t:1"), mapping={"claim": "abc", "runs": "x"})
     [run] = claim(store)  # the script does not fail half-way: the task is handed out
     assert run["member"] == "t:1" and run["runs"] == 1
+    r.hdel(keys.task("t:1"), "due")
+    before = now_ms(r)
+    assert store.finish(0, [("t:1", run["claim"], "retry", 5000, "")], DAY_MS) == [1]  # from now, then
+    assert int(record(r, store, "t:1")["due"]) >= before + 5000
     r.delete(keys.task("t:2"))
     r.hset(keys.task("t:2"), mapping={"runs": "x", "lapsed": "1", "claim": "zzz"})  # no status: corrupt
     add(store, "t", 2)

@@ -18,8 +18,9 @@ for i = 5, #ARGV, 5 do
     zrem_counted(KEYS[2], member, 'running', topic)
     tally(outcome, topic)
     if outcome == 'retry' then
-      -- Next run counts from the previous due time; if that is past, from now.
-      local due = tonumber(r[3]) + gap
+      -- Next run counts from the previous due time; if that is past (or
+      -- unreadable), from now.
+      local due = (tonumber(r[3]) or now) + gap
       if due < now then due = now + gap end
       redis.call('HSET', task_key, 'status', 'delayed', 'due', due)
       zadd_counted(KEYS[1], due, member, 'waiting', topic)
