@@ -459,8 +459,9 @@ def hide_password(url: str | None) -> None:
     """Retitle this process with the password in `--redis URL` masked, since `ps` shows argv.
 
     (A password in DELAYD_REDIS_URL or the config file never reaches argv at all.)"""
-    if url and redact(url) != url:
-        setproctitle(" ".join(arg.replace(url, redact(url)) for arg in sys.argv))
+    masked = redact(url)
+    if url and masked != url:
+        setproctitle(" ".join(arg.replace(url, masked) for arg in sys.argv))
 
 
 def main(argv: list[str] | None = None) -> int:
