@@ -81,8 +81,8 @@ class Progress:
 
 
 # -- task verbs ----------------------------------------------------------------------
-ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "once", "priority", "params", "method", "body",
-              "timeout", "callback")
+ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "once", "priority", "params",
+              "method", "body", "timeout", "callback")
 
 
 def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
@@ -159,7 +159,8 @@ def cmd_add(args: argparse.Namespace) -> int:
         return fail(f"--params is not valid JSON: {exc}")
     fields = dict(call=args.call, url=args.url, push=args.push, params=params, intervals=args.intervals,
                   persistent=not args.once, priority=args.priority, callback=args.callback,
-                  method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at)
+                  method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at,
+                  every=args.every, cron=args.cron, tz=args.tz)
     client = client_for(args)
     written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
     task = client.get(args.topic, args.id)
@@ -179,6 +180,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(task.to_json())
         return 0
     data = task.to_dict()
+    print(f"{'schedule':12} {task.describe_schedule()}")
     for name, value in data.items():
         if value is None or name == "key":
             continue
@@ -243,6 +245,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"tasks    delayed={counts['delayed']} (waiting={stats['waiting']} ready p3={ready['3']} p2={ready['2']} "
           f"p1={ready['1']})  running={counts['running']}  ok={counts['ok']}  failed={counts['failed']}  "
           f"deleted={counts['deleted']}  quarantined={stats['quarantined']}")
+    if stats["paused"]:
+        print(f"paused   {', '.join(stats['paused'])} ({stats['parked']} due tasks waiting for resume)")
     print(f"due      oldest {fmt_time(stats['oldest_due_at'])} (lag {stats['oldest_due_lag']:.3f} s"
           f"{'' if stats['oldest_due_exact'] else ', per-topic lags approximate'})  "
           f"next {fmt_time(stats['next_due_at'])}")
@@ -412,7 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     when = p.add_mutually_exclusive_group()
     when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
     when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
-    p.add_argument("--intervals", metavar="0,30,60", help="schedule in seconds (default 0)")
+    schedule = p.add_mutually_exclusive_group()
+    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds (default 0)")
+    schedule.add_argument("--every", type=float, metavar="S", help="recurring: every S seconds (>= 1), whatever "
+                                                                  "the outcome; first run after S unless --delay/--at")
+    schedule.add_argument("--cron", metavar="EXPR", help="recurring: at the times of 'm h dom mon dow' in --tz")
+    p.add_argument("--tz", metavar="ZONE", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
     p.add_argument("--once", action="store_true", help="end as failed after the last interval (persistent=false)")
     p.add_argument("--priority", type=int, choices=(1, 2, 3), help="1-3, 3 highest (default 2)")
     p.add_argument("--params", metavar="JSON", help="JSON object handed to the handler or sent to the URL")
@@ -452,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "ok/failed/deleted (retained), the oldest due lag, runs and tasks/s over the "
                                "last minute, and the lateness (start minus due) p50/p99 of those runs. "
                                "Read from counters in Redis that every daemon keeps, so any host sees all.")
+    from . import cli_schedule  # pause, resume, run: verbs of their own module
+    cli_schedule.add_parsers(sub, common, task_verb)
+    VERBS.update(cli_schedule.VERBS)
     return parser
 
 

@@ -17,14 +17,15 @@ import redis
 from redis.cluster import RedisCluster
 
 from . import config as config_mod
-from . import connection, embedded, registry
+from . import connection, embedded, registry, schedule
 from . import durable as durable_mod
 from . import stats as stats_mod
 from .store import SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
-from .task import FINISHED, Task, TaskError, module_allowed
+from .task import FINISHED, Task, TaskError, check_topic, module_allowed
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
-                         "priority", "callback", "timeout"})  # add()'s keyword arguments besides delay/at
+                         "priority", "callback", "timeout", "every", "cron", "tz"})  # add()'s keywords but delay/at
+NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
 ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
 
 
@@ -148,8 +149,10 @@ class Client:
             raise TaskError("give delay or at, not both")
         if at is not None:
             return task, "at", to_ms(at)
+        if delay is None and task.cron is not None:
+            return task, NEXT_CRON, 0  # the calendar's next time after Redis's now: see add_built
         if delay is None:
-            delay = task.intervals[0]
+            delay = task.every if task.every is not None else task.intervals[0]
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10 * 365 * 86400:
             raise TaskError(f"delay must be a number of seconds >= 0, got {delay!r}")
         return task, "delay", int(delay * 1000)
@@ -161,7 +164,7 @@ class Client:
         durable=True returns only once the write is on a replica or on disk (see delayd.durable);
         DurabilityError when this Redis cannot confirm that (then nothing is written).
         """
-        item = self.build(topic, id, **fields)
+        item = self._first_due([self.build(topic, id, **fields)])[0]
         store = self.store
         if durable:
             wait = self._durable_command()
@@ -190,6 +193,7 @@ class Client:
     def add_built(self, built: list[tuple[Task, str, int]], nx: bool = False, durable: bool = False) -> int:
         """Write tasks already validated by build() (what add_many does after validating)."""
         store = self.store
+        built = self._first_due(built)
         wait = self._durable_command() if durable else None
         by_bucket: dict[int, list[tuple[Task, str, int]]] = {}
         for entry in built:
@@ -200,6 +204,23 @@ class Client:
         for chunk in (calls[i:i + 64] for i in range(0, len(calls), 64)):
             written += self._add_pipelined(chunk, nx, wait)
         return written
+
+    def _first_due(self, built: list[tuple[Task, str, int]]) -> list[tuple[Task, str, int]]:
+        """Give cron tasks without delay/at their first due time: the calendar's next time
+        after Redis's clock (one TIME call for the whole batch), never the host's."""
+        if not any(mode == NEXT_CRON for _, mode, _ in built):
+            return built
+        seconds, micros = self.redis.time()
+        now_ms = seconds * 1000 + micros // 1000
+        out = []
+        for task, mode, value in built:
+            if mode == NEXT_CRON:
+                due = schedule.next_cron(task.cron, task.tz, now_ms)
+                if due is None:
+                    raise TaskError(f"{task.key}: cron expression {task.cron!r} has no next time")
+                mode, value = "at", due
+            out.append((task, mode, value))
+        return out
 
     def _durable_command(self) -> tuple[Any, ...]:
         """How this Redis confirms a write now (WAIT, WAITAOF or nothing needed); DurabilityError if it cannot."""
@@ -253,6 +274,35 @@ class Client:
             raise TaskError(f"{topic}:{id} is not failed; only failed tasks can be retried")
         return result == 1
 
+    @redis_errors
+    def run_now(self, topic: Any, id: Any) -> bool:
+        """Make a delayed task due now (a recurring one then continues on its schedule).
+
+        Returns False if there is no such task; raises TaskError, changing nothing, if it is
+        running or finished. A task of a paused topic becomes due now and starts first on resume."""
+        answer = self.store.run_now(f"{topic}:{id}")
+        if answer.code == -1:
+            raise TaskError(f"{topic}:{id} is {answer.status}, not delayed: only a waiting task can be run now "
+                            + ("(it is running now)" if answer.status == "running" else
+                               "(use retry for a failed task, or add it again)"))
+        return answer.code != 0
+
+    @redis_errors
+    def pause(self, topic: Any) -> int:
+        """Start no task of `topic` until resume() (runs in flight finish); kept in Redis, so it
+        holds for every daemon and across restarts. Returns how many ready tasks were set aside."""
+        return self.store.pause(check_topic(topic))
+
+    @redis_errors
+    def resume(self, topic: Any) -> int:
+        """Start the tasks of `topic` again; its due tasks start in due order. Returns how many waited."""
+        return self.store.resume(check_topic(topic))
+
+    @redis_errors
+    def paused(self) -> list[str]:
+        """The topics paused now."""
+        return sorted(set().union(*(self.redis.hkeys(keys.paused) for keys in self.store.keys)))
+
     # -- reading ---------------------------------------------------------------------
     @redis_errors
     def get(self, topic: Any, id: Any) -> Task | None:
@@ -266,6 +316,7 @@ class Client:
         sources: list[tuple[str, str]] = []
         if status in (None, "delayed"):
             sources += [("list", key) for key in keys.ready] + [("zset", keys.delayed)]
+            sources += [("zset", keys.parked(topic)) for topic in self.redis.hkeys(keys.paused)]
         if status in (None, "running"):
             sources.append(("zset", keys.leases))
         sources += [("zset", keys.done(s)) for s in FINISHED if status in (None, s)]

@@ -113,7 +113,13 @@ class Collector:
         lag = GaugeMetricFamily("delayd_topic_oldest_due_lag_seconds",
                                 "now minus the due time of the topic's oldest task that is due and not started",
                                 labels=["topic"])
+        paused = GaugeMetricFamily("delayd_topic_paused", "1 while the topic is paused (delayd pause)",
+                                   labels=["topic"])
+        parked = GaugeMetricFamily("delayd_tasks_parked", "due tasks of a paused topic, waiting for its resume",
+                                   labels=["topic"])
         for topic, t in topics.items():
+            paused.add_metric([topic], 1 if t["paused"] else 0)
+            parked.add_metric([topic], t["parked"])
             for status in STATUSES:
                 tasks.add_metric([topic, status], t["counts"][status])
             waiting.add_metric([topic], t["waiting"])
@@ -125,7 +131,7 @@ class Collector:
         overall_lag.add_metric([], stats["oldest_due_lag"])
         quarantined = GaugeMetricFamily("delayd_tasks_quarantined", "records set aside as corrupt")
         quarantined.add_metric([], stats["quarantined"])
-        yield from (buckets, tasks, waiting, ready, overall_lag, lag, quarantined)
+        yield from (buckets, tasks, waiting, ready, overall_lag, lag, quarantined, paused, parked)
 
         runs = CounterMetricFamily("delayd_runs", "runs whose outcome was recorded", labels=["topic", "outcome"])
         starts = CounterMetricFamily("delayd_runs_started", "runs handed to a worker", labels=["topic"])

@@ -200,9 +200,17 @@ class QueueWorker:
         """Turn a run's outcome into a finish entry (sent with the next batch)."""
         del self.in_hand[run.task.key]
         task = run.task
-        kind, gap_ms, error = outcome.kind, 0, outcome.error
+        kind, gap_ms, error, next_due = outcome.kind, 0, outcome.error, ""
         if kind == "ok":
             error = callback_error
+        if task.recurring and task.persistent and kind in ("ok", "retry"):
+            # From the claim's `now` (Redis's clock): the next due time of the calendar.
+            found = task.next_due_ms(round((task.due_at or task.last_run_at) * 1000),
+                                     round(task.last_run_at * 1000))
+            if found is not None:
+                next_due = found
+            elif kind == "retry":
+                kind, error = "failed", f"the schedule has no next time; last error: {error}"
         elif kind == "retry":
             gap = task.next_gap()
             if gap is None:
@@ -215,7 +223,7 @@ class QueueWorker:
               # A line per successful run only at DEBUG: at thousands of runs/s it would
               # cost a third of the process's time and gigabytes of log a day.
               level=logging.DEBUG if kind == "ok" else logging.WARNING)
-        self.finished.setdefault(run.bucket, []).append((run, kind, gap_ms, error))
+        self.finished.setdefault(run.bucket, []).append((run, kind, gap_ms, error, next_due))
 
     def abandon_overdue(self) -> None:
         now = time.monotonic()
@@ -249,11 +257,11 @@ class QueueWorker:
     def flush_finished(self) -> None:
         for bucket in list(self.finished):
             entries = self.finished[bucket]
-            applied = self.store.finish(bucket, [(run.task.key, run.task.claim, kind, gap_ms, error)
-                                                 for run, kind, gap_ms, error in entries],
+            applied = self.store.finish(bucket, [(run.task.key, run.task.claim, kind, gap_ms, error, next_due)
+                                                 for run, kind, gap_ms, error, next_due in entries],
                                         self.config.retention_ms)
             del self.finished[bucket]
-            for (run, kind, _, _), ok in zip(entries, applied):
+            for (run, kind, *_), ok in zip(entries, applied):
                 if not ok:
                     event(log, "result_fenced", logging.WARNING, task=run.task.key, run=run.task.runs,
                           outcome=kind, reason="lease lapsed, task replaced or deleted")
@@ -300,7 +308,7 @@ class QueueWorker:
             except TaskError as exc:
                 self.finished.setdefault(bucket, []).append(
                     (Run(Task(topic=member.rpartition(":")[0], id=member.rpartition(":")[2], claim=int(claim)),
-                         bucket, 0, 0), "quarantine", 0, str(exc)))
+                         bucket, 0, 0), "quarantine", 0, str(exc), ""))
                 event(log, "quarantined", logging.ERROR, task=member, run=int(runs or 0), reason=str(exc))
                 continue
             start = time.monotonic()

@@ -19,7 +19,7 @@ WINDOW_MS = 10_000   # one hash of recent runs per 10 s (lua/_lib.lua: WINDOW_MS
 WINDOWS = 7          # "the last minute": the current window and the six before it (60-70 s)
 SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due time
 OUTCOMES = ("ok", "failed", "retry", "quarantine")
-STATES = ("waiting", "ready:3", "ready:2", "ready:1", "running", "ok", "failed", "deleted")
+STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "running", "ok", "failed", "deleted")
 
 
 def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
@@ -79,10 +79,11 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
     ready = {str(p): counts[f"ready:{p}"] for p in PRIORITIES}
     finished = sum(recent[o] for o in OUTCOMES)
     return {
-        "counts": {"delayed": counts["waiting"] + sum(ready.values()), "running": counts["running"],
+        "counts": {"delayed": counts["waiting"] + sum(ready.values()) + counts["parked"], "running": counts["running"],
                    "ok": counts["ok"], "failed": counts["failed"], "deleted": counts["deleted"]},
         "waiting": counts["waiting"],
         "ready": ready,
+        "parked": counts["parked"],
         "oldest_due_at": oldest_due,
         "oldest_due_lag": round(max(0.0, now - oldest_due), 3) if oldest_due is not None else 0.0,
         "runs_last_minute": {**{o: recent[o] for o in OUTCOMES}, "started": recent["started"],
@@ -96,7 +97,8 @@ def read_buckets(redis_client: Any, store: Store) -> list[list[Any]]:
     """One stats.lua answer per bucket (pipelined, except on a cluster)."""
     def call(client: Any, b: int) -> Any:
         keys = store.keys[b]
-        return SCRIPTS["stats"](client, [keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine],
+        return SCRIPTS["stats"](client, [keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine,
+                                         keys.paused],
                                 [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
 
     if isinstance(redis_client, RedisCluster):  # its pipeline refuses EVALSHA
@@ -127,8 +129,9 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
     totals: dict[str, dict[str, int]] = {}
     recent: dict[str, dict[str, int]] = {}
     earliest: dict[str, float] = {}
-    per_bucket, quarantined, truncated = [], 0, False
-    for b, (_, bucket_counts, bucket_totals, first, windows, head, q, lag, trunc) in enumerate(answers):
+    per_bucket, quarantined, truncated, paused = [], 0, False, set()
+    for b, (_, bucket_counts, bucket_totals, first, windows, head, q, lag, trunc, flags) in enumerate(answers):
+        paused.update(flags)
         mine = _new_counts()
         for state, topic, value in _pairs(bucket_counts):
             if state in mine:
@@ -148,15 +151,16 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
         truncated = truncated or bool(int(trunc))
         per_bucket.append({
             "bucket": b, "waiting": mine["waiting"], "ready": {str(p): mine[f"ready:{p}"] for p in PRIORITIES},
-            "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"], "deleted": mine["deleted"],
+            "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"], "deleted": mine["deleted"],
             "quarantined": int(q), "next_due_at": float(head) / 1000 if head else None,
         })
 
     topics = {}
-    for topic in sorted(set(counts) | set(recent) | set(earliest)):
+    for topic in sorted(set(counts) | set(recent) | set(earliest) | paused):
         summary = _summary(counts.get(topic, _new_counts()), recent.get(topic, _new_events()), span_s,
                            earliest.get(topic), now)
-        if any(summary["counts"].values()) or any(summary["runs_last_minute"].values()):
+        summary["paused"] = topic in paused
+        if any(summary["counts"].values()) or any(summary["runs_last_minute"].values()) or summary["paused"]:
             topics[topic] = summary
     overall_counts, overall_recent = _new_counts(), _new_events()
     for c in counts.values():
@@ -171,6 +175,7 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
         "buckets": store.buckets,
         **_summary(overall_counts, overall_recent, span_s, min(earliest.values(), default=None), now),
         "quarantined": quarantined,
+        "paused": sorted(paused),
         "next_due_at": next_due,
         "window_s": round(span_s, 3),
         "oldest_due_exact": not truncated,

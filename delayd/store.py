@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 from functools import cached_property
 from importlib import resources
 from typing import Any, Iterable, Sequence
@@ -61,6 +62,15 @@ class BucketKeys:
     @property
     def quarantine(self) -> str:
         return self.tag + "quarantine"
+
+    @property
+    def paused(self) -> str:
+        """Hash topic -> 1 of the topics paused (every bucket has the flag, so its scripts
+        read it in their own slot); `paused:<topic>` is the zset of that topic's parked tasks."""
+        return self.tag + "paused"
+
+    def parked(self, topic: str) -> str:
+        return f"{self.paused}:{topic}"
 
     @property
     def counts(self) -> str:
@@ -127,7 +137,15 @@ class Script:
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
-                                           "stats", "register")}
+                                           "stats", "register", "pause", "resume", "run_now")}
+
+
+class RunNow(NamedTuple):
+    """run_now.lua's answer: code (1 due now, 2 due now but paused, 3 already due, 0 missing,
+    -1 not delayed) and the task's status."""
+
+    code: int
+    status: str
 
 
 class Store:
@@ -154,7 +172,8 @@ class Store:
         """Write tasks of one bucket in one script call; returns 1/0 per task."""
         return SCRIPTS["add"](
             client or self.redis,
-            [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts],
+            [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts,
+             keys.paused],
             [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)],
         )
 
@@ -163,7 +182,7 @@ class Store:
         return bool(SCRIPTS["delete"](
             self.redis,
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine, keys.counts],
+             keys.quarantine, keys.counts, keys.paused],
             [member, int(hard), retention_ms],
         ))
 
@@ -172,13 +191,29 @@ class Store:
         return int(SCRIPTS["retry"](self.redis, [keys.task(member), keys.delayed, keys.done("failed"), keys.counts],
                                     [member, keys.wake_channel]))
 
+    def run_now(self, member: str) -> RunNow:
+        keys = self.keys_for(member)
+        code, status = SCRIPTS["run_now"](self.redis, [keys.task(member), keys.delayed, keys.paused, keys.counts],
+                                          [member, keys.wake_channel])
+        return RunNow(int(code), status)
+
+    def pause(self, topic: str) -> int:
+        """Pause `topic` in every bucket; returns how many ready tasks were parked."""
+        return sum(SCRIPTS["pause"](self.redis, [keys.paused, *keys.ready, keys.counts], [keys.task_prefix, topic])
+                   for keys in self.keys)
+
+    def resume(self, topic: str) -> int:
+        """Resume `topic` in every bucket; returns how many parked tasks went back to wait for their turn."""
+        return sum(SCRIPTS["resume"](self.redis, [keys.paused, keys.delayed, keys.counts], [topic, keys.wake_channel])
+                   for keys in self.keys)
+
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> list[int]:
         keys = self.keys[bucket]
         return SCRIPTS["promote"](
             self.redis,
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
-             keys.done("deleted"), keys.quarantine, keys.counts, keys.totals],
+             keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix],
         )
 
@@ -190,11 +225,13 @@ class Store:
             [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix],
         )
 
-    def finish(self, bucket: int, results: list[tuple[str, int, str, int, str]], retention_ms: int) -> list[int]:
+    def finish(self, bucket: int, results: list[tuple], retention_ms: int) -> list[int]:
+        """Record outcomes: (member, claim, outcome, gap_ms, error[, next_due_ms]) per run; a
+        next due time (recurring tasks) reschedules the task whatever the outcome but failed."""
         keys = self.keys[bucket]
         args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix]
-        for member, claim, outcome, gap_ms, error in results:
-            args += [member, claim, outcome, gap_ms, error]
+        for member, claim, outcome, gap_ms, error, *next_due in results:
+            args += [member, claim, outcome, gap_ms, error, next_due[0] if next_due else ""]
         return SCRIPTS["finish"](
             self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine,
                          keys.counts, keys.totals], args)

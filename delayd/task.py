@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import schedule
+
 STATUSES = ("delayed", "running", "ok", "failed", "deleted")
 FINISHED = ("ok", "failed", "deleted")
 METHODS = ("GET", "POST")
@@ -80,6 +82,11 @@ def _check_name(what: str, value: Any) -> str:
     return text
 
 
+def check_topic(value: Any) -> str:
+    """A topic name, checked as add() checks it."""
+    return _check_name("topic", value)
+
+
 def check_target(what: str, value: Any) -> str:
     """A `module:function` reference, checked for shape only."""
     if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
@@ -114,12 +121,17 @@ class Task:
     priority: int = 2
     callback: str | None = None
     timeout: float | None = None
+    # Recurring schedules (at most one of intervals, every, cron): success does not end them.
+    every: float | None = None
+    cron: str | None = None
+    tz: str | None = None
     status: str = "delayed"
     created_at: float | None = None
     due_at: float | None = None
     last_run_at: float | None = None
     runs: int = 0
     last_error: str | None = None
+    last_due_at: float | None = None  # a recurring task: the due time its last run was for
     # The fencing token of the claim this copy was read under (internal).
     claim: int = field(default=0, repr=False, compare=False)
 
@@ -154,6 +166,9 @@ class Task:
         priority: int = 2,
         callback: str | None = None,
         timeout: float | None = None,
+        every: Any = None,
+        cron: Any = None,
+        tz: Any = None,
         params_limit: int | None = DEFAULT_PARAMS_LIMIT,
     ) -> "Task":
         """Validate user input and build a task; raise TaskError with one clear line.
@@ -206,10 +221,12 @@ class Task:
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
                 raise TaskError(f"timeout must be a number of seconds in (0, 86400], got {timeout!r}")
+        if every is not None or cron is not None or tz is not None:
+            every, cron, tz = _check_schedule(intervals, every, cron, tz)
         return cls(
             topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
             params=params, intervals=parse_intervals(intervals), persistent=persistent,
-            priority=priority, callback=callback, timeout=timeout,
+            priority=priority, callback=callback, timeout=timeout, every=every, cron=cron, tz=tz,
         )
 
     # -- storage ---------------------------------------------------------------------
@@ -220,7 +237,7 @@ class Task:
         the key and every index already hold, so a record always runs as the task
         its key names."""
         spec: dict[str, Any] = {}
-        for name in ("call", "url", "push", "callback", "timeout"):
+        for name in ("call", "url", "push", "callback", "timeout", "every", "cron"):
             value = getattr(self, name)
             if value is not None:
                 spec[name] = value
@@ -236,6 +253,8 @@ class Task:
             spec["intervals"] = self.intervals
         if not self.persistent:
             spec["persistent"] = False
+        if self.tz is not None and self.tz != "UTC":
+            spec["tz"] = self.tz
         return json.dumps(spec, separators=(",", ":"))
 
     @classmethod
@@ -252,6 +271,7 @@ class Task:
                 params=spec.get("params"), intervals=spec.get("intervals"),
                 persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
                 callback=spec.get("callback"), timeout=spec.get("timeout"),
+                every=spec.get("every"), cron=spec.get("cron"), tz=spec.get("tz"),
                 params_limit=None,
             )
             status = record.get("status", "delayed")
@@ -264,6 +284,7 @@ class Task:
             task.runs = int(record.get("runs", 0))
             task.claim = int(record["claim"] if "claim" in record else record.get("created", 0))  # default: created
             task.last_error = record.get("error") or None
+            task.last_due_at = _seconds(record.get("last_due"))
         except KeyError as exc:
             raise TaskError(f"record has no {exc.args[0]!r} field") from None
         except (ValueError, TypeError, RecursionError) as exc:
@@ -276,15 +297,38 @@ class Task:
             "topic": self.topic, "id": self.id, "key": self.key, "call": self.call, "url": self.url,
             "push": self.push, "method": self.method, "body": self.body, "params": self.params,
             "intervals": self.intervals, "persistent": self.persistent, "priority": self.priority,
-            "callback": self.callback, "timeout": self.timeout, "status": self.status,
-            "created_at": self.created_at, "due_at": self.due_at, "last_run_at": self.last_run_at,
-            "runs": self.runs, "last_error": self.last_error,
+            "callback": self.callback, "timeout": self.timeout, "every": self.every, "cron": self.cron,
+            "tz": self.tz, "status": self.status, "created_at": self.created_at, "due_at": self.due_at,
+            "last_run_at": self.last_run_at, "last_due_at": self.last_due_at, "runs": self.runs,
+            "last_error": self.last_error,
         }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
     # -- schedule --------------------------------------------------------------------
+    @property
+    def recurring(self) -> bool:
+        """An `every` or `cron` task: it runs at each due time whatever the outcome."""
+        return self.every is not None or self.cron is not None
+
+    def describe_schedule(self) -> str:
+        """The schedule in words, for `delayd get`."""
+        once = "" if self.persistent else ", one run"
+        if self.every is not None:
+            return f"every {self.every:g} s{once}"
+        if self.cron is not None:
+            return f"cron '{self.cron}' in {self.tz}{once}"
+        until = "then every last interval" if self.persistent else "then failed"
+        return f"intervals {','.join(f'{i:g}' for i in self.intervals)} until success ({until})"
+
+    def next_due_ms(self, due_ms: int, now_ms: int) -> int | None:
+        """A recurring task's next due time after a run that was due at `due_ms` and was
+        claimed at `now_ms` (Redis's clock); None when the schedule has no next time."""
+        if self.every is not None:
+            return schedule.next_every(self.every, due_ms, now_ms)
+        return schedule.next_cron(self.cron, self.tz, now_ms)
+
     def next_gap(self) -> float | None:
         """Seconds from this run's due time to the next run, or None when the list is used up.
 
@@ -299,6 +343,24 @@ class Task:
         else:
             return None
         return gap if gap > 0 else 1
+
+
+def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any, Any, Any]:
+    """Validate a recurring schedule: (every, cron, tz), tz defaulting to UTC for cron."""
+    given = [name for name, value in (("intervals", intervals), ("every", every), ("cron", cron))
+             if value is not None]
+    if len(given) > 1:
+        raise TaskError(f"give one of intervals, every or cron, not {' and '.join(given)}")
+    if cron is None and tz is not None:
+        raise TaskError("tz is the zone of a cron schedule: give it with cron")
+    try:
+        if every is not None:
+            return schedule.check_every(every), None, None
+        tz = "UTC" if tz is None else tz
+        schedule.zone(tz)
+        return None, schedule.check_cron(cron), tz
+    except schedule.ScheduleError as exc:
+        raise TaskError(str(exc)) from None
 
 
 def _seconds(ms: str | None) -> float | None:

@@ -42,6 +42,13 @@ local function claim_token(claim, created)
   return tonumber(claim or created) or 0
 end
 
+-- The zset of a paused topic's due tasks, set aside so they neither start nor keep the
+-- head of `delayed` (which would wake the bucket process again and again):
+-- `P{N}:paused:<topic>`, next to the bucket's `P{N}:paused` hash of paused topics.
+local function parked_key(paused_key, topic)
+  return paused_key .. ':' .. topic
+end
+
 local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end

@@ -1,5 +1,5 @@
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts
+-- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts, paused
 -- ARGV: task-key prefix, nx (1/0), wake channel, then per task 5 values:
 --       member (topic:id), spec JSON, priority, mode ('delay'|'at'), value (ms)
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
@@ -31,6 +31,7 @@ for i = 4, #ARGV, 5 do
       if old[2] == '1' then count_ready(old[3], topic, -1) end
       redis.call('DEL', task_key)
       for k = 2, 5 do zrem_counted(KEYS[k], member, states[k], topic) end
+      zrem_counted(parked_key(KEYS[7], topic), member, 'parked', topic)
     end
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is

@@ -1,5 +1,5 @@
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts
+-- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Returns 1 if the task existed, else 0.
@@ -12,6 +12,7 @@ local old = redis.call('HMGET', KEYS[1], 'queued', 'priority', 'claim', 'created
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
+zrem_counted(parked_key(KEYS[9], topic), member, 'parked', topic)
 if hard then
   redis.call('DEL', KEYS[1])
 else

@@ -1,23 +1,30 @@
 -- finish: record the outcome of a batch of runs of one bucket.
 -- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals
 -- ARGV: task-key prefix, retention (ms), wake channel, window-key prefix,
---       then per run 5 values:
+--       then per run 6 values:
 --       member, claim token, outcome ('ok'|'failed'|'retry'|'quarantine'),
---       gap (ms, for retry), last error ('' clears it)
+--       gap (ms, for retry), last error ('' clears it), next due (ms, or '')
+-- A next due time (a recurring task's next run, ok or retry) puts the task back
+-- to `delayed` at that time and keeps the due time this run was for in `last_due`.
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted)
 -- changes nothing. Returns one 1 (applied) or 0 (stale) per run.
 local now = now_ms()
 local prefix, retention, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local applied = {}
-for i = 5, #ARGV, 5 do
+for i = 5, #ARGV, 6 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
+  local next_due = tonumber(ARGV[i + 5])
   local task_key = prefix .. member
   local r = redis.call('HMGET', task_key, 'claim', 'status', 'due', 'error')
   if r[1] == claim and r[2] == 'running' then
     local topic = topic_of(member)
     zrem_counted(KEYS[2], member, 'running', topic)
     tally(outcome, topic)
-    if outcome == 'retry' then
+    if next_due and (outcome == 'ok' or outcome == 'retry') then
+      redis.call('HSET', task_key, 'status', 'delayed', 'due', next_due, 'last_due', r[3] or now)
+      zadd_counted(KEYS[1], next_due, member, 'waiting', topic)
+      wake_if_head(KEYS[1], member, channel, next_due)
+    elseif outcome == 'retry' then
       -- Next run counts from the previous due time; if that is past (or
       -- unreadable), from now.
       local due = (tonumber(r[3]) or now) + gap

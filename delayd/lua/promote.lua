@@ -1,7 +1,7 @@
 -- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
---       done:deleted, quarantine, counts, totals
+--       done:deleted, quarantine, counts, totals, paused
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       window-key prefix
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
@@ -14,10 +14,29 @@ local function quarantine(member, reason)
   redis.call('HSET', KEYS[9], member, reason)
 end
 
+-- Topics paused in this bucket (usually none: one HGETALL of an empty hash).
+local paused = nil
+local flags = redis.call('HGETALL', KEYS[12])
+if #flags > 0 then
+  paused = {}
+  for i = 1, #flags, 2 do paused[flags[i]] = parked_key(KEYS[12], flags[i]) end
+end
+
 -- Due tasks go to the back of their priority's ready list, in due order: one
--- RPUSH per priority for the whole batch.
+-- RPUSH per priority for the whole batch. A due task of a paused topic is parked
+-- instead (with its due time), so it leaves the head of `delayed`.
 local moved = 0
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+local due, scores = nil, {}
+if paused then
+  local pairs_ = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+  due = {}
+  for i = 1, #pairs_, 2 do
+    due[#due + 1] = pairs_[i]
+    scores[pairs_[i]] = pairs_[i + 1]
+  end
+else
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+end
 local pushes = {['3'] = {}, ['2'] = {}, ['1'] = {}}
 for _, member in ipairs(due) do
   local task_key = prefix .. member
@@ -28,6 +47,8 @@ for _, member in ipairs(due) do
   count('waiting', topic, -1)
   if not r[1] then
     quarantine(member, 'delayed entry without a record')
+  elseif paused and paused[topic] then
+    zadd_counted(paused[topic], scores[member], member, 'parked', topic)
   elseif batch then
     redis.call('HSET', task_key, 'queued', '1')
     batch[#batch + 1] = member
@@ -49,10 +70,16 @@ local reaped = 0
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 for _, member in ipairs(lapsed) do
   local task_key = prefix .. member
-  local r = redis.call('HMGET', task_key, 'status', 'priority')
+  local r = redis.call('HMGET', task_key, 'status', 'priority', 'due')
   local topic = topic_of(member)
   count('running', topic, -1)
-  if r[1] == 'running' then
+  if r[1] == 'running' and paused and paused[topic] then
+    -- Its topic is paused: it waits, parked at its due time, to run again on resume.
+    redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1')
+    redis.call('HINCRBY', task_key, 'claim', 1)
+    zadd_counted(paused[topic], tonumber(r[3]) or now, member, 'parked', topic)
+    tally('lapsed', topic)
+  elseif r[1] == 'running' then
     local list = ready[r[2] or DEFAULT_PRIORITY]
     if list then
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1')

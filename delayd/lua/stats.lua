@@ -1,11 +1,11 @@
 -- stats: read one bucket's statistics (changes nothing).
--- KEYS: delayed, ready:3, ready:2, ready:1, counts, totals, quarantine
+-- KEYS: delayed, ready:3, ready:2, ready:1, counts, totals, quarantine, paused
 -- ARGV: task-key prefix, window-key prefix, number of windows, scan limit
 -- Returns {now, counts (flat field/value list), totals (flat), first window number,
 --          {one flat list per window, oldest first}, due time of the delayed head
 --          (or false), quarantined, {topic, earliest due, ...} of tasks due but not
 --          started, 1 if a scan hit the limit (the per-topic due times may then be
---          late ones) else 0}
+--          late ones) else 0, topics paused in this bucket}
 local now = now_ms()
 local prefix, window_prefix = ARGV[1], ARGV[2]
 local windows, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -42,4 +42,4 @@ end
 
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {now, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[6]), first, recent,
-        head[2] or false, redis.call('HLEN', KEYS[7]), lag, truncated}
+        head[2] or false, redis.call('HLEN', KEYS[7]), lag, truncated, redis.call('HKEYS', KEYS[8])}

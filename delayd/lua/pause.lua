@@ -1,0 +1,28 @@
+-- pause: stop starting the tasks of one topic in one bucket (Client.pause runs it on every bucket).
+-- KEYS: paused, ready:3, ready:2, ready:1, counts
+-- ARGV: task-key prefix, topic
+-- Flags the topic in the bucket's `paused` hash, which promote reads: from now on its
+-- due tasks are parked in `paused:<topic>` instead of made ready. Its tasks already in
+-- a ready list are parked too (their list entries go stale, as a delete leaves them),
+-- so no worker starts one. Runs in flight finish. Returns how many tasks were parked.
+local now = now_ms()
+local prefix, topic = ARGV[1], ARGV[2]
+local parked = parked_key(KEYS[1], topic)
+redis.call('HSET', KEYS[1], topic, '1')
+local moved = 0
+for k = 2, 4 do
+  for _, member in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
+    if topic_of(member) == topic then
+      local task_key = prefix .. member
+      local r = redis.call('HMGET', task_key, 'queued', 'due', 'priority')
+      if r[1] == '1' then
+        redis.call('HSET', task_key, 'queued', '0')
+        count_ready(r[3], topic, -1)
+        zadd_counted(parked, tonumber(r[2]) or now, member, 'parked', topic)
+        moved = moved + 1
+      end
+    end
+  end
+end
+flush_stats(KEYS[5])
+return moved

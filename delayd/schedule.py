@@ -1,0 +1,109 @@
+"""Recurring schedules: `every` S seconds and `cron` expressions in an IANA zone.
+
+Pure functions of a given "now" (ms on Redis's clock): nothing here reads a clock,
+so the daylight-saving rules are tested from chosen instants. Cron expressions are
+matched on the zone's wall clock by cronsim, then each wall time is turned into an
+instant by one rule:
+- a wall time that does not exist (spring-forward gap) runs once, at the first valid
+  instant after it: the transition (in Berlin `30 2 * * *` runs at 03:00 that day);
+- a wall time that occurs twice (fall-back overlap) runs once, at its first
+  occurrence (`fold=0`); its second occurrence is not a new due time.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+UTC = timezone.utc
+MIN_EVERY = 1.0
+MAX_EVERY = 10 * 365 * 86400
+
+
+class ScheduleError(ValueError):
+    """An invalid `every`, `cron` or `tz` (one line, fit for a user)."""
+
+
+def check_every(value: object) -> float:
+    """Seconds between runs: a finite number >= 1 (fractions allowed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScheduleError(f"every must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or not MIN_EVERY <= value <= MAX_EVERY:
+        raise ScheduleError(f"every must be between {MIN_EVERY:g} s and ten years, got {value!r}")
+    return int(value) if float(value).is_integer() else float(value)
+
+
+@functools.lru_cache(maxsize=256)
+def zone(name: object) -> ZoneInfo:
+    """The IANA zone `name` (e.g. Europe/Berlin); ScheduleError if there is none."""
+    if not isinstance(name, str) or not name:
+        raise ScheduleError(f"tz must be an IANA zone name like Europe/Berlin, got {name!r}")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ScheduleError(f"unknown time zone {name!r} (an IANA name like Europe/Berlin or UTC)") from None
+
+
+def check_cron(expr: object) -> str:
+    """A five-field cron expression (`m h dom mon dow`), normalised to single spaces."""
+    if not isinstance(expr, str):
+        raise ScheduleError(f"cron must be a string like '0 3 * * *', got {expr!r}")
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ScheduleError(f"cron needs five fields (minute hour day-of-month month day-of-week), got {expr!r}")
+    text = " ".join(fields)
+    try:
+        next(CronSim(text, datetime(2000, 1, 1)))
+    except CronSimError as exc:
+        raise ScheduleError(f"invalid cron expression {expr!r}: {str(exc).lower()}") from None
+    except StopIteration:
+        raise ScheduleError(f"cron expression {expr!r} never matches") from None
+    return text
+
+
+def _instant(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The instant of a naive wall time in `tz` by the module's rule (first occurrence;
+    for a time inside a gap, the transition that skipped it)."""
+    first = wall.replace(tzinfo=tz, fold=0)
+    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == wall:
+        return first.astimezone(UTC)
+    # In a gap fold=0 reads the wall time with the offset before the transition (an
+    # instant after it), fold=1 with the offset after (an instant before it): the
+    # transition lies between. Find its second.
+    before = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
+    after = first.astimezone(UTC)
+    offset = after.astimezone(tz).utcoffset()
+    low, high = 0, int((after - before).total_seconds())
+    while high - low > 1:
+        mid = (low + high) // 2
+        if (before + timedelta(seconds=mid)).astimezone(tz).utcoffset() == offset:
+            high = mid
+        else:
+            low = mid
+    return before + timedelta(seconds=high)
+
+
+def next_cron(expr: str, tz: str, after_ms: int) -> int | None:
+    """The first due time (ms) of `expr` in zone `tz` strictly after `after_ms`; None if none
+    within cronsim's horizon (50 years)."""
+    tzinfo = zone(tz)
+    after = datetime.fromtimestamp(after_ms / 1000, UTC)
+    wall = after.astimezone(tzinfo).replace(tzinfo=None, microsecond=0)
+    # Wall times after `wall`, in order. In an overlap's second hour they include
+    # times whose first occurrence is already past: those are skipped.
+    for match in CronSim(expr, wall):
+        instant = _instant(match, tzinfo)
+        if instant > after:
+            return int(instant.timestamp() * 1000)
+    return None
+
+
+def next_every(every_s: float, due_ms: int, after_ms: int) -> int:
+    """The next point of the grid `due + k * every` (k >= 1) strictly after `after_ms`:
+    after a downtime the task runs once, then keeps its grid (no backfill)."""
+    step = max(1, round(every_s * 1000))
+    k = max(1, (after_ms - due_ms) // step + 1)
+    return due_ms + k * step

@@ -1,0 +1,155 @@
+"""Pause / resume a topic and run a task now: the scripts against a real Redis, the
+command, and real daemons (in-flight runs, restarts, due order on resume)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from daemon_helper import Daemon
+from redis_server import wait_for
+from test_cli import delayd, one_line_error
+from test_recurring import bucket_of_task, pushed
+from test_store import claim, now_ms, promote_all
+
+from delayd.task import TaskError
+
+
+def all_counts(client) -> dict:
+    stats = client.stats()
+    return {topic: t["counts"] | {"parked": t["parked"], "waiting": t["waiting"]}
+            for topic, t in stats["topics"].items()}
+
+
+# -- scripts ------------------------------------------------------------------------
+def test_a_paused_topics_due_tasks_are_parked_and_leave_the_head(client, r):
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 0} for i in range(20)]
+                    + [{"topic": "other", "id": i, "push": "out", "delay": 0} for i in range(5)])
+    client.pause("mail")
+    for bucket in range(client.store.buckets):
+        moved, _, next_due, *_ = promote_all(client.store, bucket)
+        assert next_due == -1  # nothing left at the head of delayed: the bucket process sleeps
+    taken = [run["member"] for b in range(client.store.buckets) for run in claim(client.store, b)]
+    assert sorted(taken) == [f"other:{i}" for i in range(5)]
+    counts = all_counts(client)
+    assert counts["mail"]["parked"] == 20 and counts["mail"]["delayed"] == 20 and counts["mail"]["waiting"] == 0
+    assert client.paused() == ["mail"] and client.stats()["paused"] == ["mail"]
+    assert {t.key for t in client.list(topic="mail", status="delayed", limit=100)} == {f"mail:{i}" for i in range(20)}
+    # Adds, deletes and get work as usual while paused.
+    client.add("mail", 0, push="out", delay=0)
+    client.delete("mail", 1)
+    client.delete("mail", 2, hard=True)
+    assert client.get("mail", 0).status == "delayed" and client.get("mail", 1).status == "deleted"
+    for bucket in range(client.store.buckets):
+        promote_all(client.store, bucket)
+    assert all_counts(client)["mail"]["parked"] == 18
+    assert client.resume("mail") == 18
+    assert client.paused() == [] and r.keys("delayd:{*}:paused:*") == []
+    for bucket in range(client.store.buckets):
+        promote_all(client.store, bucket)
+    taken = [run["member"] for b in range(client.store.buckets) for run in claim(client.store, b)]
+    assert len(taken) == 18 and all_counts(client)["mail"]["parked"] == 0
+
+
+def test_pause_parks_ready_tasks_and_lapsed_leases(client, r):
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 0} for i in range(6)])
+    for bucket in range(client.store.buckets):
+        promote_all(client.store, bucket)
+    running = [run for b in range(client.store.buckets) for run in claim(client.store, b, n=2, lease_ms=1)]
+    assert client.pause("mail") == 6 - len(running)  # the ready ones were set aside
+    assert [run for b in range(client.store.buckets) for run in claim(client.store, b)] == []
+    wait_for(lambda: now_ms(r) > max(run["now"] for run in running) + 2, 5, message="leases lapse")
+    for bucket in range(client.store.buckets):
+        assert promote_all(client.store, bucket)[1] == 0  # reaped into the parked set, not the ready lists
+    assert all_counts(client)["mail"]["parked"] == 6 and all_counts(client)["mail"]["running"] == 0
+    client.resume("mail")
+    for bucket in range(client.store.buckets):
+        promote_all(client.store, bucket)
+    again = [run for b in range(client.store.buckets) for run in claim(client.store, b)]
+    assert len(again) == 6
+    lapsed = {run["member"]: run["runs"] for run in running}
+    assert all(run["runs"] == lapsed.get(run["member"], 1) for run in again)  # same run number after a lapse
+
+
+def test_run_now(client, r):
+    client.add("t", 1, push="out", delay=3600)
+    before = now_ms(r)
+    assert client.run_now("t", 1) is True
+    assert before <= client.get("t", 1).due_at * 1000 <= now_ms(r)
+    assert client.run_now("t", "missing") is False
+    bucket = bucket_of_task(client, "t", 1)
+    promote_all(client.store, bucket)
+    assert client.run_now("t", 1) is True  # already due, waiting for a worker: nothing to change
+    run = claim(client.store, bucket)[0]
+    snapshot = r.hgetall(client.store.keys_for("t:1").task("t:1"))
+    with pytest.raises(TaskError, match="t:1 is running, not delayed"):
+        client.run_now("t", 1)
+    assert r.hgetall(client.store.keys_for("t:1").task("t:1")) == snapshot
+    client.store.finish(bucket, [("t:1", run["claim"], "ok", 0, "")], 60_000)
+    with pytest.raises(TaskError, match="t:1 is ok, not delayed"):
+        client.run_now("t", 1)
+    # A paused topic's task becomes due now and waits, first in line, for the resume.
+    client.add("p", 1, push="out", delay=0)
+    client.add("p", 2, push="out", delay=3600)
+    client.pause("p")
+    for b in range(client.store.buckets):
+        promote_all(client.store, b)
+    assert client.run_now("p", 2) is True
+    assert all_counts(client)["p"]["parked"] == 1
+
+
+def test_cli_pause_resume_run(redis_url, r):
+    delayd("add", "mail", "1", "--push", "out", "--delay", "3600")
+    assert delayd("pause", "mail").stdout.startswith("paused mail")
+    stats = json.loads(delayd("stats", "--json").stdout)
+    assert stats["paused"] == ["mail"] and stats["topics"]["mail"]["paused"] is True
+    assert "paused   mail" in delayd("stats").stdout
+    assert "is due now (topic paused" in delayd("run", "mail", "1").stdout
+    assert json.loads(delayd("resume", "mail", "--json").stdout)["result"] == "resumed"
+    assert one_line_error(delayd("run", "mail", "nope", check=1)) == "delayd: error: not found: mail:nope"
+    delayd("del", "mail", "1")
+    assert "is deleted, not delayed" in one_line_error(delayd("run", "mail", "1", check=1))
+    delayd("pause", check=2)
+    assert "must not be empty" in one_line_error(delayd("pause", "", check=1))
+
+
+# -- real daemons -------------------------------------------------------------------
+def test_paused_tasks_wait_then_start_in_due_order_and_the_pause_survives_a_restart(redis_url, client, r, tmp_path):
+    env = dict(redis_url=redis_url, state_dir=tmp_path / "d1", buckets=1, queues=1, DELAYD_CONCURRENCY="1")
+    r.hset("delayd:meta", "buckets", 1)  # the daemon's layout, before the client first uses the store
+    client.pause("mail")
+    with Daemon(**env):  # started after the pause: it is in Redis
+        now = time.time()
+        client.add_many([{"topic": "mail", "id": i, "push": "out", "at": now - 10 + (i * 7) % 5} for i in range(5)])
+        client.add("other", 1, push="other", delay=0)
+        wait_for(lambda: r.llen("other") == 1, 10, message="another topic runs")
+        wait_for(lambda: all_counts(client)["mail"]["parked"] == 5, 10, message="mail parked")
+        assert r.llen("out") == 0
+    with Daemon(**env):
+        client.add("mail", 9, push="out", delay=0)
+        wait_for(lambda: all_counts(client)["mail"]["parked"] == 6, 10, message="parked after a restart")
+        assert r.llen("out") == 0
+        client.resume("mail")
+        wait_for(lambda: r.llen("out") == 6, 10, message="all ran after resume")
+    dues = [p["due_at"] for p in pushed(r)]
+    assert dues == sorted(dues)
+
+
+def test_a_run_in_flight_finishes_while_its_topic_is_paused(redis_url, client, r, tmp_path):
+    with Daemon(redis_url, tmp_path / "d1", buckets=1, queues=1):
+        client.add("slow", 1, call="delayd.examples:slow", params={"seconds": 1.5}, delay=0)
+        wait_for(lambda: client.get("slow", 1).status == "running", 10, message="running")
+        client.pause("slow")
+        wait_for(lambda: client.get("slow", 1).status == "ok", 10, message="finished while paused")
+
+
+def test_run_now_in_the_daemon_and_a_recurring_task_keeps_its_schedule(redis_url, client, r, tmp_path):
+    with Daemon(redis_url, tmp_path / "d1", buckets=1, queues=1):
+        client.add("tick", 1, push="out", every=3600)
+        client.run_now("tick", 1)
+        wait_for(lambda: len(pushed(r)) == 1, 10, message="ran now")
+        task = wait_for(lambda: (t := client.get("tick", 1)).status == "delayed" and t.runs == 1 and t, 10,
+                        message="rescheduled")
+    ran = pushed(r)[0]
+    assert task.due_at == pytest.approx(ran["due_at"] + 3600, abs=0.002)
