@@ -140,6 +140,17 @@ SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", 
                                            "stats", "register", "pause", "resume", "run_now")}
 
 
+# Parked tasks moved back per resume.lua call: ~2.5 ms of Redis time (100k in one call took ~100 ms).
+RESUME_BATCH = 1000
+
+
+class Resumed(NamedTuple):
+    """resume.lua's answer: tasks moved back to `delayed`, and how many are still parked."""
+
+    moved: int
+    left: int
+
+
 class RunNow(NamedTuple):
     """run_now.lua's answer: code (1 due now, 2 due now but paused, 3 already due, 0 missing,
     -1 not delayed) and the task's status."""
@@ -202,10 +213,23 @@ class Store:
         return sum(SCRIPTS["pause"](self.redis, [keys.paused, *keys.ready, keys.counts], [keys.task_prefix, topic])
                    for keys in self.keys)
 
+    def resume_batch(self, bucket: int, topic: str, batch: int = RESUME_BATCH) -> Resumed:
+        """Move the earliest `batch` parked tasks of `topic` back to wait for their turn."""
+        keys = self.keys[bucket]
+        moved, left = SCRIPTS["resume"](self.redis, [keys.paused, keys.delayed, keys.counts],
+                                        [topic, keys.wake_channel, batch])
+        return Resumed(int(moved), int(left))
+
     def resume(self, topic: str) -> int:
-        """Resume `topic` in every bucket; returns how many parked tasks went back to wait for their turn."""
-        return sum(SCRIPTS["resume"](self.redis, [keys.paused, keys.delayed, keys.counts], [topic, keys.wake_channel])
-                   for keys in self.keys)
+        """Resume `topic` in every bucket, a batch per call; returns how many parked tasks went back."""
+        moved = 0
+        for bucket in range(self.buckets):
+            while True:
+                step = self.resume_batch(bucket, topic)
+                moved += step.moved
+                if not step.left:
+                    break
+        return moved
 
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> list[int]:

@@ -153,3 +153,20 @@ def test_run_now_in_the_daemon_and_a_recurring_task_keeps_its_schedule(redis_url
                         message="rescheduled")
     ran = pushed(r)[0]
     assert task.due_at == pytest.approx(ran["due_at"] + 3600, abs=0.002)
+
+
+def test_a_resume_in_batches_keeps_due_order(client, r):
+    r.hset("delayd:meta", "buckets", 1)
+    client.pause("mail")
+    base = now_ms(r) - 100_000
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "at": (base + i * 1000) / 1000} for i in range(10)])
+    promote_all(client.store, 0)
+    assert client.store.resume_batch(0, "mail", 3) == (3, 7)
+    assert r.hget("delayd:{0}:paused", "mail") == "r"
+    client.add("mail", "late", push="out", delay=0)                   # due after every task still parked
+    client.add("mail", "early", push="out", at=(base + 1500) / 1000)  # due before them
+    promote_all(client.store, 0)
+    assert [run["member"] for run in claim(client.store, 0)] == ["mail:0", "mail:1", "mail:early", "mail:2"]
+    assert client.resume("mail") == 8 and client.paused() == []
+    promote_all(client.store, 0)
+    assert [run["member"] for run in claim(client.store, 0)] == [f"mail:{i}" for i in range(3, 10)] + ["mail:late"]

@@ -14,12 +14,25 @@ local function quarantine(member, reason)
   redis.call('HSET', KEYS[9], member, reason)
 end
 
--- Topics paused in this bucket (usually none: one HGETALL of an empty hash).
+-- Topics paused in this bucket (usually none: one HGETALL of an empty hash). A topic
+-- being resumed ('r', see resume.lua) parks only what is due after its earliest
+-- task still parked, so that the batches of a resume keep due order.
 local paused = nil
 local flags = redis.call('HGETALL', KEYS[12])
-if #flags > 0 then
-  paused = {}
-  for i = 1, #flags, 2 do paused[flags[i]] = parked_key(KEYS[12], flags[i]) end
+for i = 1, #flags, 2 do
+  local key = parked_key(KEYS[12], flags[i])
+  local after = nil
+  if flags[i + 1] == 'r' then after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) end
+  if flags[i + 1] ~= 'r' or after then
+    paused = paused or {}
+    paused[flags[i]] = {key = key, after = after or -math.huge}
+  end
+end
+
+-- Whether a task of `topic` due at `score` waits in its topic's parked set.
+local function parks(topic, score)
+  local p = paused and paused[topic]
+  return p and score > p.after
 end
 
 -- Due tasks go to the back of their priority's ready list, in due order: one
@@ -47,8 +60,8 @@ for _, member in ipairs(due) do
   count('waiting', topic, -1)
   if not r[1] then
     quarantine(member, 'delayed entry without a record')
-  elseif paused and paused[topic] then
-    zadd_counted(paused[topic], scores[member], member, 'parked', topic)
+  elseif parks(topic, tonumber(scores[member]) or now) then
+    zadd_counted(paused[topic].key, scores[member], member, 'parked', topic)
   elseif batch then
     redis.call('HSET', task_key, 'queued', '1')
     batch[#batch + 1] = member
@@ -73,11 +86,11 @@ for _, member in ipairs(lapsed) do
   local r = redis.call('HMGET', task_key, 'status', 'priority', 'due')
   local topic = topic_of(member)
   count('running', topic, -1)
-  if r[1] == 'running' and paused and paused[topic] then
+  if r[1] == 'running' and parks(topic, tonumber(r[3]) or now) then
     -- Its topic is paused: it waits, parked at its due time, to run again on resume.
     redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1')
     redis.call('HINCRBY', task_key, 'claim', 1)
-    zadd_counted(paused[topic], tonumber(r[3]) or now, member, 'parked', topic)
+    zadd_counted(paused[topic].key, tonumber(r[3]) or now, member, 'parked', topic)
     tally('lapsed', topic)
   elseif r[1] == 'running' then
     local list = ready[r[2] or DEFAULT_PRIORITY]

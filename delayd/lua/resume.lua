@@ -1,26 +1,31 @@
--- resume: start the tasks of one topic in one bucket again.
+-- resume: start the tasks of one topic in one bucket again, a batch at a time.
 -- KEYS: paused, delayed, counts
--- ARGV: topic, wake channel
--- Clears the topic's flag and moves its parked tasks back into `delayed` at their due
--- times (1000 per ZADD), so promote makes them ready in due order. Wakes the bucket.
--- Returns how many tasks were moved back.
-local topic, channel = ARGV[1], ARGV[2]
+-- ARGV: topic, wake channel, batch size
+-- Moves the earliest `batch` parked tasks back into `delayed` at their due times, so
+-- promote makes them ready in due order, and wakes the bucket. While some stay parked
+-- the flag reads 'r' (resuming): promote then makes ready only the topic's due tasks
+-- that are not later than the earliest one still parked, and parks the others, so
+-- due order holds across batches. The last batch clears the flag.
+-- Returns {moved, still parked}.
+local topic, channel, batch_size = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local parked = parked_key(KEYS[1], topic)
-redis.call('HDEL', KEYS[1], topic)
-local moved, earliest = 0, nil
-while true do
-  local batch = redis.call('ZRANGE', parked, 0, 999, 'WITHSCORES')
-  if #batch == 0 then break end
+local batch = redis.call('ZRANGE', parked, 0, batch_size - 1, 'WITHSCORES')
+local moved = #batch / 2
+if moved > 0 then
   local args = {}
   for i = 1, #batch, 2 do
     args[#args + 1] = batch[i + 1]
     args[#args + 1] = batch[i]
   end
-  earliest = earliest or batch[2]
   count('waiting', topic, redis.call('ZADD', KEYS[2], unpack(args)))
-  count('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, #batch / 2 - 1))
-  moved = moved + #batch / 2
+  count('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
+  redis.call('PUBLISH', channel, batch[2])
 end
-if earliest then redis.call('PUBLISH', channel, earliest) end
+local left = redis.call('ZCARD', parked)
+if left == 0 then
+  redis.call('HDEL', KEYS[1], topic)
+else
+  redis.call('HSET', KEYS[1], topic, 'r')
+end
 flush_stats(KEYS[3])
-return moved
+return {moved, left}
