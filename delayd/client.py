@@ -10,6 +10,7 @@ import contextlib
 import functools
 import inspect
 import itertools
+import re
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator
 
@@ -50,7 +51,18 @@ def _translated(client: "Client") -> Iterator[None]:
     except redis.exceptions.ResponseError as exc:
         if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
             raise RedisUnavailable(f"Redis at {connection.where(client.url)} refused the credentials") from None
-        raise
+        # OOM (maxmemory), BUSY, MASTERDOWN, a script error…: one line, no traceback.
+        raise RedisUnavailable(f"Redis at {connection.where(client.url)} refused the command: "
+                               f"{refusal(exc)}") from None
+    except redis.exceptions.RedisClusterException as exc:
+        raise RedisUnavailable(f"Redis Cluster at {connection.where(client.url)}: {exc}") from None
+
+
+def refusal(exc: Exception) -> str:
+    """Redis's own reason (`OOM command not allowed …`), also out of a script error's wrapping."""
+    text = " ".join(str(exc).split())
+    inner = re.search(r"-([A-Z]{3,} .*)$", text)  # "Error running script …: @user_script: 12: -OOM …"
+    return inner.group(1) if inner else text
 
 
 def redis_errors(method):

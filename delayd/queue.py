@@ -34,6 +34,10 @@ from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
+# Seconds at the end of a graceful stop kept for sending the outcomes in hand (at most
+# a third of graceful_timeout), so that they are sent before the master's SIGKILL.
+FINAL_FLUSH = 3.0
+HUNG_PER_SLOT = 4  # abandoned handlers still running, per concurrency slot, before the process gives up
 
 
 def priority_cycle(weights: tuple[int, int, int]) -> list[int]:
@@ -60,17 +64,23 @@ class Run:
     bucket: int
     started: float
     deadline: float
-    abandoned: bool = False
+    abandoned: bool = False  # given up at its timeout; its thread retires when the handler returns
+    returned: bool = False   # the handler returned in time; its result is on the way
     result: tuple[Outcome, str] | None = field(default=None, repr=False)
 
 
 class Pool:
-    """Threads that run handlers; a thread whose run was abandoned retires when it returns."""
+    """Threads that run handlers; a thread whose run was abandoned retires when it returns.
+
+    `hung` counts the abandoned handlers still running (not every timeout there ever
+    was): only they say that the process is filling up with stuck threads.
+    """
 
     def __init__(self, size: int, execute, done):
         self.jobs: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self.execute, self.done = execute, done
         self.live = 0
+        self.hung = 0
         self.lock = threading.Lock()
         for _ in range(size):
             self.add_thread()
@@ -83,11 +93,24 @@ class Pool:
     def loop(self) -> None:
         while (run := self.jobs.get()) is not None:
             result = self.execute(run.task)
-            if run.abandoned:
-                break  # a replacement thread took this one's place
+            with self.lock:
+                if run.abandoned:
+                    self.hung -= 1
+                    break  # a replacement thread took this one's place
+                run.returned = True
             self.done(run, result)
         with self.lock:
             self.live -= 1
+
+    def abandon(self, run: Run) -> bool:
+        """Stop waiting for `run` and start a thread in its place; False if its handler just returned."""
+        with self.lock:
+            if run.returned:
+                return False
+            run.abandoned = True
+            self.hung += 1
+        self.add_thread()  # keep `concurrency` threads free for new work
+        return True
 
     def stop(self) -> None:
         for _ in range(self.live):
@@ -114,7 +137,6 @@ class QueueWorker:
         self.next_bucket = itertools.cycle(range(config.buckets))
         self.renew_every = config.lease / 3
         self.next_renew = time.monotonic() + self.renew_every
-        self.abandoned = 0
         self.stopping = False
         self.stop_deadline = 0.0
         self.retry_at = 0.0  # after a Redis error, no Redis calls before this time
@@ -150,7 +172,8 @@ class QueueWorker:
             if time.monotonic() >= self.retry_at:
                 self.sync()
             if self.stopping and time.monotonic() > self.stop_deadline:
-                event(log, "stop_timeout", logging.WARNING, in_hand=len(self.in_hand))
+                event(log, "stop_timeout", logging.WARNING, in_hand=len(self.in_hand), unsent=self.unsent())
+                self.send_last_outcomes()
                 break
         self.pool.stop()
         self.runner.close()
@@ -166,6 +189,8 @@ class QueueWorker:
                           max(0.0, self.next_renew - now))
         if self.finished:
             timeout = min(timeout, max(0.0, self.retry_at - now))
+        if self.stopping:
+            timeout = min(timeout, max(0.0, self.stop_deadline - now))
         try:
             return self.events.get(timeout=timeout)
         except queue_mod.Empty:
@@ -186,7 +211,7 @@ class QueueWorker:
                 self.settle(run, outcome, callback_error)
         elif kind == "stop" and not self.stopping:
             self.stopping = True
-            self.stop_deadline = time.monotonic() + self.config.graceful_timeout
+            self.stop_deadline = time.monotonic() + self.config.graceful_timeout - self.final_flush()
             event(log, "queue_stopping", queue=self.index, in_hand=len(self.in_hand))
         elif kind == "reopen":
             log_mod.reopen()
@@ -228,19 +253,44 @@ class QueueWorker:
     def abandon_overdue(self) -> None:
         now = time.monotonic()
         for run in [r for r in self.in_hand.values() if r.deadline <= now]:
-            run.abandoned = True
-            self.abandoned += 1
-            self.pool.add_thread()  # keep `concurrency` threads free for new work
-            self.settle(run, Outcome("retry", f"timeout: still running after {self.timeout_of(run.task):g} s, "
-                                              "abandoned"))
-        if self.abandoned > 4 * self.config.concurrency and not self.stopping:
-            event(log, "too_many_hung_handlers", logging.ERROR, abandoned=self.abandoned)
+            if self.pool.abandon(run):
+                self.settle(run, Outcome("retry", f"timeout: still running after {self.timeout_of(run.task):g} s, "
+                                                  "abandoned"))
+        if self.pool.hung > HUNG_PER_SLOT * self.config.concurrency and not self.stopping:
+            event(log, "too_many_hung_handlers", logging.ERROR, hung=self.pool.hung)
             self.handle(("stop", None))  # exit so the master starts a fresh process
 
     def timeout_of(self, task: Task) -> float:
         if task.url and task.timeout:
             return min(task.timeout + 1.0, self.config.task_timeout)
         return self.config.task_timeout
+
+    def final_flush(self) -> float:
+        return min(FINAL_FLUSH, self.config.graceful_timeout / 3)
+
+    def unsent(self) -> int:
+        return sum(len(entries) for entries in self.finished.values())
+
+    def send_last_outcomes(self) -> None:
+        """At the stop deadline: send the outcomes in hand, retrying for up to final_flush() seconds.
+
+        (Runs whose handlers are still going are left to their leases: they run again.)
+        """
+        give_up = time.monotonic() + self.final_flush()
+        while self.finished:
+            self.heartbeat.beat()
+            try:
+                self.flush_finished()
+                self.health.ok()
+                return
+            except REDIS_ERRORS as exc:
+                pause = self.health.failed(exc)
+            left = give_up - time.monotonic()
+            if left <= 0:
+                event(log, "outcomes_unsent", logging.ERROR, runs=self.unsent(),
+                      reason="Redis refused them until the stop deadline; these runs will run again")
+                return
+            time.sleep(min(pause, left, 0.5))
 
     def sync(self) -> None:
         """All Redis work of one turn: finishes, lease renewals, claims."""

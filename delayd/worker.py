@@ -18,9 +18,14 @@ from setproctitle import setproctitle
 from . import connection
 from .config import Config
 
+log = logging.getLogger("delayd.worker")
 PR_SET_PDEATHSIG = 1
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                redis.exceptions.BusyLoadingError, redis.exceptions.ReadOnlyError)
+# Every error of a Redis call is an outage to a child, not a reason to die: a lost
+# connection, and a working server that refuses (OOM under maxmemory noeviction,
+# BUSY, LOADING, READONLY, MASTERDOWN, NOREPLICAS, CLUSTERDOWN, a script error).
+# Dying would cost the outcomes a queue process holds and crash-loop every bucket
+# process into the master's backoff; waiting it out costs nothing.
+REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGQUIT)
 
@@ -93,10 +98,14 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
     """Thread body: put (kind, data) on `events` for every message on `channel`.
 
     After every (re)subscription it puts (kind, None), meaning "look at everything",
-    since messages published while the connection was down are lost.
+    since messages published while the connection was down are lost. It outlives
+    any error (without it, wake-ups would wait for the sleep cap): a Redis outage
+    is logged by the process's main loop, anything else here once per episode.
     """
     backoff = Backoff()
+    failing = False
     while True:
+        pubsub = None
         try:
             pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(channel)
@@ -104,10 +113,20 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
             backoff.reset()
             while True:
                 message = pubsub.get_message(timeout=stop_after)
+                failing = False
                 if message is not None:
                     events.put((kind, message["data"]))
-        except REDIS_ERRORS:
-            time.sleep(backoff.next())
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            if not failing and not isinstance(exc, REDIS_ERRORS):
+                log.warning("listener_error", exc_info=True, extra={"fields": {"channel": channel}})
+            failing = True
+        finally:
+            if pubsub is not None:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001 - a broken connection may not close cleanly
+                    pass
+        time.sleep(backoff.next())
 
 
 def start_child(config: Config, role: str, heartbeat_fd: int, close_fds: list[int],

@@ -1,5 +1,6 @@
 """Handlers for tests/test_handlers.py (tests/ is on sys.path, see conftest.py)."""
 import os  # noqa: F401  (a target must not reach through it: handlers_fixture:os.remove)
+import time
 
 NOT_CALLABLE = 42
 
@@ -9,6 +10,12 @@ def touch(task):
     with open(task.params["path"], "a") as fh:
         fh.write(f"{task.key}:{task.runs}\n")
     return "success"
+
+
+def slow_touch(task):
+    """Sleep params['seconds'], then touch: a run that proves itself without Redis."""
+    time.sleep(float(task.params.get("seconds", 1.0)))
+    return touch(task)
 
 
 def returns(task):

@@ -199,3 +199,28 @@ def test_lapsed_lease_runs_again_and_stale_finish_is_fenced(daemon, client, r, r
     task = client.get("l", 1)
     assert task.runs == 1  # the same run number: the retry carries the same idempotency key
     assert "result_fenced" in daemon.log() or "lease_lost" in daemon.log()
+
+
+def test_many_timeouts_over_a_life_do_not_stop_a_healthy_process(redis_url, tmp_path, client):
+    """Only abandoned handlers still running count as hung: handlers that each return soon
+    after their timeout never add up, however many timeouts there are in all."""
+    with Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONCURRENCY="2", DELAYD_TASK_TIMEOUT="1",
+                DELAYD_LEASE="5") as d:
+        queue = d.child("delayd: queue 0")
+        client.add_many([{"topic": "t", "id": i, "call": "delayd.examples:slow", "params": {"seconds": 1.4},
+                          "persistent": False} for i in range(12)])  # 12 timeouts > 4 x concurrency
+        wait_for(lambda: client.stats()["counts"]["failed"] == 12, 60, interval=0.2, message="12 runs timed out")
+        assert all("timeout" in t.last_error for t in client.list(topic="t", limit=20))
+        assert d.child("delayd: queue 0").pid == queue.pid
+        assert "too_many_hung_handlers" not in d.log()
+
+
+def test_a_process_full_of_hung_handlers_is_replaced(redis_url, tmp_path, client):
+    with Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONCURRENCY="1", DELAYD_TASK_TIMEOUT="1",
+                DELAYD_LEASE="5") as d:
+        queue = d.child("delayd: queue 0")
+        client.add_many([{"topic": "h", "id": i, "call": "delayd.examples:slow", "params": {"seconds": 120},
+                          "persistent": False} for i in range(6)])  # more than 4 x concurrency stuck at once
+        wait_for(lambda: "event=too_many_hung_handlers" in d.log(), 30, interval=0.1, message="hung handlers found")
+        wait_for(lambda: [q.pid for q in d.children("queue")] not in ([], [queue.pid]), 30, interval=0.1,
+                 message="a fresh queue process")
