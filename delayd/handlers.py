@@ -21,7 +21,6 @@ import inspect
 import json
 import os
 import threading
-import time
 import traceback
 import types
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import httpx
 import redis
 
-from . import __version__
+from . import __version__, deadline
 from .config import Config
 from .task import Task, TaskError, check_target, module_allowed
 
@@ -205,10 +204,6 @@ def form_items(params: dict) -> list[tuple[str, str]]:
     return items
 
 
-class _Deadline(Exception):
-    pass
-
-
 def _no_cookies() -> CookieJar:
     # One client serves every task: a cookie one answer sets must never reach another request.
     # (A bare CookieJar: httpx.Cookies(...) of one would copy it into a jar that accepts all.)
@@ -233,8 +228,9 @@ class Runner:
         self.allowed = tuple(config.allowed_modules)
         size = max(1, int(config.concurrency))
         self.http = httpx.Client(
-            limits=httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=30.0),
-            timeout=float(config.url_timeout), follow_redirects=False, verify=True,
+            transport=deadline.transport(limits=httpx.Limits(max_connections=size, max_keepalive_connections=size,
+                                                             keepalive_expiry=30.0), verify=True),
+            timeout=float(config.url_timeout), follow_redirects=False,
             headers={"User-Agent": USER_AGENT}, cookies=_no_cookies())
 
     # -- public ---------------------------------------------------------------------------
@@ -316,23 +312,18 @@ class Runner:
     def _run_url(self, task: Task) -> Outcome:
         timeout = float(task.timeout or self.config.url_timeout)
         cap = int(self.config.max_response_bytes)
-        deadline = time.monotonic() + timeout
         body = bytearray()
         over = False
         try:
-            with self.http.stream(timeout=timeout, **self._request_args(task)) as resp:
-                # Per-read timeouts alone would let a server dribble bytes forever: keep a total deadline.
+            # One deadline for the whole request: pool wait, connect, sending, and every read.
+            with deadline.total(timeout), self.http.stream(timeout=timeout, **self._request_args(task)) as resp:
                 for chunk in resp.iter_bytes():
                     body += chunk
                     if len(body) > cap:
                         over = True
                         del body[cap:]
                         break
-                    if time.monotonic() > deadline:
-                        raise _Deadline
                 status, location = resp.status_code, resp.headers.get("location", "")
-        except _Deadline:
-            return Outcome("retry", f"timeout after {timeout:g} s reading the answer")
         except httpx.ConnectTimeout:
             return Outcome("retry", f"timeout after {timeout:g} s connecting")
         except httpx.PoolTimeout:

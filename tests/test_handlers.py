@@ -22,7 +22,7 @@ import delayd
 from delayd import Task
 from delayd.config import Config
 from delayd.handlers import Outcome, Runner, outcome_of
-from redis_server import free_port
+from redis_server import free_port, wait_for
 
 BIG = 10 * 1024 * 1024
 
@@ -105,6 +105,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b" ")
                 if srv.stop.wait(0.2):
                     break
+        elif path == "/drip-head":  # the status line, then a header byte every 0.2 s: no read times out
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            for _ in range(100):
+                self.wfile.write(b"x")
+                if srv.stop.wait(0.2):
+                    break
+            self.close_connection = True
         elif path in ("/big", "/big-then-hang"):
             self.send_response(200)
             self.send_header("Content-Length", str(BIG))
@@ -321,6 +328,28 @@ def test_a_dribbling_server_cannot_stretch_the_timeout(http, runner):
     outcome = runner.run(url_task(http, "/drip", timeout=0.5))  # 100 bytes over 20 s
     assert outcome.kind == "retry" and "timeout" in outcome.error
     assert time.monotonic() - start < 3
+
+
+def test_a_server_dribbling_its_headers_cannot_stretch_the_timeout(http, runner):
+    start = time.monotonic()
+    outcome = runner.run(url_task(http, "/drip-head", timeout=0.5))  # headers that never end (20 s)
+    assert outcome.kind == "retry" and "timeout after 0.5 s" in outcome.error
+    assert time.monotonic() - start < 3
+
+
+def test_the_timeout_is_one_deadline_for_pool_wait_connect_and_answer(http, make_runner):
+    """The only connection is busy for 1.9 s; a request with a 2 s timeout waits 1.9 s for
+    it, then 1.9 s for its answer: each phase within 2 s, 3.8 s in all. It must end at 2 s."""
+    runner = make_runner(concurrency=1)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(runner.run, url_task(http, "/slow?seconds=1.9", id=1, timeout=8))
+        assert wait_for(lambda: http.requests, 5, message="the first request in")
+        start = time.monotonic()
+        second = runner.run(url_task(http, "/slow?seconds=1.9", id=2, timeout=2))
+        elapsed = time.monotonic() - start
+    assert first.result() == Outcome("ok")
+    assert second.kind == "retry" and "timeout after 2 s" in second.error, second
+    assert elapsed < 3.2  # 2 s and a margin for a busy machine, well short of 3.8 s
 
 
 def test_a_slow_answer_within_the_timeout_is_ok(http, runner):

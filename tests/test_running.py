@@ -224,3 +224,22 @@ def test_a_process_full_of_hung_handlers_is_replaced(redis_url, tmp_path, client
         wait_for(lambda: "event=too_many_hung_handlers" in d.log(), 30, interval=0.1, message="hung handlers found")
         wait_for(lambda: [q.pid for q in d.children("queue")] not in ([], [queue.pid]), 30, interval=0.1,
                  message="a fresh queue process")
+
+
+def test_a_timed_out_run_counts_and_the_next_run_has_the_next_number(redis_url, tmp_path, client):
+    """What README "Guarantees" promises about a timeout: the abandoned run counts (last_error
+    says timeout), the next run follows the schedule under the next run number, and the
+    abandoned handler, still running, finishes under its own number: the two never share
+    `topic:id:run`. (Only a re-run after a lapsed lease keeps its number: see
+    test_lapsed_lease_runs_again_and_stale_finish_is_fenced.)"""
+    ran = tmp_path / "ran"
+    with Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_TASK_TIMEOUT="1", DELAYD_LEASE="5",
+                DELAYD_ALLOWED_MODULES="handlers_fixture"):
+        client.add("t", 1, call="handlers_fixture:slow_touch", params={"path": str(ran), "seconds": 2},
+                   intervals=[0, 0.5], persistent=False)
+        wait_for(lambda: client.get("t", 1).status == "failed", 20, interval=0.1, message="both runs timed out")
+        task = client.get("t", 1)
+        assert task.runs == 2 and "timeout" in task.last_error and "no runs left" in task.last_error
+        wait_for(lambda: ran.exists() and len(ran.read_text().splitlines()) == 2, 20, interval=0.1,
+                 message="both abandoned handlers finished")
+    assert sorted(ran.read_text().splitlines()) == ["t:1:1", "t:1:2"]
