@@ -16,7 +16,9 @@ Shared by the suite (tests/test_chaos.py, a few thousand tasks) and `scripts/cha
    master once and start a new daemon on the same state directory;
 4. then, with deadlines only: every task not deleted ran at least once and ends
    `ok`; no deleted task ran and each ends `deleted`; every duplicate is a task
-   that was in flight at a disruption; nothing is left running.
+   that was in flight at a disruption, and ran again under the same run number
+   unless a run of it had ended in a retry (a timeout or an error); nothing is
+   left running.
 
 In flight at a disruption means: leased (in a bucket's `leases` set) at a
 snapshot taken right after a SIGKILL of a child, right after the SIGSTOP, right
@@ -87,6 +89,9 @@ class Result:
     duplicate_tasks: int = 0      # tasks with more than one entry
     same_run_duplicates: int = 0  # entries whose topic:id:run appeared before
     unexplained: list[str] = field(default_factory=list)
+    # Tasks that ran under more than one run number though no run of theirs ended in a
+    # retry: a re-run after a disruption must keep its number (the idempotency key).
+    renumbered: list[str] = field(default_factory=list)
     kills: int = 0                # every SIGKILL: children and the master
     queue_kills: int = 0
     master_kills: int = 0
@@ -127,6 +132,9 @@ class Result:
         if self.unexplained:
             problems.append(f"{len(self.unexplained)} task(s) ran twice without being in flight at a "
                             f"disruption, e.g. {self.unexplained[:10]}")
+        if self.renumbered:
+            problems.append(f"{len(self.renumbered)} task(s) ran again under a new run number without a retry, "
+                            f"e.g. {self.renumbered[:10]}")
         if self.duplicates > self.duplicate_bound:
             problems.append(f"{self.duplicates} duplicates, more than the bound {self.duplicate_bound}")
         if self.leftovers:
@@ -140,6 +148,7 @@ class Result:
                 f"redis_restarts={self.redis_restarts} deleted={self.deleted} ran_deleted={len(self.ran_deleted)} "
                 f"wrong_status={len(self.wrong_status)} duplicate_tasks={self.duplicate_tasks} "
                 f"same_run_duplicates={self.same_run_duplicates} unexplained_duplicates={len(self.unexplained)} "
+                f"renumbered={len(self.renumbered)} "
                 f"duplicate_bound={self.duplicate_bound} queue_kills={self.queue_kills} "
                 f"master_kills={self.master_kills} stops={self.stops} stopped_fenced={self.stopped_fenced} leftovers={len(self.leftovers)} crashes={len(self.crashes)} "
                 f"elapsed_s={self.elapsed:.1f}")
@@ -462,6 +471,12 @@ class Chaos:
         res.duplicate_tasks = sum(1 for n in per_task.values() if n > 1)
         res.same_run_duplicates = sum(n - 1 for n in per_run.values())
         res.unexplained = sorted(k for k, n in per_task.items() if n > 1 and k not in self.in_flight)
+        numbers: dict[str, set[str]] = {}
+        for entry in entries:
+            member, _, run = entry.rpartition(":")
+            numbers.setdefault(member, set()).add(run)
+        retried = self.retried()
+        res.renumbered = sorted(k for k, runs in numbers.items() if len(runs) > 1 and k not in retried)
         statuses: dict[str, str | None] = {}
         for start in range(0, len(every), 1000):
             chunk = every[start:start + 1000]
@@ -475,6 +490,16 @@ class Chaos:
         for member in deleted:
             if statuses[member] != "deleted":
                 res.wrong_status[member] = statuses[member]
+
+    def retried(self) -> set[str]:
+        """Tasks of which a run ended in a retry (the daemon logs those at WARNING)."""
+        found = set()
+        for path in sorted(self.state_dir.glob("delayd-*.log")):
+            with open(path, errors="replace") as lines:
+                for line in lines:
+                    if " event=run " in line and " outcome=retry " in line:
+                        found.add(line.split(" task=", 1)[1].split(" ", 1)[0])
+        return found
 
     def shutdown(self) -> None:
         """Stop the daemon and Redis; record anything of this run still alive."""

