@@ -17,7 +17,7 @@ from . import embedded
 from . import log as log_mod
 from .config import Config
 from .master import Master, StartError, check_redis
-from .pidfile import AlreadyRunning, PidFile, read_pid, running_master
+from .pidfile import AlreadyRunning, PidFile, read_pid, running_master, wait_unlocked
 
 START_TIMEOUT = 60.0
 
@@ -111,11 +111,8 @@ def stop(config: Config, timeout: float | None) -> int:
         print("delayd is not running")
         return 0
     timeout = config.graceful_timeout + 15 if timeout is None else timeout
-    try:
-        psutil.Process(pid).wait(timeout)
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.TimeoutExpired:
+    # The master has stopped when its lock is free, even if it is a zombie nobody reaped yet.
+    if not wait_unlocked(config.pid_path, timeout):
         print(f"delayd: error: the master (pid {pid}) did not stop within {timeout:g} s", file=sys.stderr)
         return 1
     print(f"delayd stopped (pid {pid})")
@@ -139,7 +136,10 @@ def status(config: Config) -> dict[str, Any] | None:
     except (OSError, ValueError):
         slots = {"slots": []}
     by_pid = {s["pid"]: s for s in slots.get("slots", []) if s.get("pid")}
-    master = psutil.Process(pid)
+    try:
+        master = psutil.Process(pid)
+    except psutil.NoSuchProcess:  # it exited since the lock was tested
+        return None
     procs = []
     for proc in [master] + master.children():
         try:
