@@ -35,7 +35,10 @@ def fail(message: str, code: int = 1) -> int:
 
 
 def load_config(args: argparse.Namespace) -> config_mod.Config:
-    return config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix)
+    config = config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix)
+    for warning in config.warnings:
+        print(f"delayd: warning: {warning}", file=sys.stderr)
+    return config
 
 
 def client_for(args: argparse.Namespace) -> Client:
@@ -388,7 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--prefix", help="key prefix in Redis (default: $DELAYD_PREFIX or delayd:)")
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
 
-    parser = argparse.ArgumentParser(prog="delayd", description="Delayed and recurring tasks stored in Redis.")
+    parser = argparse.ArgumentParser(
+        prog="delayd", description="Delayed and recurring tasks stored in Redis.",
+        epilog="Configuration: defaults < config file (-c FILE, $DELAYD_CONFIG or /etc/delayd/delayd.toml, "
+               "every option documented in etc/delayd.toml) < environment < flags. Every option NAME has the "
+               "variable DELAYD_<NAME>: " + ", ".join(map(config_mod.env_var, config_mod.OPTIONS)) + ".")
     parser.add_argument("--version", action="version", version=f"delayd {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 

@@ -1,12 +1,18 @@
-"""Configuration: defaults, then the TOML file, then DELAYD_* variables, then flags."""
+"""Configuration: defaults, then the TOML file, then DELAYD_* variables, then flags.
+
+Every option NAME has the variable DELAYD_<NAME> (`env_var`); a DELAYD_* variable
+that is neither an option's nor one of NOT_OPTIONS is reported in `Config.warnings`
+with the closest name, as an unknown key in the file is an error.
+"""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 SYSTEM_CONFIG = Path("/etc/delayd/delayd.toml")
 
@@ -29,7 +35,8 @@ class Config:
     priority_weights: tuple = (5, 3, 2)     # claims per round for priority 3, 2, 1
     allowed_modules: tuple = ("delayd.examples",)
     preload: tuple = ()                     # modules queue processes import at start (must be allowed)
-    lease: float = 60.0                     # seconds a claim stays leased (renewed while running)
+    lease: float | None = None              # seconds a claim stays leased (renewed while running);
+                                            # None: default_lease(task_timeout)
     task_timeout: float = 30.0              # seconds a handler may run before it is abandoned
     url_timeout: float = 10.0               # default per-request timeout of url tasks
     max_response_bytes: int = 65536         # how much of a URL's answer is read
@@ -45,10 +52,14 @@ class Config:
     metrics_bind: str = "127.0.0.1"
     source: str = field(default="", compare=False)  # the file read, if any
     explicit: frozenset = field(default=frozenset(), compare=False, repr=False)  # options set by file/env/flag
+    warnings: tuple = field(default=(), compare=False, repr=False)  # one line each: unknown DELAYD_* variables
+    lease_derived: bool = field(default=False, init=False, compare=False, repr=False)  # lease follows task_timeout
 
     def __post_init__(self) -> None:
         if not self.state_dir:
             self.state_dir = str(Path.home() / ".local" / "state" / "delayd")
+        if self.lease is None:
+            self.lease, self.lease_derived = default_lease(self.task_timeout), True
 
     def validate(self) -> "Config":
         """Raise ConfigError for a value that cannot work; return self."""
@@ -62,9 +73,10 @@ class Config:
         for name in ("lease", "task_timeout", "url_timeout", "graceful_timeout", "heartbeat_timeout",
                      "retention", "params_limit", "max_response_bytes"):
             positive(name)
-        if self.lease <= self.task_timeout:
+        if self.lease <= self.task_timeout:  # only a lease set explicitly can be (see default_lease)
             raise ConfigError(f"lease ({self.lease:g} s) must be longer than task_timeout "
-                              f"({self.task_timeout:g} s), or a running task could be taken twice")
+                              f"({self.task_timeout:g} s), or a running task could be taken twice; "
+                              "leave lease unset and it follows task_timeout")
         if "{" in self.prefix or "}" in self.prefix or not self.prefix:
             raise ConfigError("prefix must be non-empty and must not contain '{' or '}'")
         if len(self.priority_weights) != 3 or any(w < 1 for w in self.priority_weights):
@@ -99,16 +111,38 @@ class Config:
         return int(self.lease * 1000)
 
 
-_ENV = {
-    "DELAYD_REDIS_URL": "redis_url", "DELAYD_STATE_DIR": "state_dir", "DELAYD_PREFIX": "prefix",
-    "DELAYD_BUCKETS": "buckets", "DELAYD_QUEUES": "queues", "DELAYD_ALLOWED_MODULES": "allowed_modules",
-    "DELAYD_LOG_LEVEL": "log_level", "DELAYD_CONCURRENCY": "concurrency", "DELAYD_LEASE": "lease",
-    "DELAYD_TASK_TIMEOUT": "task_timeout", "DELAYD_GRACEFUL_TIMEOUT": "graceful_timeout",
-    "DELAYD_RETENTION": "retention", "DELAYD_METRICS_PORT": "metrics_port",
-    "DELAYD_PIDFILE": "pidfile", "DELAYD_LOG_FILE": "log_file", "DELAYD_LOG_FORMAT": "log_format",
-    "DELAYD_NAME": "name", "DELAYD_PRELOAD": "preload",
-}
+def default_lease(task_timeout: float) -> float:
+    """The lease when none is set: longer than the task timeout by 30 s or 20 %, whichever is more."""
+    return task_timeout + max(30.0, 0.2 * task_timeout)
+
+
+OPTIONS = tuple(f.name for f in fields(Config) if f.init and f.name not in ("source", "explicit", "warnings"))
+ENV_PREFIX = "DELAYD_"
+# DELAYD_* variables that delayd reads but that are not options (no warning for them)
+NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
 _TYPES = {f.name: f.type for f in fields(Config)}
+
+
+def env_var(option: str) -> str:
+    """The environment variable of an option: DELAYD_ and the name in capitals."""
+    return ENV_PREFIX + option.upper()
+
+
+_ENV = {env_var(name): name for name in OPTIONS}
+
+
+def closest(word: str, choices: list[str], spell: Callable[[str], str] = str) -> str:
+    """' (did you mean X?)' naming the closest of `choices` (as `spell` writes it), or '' when none is close."""
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {spell(match[0])}?)" if match else ""
+
+
+def unknown_variables(env: Mapping[str, str]) -> tuple[str, ...]:
+    """One warning per DELAYD_* variable that names no option (compared without the common prefix)."""
+    known = [*OPTIONS, *(var[len(ENV_PREFIX):].lower() for var in sorted(NOT_OPTIONS))]
+    return tuple(f"{var} is not a delayd option and is ignored"
+                 f"{closest(var[len(ENV_PREFIX):].lower(), known, env_var)}"
+                 for var in sorted(env) if var.startswith(ENV_PREFIX) and var not in _ENV and var not in NOT_OPTIONS)
 
 
 def _coerce(name: str, value: Any, origin: str) -> Any:
@@ -126,7 +160,9 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise TypeError("an integer is expected")
             return int(value)
-        if kind == "float":
+        if kind in ("float", "float | None"):
+            if value in ("", None) and kind == "float | None":
+                return None
             if isinstance(value, bool):
                 raise TypeError("a number is expected")
             return float(value)
@@ -153,8 +189,8 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None, **overri
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         for name, value in data.items():
-            if name not in _TYPES or name in ("source", "explicit"):
-                raise ConfigError(f"config file {path}: unknown option {name!r}")
+            if name not in OPTIONS:
+                raise ConfigError(f"config file {path}: unknown option {name!r}{closest(name, list(OPTIONS))}")
             values[name] = _coerce(name, value, path)
         values["source"] = path
     for var, name in _ENV.items():
@@ -163,8 +199,10 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None, **overri
     for name, value in overrides.items():
         if value is not None:
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
-    return Config(**values, explicit=frozenset(values)).validate()
+    return Config(**values, explicit=frozenset(values), warnings=unknown_variables(env)).validate()
 
 
 def replace(config: Config, **changes: Any) -> Config:
+    if config.lease_derived:
+        changes.setdefault("lease", None)  # still follows task_timeout
     return dataclasses.replace(config, **changes).validate()

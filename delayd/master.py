@@ -138,8 +138,11 @@ class Master:
         os.environ["DELAYD_PROC"] = "master"
         self.install_signals()
         self.pidfile.write()
-        event(log, "master_started", redis=connection.redact(self.config.redis_url),
-              buckets=self.config.buckets, queues=self.config.queues)
+        event(log, "master_started", redis=connection.redact(self.config.redis_url), buckets=self.config.buckets,
+              queues=self.config.queues, lease_s=self.config.lease,
+              lease_from="task_timeout + max(30 s, 20 %)" if self.config.lease_derived else "config")
+        for warning in self.config.warnings:
+            event(log, "config_warning", logging.WARNING, warning=warning)
         try:
             if self.embedded:
                 self.start_embedded_redis()

@@ -22,3 +22,12 @@ def test_stop_returns_when_the_master_exited_even_unreaped(redis_url, tmp_path):
         assert out.returncode == 0 and "stopped" in out.stdout, out.stderr
     finally:
         d.stop()
+
+
+def test_a_long_task_timeout_alone_gets_a_longer_lease(redis_url, tmp_path):
+    d = Daemon(redis_url, tmp_path / "d", DELAYD_TASK_TIMEOUT="300").start()
+    try:
+        started = next(line for line in d.log().splitlines() if "master_started" in line)
+        assert "lease_s=360.0" in started and "task_timeout" in started
+    finally:
+        d.stop()

@@ -36,7 +36,7 @@ UNIT = ROOT / "systemd" / "delayd.service"
 TMPFILES = ROOT / "systemd" / "delayd.tmpfiles"
 LOGROTATE = ROOT / "etc" / "logrotate.d" / "delayd"
 OPTION_LINE = re.compile(r"^# ([a-z_]+) = (.*)$")
-NOT_OPTIONS = {"source", "explicit"}
+NOT_OPTIONS = {"source", "explicit", "warnings", "lease_derived"}
 
 
 def option_names() -> set[str]:

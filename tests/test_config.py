@@ -1,0 +1,78 @@
+"""Configuration: every option has its DELAYD_ variable, unknown ones are warned about, the lease default."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from delayd import config as config_mod
+
+SAMPLE_VALUES = {"str": "x", "str | None": "redis://127.0.0.1:1/0", "int": "7", "int | None": "9464",
+                 "float": "45", "float | None": "400", "tuple": "delayd.examples"}
+
+
+@pytest.mark.parametrize("name", config_mod.OPTIONS)
+def test_every_option_has_its_variable(name):
+    kind = config_mod._TYPES[name]
+    value = {"priority_weights": "4,2,1", "log_level": "debug", "log_format": "json",
+             "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd"}.get(name, SAMPLE_VALUES[kind])
+    env = {f"DELAYD_{name.upper()}": value}
+    loaded = config_mod.load(None, env=env)
+    assert name in loaded.explicit
+    assert getattr(loaded, name) != getattr(config_mod.Config(), name), f"DELAYD_{name.upper()} was not read"
+    assert not loaded.warnings
+
+
+def test_the_six_that_had_no_variable():
+    env = {"DELAYD_HEARTBEAT_TIMEOUT": "5", "DELAYD_URL_TIMEOUT": "3", "DELAYD_MAX_RESPONSE_BYTES": "100",
+           "DELAYD_PARAMS_LIMIT": "200", "DELAYD_PRIORITY_WEIGHTS": "3,2,1", "DELAYD_METRICS_BIND": "0.0.0.0"}
+    c = config_mod.load(None, env=env)
+    assert (c.heartbeat_timeout, c.url_timeout, c.max_response_bytes, c.params_limit, c.priority_weights,
+            c.metrics_bind) == (5.0, 3.0, 100, 200, (3, 2, 1), "0.0.0.0")
+
+
+def test_unknown_variable_is_a_warning_naming_the_closest_option():
+    c = config_mod.load(None, env={"DELAYD_QUEUS": "3", "DELAYD_HEARTBEAT": "3", "DELAYD_XYZZY": "1",
+                                   "DELAYD_PROC": "master", "DELAYD_CONFIG": "", "OTHER": "1"})
+    assert c.queues == config_mod.Config().queues
+    assert len(c.warnings) == 3, c.warnings
+    by_var = {w.split()[0]: w for w in c.warnings}
+    assert "did you mean DELAYD_QUEUES?" in by_var["DELAYD_QUEUS"]
+    assert "did you mean DELAYD_HEARTBEAT_TIMEOUT?" in by_var["DELAYD_HEARTBEAT"]
+    assert "did you mean" not in by_var["DELAYD_XYZZY"]
+
+
+def test_unknown_file_key_names_the_closest_option(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("queus = 3\n")
+    with pytest.raises(config_mod.ConfigError, match="did you mean queues"):
+        config_mod.load(str(path), env={})
+
+
+def test_the_cli_prints_the_warning(redis_url):
+    import os
+    env = {**os.environ, "DELAYD_QUEUS": "3"}
+    out = subprocess.run([sys.executable, "-m", "delayd.cli", "stats"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip() == ("delayd: warning: DELAYD_QUEUS is not a delayd option and is ignored "
+                                  "(did you mean DELAYD_QUEUES?)")
+
+
+def test_default_lease_follows_the_task_timeout():
+    assert config_mod.load(None, env={}).lease == 60.0
+    long = config_mod.load(None, env={"DELAYD_TASK_TIMEOUT": "300"})
+    assert long.lease == 360.0 and long.lease_derived
+    assert config_mod.load(None, env={"DELAYD_TASK_TIMEOUT": "10"}).lease == 40.0
+    assert config_mod.replace(long, task_timeout=1000).lease == 1200.0  # still follows it
+    assert config_mod.load(None, env={"DELAYD_LEASE": "", "DELAYD_TASK_TIMEOUT": "300"}).lease == 360.0
+
+
+def test_an_explicit_lease_not_longer_than_the_timeout_is_refused():
+    with pytest.raises(config_mod.ConfigError, match="lease"):
+        config_mod.load(None, env={"DELAYD_TASK_TIMEOUT": "300", "DELAYD_LEASE": "300"})
+    explicit = config_mod.load(None, env={"DELAYD_TASK_TIMEOUT": "300", "DELAYD_LEASE": "301"})
+    assert explicit.lease == 301.0 and not explicit.lease_derived
+    with pytest.raises(config_mod.ConfigError, match="lease"):
+        config_mod.replace(explicit, task_timeout=400)
