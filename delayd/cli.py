@@ -34,8 +34,13 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
+def config_loader(args: argparse.Namespace) -> Callable[[], config_mod.Config]:
+    """Builds the config from the file, the environment of now and the flags (again on each reload)."""
+    return config_mod.loader(args.config, redis_url=args.redis, prefix=args.prefix)
+
+
 def load_config(args: argparse.Namespace) -> config_mod.Config:
-    config = config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix)
+    config = config_loader(args)()
     for warning in config.warnings:
         print(f"delayd: warning: {warning}", file=sys.stderr)
     return config
@@ -280,7 +285,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 @verb("start")
 def cmd_start(args: argparse.Namespace) -> int:
     from . import control
-    return control.start(load_config(args), args.config, args.foreground)
+    return control.start(load_config(args), config_loader(args), args.foreground)
 
 
 @verb("stop")
@@ -294,7 +299,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
     from . import control
     config = load_config(args)
     code = control.stop(config, args.timeout)
-    return code or control.start(config, args.config, foreground=False)
+    return code or control.start(config, config_loader(args), foreground=False)
 
 
 @verb("reload")
@@ -391,11 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--prefix", help="key prefix in Redis (default: $DELAYD_PREFIX or delayd:)")
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
 
-    parser = argparse.ArgumentParser(
-        prog="delayd", description="Delayed and recurring tasks stored in Redis.",
-        epilog="Configuration: defaults < config file (-c FILE, $DELAYD_CONFIG or /etc/delayd/delayd.toml, "
-               "every option documented in etc/delayd.toml) < environment < flags. Every option NAME has the "
-               "variable DELAYD_<NAME>: " + ", ".join(map(config_mod.env_var, config_mod.OPTIONS)) + ".")
+    parser = argparse.ArgumentParser(prog="delayd", description="Delayed and recurring tasks stored in Redis.",
+                                     epilog=config_mod.HELP)
     parser.add_argument("--version", action="version", version=f"delayd {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -129,6 +130,9 @@ def env_var(option: str) -> str:
 
 
 _ENV = {env_var(name): name for name in OPTIONS}
+HELP = ("Configuration: defaults < config file (-c FILE, $DELAYD_CONFIG or /etc/delayd/delayd.toml; every option "
+        "is documented in etc/delayd.toml) < environment < flags. Every option NAME has the variable "
+        f"DELAYD_<NAME>: {', '.join(_ENV)}.")
 
 
 def closest(word: str, choices: list[str], spell: Callable[[str], str] = str) -> str:
@@ -186,7 +190,7 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None, **overri
                 data = tomllib.load(fh)
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         for name, value in data.items():
             if name not in OPTIONS:
@@ -200,6 +204,12 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None, **overri
         if value is not None:
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
     return Config(**values, explicit=frozenset(values), warnings=unknown_variables(env)).validate()
+
+
+def loader(path: str | None = None, **overrides: Any) -> Callable[[], Config]:
+    """load() with this file, the environment as it is now, and these flags: the start's
+    overrides are what a reload (SIGHUP) builds the config from again."""
+    return functools.partial(load, path, dict(os.environ), **overrides)
 
 
 def replace(config: Config, **changes: Any) -> Config:

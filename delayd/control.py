@@ -2,40 +2,29 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import daemon
 import psutil
 
-from . import embedded
 from . import log as log_mod
 from .config import Config
-from .master import Master, StartError, check_redis
+from .master import Master
+from .preflight import StartError, preflight
 from .pidfile import AlreadyRunning, PidFile, read_pid, running_master, wait_unlocked
 
 START_TIMEOUT = 60.0
 
 
-def preflight(config: Config) -> None:
-    """Everything that can be checked before detaching, so errors reach the terminal."""
-    if not os.access(config.state_dir, os.W_OK):
-        raise StartError(f"state directory {config.state_dir} is not writable")
-    if config.redis_url:
-        check_redis(config)
-    else:
-        try:
-            embedded.find_redis_server()
-        except FileNotFoundError as exc:
-            raise StartError(str(exc)) from None
-
-
-def start(config: Config, config_path: str | None, foreground: bool) -> int:
+def start(config: Config, reread: Callable[[], Config], foreground: bool) -> int:
+    """Start the master; `reread` builds the config again on reload (the same file, flags, environment)."""
     log_mod.setup(config.log_level, config.log_format, None)  # pre-flight warnings go to the terminal
     try:
         Path(config.state_dir).mkdir(parents=True, exist_ok=True)
@@ -48,7 +37,7 @@ def start(config: Config, config_path: str | None, foreground: bool) -> int:
     if foreground:
         if config.log_file:
             log_mod.setup(config.log_level, config.log_format, config.log_file)
-        return Master(config, pidfile, config_path).run()
+        return Master(config, pidfile, reread).run()
 
     read_end, write_end = os.pipe()
     if os.fork():  # the launcher: wait until the daemon says it is up (or why not)
@@ -78,8 +67,11 @@ def start(config: Config, config_path: str | None, foreground: bool) -> int:
             os.write(write_end, message.encode() + b"\n")
             os.close(write_end)
 
-        code = Master(config, pidfile, config_path, ready=ready).run()
+        code = Master(config, pidfile, reread, ready=ready).run()
+    except BaseException:  # noqa: BLE001 - whatever escaped the master's own guard: leave a trace
+        logging.getLogger("delayd.master").critical("master_crashed", exc_info=True)
     finally:
+        logging.shutdown()
         os._exit(code)
 
 

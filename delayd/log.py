@@ -84,6 +84,15 @@ def current_path() -> str | None:
     return _handler.baseFilename if isinstance(_handler, logging.FileHandler) else None
 
 
+def descriptors() -> list[int]:
+    """The file descriptors logging writes to (kept open in a forked child)."""
+    stream = getattr(_handler, "stream", None)
+    try:
+        return [stream.fileno()] if stream is not None else []
+    except (OSError, ValueError):
+        return []
+
+
 def reopen() -> None:
     """Reopen the log file (SIGUSR1, after logrotate moved it)."""
     if isinstance(_handler, logging.FileHandler):

@@ -1,13 +1,13 @@
 """The master: starts, supervises and stops the bucket, queue and embedded-Redis children.
 
 Modelled on gunicorn's arbiter: signal handlers only put the signal on a queue;
-one loop does all the work (reaping, restarting, reloading, heartbeat checks).
+one loop does all the work (reaping, restarting, reloading, heartbeat checks), and
+an exception that escapes it is logged, the children are stopped, and the master
+exits 1. Slots, backoff and heartbeat files: see slots.py.
 
-    slot          one child the master keeps alive: ("redis", 0), ("bucket", 3), ("queue", 1)
-    restart       a dead child's slot is started again after a backoff that doubles
-                  with each quick death (1 s .. 60 s) and resets once a child ran STABLE s
-    heartbeat     each Python child touches an unlinked temp file; one silent for
-                  heartbeat_timeout gets SIGABRT, then SIGKILL
+The /metrics and registry threads open sockets while the master forks; a child
+closes every descriptor it inherits except its own (start_child), so forks need
+no lock against those threads and a slow Redis never stalls the loop.
 """
 from __future__ import annotations
 
@@ -17,14 +17,10 @@ import os
 import queue as queue_mod
 import signal
 import socket
-import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import redis
 from setproctitle import setproctitle
 
 from . import __version__, bucket, connection, embedded
@@ -35,81 +31,21 @@ from . import queue as queue_worker
 from .config import Config
 from .log import event
 from .pidfile import PidFile
-from .store import recorded_buckets
+from .preflight import StartError, check_redis
+from .slots import KILL_AFTER_ABORT, Retiring, Slot, backdate, close_quietly, describe_exit, heartbeat_file, \
+    silent_for
 from .worker import HANDLED_SIGNALS, REDIS_ERRORS, set_death_signal, start_child, title
 
 log = logging.getLogger("delayd.master")
-STABLE = 10.0            # a child that ran this long resets its slot's backoff
-BACKOFF_MAX = 60.0
-CRASH_LOOP = 5           # quick deaths in a row before a slot is reported as crash-looping
-KILL_AFTER_ABORT = 5.0   # seconds between SIGABRT and SIGKILL for a hung child
-
-
-class StartError(RuntimeError):
-    """The daemon cannot start; the message is one line for the terminal."""
-
-
-@dataclass(eq=False)
-class Slot:
-    kind: str
-    index: int
-    pid: int | None = None
-    started: float = 0.0
-    restarts: int = 0
-    quick_deaths: int = 0
-    start_at: float = 0.0            # monotonic time of the next (re)start
-    heartbeat: int | None = None     # fd of the heartbeat temp file
-    aborted_at: float | None = None
-    spawned_at: float = 0.0          # wall-clock time of the last spawn (heartbeat files use mtime)
-    retiring: set = field(default_factory=set)  # pids of replaced children still finishing
-
-    @property
-    def name(self) -> str:
-        return self.kind if self.kind == "redis" else f"{self.kind} {self.index}"
-
-    @property
-    def crash_looping(self) -> bool:
-        return self.quick_deaths >= CRASH_LOOP
-
-
-def describe_exit(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    return f"exited with status {os.WEXITSTATUS(status)}"
-
-
-def check_redis(config: Config) -> None:
-    """Redis answers, and the stored layout matches ours (bucket count). Raises StartError."""
-    client = connection.connect(config.redis_url)
-    try:
-        client.ping()
-        stored = recorded_buckets(client, config.prefix, config.buckets)
-        if stored != config.buckets:
-            raise StartError(f"the store at prefix {config.prefix!r} has {stored} buckets but the config says "
-                             f"{config.buckets}; set buckets = {stored} (changing it would orphan tasks)")
-        info = client.info("persistence")
-        policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
-        if policy != "noeviction":
-            event(log, "redis_may_evict", logging.WARNING, maxmemory_policy=policy,
-                  advice="set maxmemory-policy noeviction or tasks can be evicted")
-        if not info.get("aof_enabled"):
-            event(log, "redis_not_durable", logging.WARNING,
-                  advice="enable appendonly yes (appendfsync everysec) or a Redis restart loses tasks")
-    except redis.exceptions.ResponseError as exc:
-        if "unknown command" in str(exc).lower():  # CONFIG may be renamed on managed Redis
-            return
-        raise StartError(f"Redis at {connection.where(config.redis_url)}: {exc}") from None
-    except REDIS_ERRORS as exc:
-        raise StartError(f"cannot reach Redis at {connection.where(config.redis_url)}: {exc}") from None
-    finally:
-        client.close()
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 class Master:
-    def __init__(self, config: Config, pidfile: PidFile, config_path: str | None = None,
+    def __init__(self, config: Config, pidfile: PidFile, reread: Callable[[], Config] = config_mod.load,
                  ready: Callable[[str], None] | None = None):
+        """`reread` builds the config again on SIGHUP, with the start's flags and environment."""
         self.config = config
-        self.config_path = config_path
+        self.reread = reread
         self.pidfile = pidfile
         self.ready_callback = ready
         self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
@@ -118,12 +54,11 @@ class Master:
             self.config = config_mod.replace(config, redis_url=embedded.url(config.state_dir))
         self.slots: list[Slot] = []
         self.by_pid: dict[int, Slot] = {}
+        self.retiring: dict[int, Retiring] = {}
         self.stopping = False
         self.started = time.time()
         self.watchdog = notify.watchdog_interval()
         self.next_watchdog = time.monotonic()
-        # Held around every fork; the /metrics thread holds it while it has anything open.
-        self.fork_lock = threading.Lock()
         self.metrics = None
         self.registrar: registry.Registrar | None = None
 
@@ -144,6 +79,22 @@ class Master:
         for warning in self.config.warnings:
             event(log, "config_warning", logging.WARNING, warning=warning)
         try:
+            if not self.start_children():
+                return 1
+            while not self.stopping:
+                self.loop_once()
+        except Exception:  # noqa: BLE001 - as gunicorn's arbiter: log it, stop cleanly, exit non-zero
+            log.critical("master_crashed", exc_info=True, extra={"fields": {"children": len(self.by_pid)}})
+            self.ready("error: the master crashed; see the log")
+            self.stop_all()
+            return 1
+        self.stop_all()
+        event(log, "master_stopped")
+        return 0
+
+    def start_children(self) -> bool:
+        """Start Redis (if embedded) and the children and wait for them; False (all stopped) if it failed."""
+        try:
             if self.embedded:
                 self.start_embedded_redis()
             check_redis(self.config)
@@ -156,19 +107,15 @@ class Master:
             event(log, "start_failed", logging.ERROR, error=str(exc))
             self.ready(f"error: {exc}")
             self.stop_all()
-            return 1
+            return False
         self.write_status()
         notify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=running")
         self.ready("ok")
         event(log, "master_ready", children=len(self.by_pid))
         self.registrar = registry.Registrar(self.config, registry.daemon_id(self.config, os.getpid()),
-                                            self.registry_entry, self.fork_lock)
+                                            self.registry_entry)
         self.registrar.start()
-        while not self.stopping:
-            self.loop_once()
-        self.stop_all()
-        event(log, "master_stopped")
-        return 0
+        return True
 
     def ready(self, message: str) -> None:
         if self.ready_callback:
@@ -194,12 +141,13 @@ class Master:
         timers = [self.config.heartbeat_timeout / 4]
         timers += [s.start_at - now for s in self.slots if s.pid is None]
         timers += [s.aborted_at + KILL_AFTER_ABORT - now for s in self.slots if s.aborted_at]
+        timers += [r.kill_at - now for r in self.retiring.values() if r.kill_at is not None]
         if self.watchdog:
             timers.append(self.next_watchdog - now)
         return max(0.0, min(timers))
 
     def handle_signal(self, sig: int) -> None:
-        if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        if sig in STOP_SIGNALS:
             event(log, "stopping", signal=signal.Signals(sig).name)
             self.stopping = True
         elif sig == signal.SIGHUP:
@@ -226,7 +174,7 @@ class Master:
             return
         from .metrics import MetricsServer
         try:
-            self.metrics = MetricsServer(self.config, self.slot_states, self.fork_lock).start()
+            self.metrics = MetricsServer(self.config, self.slot_states).start()
         except OSError as exc:
             raise StartError(f"cannot serve metrics on {self.config.metrics_bind}:{self.config.metrics_port}: "
                              f"{exc.strerror or exc}") from None
@@ -237,29 +185,25 @@ class Master:
         """For /metrics (read from its thread): kind, name, up, restarts, crash-looping of each slot."""
         return [(s.kind, s.name, s.pid is not None, s.restarts, s.crash_looping) for s in list(self.slots)]
 
-    def spawn(self, slot: Slot) -> None:
-        with self.fork_lock:  # never fork while the /metrics thread has a socket open
+    def spawn(self, slot: Slot) -> bool:
+        """Start the slot's child; a failed fork or mkstemp (EAGAIN, EMFILE) is retried after a backoff."""
+        try:
             self._spawn(slot)
+            return True
+        except OSError as exc:
+            delay = slot.back_off()
+            event(log, "spawn_failed", logging.ERROR, child=slot.name, error=str(exc), retry_in_s=delay)
+            return False
 
     def _spawn(self, slot: Slot) -> None:
         if slot.kind == "redis":
             pid = self.spawn_redis()
         else:
             if slot.heartbeat is None:
-                fd, path = tempfile.mkstemp(prefix=f"delayd-{slot.kind}{slot.index}-")
-                os.unlink(path)
-                slot.heartbeat = fd
-            # Backdate the heartbeat, so that "up" means the child itself touched it.
-            slot.spawned_at = time.time()
-            os.utime(slot.heartbeat, (slot.spawned_at - 1, slot.spawned_at - 1))
+                slot.heartbeat = heartbeat_file(slot)
+            slot.spawned_at = backdate(slot.heartbeat)
             body = bucket.main if slot.kind == "bucket" else queue_worker.main
-            keep = {slot.heartbeat}
-            close = [s.heartbeat for s in self.slots if s.heartbeat is not None and s.heartbeat not in keep]
-            if self.pidfile.lock_fd is not None:
-                close.append(self.pidfile.lock_fd)
-            if self.metrics is not None:
-                close.append(self.metrics.fileno())
-            pid = start_child(self.config, slot.name, slot.heartbeat, close,
+            pid = start_child(self.config, slot.name, slot.heartbeat,
                               lambda cfg, hb, index=slot.index: body(cfg, index, hb))
         slot.pid, slot.started, slot.aborted_at = pid, time.monotonic(), None
         self.by_pid[pid] = slot
@@ -306,21 +250,28 @@ class Master:
         client.close()
 
     def wait_children_up(self, timeout: float = 15.0) -> None:
-        """Until every Python child has touched its heartbeat once (or timeout)."""
+        """Until every Python child has touched its heartbeat once (or timeout).
+
+        A stop signal ends the wait at once; other signals are kept for the main loop."""
         deadline = time.monotonic() + timeout
+        kept = []
         while time.monotonic() < deadline:
             self.reap()
             waiting = [s for s in self.slots if s.kind != "redis" and s.pid is not None
                        and os.fstat(s.heartbeat).st_mtime < s.spawned_at - 0.5]
             if not waiting:
-                return
+                break
             try:
                 sig = self.events.get(timeout=0.05)
-                if sig in (signal.SIGTERM, signal.SIGINT):
-                    self.stopping = True
-                    return
             except queue_mod.Empty:
-                pass
+                continue
+            if sig in STOP_SIGNALS:
+                self.stopping = True
+                return
+            if sig != signal.SIGCHLD:
+                kept.append(sig)
+        for sig in kept:
+            self.events.put(sig)
 
     def reap(self) -> None:
         while True:
@@ -333,37 +284,42 @@ class Master:
             self.child_exited(pid, status)
 
     def child_exited(self, pid: int, status: int) -> None:
+        retired = self.retiring.pop(pid, None)
+        if retired is not None:
+            close_quietly(retired.heartbeat)
+            event(log, "child_retired", child=retired.name, child_pid=pid, how=describe_exit(status))
+            return
         slot = self.by_pid.pop(pid, None)
         if slot is None:
             return
-        if pid in slot.retiring:
-            slot.retiring.discard(pid)
-            event(log, "child_retired", child=slot.name, child_pid=pid, how=describe_exit(status))
-            return
         ran = time.monotonic() - slot.started
-        slot.pid = None
         if self.stopping:
+            slot.pid = None
             event(log, "child_stopped", child=slot.name, child_pid=pid, how=describe_exit(status))
             return
-        slot.restarts += 1
-        slot.quick_deaths = 0 if ran >= STABLE else slot.quick_deaths + 1
-        delay = 0.0 if slot.quick_deaths == 0 else min(BACKOFF_MAX, 2.0 ** (slot.quick_deaths - 1))
-        slot.start_at = time.monotonic() + delay
+        delay = slot.died(ran)
         level = logging.CRITICAL if slot.crash_looping else logging.WARNING
         event(log, "child_died", level, child=slot.name, child_pid=pid, how=describe_exit(status),
               ran_s=round(ran, 3), restart_in_s=delay, crash_looping=slot.crash_looping or None)
         self.write_status()
 
     def check_heartbeats(self) -> None:
-        now = time.time()
+        """Abort a silent child, kill an aborted one that is still there, and a retiring one past its time."""
+        now = time.monotonic()
+        for retired in self.retiring.values():
+            if retired.kill_at is not None and now >= retired.kill_at:
+                event(log, "child_killed", logging.WARNING, child=retired.name, child_pid=retired.pid,
+                      reason="retiring past its graceful timeout")
+                self.kill(retired.pid, signal.SIGKILL)
+                retired.kill_at = None
         for slot in self.slots:
             if slot.pid is None or slot.heartbeat is None:
                 continue
             if slot.aborted_at is not None:
-                if time.monotonic() - slot.aborted_at >= KILL_AFTER_ABORT:
+                if now - slot.aborted_at >= KILL_AFTER_ABORT:
                     self.kill(slot.pid, signal.SIGKILL)
                 continue
-            silent = now - os.fstat(slot.heartbeat).st_mtime
+            silent = silent_for(slot.heartbeat)
             if silent > self.config.heartbeat_timeout:
                 event(log, "child_hung", logging.ERROR, child=slot.name, child_pid=slot.pid, silent_s=round(silent, 1))
                 self.kill(slot.pid, signal.SIGABRT)
@@ -376,21 +332,38 @@ class Master:
         except ProcessLookupError:
             pass
 
+    def children_of(self, kinds: tuple[str, ...]) -> dict[int, str]:
+        """pid -> name of the children of these kinds, retiring ones included."""
+        found = {pid: slot.name for pid, slot in self.by_pid.items() if slot.kind in kinds}
+        found.update((pid, r.name) for pid, r in self.retiring.items() if r.kind in kinds)
+        return found
+
     def signal_children(self, sig: int, kinds: tuple[str, ...] = ("bucket", "queue")) -> None:
-        for pid, slot in list(self.by_pid.items()):
-            if slot.kind in kinds:
-                self.kill(pid, sig)
+        for pid in self.children_of(kinds):
+            self.kill(pid, sig)
+
+    def retire(self, slot: Slot) -> int:
+        """The slot's child becomes a retiring one, with its heartbeat file; returns its pid (not signalled)."""
+        pid = slot.pid
+        self.by_pid.pop(pid, None)
+        kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
+        self.retiring[pid] = Retiring(pid, slot.kind, slot.name, slot.heartbeat, kill_at)
+        slot.pid, slot.heartbeat, slot.aborted_at = None, None, None
+        return pid
+
+    def drop(self, slot: Slot) -> None:
+        """Remove a slot: its child is told to stop and retires."""
+        self.slots.remove(slot)
+        if slot.pid:
+            self.kill(self.retire(slot), signal.SIGTERM)
+        close_quietly(slot.heartbeat)
 
     def resize_queues(self, delta: int) -> None:
         queues = [s for s in self.slots if s.kind == "queue"]
         if delta > 0:
             self.slots.append(Slot("queue", max((s.index for s in queues), default=-1) + 1))
         elif len(queues) > 1:
-            last = queues[-1]
-            self.slots.remove(last)
-            if last.pid:
-                last.retiring.add(last.pid)
-                self.kill(last.pid, signal.SIGTERM)
+            self.drop(queues[-1])
         event(log, "queues_resized", queues=len([s for s in self.slots if s.kind == "queue"]))
         self.write_status()
 
@@ -398,7 +371,7 @@ class Master:
         """SIGHUP: reread the config and replace the children one by one."""
         notify.reloading()
         try:
-            new = config_mod.load(self.config_path)
+            new = self.reread()
             if self.embedded:
                 new = config_mod.replace(new, redis_url=self.config.redis_url)
             if new.buckets != self.config.buckets or new.prefix != self.config.prefix:
@@ -412,16 +385,12 @@ class Master:
         wanted = new.queues
         queues = [s for s in self.slots if s.kind == "queue"]
         for extra in queues[wanted:]:
-            self.slots.remove(extra)
-            if extra.pid:
-                extra.retiring.add(extra.pid)
-                self.kill(extra.pid, signal.SIGTERM)
+            self.drop(extra)
         for index in range(len(queues), wanted):
             self.slots.append(Slot("queue", index))
         for slot in self.slots:
             if slot.kind != "redis" and slot.pid:
-                old = slot.pid
-                slot.retiring.add(old)
+                old = self.retire(slot)
                 self.spawn(slot)          # the new child starts before the old one is told to stop
                 self.kill(old, signal.SIGTERM)
         self.spawn_due()
@@ -447,14 +416,12 @@ class Master:
         """SIGTERM to the children of these kinds, wait up to graceful_timeout, SIGKILL the rest."""
         self.signal_children(signal.SIGTERM, kinds)
         deadline = time.monotonic() + self.config.graceful_timeout + 1.0
-        while any(s.kind in kinds for s in self.by_pid.values()):
+        while self.children_of(kinds):
             self.reap()
             if time.monotonic() > deadline:
-                for pid, slot in list(self.by_pid.items()):
-                    if slot.kind in kinds:
-                        event(log, "child_killed", logging.WARNING, child=slot.name, child_pid=pid,
-                              reason="graceful timeout")
-                        self.kill(pid, signal.SIGKILL)
+                for pid, name in self.children_of(kinds).items():
+                    event(log, "child_killed", logging.WARNING, child=name, child_pid=pid, reason="graceful timeout")
+                    self.kill(pid, signal.SIGKILL)
                 deadline = time.monotonic() + 5.0
             try:
                 self.events.get(timeout=0.05)  # SIGCHLD wakes us; other signals are moot now

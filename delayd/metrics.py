@@ -8,11 +8,10 @@ only it knows (its children, their restarts). Every series is named `delayd_…`
 The server runs in one thread of the master, which forks its children, so:
 - the thread blocks the master's signals (they must wake the main loop, which
   sleeps on a queue);
-- everything it opens (the accepted connection, its Redis connection) exists only
-  while it holds `fork_lock`, which the master takes around every fork: a child
-  never inherits a scrape's sockets or a lock held halfway;
-- the listening socket is closed in each child (`fileno()` goes in the list of
-  descriptors a child closes).
+- a child forked while a scrape is under way closes every descriptor it inherited
+  (the listening socket, the accepted connection, the Redis connection) at once
+  (worker.close_inherited), so the thread takes no lock against forks and a slow
+  client or a slow Redis never holds up the master.
 """
 from __future__ import annotations
 
@@ -150,7 +149,7 @@ class Collector:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    timeout = 5.0  # a slow client cannot hold the fork lock for long
+    timeout = 5.0  # a silent client does not hold the (single) serving thread for long
     registry: CollectorRegistry
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -183,8 +182,7 @@ class _Server(socketserver.TCPServer):
 class MetricsServer:
     """/metrics from one thread of the master (see the module docstring)."""
 
-    def __init__(self, config: Config, slots: Slots, fork_lock: threading.Lock):
-        self.fork_lock = fork_lock
+    def __init__(self, config: Config, slots: Slots):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Collector(config, slots))
         handler = type("Handler", (_Handler,), {"registry": registry})
@@ -206,9 +204,6 @@ class MetricsServer:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return self
 
-    def fileno(self) -> int:
-        return self.server.socket.fileno()
-
     def serve(self) -> None:
         while not self.closed:
             try:
@@ -217,11 +212,10 @@ class MetricsServer:
                 return  # closed
             if self.closed:
                 return
-            with self.fork_lock:
-                try:
-                    self.server._handle_request_noblock()  # accept, answer, close: all under the lock
-                except Exception as exc:  # noqa: BLE001 - a scrape must never end the thread
-                    event(log, "metrics_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            try:
+                self.server._handle_request_noblock()  # accept, answer, close
+            except Exception as exc:  # noqa: BLE001 - a scrape must never end the thread
+                event(log, "metrics_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         self.closed = True

@@ -72,16 +72,15 @@ def live(client: Any, prefix: str) -> list[dict[str, Any]]:
 class Registrar(threading.Thread):
     """The master's thread that keeps its entry fresh; `stop()` removes the entry.
 
-    Like the /metrics thread it holds `fork_lock` while it has a connection open,
-    so no child inherits its socket, and it blocks the master's signals.
+    It blocks the master's signals; a child forked while it has a connection open
+    closes its copy at once (worker.close_inherited), so it needs no lock.
     """
 
-    def __init__(self, config: Config, ident: str, entry: Callable[[], dict[str, Any]], fork_lock: threading.Lock):
+    def __init__(self, config: Config, ident: str, entry: Callable[[], dict[str, Any]]):
         super().__init__(name="delayd-registry", daemon=True)
         self.config = config
         self.daemon_id = ident
         self.entry = entry
-        self.fork_lock = fork_lock
         self.stopped = threading.Event()
         self.failing = False
 
@@ -97,17 +96,16 @@ class Registrar(threading.Thread):
         self.call(unregister)
 
     def call(self, func: Callable[..., Any], *args: Any) -> None:
-        with self.fork_lock:
-            client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)
-            try:
-                func(client, self.config.prefix, self.daemon_id, *args)
-                if self.failing:
-                    event(log, "registry_back")
-                self.failing = False
-            except REDIS_ERRORS as exc:
-                if not self.failing:  # once per outage: the children say more about it
-                    event(log, "registry_unavailable", logging.WARNING,
-                          redis=connection.where(self.config.redis_url), error=str(exc))
-                self.failing = True
-            finally:
-                client.close()
+        client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)
+        try:
+            func(client, self.config.prefix, self.daemon_id, *args)
+            if self.failing:
+                event(log, "registry_back")
+            self.failing = False
+        except REDIS_ERRORS as exc:
+            if not self.failing:  # once per outage: the children say more about it
+                event(log, "registry_unavailable", logging.WARNING,
+                      redis=connection.where(self.config.redis_url), error=str(exc))
+            self.failing = True
+        finally:
+            client.close()

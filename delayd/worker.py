@@ -16,6 +16,7 @@ import redis
 from setproctitle import setproctitle
 
 from . import connection
+from . import log as log_mod
 from .config import Config
 
 log = logging.getLogger("delayd.worker")
@@ -45,16 +46,20 @@ def title(config: Config, role: str) -> str:
 
 
 class Heartbeat:
-    """A child touches its (unlinked) temp file; the master reads its mtime (gunicorn's way)."""
+    """A child touches its (unlinked) temp file; the master reads its mtime (gunicorn's way).
+
+    The mtime is set to the monotonic clock, not the wall clock: CLOCK_MONOTONIC is
+    system-wide on Linux, so the master compares it with its own time.monotonic(),
+    and a step of the wall clock neither aborts every child nor hides a hung one."""
 
     def __init__(self, fd: int):
         self.fd = fd
-        self.last = 0.0
+        self.last = float("-inf")
 
     def beat(self) -> None:
         now = time.monotonic()
         if now - self.last >= 1.0:
-            os.utime(self.fd)
+            os.utime(self.fd, (now, now))
             self.last = now
 
 
@@ -129,8 +134,18 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
         time.sleep(backoff.next())
 
 
-def start_child(config: Config, role: str, heartbeat_fd: int, close_fds: list[int],
-                body: Callable[[Config, Heartbeat], Any]) -> int:
+def close_inherited(keep: set[int]) -> None:
+    """Close every descriptor above stderr except `keep`: the master's lock, the other
+    children's heartbeat files, and whatever its /metrics and registry threads had open
+    at the moment of the fork (a scrape's connection, a Redis socket) are not ours."""
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Config, Heartbeat], Any]) -> int:
     """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid."""
     parent = os.getpid()
     pid = os.fork()
@@ -143,11 +158,7 @@ def start_child(config: Config, role: str, heartbeat_fd: int, close_fds: list[in
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the master only; it stops the children
         set_death_signal(signal.SIGKILL, parent)
-        for fd in close_fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_inherited({heartbeat_fd, *log_mod.descriptors()})
         os.environ["DELAYD_PROC"] = role.replace(" ", ".")
         setproctitle(title(config, role))
         random.seed()

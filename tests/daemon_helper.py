@@ -43,9 +43,10 @@ def redis_url_set(env: dict) -> bool:
 
 
 class Daemon:
-    """`delayd start --foreground` in a subprocess, with its own state dir."""
+    """`delayd start --foreground [ARGS]` in a subprocess, with its own state dir."""
 
-    def __init__(self, redis_url: str | None, state_dir: Path, buckets: int = 2, queues: int = 1, **env: str):
+    def __init__(self, redis_url: str | None, state_dir: Path, buckets: int = 2, queues: int = 1,
+                 args: tuple[str, ...] = (), **env: str):
         self.state_dir = Path(state_dir)
         self.env = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": str(state_dir),
                     "DELAYD_BUCKETS": str(buckets), "DELAYD_QUEUES": str(queues),
@@ -55,15 +56,16 @@ class Daemon:
                     "PYTHONPATH": str(Path(__file__).parent), **env}
         if redis_url is None:  # the embedded Redis of state_dir
             del self.env["DELAYD_REDIS_URL"]
-        self.buckets, self.queues = buckets, queues
+        self.buckets, self.queues, self.args = buckets, queues, tuple(args)
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait: bool = True) -> "Daemon":
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([*DELAYD, "start", "--foreground"], env=self.env,
+        self.proc = subprocess.Popen([*DELAYD, "start", "--foreground", *self.args], env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if wait:
-            expected = self.buckets + self.queues + (0 if redis_url_set(self.env) else 1)
+            embedded = not redis_url_set(self.env) and "--redis" not in self.args
+            expected = self.buckets + self.queues + (1 if embedded else 0)
             wait_for(lambda: len(self.children()) == expected and self.ready(), 30,
                      message="daemon children up")
         return self

@@ -1,0 +1,62 @@
+"""`delayd reload` (SIGHUP): the start's flags and environment are kept, a changed file takes
+effect, an invalid one leaves the old config running."""
+from __future__ import annotations
+
+import json
+import signal
+
+from daemon_helper import Daemon, delayd
+from redis_server import wait_for
+
+from delayd import Client
+
+
+def replaced_all(d: Daemon, before: set[int], count: int) -> bool:
+    now = {c.pid for c in d.children()}
+    return len(now) == count and not before & now
+
+
+def test_reload_keeps_the_flags_of_the_start(redis_url, tmp_path, r):
+    d = Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, args=("--redis", redis_url, "--prefix", "other:"))
+    del d.env["DELAYD_REDIS_URL"]  # only the flag says which Redis
+    d.start()
+    try:
+        before = {c.pid for c in d.children()}
+        out = delayd("reload", "--prefix", "other:", env=d.env)
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: replaced_all(d, before, 2), 30, message="children replaced")
+        client = Client.from_url(redis_url, prefix="other:")
+        client.add("t", 1, call="delayd.examples:record", params={"list": "ran", "redis": redis_url})
+        wait_for(lambda: r.lrange("ran", 0, -1) == ["t:1:1"], 20, message="a task ran after the reload")
+        client.close()
+        assert "reload_failed" not in d.log() and "child_died" not in d.log()
+    finally:
+        d.stop()
+
+
+def test_reload_applies_a_changed_file_and_keeps_the_old_one_when_invalid(redis_url, tmp_path):
+    path = tmp_path / "delayd.toml"
+    path.write_text("queues = 1\nconcurrency = 8\n")
+    d = Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONFIG=str(path))
+    del d.env["DELAYD_QUEUES"]  # the file decides
+    d.start()
+    try:
+        path.write_text("queues = 2\nconcurrency = 4\n")
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: len(d.children("queue")) == 2, 30, message="the second queue of the new file")
+
+        def concurrency() -> int | None:
+            daemons = json.loads(delayd("status", "--cluster", "--json", env=d.env).stdout)["daemons"]
+            return daemons[0]["concurrency"] if daemons else None
+        wait_for(lambda: concurrency() == 4, 30, message="the new concurrency in the registry")
+
+        for bad in (b"queues = [\n", b"queues = 3\nname = \"\xff\"\n", b"queues = 0\n"):
+            path.write_bytes(bad)
+            before = {c.pid for c in d.children()}
+            failures = d.log().count("reload_failed")
+            d.signal(signal.SIGHUP)
+            wait_for(lambda: d.log().count("reload_failed") == failures + 1, 20, message=f"reload of {bad!r} refused")
+            assert {c.pid for c in d.children()} == before and d.proc.poll() is None
+        assert "master_crashed" not in d.log()
+    finally:
+        d.stop()
