@@ -18,6 +18,7 @@ from . import config as config_mod
 from .client import ADD_BATCH, Client, DelaydError
 from .connection import RedisURLError, redact
 from .task import STATUSES, TaskError
+from .web import command as web_command
 
 VERBS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -373,6 +374,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+@verb("web")
+def cmd_web(args: argparse.Namespace) -> int:
+    return web_command.run(args)
+
+
 # -- parser --------------------------------------------------------------------------
 def positive_int(text: str) -> int:
     value = int(text)
@@ -473,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_schedule  # pause, resume, run: verbs of their own module
     cli_schedule.add_parsers(sub, common, task_verb)
     VERBS.update(cli_schedule.VERBS)
+    web_command.add_parser(sub, common)
     return parser
 
 

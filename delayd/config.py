@@ -51,6 +51,10 @@ class Config:
     log_format: str = "kv"                  # kv or json
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
+    web_port: int | None = None             # the dashboard, supervised as `delayd: web`; unset = off
+    web_bind: str = "127.0.0.1"
+    web_token: str = ""                     # required for a non-loopback web_bind
+    web_readonly: bool = False              # the dashboard shows, but every action is refused (403)
     source: str = field(default="", compare=False)  # the file read, if any
     explicit: frozenset = field(default=frozenset(), compare=False, repr=False)  # options set by file/env/flag
     warnings: tuple = field(default=(), compare=False, repr=False)  # one line each: unknown DELAYD_* variables
@@ -93,6 +97,8 @@ class Config:
                 raise ConfigError(f"preload module {module!r} is not in allowed_modules")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
+        if self.web_port is not None and not 0 <= self.web_port <= 65535:
+            raise ConfigError(f"web_port must be a TCP port, got {self.web_port!r}")
         return self
 
     @property
@@ -121,6 +127,8 @@ OPTIONS = tuple(f.name for f in fields(Config) if f.init and f.name not in ("sou
 ENV_PREFIX = "DELAYD_"
 # DELAYD_* variables that delayd reads but that are not options (no warning for them)
 NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
+          "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
 
 
@@ -164,6 +172,12 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise TypeError("an integer is expected")
             return int(value)
+        if kind == "bool":
+            if isinstance(value, str) and value.strip().lower() in _BOOLS:
+                return _BOOLS[value.strip().lower()]
+            if not isinstance(value, bool):
+                raise TypeError("true or false is expected")
+            return value
         if kind in ("float", "float | None"):
             if value in ("", None) and kind == "float | None":
                 return None

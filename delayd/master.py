@@ -34,6 +34,7 @@ from .pidfile import PidFile
 from .preflight import StartError, check_redis
 from .slots import KILL_AFTER_ABORT, Retiring, Slot, backdate, close_quietly, describe_exit, heartbeat_file, \
     silent_for
+from .web import child as web_child
 from .worker import HANDLED_SIGNALS, REDIS_ERRORS, set_death_signal, start_child, title
 
 log = logging.getLogger("delayd.master")
@@ -61,6 +62,7 @@ class Master:
         self.next_watchdog = time.monotonic()
         self.metrics = None
         self.registrar: registry.Registrar | None = None
+        self.web_socket = None  # the dashboard's listening socket, shared by each `delayd: web` child
 
     # -- signals -------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -99,6 +101,7 @@ class Master:
                 self.start_embedded_redis()
             check_redis(self.config)
             self.start_metrics()
+            self.start_web()
             self.slots += [Slot("bucket", b) for b in range(self.config.buckets)]
             self.slots += [Slot("queue", q) for q in range(self.config.queues)]
             self.spawn_due()
@@ -181,6 +184,15 @@ class Master:
         host, port = self.metrics.address
         event(log, "metrics_serving", url=f"http://{host}:{port}/metrics")
 
+    def start_web(self) -> None:
+        """Open the dashboard's socket and add its `delayd: web` slot (config web_port; off when unset)."""
+        try:
+            self.web_socket = web_child.open_socket(self.config)
+        except config_mod.ConfigError as exc:
+            raise StartError(str(exc)) from None
+        if self.web_socket is not None:
+            self.slots.append(Slot("web", 0))
+
     def slot_states(self) -> list[tuple[str, str, bool, int, bool]]:
         """For /metrics (read from its thread): kind, name, up, restarts, crash-looping of each slot."""
         return [(s.kind, s.name, s.pid is not None, s.restarts, s.crash_looping) for s in list(self.slots)]
@@ -203,8 +215,12 @@ class Master:
                 slot.heartbeat = heartbeat_file(slot)
             slot.spawned_at = backdate(slot.heartbeat)
             body = bucket.main if slot.kind == "bucket" else queue_worker.main
+            keep = ()
+            if slot.kind == "web":
+                body = lambda cfg, _index, hb: web_child.main(cfg, self.web_socket, hb)  # noqa: E731
+                keep = (self.web_socket.fileno(),)
             pid = start_child(self.config, slot.name, slot.heartbeat,
-                              lambda cfg, hb, index=slot.index: body(cfg, index, hb))
+                              lambda cfg, hb, index=slot.index: body(cfg, index, hb), keep=keep)
         slot.pid, slot.started, slot.aborted_at = pid, time.monotonic(), None
         self.by_pid[pid] = slot
         event(log, "child_started", child=slot.name, child_pid=pid, restarts=slot.restarts)
@@ -402,12 +418,14 @@ class Master:
         """Stop the workers, leave the registry, then stop Redis (the embedded one goes last)."""
         notify.notify("STOPPING=1")
         self.stopping = True
-        self.stop_children(("bucket", "queue"))
+        self.stop_children(("bucket", "queue", "web"))
         if self.registrar is not None:
             self.registrar.stop()  # while Redis is still there to take the unregister
         self.stop_children(("redis",))
         if self.metrics is not None:
             self.metrics.close()
+        if self.web_socket is not None:
+            self.web_socket.close()
         self.pidfile.release()
         status = Path(self.config.state_dir) / "status.json"
         status.unlink(missing_ok=True)

@@ -41,7 +41,7 @@ class Slot:
 
     @property
     def name(self) -> str:
-        return self.kind if self.kind == "redis" else f"{self.kind} {self.index}"
+        return self.kind if self.kind in ("redis", "web") else f"{self.kind} {self.index}"
 
     @property
     def crash_looping(self) -> bool:

@@ -33,12 +33,12 @@ def _new_counts() -> dict[str, int]:
     return dict.fromkeys(STATES, 0)
 
 
-def _new_events() -> dict[str, int]:
+def new_events() -> dict[str, int]:
     return {**dict.fromkeys(OUTCOMES, 0), "started": 0, "lapsed": 0, "lateness_ms": 0,
             **{f"le:{b}": 0 for b in (*LATENESS_MS, "inf")}}
 
 
-def _add_event(events: dict[str, int], name: str, value: int) -> None:
+def add_event(events: dict[str, int], name: str, value: int) -> None:
     if name in events:
         events[name] += value
     elif name.startswith("le:"):  # a bound this version does not know: into the next known one
@@ -138,12 +138,12 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
                 counts.setdefault(topic, _new_counts())[state] += value
                 mine[state] += value
         for name, topic, value in _pairs(bucket_totals):
-            _add_event(totals.setdefault(topic, _new_events()), name, value)
+            add_event(totals.setdefault(topic, new_events()), name, value)
         for w, flat in enumerate(windows):
             if int(first) + w < current - WINDOWS + 1:
                 continue  # this bucket's clock read came before a window boundary: not in the span
             for name, topic, value in _pairs(flat):
-                _add_event(recent.setdefault(topic, _new_events()), name, value)
+                add_event(recent.setdefault(topic, new_events()), name, value)
         for i in range(0, len(lag), 2):
             due = int(lag[i + 1]) / 1000
             earliest[lag[i]] = min(due, earliest.get(lag[i], due))
@@ -157,12 +157,12 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
 
     topics = {}
     for topic in sorted(set(counts) | set(recent) | set(earliest) | paused):
-        summary = _summary(counts.get(topic, _new_counts()), recent.get(topic, _new_events()), span_s,
+        summary = _summary(counts.get(topic, _new_counts()), recent.get(topic, new_events()), span_s,
                            earliest.get(topic), now)
         summary["paused"] = topic in paused
         if any(summary["counts"].values()) or any(summary["runs_last_minute"].values()) or summary["paused"]:
             topics[topic] = summary
-    overall_counts, overall_recent = _new_counts(), _new_events()
+    overall_counts, overall_recent = _new_counts(), new_events()
     for c in counts.values():
         for k, v in c.items():
             overall_counts[k] += v

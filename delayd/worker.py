@@ -145,8 +145,12 @@ def close_inherited(keep: set[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
-def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Config, Heartbeat], Any]) -> int:
-    """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid."""
+def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Config, Heartbeat], Any],
+                keep: tuple[int, ...] = ()) -> int:
+    """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid.
+
+    The child closes every inherited descriptor but its heartbeat, the log and `keep`.
+    """
     parent = os.getpid()
     pid = os.fork()
     if pid:
@@ -158,7 +162,7 @@ def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Co
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the master only; it stops the children
         set_death_signal(signal.SIGKILL, parent)
-        close_inherited({heartbeat_fd, *log_mod.descriptors()})
+        close_inherited({heartbeat_fd, *log_mod.descriptors(), *keep})
         os.environ["DELAYD_PROC"] = role.replace(" ", ".")
         setproctitle(title(config, role))
         random.seed()

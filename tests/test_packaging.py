@@ -416,6 +416,9 @@ def test_built_package_contains_the_lua_files(tmp_path):
     source = {p.name for p in (ROOT / "delayd" / "lua").glob("*.lua")}
     built = {p.name for p in (build / "delayd" / "lua").glob("*.lua")}
     assert source and built == source
+    for web in ("web/templates", "web/static"):  # the dashboard's pages, style sheet and script
+        source = {p.name for p in (ROOT / "delayd" / web).iterdir()}
+        assert source and {p.name for p in (build / "delayd" / web).iterdir()} == source, web
     probe = ("import importlib.resources, delayd; "
              "print(delayd.__file__); print((importlib.resources.files('delayd') / 'lua/add.lua').is_file())")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,

@@ -98,7 +98,7 @@ def test_lateness_buckets_match_between_lua_and_python():
 
 
 def test_quantiles_interpolate_inside_a_bucket():
-    events = stats_mod._new_events()
+    events = stats_mod.new_events()
     assert stats_mod.quantile(events, 0.5) is None
     events["le:10"] = 100  # 100 runs between 5 and 10 ms late
     assert stats_mod.quantile(events, 0.5) == pytest.approx(0.0075)

@@ -26,6 +26,8 @@ local counts, runs = {}, {}
 local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
 local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
 local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
+local MINUTE_MS = 60000       -- and one per minute, '<window_prefix>m:<n>', for the dashboard's
+local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
 local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 -- Record fields left out when they hold their default (docs/redis-layout.md):
 -- priority 2, runs 0, and claim, whose default is the record's `created` time.
@@ -117,14 +119,17 @@ local function flush_stats(counts_key, totals_key, window_prefix, now)
   end
   if totals_key and next(runs) then
     local window = window_prefix .. math.floor(now / WINDOW_MS)
+    local minute = window_prefix .. 'm:' .. math.floor(now / MINUTE_MS)
     for topic, t in pairs(runs) do
       for name, delta in pairs(t) do
         local field = name .. '|' .. topic
         redis.call('HINCRBY', totals_key, field, delta)
         redis.call('HINCRBY', window, field, delta)
+        redis.call('HINCRBY', minute, field, delta)
       end
     end
     redis.call('PEXPIRE', window, WINDOW_TTL_MS)
+    redis.call('PEXPIRE', minute, MINUTE_TTL_MS)
   end
 end
 

@@ -1,0 +1,287 @@
+"""The dashboard's HTTP surface: pages, the JSON API, login, and the rules every request passes.
+
+Pages are rendered on the server by Jinja2 with autoescaping on, and every response
+carries a Content-Security-Policy that allows only this server's own script and
+style files: a `<script>` stored in a task's topic, id, params or error is shown as
+text and could not run even if it reached the page unescaped.
+
+Task and topic names may hold any character but spaces and control characters
+(`/` too), so links percent-encode each path segment and the routes split the raw
+path themselves (`segments`).
+"""
+from __future__ import annotations
+
+import json
+import urllib.parse
+from importlib import resources
+from typing import Any, Awaitable, Callable
+
+import jinja2
+import redis
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import __version__
+from ..client import Client, DelaydError
+from ..config import Config
+from ..task import STATUSES
+from . import actions, views
+from .auth import COOKIE, SESSION_S, Auth, Identity, host_of, is_loopback
+
+HERE = resources.files(__package__)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+FAILURES = (DelaydError, redis.exceptions.RedisError)
+
+
+def task_url(topic: str, id: str, *, api: bool = False) -> str:
+    quoted = f"{urllib.parse.quote(topic, safe=':')}/{urllib.parse.quote(id, safe=':')}"
+    return ("/api/tasks/" if api else "/tasks/") + quoted
+
+
+def segments(request: Request, prefix: str) -> list[str]:
+    """The percent-decoded segments of the raw path after `prefix` ('/tasks/')."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    path = raw.decode("latin-1").partition("?")[0]
+    return [urllib.parse.unquote(part) for part in path[len(prefix):].split("/")]
+
+
+def local_next(value: str | None) -> str:
+    """A redirect target that stays on this server."""
+    return value if value and value.startswith("/") and not value.startswith("//") and "\\" not in value else "/"
+
+
+class Dashboard:
+    """The Starlette application and what its handlers share."""
+
+    def __init__(self, config: Config, client: Client | None = None):
+        self.config = config
+        self.client = client or Client(config=config)
+        self.auth = Auth(config.web_token)
+        self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+                                      autoescape=True, undefined=jinja2.StrictUndefined)
+        self.env.globals.update(task_url=task_url, statuses=STATUSES, version=__version__,
+                                readonly=config.web_readonly, can_run_now=hasattr(self.client, "run_now"))
+        self.env.filters["when"] = _when
+        self.env.filters["seconds"] = _seconds
+        self.env.filters["ms"] = _ms
+        self.env.filters["seg"] = lambda text: urllib.parse.quote(str(text), safe=":")
+        self.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+        guarded = self.guarded
+        self.app = Starlette(routes=[
+            Route("/", guarded(self.page_overview)),
+            Route("/tasks", guarded(self.page_tasks)),
+            Route("/tasks/{rest:path}", guarded(self.page_task)),
+            Route("/login", self.login, methods=["GET", "POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/api/session", guarded(self.api_session)),
+            Route("/api/stats", guarded(self.api_stats)),
+            Route("/api/tasks", guarded(self.api_tasks)),
+            Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST"]),
+            Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ])
+        self.app.add_middleware(_Headers)
+
+    # -- the rules every request passes -----------------------------------------------
+    def guarded(self, handler: Callable[[Request, Identity], Awaitable[Response]]) -> Callable:
+        async def endpoint(request: Request) -> Response:
+            api = request.url.path.startswith("/api/")
+            if not self.auth.token and not is_loopback(host_of(request.headers.get("host", ""))):
+                return self.refuse(request, 403, "without web_token this dashboard answers loopback host names only")
+            who = self.auth.identify(request.headers.get("authorization"), request.cookies.get(COOKIE))
+            if who is None:
+                if api or request.method != "GET":
+                    return self.refuse(request, 401, "a valid token is needed (Authorization: Bearer TOKEN)",
+                                       {"WWW-Authenticate": "Bearer"})
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse("/login?" + urllib.parse.urlencode({"next": target}), 303)
+            if request.method == "POST":
+                if self.config.web_readonly:
+                    return self.refuse(request, 403, "this dashboard is read-only (web_readonly)")
+                form = await _form(request)
+                request.state.form = form
+                given = request.headers.get("x-csrf-token") or form.get("csrf")
+                if who.needs_csrf and not self.auth.csrf_valid(given, request.cookies.get(COOKIE)):
+                    return self.refuse(request, 403, "missing or wrong CSRF token; reload the page and try again")
+            try:
+                return await handler(request, who)
+            except FAILURES as exc:
+                return self.refuse(request, 503, f"cannot read the store: {exc}")
+        return endpoint
+
+    def refuse(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        if request.url.path.startswith("/api/") or not _wants_html(request):
+            return JSONResponse({"error": message}, status, headers=headers)
+        return self.render(request, None, "error.html", {"status": status, "message": message}, status, headers)
+
+    def render(self, request: Request, who: Identity | None, name: str, context: dict[str, Any],
+               status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+        cookie = request.cookies.get(COOKIE)
+        body = self.env.get_template(name).render(
+            **context, request_path=request.url.path, query=request.query_params, who=who,
+            csrf=self.auth.csrf_for(cookie) if who is not None and who.needs_csrf else "",
+            logged_in=who is not None and who.how == "cookie", message=request.query_params.get("msg", ""))
+        return HTMLResponse(body, status, headers=headers)
+
+    # -- pages ------------------------------------------------------------------------
+    async def page_overview(self, request: Request, who: Identity) -> Response:
+        data = await run_in_threadpool(views.overview, self.client)
+        return self.render(request, who, "overview.html", {"s": data, "charts": data["_charts"]})
+
+    async def page_tasks(self, request: Request, who: Identity) -> Response:
+        params = _list_params(request)
+        try:
+            data = await run_in_threadpool(views.listing, self.client, *params)
+        except ValueError as exc:
+            return self.refuse(request, 400, str(exc))
+        topics = await run_in_threadpool(lambda: sorted(self.client.stats()["topics"]))
+        return self.render(request, who, "tasks.html", {"d": data, "topic": params[0], "status": params[1] or "",
+                                                        "q": params[2], "topics": topics})
+
+    async def page_task(self, request: Request, who: Identity) -> Response:
+        parts = segments(request, "/tasks/")
+        if len(parts) != 2:
+            return self.refuse(request, 404, "no such page: tasks are at /tasks/TOPIC/ID")
+        data = await run_in_threadpool(views.detail, self.client, *parts)
+        if data is None:
+            return self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
+        return self.render(request, who, "task.html", {"t": data})
+
+    # -- login ------------------------------------------------------------------------
+    async def login(self, request: Request) -> Response:
+        target = local_next(request.query_params.get("next"))
+        if not self.auth.token:
+            return RedirectResponse(target, 303)
+        if request.method == "GET":
+            return self.render(request, None, "login.html", {"next": target, "wrong": False})
+        form = await _form(request)
+        target = local_next(form.get("next") or target)
+        if not self.auth.token_matches(form.get("token", "")):
+            return self.render(request, None, "login.html", {"next": target, "wrong": True}, 401)
+        response = RedirectResponse(target, 303)
+        response.set_cookie(COOKIE, self.auth.new_session(), max_age=SESSION_S, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", path="/")
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        response = RedirectResponse("/login" if self.auth.token else "/", 303)
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    # -- API --------------------------------------------------------------------------
+    async def api_session(self, request: Request, who: Identity) -> Response:
+        """How this request is authorised, the CSRF token a cookie session must send, and read-only."""
+        csrf = self.auth.csrf_for(request.cookies.get(COOKIE)) if who.needs_csrf else None
+        return JSONResponse({"auth": who.how, "csrf": csrf, "readonly": self.config.web_readonly,
+                             "version": __version__})
+
+    async def api_stats(self, request: Request, who: Identity) -> Response:
+        return JSONResponse(views.public(await run_in_threadpool(views.overview, self.client)))
+
+    async def api_tasks(self, request: Request, who: Identity) -> Response:
+        try:
+            limit = min(200, max(1, int(request.query_params.get("limit") or views.PAGE_SIZE)))
+            return JSONResponse(await run_in_threadpool(views.listing, self.client, *_list_params(request), limit))
+        except ValueError as exc:
+            return self.refuse(request, 400, str(exc))
+
+    async def api_task(self, request: Request, who: Identity) -> Response:
+        parts = segments(request, "/api/tasks/")
+        if request.method == "GET" and len(parts) == 2:
+            data = await run_in_threadpool(views.detail, self.client, *parts)
+            return JSONResponse(data) if data else self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
+        if request.method == "POST" and len(parts) == 3:
+            hard = request.query_params.get("hard") == "1" or request.state.form.get("hard") == "1"
+            return await self.act(request, actions.task_action, self.client, *parts, hard=hard)
+        return self.refuse(request, 404, "use /api/tasks/TOPIC/ID, or POST /api/tasks/TOPIC/ID/ACTION")
+
+    async def api_topic(self, request: Request, who: Identity) -> Response:
+        parts = segments(request, "/api/topics/")
+        if len(parts) != 2:
+            return self.refuse(request, 404, "use POST /api/topics/TOPIC/{pause,resume,retry-failed}")
+        cursor = request.query_params.get("cursor") or request.state.form.get("cursor")
+        return await self.act(request, actions.topic_action, self.client, *parts, cursor=cursor)
+
+    async def act(self, request: Request, action: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> Response:
+        """Run an action; a form post is sent back to its page with the outcome, an API call gets JSON."""
+        try:
+            result = await run_in_threadpool(lambda: action(*args, **kwargs))
+        except actions.ActionError as exc:
+            return self.refuse(request, exc.status, str(exc))
+        if "next" in request.state.form:
+            target = local_next(request.state.form["next"])
+            joiner = "&" if "?" in target else "?"
+            return RedirectResponse(target + joiner + urllib.parse.urlencode({"msg": result["message"]}), 303)
+        return JSONResponse(result)
+
+
+class _Headers:
+    """Adds SECURITY_HEADERS to every response (pure ASGI middleware)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                for name, value in SECURITY_HEADERS.items():
+                    if name.lower().encode() not in present:
+                        headers.append((name.lower().encode(), value.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+        await self.app(scope, receive, send_with_headers)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A url-encoded form body as a dict (without python-multipart); {} for other bodies."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        return {}
+    body = (await request.body()).decode("utf-8", "replace")
+    return {k: v[-1] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
+
+
+def _wants_html(request: Request) -> bool:
+    return "text/html" in request.headers.get("accept", "")
+
+
+def _list_params(request: Request) -> tuple[str, str | None, str, str | None]:
+    q = request.query_params
+    return q.get("topic", "").strip(), q.get("status") or None, q.get("q", "").strip(), q.get("cursor") or None
+
+
+def _when(seconds: float | None) -> str:
+    import time
+    if seconds is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s" if value < 120 else f"{value / 60:.0f} min"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def create(config: Config) -> Starlette:
+    """The ASGI application for `config`."""
+    return Dashboard(config).app

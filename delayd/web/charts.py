@@ -1,0 +1,86 @@
+"""Line charts as numbers for an SVG template: the last hour of runs, drawn on the server.
+
+No chart library and no script: the page gets polylines in SVG coordinates, so the
+charts work with scripts off and nothing taken from Redis reaches the SVG but numbers.
+"""
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from .. import stats as stats_mod
+from .series import Minute
+
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 600, 160, 44, 20, 8
+
+
+class Line(NamedTuple):
+    name: str
+    css: str
+    points: str          # "x,y x,y ..." (gaps where a minute has no value are bridged)
+    last: str            # the latest value, as shown in the legend
+
+
+class Chart(NamedTuple):
+    title: str
+    unit: str
+    lines: list[Line]
+    y_ticks: list[tuple[float, str]]     # (y, label)
+    x_ticks: list[tuple[float, str]]     # (x, HH:MM)
+    width: int = WIDTH
+    height: int = HEIGHT
+    left: int = LEFT
+    bottom: float = HEIGHT - BOTTOM
+
+
+def _nice_max(value: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k that is >= value (at least 1)."""
+    if value <= 1:
+        return 1.0
+    scale = 1.0
+    while True:
+        for step in (1, 2, 5):
+            if step * scale >= value:
+                return step * scale
+        scale *= 10
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.2g}"
+
+
+def chart(title: str, unit: str, minutes: list[Minute], lines: list[tuple[str, str, list[float | None]]]) -> Chart:
+    """A chart of `lines` (name, css class, one value or None per minute) over `minutes`."""
+    top = _nice_max(max((v for _, _, values in lines for v in values if v is not None), default=0))
+    plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
+    step = plot_w / max(1, len(minutes) - 1)
+
+    def y(value: float) -> float:
+        return round(TOP + plot_h * (1 - value / top), 1)
+
+    drawn = []
+    for name, css, values in lines:
+        points = " ".join(f"{LEFT + i * step:.1f},{y(v)}" for i, v in enumerate(values) if v is not None)
+        last = next((v for v in reversed(values) if v is not None), None)
+        drawn.append(Line(name, css, points, "-" if last is None else _fmt(last)))
+    y_ticks = [(y(top * f), _fmt(top * f)) for f in (0, 0.5, 1)]
+    x_ticks = [(round(LEFT + i * step, 1), time.strftime("%H:%M", time.localtime(minutes[i].start)))
+               for i in range(0, len(minutes), 15)] if minutes else []
+    return Chart(title, unit, drawn, y_ticks, x_ticks)
+
+
+def hour_charts(minutes: list[Minute]) -> list[Chart]:
+    """Throughput (runs started per minute), outcomes per minute, and lateness p50/p99 per minute."""
+    def series(name: str) -> list[float | None]:
+        return [float(m.events[name]) for m in minutes]
+
+    def lateness(q: float) -> list[float | None]:
+        values = [stats_mod.quantile(m.events, q) for m in minutes]
+        return [None if v is None else v * 1000 for v in values]
+
+    return [
+        chart("Throughput", "runs started / min", minutes, [("started", "c-start", series("started"))]),
+        chart("Outcomes", "runs / min", minutes, [("ok", "c-ok", series("ok")), ("retry", "c-retry", series("retry")),
+                                                  ("failed", "c-failed", series("failed"))]),
+        chart("Lateness", "ms after due", minutes, [("p50", "c-p50", lateness(0.5)), ("p99", "c-p99", lateness(0.99))]),
+    ]

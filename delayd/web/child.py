@@ -1,0 +1,32 @@
+"""The `delayd: web` child: the master opens the dashboard's socket once (so a bad bind
+stops `delayd start` with one line, and a restarted child reuses the socket) and
+supervises a child that serves on it and touches its heartbeat from the event loop
+(a wedged loop stops the heartbeat, and the master replaces the child).
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from ..config import Config, ConfigError
+from ..worker import Heartbeat
+from . import command
+
+
+def open_socket(config: Config) -> socket.socket | None:
+    """The listening socket when web_port is set, else None. Raises ConfigError (one line)."""
+    if config.web_port is None:
+        return None
+    try:
+        return command.listen(config)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve the dashboard on {config.web_bind}:{config.web_port}: "
+                          f"{exc.strerror or exc}") from None
+
+
+def main(config: Config, sock: socket.socket, heartbeat: Heartbeat) -> None:
+    async def beat() -> None:
+        while True:
+            heartbeat.beat()
+            await asyncio.sleep(1.0)
+    command.serve(config, sock, beat)

@@ -1,0 +1,83 @@
+"""`delayd web [--bind ADDR] [--port N]`: serve the dashboard in this process.
+
+Importing this module is cheap (the CLI imports it to build its parser); Starlette
+and uvicorn are imported only when the server starts.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from typing import Any
+
+from .. import config as config_mod
+from ..config import Config, ConfigError
+from .auth import is_loopback
+
+DEFAULT_PORT = 8470
+
+
+def check_bind(config: Config) -> None:
+    """Refuse (ConfigError, one line) a non-loopback bind without a token."""
+    if not config.web_token and not is_loopback(config.web_bind):
+        raise ConfigError(f"refusing to serve the dashboard on {config.web_bind} without a token: set web_token "
+                          "(DELAYD_WEB_TOKEN), or bind 127.0.0.1")
+
+
+def listen(config: Config) -> socket.socket:
+    """The dashboard's listening socket (the master opens it once and hands it to each web child)."""
+    check_bind(config)
+    port = DEFAULT_PORT if config.web_port is None else config.web_port
+    family = socket.AF_INET6 if ":" in config.web_bind else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.web_bind, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
+    """Run the dashboard on `sock` until SIGTERM/SIGINT (uvicorn's graceful shutdown)."""
+    import asyncio
+
+    import uvicorn
+
+    from .app import create
+
+    server = uvicorn.Server(uvicorn.Config(create(config), log_level="warning", access_log=False,
+                                           server_header=False, proxy_headers=False))
+
+    async def main() -> None:
+        if on_started is not None:
+            asyncio.get_running_loop().create_task(on_started())
+        await server.serve(sockets=[sock])
+    asyncio.run(main())
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    help = "serve the dashboard (pages and JSON API) over HTTP"
+    p = sub.add_parser("web", parents=[common], help=help,
+                       description=help + f". Binds 127.0.0.1:{DEFAULT_PORT} unless told otherwise; a non-loopback "
+                                          "address needs web_token (DELAYD_WEB_TOKEN).")
+    p.add_argument("--bind", metavar="ADDR", help="address to listen on (default: web_bind, 127.0.0.1)")
+    p.add_argument("--port", type=int, metavar="N", help=f"TCP port (default: web_port, else {DEFAULT_PORT})")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix, web_bind=args.bind,
+                             web_port=args.port)
+    try:
+        sock = listen(config)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {config.web_bind}:{config.web_port or DEFAULT_PORT}: "
+                          f"{exc.strerror or exc}") from None
+    host, port = sock.getsockname()[:2]
+    print(f"delayd web: serving http://{'[' + host + ']' if ':' in host else host}:{port}/"
+          + (" (read-only)" if config.web_readonly else ""), file=sys.stderr, flush=True)
+    serve(config, sock)
+    return 0

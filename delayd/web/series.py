@@ -1,0 +1,47 @@
+"""The last hour of runs, minute by minute, for the dashboard's charts.
+
+Every script that records run events also adds them to a per-minute hash
+`P{N}:w:m:<minute>` (lua/_lib.lua, flush_stats) that expires after 65 minutes, so the
+series is bounded (minutes x topics x events), survives restarts of any process and
+sums every daemon on every host. Reading it is one pipelined HGETALL per bucket and minute.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from redis.cluster import RedisCluster
+
+from .. import stats as stats_mod
+from ..store import Store
+
+MINUTE_MS = 60_000   # lua/_lib.lua: MINUTE_MS
+MINUTES = 60
+
+
+class Minute(NamedTuple):
+    start: float                 # Unix seconds
+    events: dict[str, int]       # started, ok, failed, retry, quarantine, lapsed, le:<ms> ... over every topic
+
+
+def minute_key(store: Store, bucket: int, minute: int) -> str:
+    return f"{store.keys[bucket].window_prefix}m:{minute}"
+
+
+def last_hour(store: Store, minutes: int = MINUTES) -> list[Minute]:
+    """The run events of each of the last `minutes` minutes (the current one last), summed over topics."""
+    seconds, micros = store.redis.time()
+    current = (seconds * 1000 + micros // 1000) // MINUTE_MS
+    wanted = [(b, m) for m in range(current - minutes + 1, current + 1) for b in range(store.buckets)]
+    if isinstance(store.redis, RedisCluster):
+        replies: list[Any] = [store.redis.hgetall(minute_key(store, b, m)) for b, m in wanted]
+    else:
+        pipe = store.redis.pipeline(transaction=False)
+        for b, m in wanted:
+            pipe.hgetall(minute_key(store, b, m))
+        replies = pipe.execute()
+    by_minute = {m: stats_mod.new_events() for m in range(current - minutes + 1, current + 1)}
+    for (_, m), reply in zip(wanted, replies):
+        for field, value in reply.items():
+            name, _, _topic = field.partition("|")
+            stats_mod.add_event(by_minute[m], name, int(value))
+    return [Minute(m * MINUTE_MS / 1000, events) for m, events in by_minute.items()]

@@ -1,0 +1,248 @@
+"""The dashboard over HTTP: a real `delayd web` process on the suite's Redis (and a real
+daemon where tasks must run): every page and action, the auth refusals, read-only mode,
+escaping, and the refused non-loopback start."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from daemon_helper import Daemon, delayd
+from redis_server import wait_for
+from web_helper import Web, answers, free_port
+
+TOKEN = "t0ken-for-tests-only"
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture
+def web(redis_url):
+    with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def api(web):
+    with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        yield http
+
+
+def logged_in(web):
+    """A client with the login cookie (and no Bearer token): (client, csrf token)."""
+    http = web.client()
+    answer = http.post("/login", data={"token": TOKEN, "next": "/"})
+    assert answer.status_code == 303 and answer.headers["location"] == "/"
+    csrf = http.get("/api/session").json()["csrf"]
+    return http, csrf
+
+
+def test_non_loopback_bind_without_a_token_refuses_to_start(redis_url):
+    result = delayd("web", "--bind", "0.0.0.0", "--port", str(free_port()), timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "without a token" in result.stderr and "DELAYD_WEB_TOKEN" in result.stderr
+
+
+def test_non_loopback_bind_with_a_token_serves(redis_url):
+    with Web(redis_url, "--bind", "0.0.0.0", DELAYD_WEB_TOKEN=TOKEN) as server:
+        assert server.client().get("/api/stats").status_code == 401
+
+
+def test_api_refuses_without_or_with_a_wrong_token(web):
+    http = web.client()
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+        answer = http.get("/api/stats", headers=headers)
+        assert answer.status_code == 401 and answer.headers["www-authenticate"] == "Bearer"
+        assert "error" in answer.json()
+    assert http.post("/api/topics/t/retry-failed", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_pages_send_to_the_login_form_and_a_wrong_token_is_refused(web):
+    http = web.client()
+    answer = http.get("/tasks?status=failed")
+    assert answer.status_code == 303 and answer.headers["location"] == "/login?next=%2Ftasks%3Fstatus%3Dfailed"
+    wrong = http.post("/login", data={"token": "nope", "next": "/"})
+    assert wrong.status_code == 401 and "not right" in wrong.text and "delayd_session" not in wrong.headers.get(
+        "set-cookie", "")
+
+
+def test_login_cookie_is_httponly_and_samesite_strict(web):
+    http = web.client()
+    answer = http.post("/login", data={"token": TOKEN, "next": "//evil.example/"})
+    assert answer.status_code == 303 and answer.headers["location"] == "/", "no redirect off the site"
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    assert TOKEN not in cookie
+    assert http.get("/").status_code == 200
+    assert http.get("/api/session").json()["auth"] == "cookie"
+    http.post("/logout")
+    assert http.get("/api/stats").status_code == 401
+
+
+def test_cookie_post_needs_the_csrf_token_and_bearer_does_not(web, api, client):
+    client.add("t", 1, call="delayd.examples:echo", delay=600)
+    http, csrf = logged_in(web)
+    assert http.post("/api/tasks/t/1/delete").status_code == 403
+    assert http.post("/api/tasks/t/1/delete", headers={"X-CSRF-Token": "0" * 64}).status_code == 403
+    assert client.get("t", 1).status == "delayed", "a refused POST changes nothing"
+    assert http.post("/api/tasks/t/1/delete", headers={"X-CSRF-Token": csrf}).json()["result"] == "deleted"
+    client.add("t", 2, call="delayd.examples:echo", delay=600)
+    assert api.post("/api/tasks/t/2/delete").json()["result"] == "deleted"
+    assert client.get("t", 2).status == "deleted"
+
+
+def test_form_post_redirects_back_with_the_outcome(web, client):
+    client.add("t", 1, call="delayd.examples:echo", delay=600)
+    http, csrf = logged_in(web)
+    answer = http.post("/api/tasks/t/1/delete", data={"csrf": csrf, "next": "/tasks/t/1"})
+    assert answer.status_code == 303 and answer.headers["location"].startswith("/tasks/t/1?msg=")
+    page = http.get(answer.headers["location"])
+    assert "deleted: it never runs again" in page.text
+
+
+def test_every_page_renders(api, client):
+    client.add("order:cancel", 42, call="delayd.examples:echo", delay=600, params={"order": 42})
+    for path in ("/", "/tasks", "/tasks?status=delayed&topic=order:cancel&q=4", "/tasks/order:cancel/42"):
+        answer = api.get(path)
+        assert answer.status_code == 200, path
+        assert answer.headers["content-security-policy"].startswith("default-src 'none'")
+    assert 'href="/tasks/order:cancel/42"' in api.get("/tasks?topic=order:cancel").text
+    assert api.get("/tasks/order:cancel/43").status_code == 404
+    assert api.get("/tasks?status=nope").status_code == 400
+
+
+def test_api_stats_has_counts_daemons_and_the_last_hour(api, client):
+    client.add("t", 1, call="delayd.examples:echo", delay=600)
+    stats = api.get("/api/stats").json()
+    assert stats["counts"]["delayed"] == 1 and stats["topics"]["t"]["counts"]["delayed"] == 1
+    assert stats["daemons"] == [] and len(stats["last_hour"]) == 60
+    assert stats["paused"] is None  # pausing arrives with recurring schedules
+
+
+def test_api_task_has_every_field_and_the_record(api, client):
+    client.add("t", "a/b?c#d", url="https://user:hunter2@example.com/x", delay=600)
+    answer = api.get("/api/tasks/t/a%2Fb%3Fc%23d")
+    assert answer.status_code == 200
+    data = answer.json()
+    assert data["task"]["id"] == "a/b?c#d" and data["task"]["status"] == "delayed"
+    assert "hunter2" not in answer.text, "a password in a task's URL is masked"
+    assert api.get("/api/tasks/t/missing").status_code == 404
+
+
+def test_search_by_id_prefix_and_status_with_a_cursor(api, client):
+    client.add_many([{"topic": "a", "id": f"id{i:03d}", "call": "delayd.examples:echo", "delay": 600 + i}
+                     for i in range(120)])
+    client.add_many([{"topic": "b", "id": f"id{i:03d}", "call": "delayd.examples:echo", "delay": 600}
+                     for i in range(30)])
+    found = api.get("/api/tasks", params={"topic": "a", "status": "delayed", "q": "id01"}).json()
+    assert sorted(t["id"] for t in found["tasks"]) == [f"id{i:03d}" for i in range(10, 20)]
+    assert found["cursor"] is None and found["complete"]
+    assert found["exact"] is None
+    assert api.get("/api/tasks", params={"topic": "a", "q": "id007"}).json()["exact"]["key"] == "a:id007"
+    seen, cursor = [], None
+    while True:
+        page = api.get("/api/tasks", params={"topic": "a", "status": "delayed", "limit": 25,
+                                             **({"cursor": cursor} if cursor else {})}).json()
+        seen += [t["id"] for t in page["tasks"]]
+        cursor = page["cursor"]
+        if not cursor:
+            break
+    assert seen == [f"id{i:03d}" for i in range(120)], "every task once, the next due first"
+    assert api.get("/api/tasks", params={"status": "failed"}).json()["tasks"] == []
+
+
+def test_actions_on_a_running_daemon(redis_url, tmp_path, api, client):
+    with Daemon(redis_url, tmp_path / "d"):
+        client.add_many([{"topic": "f", "id": i, "call": "delayd.examples:fail"} for i in range(5)])
+        wait_for(lambda: client.stats()["counts"]["failed"] == 5, 30, message="5 failed")
+        assert api.post("/api/tasks/f/0/retry").json()["result"] == "retrying"
+        wait_for(lambda: client.get("f", 0).runs == 2 and client.get("f", 0).status == "failed", 30,
+                 message="the retried task ran again")
+        assert api.post("/api/tasks/f/missing/retry").status_code == 404
+        client.add("d", 1, call="delayd.examples:echo", delay=600)
+        assert api.post("/api/tasks/d/1/retry").status_code == 409, "only a failed task can be retried"
+        assert api.post("/api/tasks/d/1/delete?hard=1").json() == {
+            "result": "removed", "hard": True, "message": "d:1 removed with every trace"}
+        assert client.get("d", 1) is None
+        answer = api.post("/api/topics/f/retry-failed")
+        assert answer.json()["retried"] == 5
+        wait_for(lambda: client.stats()["counts"]["failed"] == 5 and
+                 all(client.get("f", i).runs >= 2 for i in range(5)), 30, message="all ran again")
+
+
+def test_pause_and_run_now_answer_501_until_they_exist(api, client):
+    client.add("t", 1, call="delayd.examples:echo", delay=600)
+    for path in ("/api/topics/t/pause", "/api/topics/t/resume", "/api/tasks/t/1/run"):
+        answer = api.post(path)
+        if answer.status_code != 501:
+            assert hasattr(client, "pause"), path  # schedules landed: covered by their own tests
+            continue
+        assert "not available" in answer.json()["error"]
+
+
+def test_readonly_refuses_every_action_and_hides_buttons(redis_url, client):
+    client.add("f", 1, call="delayd.examples:echo", delay=600)
+    with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN, DELAYD_WEB_READONLY="1") as server, \
+            server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        for path in ("/api/tasks/f/1/delete", "/api/tasks/f/1/retry", "/api/tasks/f/1/run",
+                     "/api/topics/f/pause", "/api/topics/f/retry-failed"):
+            assert http.post(path).status_code == 403, path
+        assert client.get("f", 1).status == "delayed"
+        page = http.get("/tasks/f/1").text
+        assert "read-only" in page and "<form method=\"post\"" not in page
+
+
+def test_stored_html_renders_inert(api, client):
+    client.add(f"x{XSS}", "<img/src=x/onerror=alert(2)>", call="delayd.examples:echo", delay=600,
+               params={"p": XSS})
+    for path in ("/", f"/tasks?topic=x{XSS}", "/tasks/x%3Cscript%3Ealert(1)%3C%2Fscript%3E/%3Cimg%2Fsrc%3Dx%2F"
+                                               "onerror%3Dalert(2)%3E"):
+        answer = api.get(path, headers={"Accept": "text/html"})
+        text = answer.text
+        assert answer.status_code == 200, path
+        assert "<script>alert" not in text and "<img/src" not in text, path
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text, path
+
+
+def test_no_secret_on_any_page(redis_url, client):
+    client.add("t", 1, url="https://u:hunter2@example.com/", delay=600)
+    with Web(redis_url.replace("redis://", "redis://default:@"), DELAYD_WEB_TOKEN=TOKEN) as server, \
+            server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        for path in ("/", "/tasks", "/tasks/t/1", "/api/stats", "/api/tasks", "/api/tasks/t/1", "/api/session"):
+            text = http.get(path).text
+            assert TOKEN not in text and "hunter2" not in text, path
+
+
+def test_without_a_token_only_loopback_host_names_are_answered(redis_url, client):
+    with Web(redis_url) as server, server.client() as http:
+        assert http.get("/api/stats").status_code == 200
+        assert http.get("/api/stats", headers={"Host": "evil.example"}).status_code == 403
+        assert http.get("/api/stats", headers={"Host": f"localhost:{server.port}"}).status_code == 200
+        client.add("t", 1, call="delayd.examples:echo", delay=600)
+        assert http.post("/api/tasks/t/1/delete").status_code == 403, "CSRF is needed even without a token"
+        csrf = http.get("/api/session").json()["csrf"]
+        assert http.post("/api/tasks/t/1/delete", headers={"X-CSRF-Token": csrf}).status_code == 200
+
+
+def test_master_supervises_a_web_child(redis_url, tmp_path):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    daemon = Daemon(redis_url, tmp_path / "d", DELAYD_WEB_PORT=str(port), DELAYD_WEB_TOKEN=TOKEN).start(wait=False)
+    try:
+        wait_for(lambda: daemon.ready() and daemon.children("web"), 30, message="delayd: web")
+        child = daemon.child("delayd: web")
+        wait_for(lambda: answers(base), 30, message="the dashboard answering")
+        child.kill()
+        wait_for(lambda: [c for c in daemon.children("web") if c.pid != child.pid], 30, message="a new delayd: web")
+        wait_for(lambda: answers(base), 30, message="the dashboard answering again")
+    finally:
+        daemon.stop()
+    assert not answers(base), "stopped with the master"
+
+
+def test_master_refuses_a_non_loopback_web_bind_without_a_token(redis_url, tmp_path):
+    daemon = Daemon(redis_url, tmp_path / "d", DELAYD_WEB_PORT=str(free_port()), DELAYD_WEB_BIND="0.0.0.0")
+    daemon.start(wait=False)
+    assert daemon.wait(30) == 1
+    assert re.search(r"without a token", daemon.proc.stdout.read() + daemon.log())
+    daemon.stop()

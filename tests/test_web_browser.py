@@ -1,0 +1,119 @@
+"""The dashboard in a real browser: Debian's chromium, headless, driven by Playwright.
+
+scripts/test installs chromium (apt) when it runs as root and it is missing; elsewhere
+these tests skip and say why. DELAYD_SCREENSHOTS=DIR saves the overview and task pages
+as PNGs (docs/ has the committed ones).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from daemon_helper import Daemon
+from redis_server import wait_for
+from web_helper import Web
+
+CHROMIUM = os.environ.get("DELAYD_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+TOKEN = "browser-t0ken"
+XSS = "<script>window.pwned=1</script>"
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e .[test])")
+if not (Path(CHROMIUM).is_file() or shutil.which("chromium")):
+    pytest.skip(f"no chromium at {CHROMIUM} (scripts/test installs it with apt-get when run as root)",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.dialogs = dialogs
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
+
+
+def screenshot(page, name: str) -> None:
+    where = os.environ.get("DELAYD_SCREENSHOTS")
+    if where:
+        page.screenshot(path=str(Path(where) / name), full_page=True)
+
+
+def test_login_search_retry_and_xss_stays_text(redis_url, tmp_path, client, page):
+    with Daemon(redis_url, tmp_path / "d"), Web(redis_url, DELAYD_WEB_TOKEN=TOKEN) as web:
+        client.add_many([{"topic": "order:cancel", "id": f"ord-{i}", "call": "delayd.examples:echo"}
+                         for i in range(40)])
+        client.add_many([{"topic": "order:notify", "id": f"n-{i}", "call": "delayd.examples:fail"} for i in range(3)])
+        client.add("order:notify", "n-77", call="delayd.examples:fail", params={"order": 77, "note": XSS})
+        client.add(f"evil{XSS}", "x", call="delayd.examples:echo", delay=3600, params={"html": XSS})
+        wait_for(lambda: client.stats()["counts"]["failed"] == 4 and client.stats()["counts"]["ok"] == 40, 30,
+                 message="the failures and successes recorded")
+
+        page.goto(web.base + "/")
+        assert page.url.startswith(web.base + "/login")
+        page.fill("input[name=token]", "wrong")
+        page.click("button.primary")
+        assert page.locator("[role=alert]").inner_text() == "That token is not right."
+        page.fill("input[name=token]", TOKEN)
+        page.click("button.primary")
+        page.wait_for_url(web.base + "/")
+        assert "order:notify" in page.locator("table").first.inner_text()
+        screenshot(page, "dashboard-overview.png")
+
+        # Search: failed tasks of a topic by id prefix.
+        page.click("a:text('Tasks')")
+        page.fill("form.filters input[name=topic]", "order:notify")
+        page.select_option("form.filters select[name=status]", "failed")
+        page.fill("form.filters input[name=q]", "n-7")
+        page.click("form.filters button")
+        rows = page.locator("table.tasks tbody tr")
+        assert rows.count() == 1 and "n-77" in rows.inner_text()
+        rows.locator("a").click()
+        page.wait_for_url("**/tasks/order:notify/n-77")
+        assert "fail" in page.locator("pre.err").inner_text()
+        assert XSS in page.locator("pre.json").inner_text(), "stored HTML is shown as text"
+        screenshot(page, "dashboard-task.png")
+
+        # Retry it and see it run again (it fails again: run 2).
+        page.click("button:text('Retry now')")
+        assert "will run again now" in page.locator(".flash").inner_text()
+        wait_for(lambda: client.get("order:notify", "n-77").runs == 2 and
+                 client.get("order:notify", "n-77").status == "failed", 30, message="the retried run")
+        page.reload()
+        assert page.locator("table.fields tr:has(th:text('runs')) td").first.inner_text() == "2"
+
+        # The XSS payload in a topic and in params stays text and never runs.
+        page.goto(web.base + "/tasks?topic=" + f"evil{XSS}")
+        page.locator("table.tasks a").first.click()
+        assert page.locator("h1").inner_text().startswith(f"evil{XSS}")
+        assert page.evaluate("window.pwned") is None and page.dialogs == []
+        page.goto(web.base + "/")
+        assert f"evil{XSS}" in page.locator("table").first.inner_text()
+        assert page.evaluate("window.pwned") is None and page.dialogs == []
+
+
+def test_retry_all_failed_counts_in_the_browser(redis_url, tmp_path, client, page):
+    with Daemon(redis_url, tmp_path / "d"), Web(redis_url) as web:
+        client.add_many([{"topic": "bulk", "id": i, "call": "delayd.examples:fail"} for i in range(5)])
+        wait_for(lambda: client.stats()["counts"]["failed"] == 5, 30, message="5 failed")
+        page.goto(web.base + "/")
+        button = page.locator("form[data-repeat] button")
+        button.click()
+        sync_api.expect(button).to_have_text(re.compile(r"^Retried 5, \d+ failed left$"))
+        wait_for(lambda: all(client.get("bulk", i).runs == 2 for i in range(5)), 30, message="all 5 ran again")

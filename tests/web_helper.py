@@ -1,0 +1,64 @@
+"""Run a real `delayd web` process for tests, and a plain HTTP client for it."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import httpx
+
+from redis_server import wait_for
+
+DELAYD = [sys.executable, "-m", "delayd.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(base: str) -> bool:
+    try:
+        return httpx.get(base + "/static/app.css", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class Web:
+    """`delayd web --port N` on the test's Redis, with extra DELAYD_* variables."""
+
+    def __init__(self, redis_url: str, *args: str, **env: str):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "DELAYD_REDIS_URL": redis_url, **env}
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Web":
+        self.proc = subprocess.Popen([*DELAYD, "web", "--port", str(self.port), *self.args], env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: self.proc.poll() is not None or answers(self.base), 30, message="delayd web answering")
+        assert self.proc.poll() is None, self.proc.stderr.read()
+        return self
+
+    def client(self, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.base, timeout=10.0, **kwargs)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc and self.proc.stderr:
+            self.proc.stderr.close()
+
+    def __enter__(self) -> "Web":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
