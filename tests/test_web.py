@@ -246,3 +246,30 @@ def test_master_refuses_a_non_loopback_web_bind_without_a_token(redis_url, tmp_p
     assert daemon.wait(30) == 1
     assert re.search(r"without a token", daemon.proc.stdout.read() + daemon.log())
     daemon.stop()
+
+
+@pytest.mark.parametrize("status", ["delayed", "failed"])
+def test_browse_pages_are_exact_with_a_small_budget(client, r, status):
+    """Pages that stop on the budget still list every match once, in order, across buckets
+    (equal scores included: add_many gives a batch one due time)."""
+    from delayd.web import browse
+    client.add_many([{"topic": "t" if i % 7 else "other", "id": f"k{i:03d}", "call": "delayd.examples:echo",
+                      "delay": 600 + i // 10} for i in range(200)])
+    if status == "failed":  # move them to done:failed with scores that tie in tens
+        for keys in client.store.keys:
+            for member, score in r.zrange(keys.delayed, 0, -1, withscores=True):
+                r.zadd(keys.done("failed"), {member: score})
+                r.hset(keys.task(member), "status", "failed")
+            r.delete(keys.delayed)
+    wanted = sorted(((int(r.zscore(client.store.keys_for(f"t:k{i:03d}").done("failed") if status == "failed" else
+                                   client.store.keys_for(f"t:k{i:03d}").delayed, f"t:k{i:03d}")), f"t:k{i:03d}")
+                     for i in range(200) if i % 7), reverse=status == "failed")
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = browse.page(client.store, status, "t", "k", cursor, limit=9, budget=12)
+        seen += [(row.score, row.member) for row in page.rows]
+        pages += 1
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert seen == wanted and pages > len(wanted) // 9

@@ -1,7 +1,7 @@
 """The dashboard in a real browser: Debian's chromium, headless, driven by Playwright.
 
 scripts/test installs chromium (apt) when it runs as root and it is missing; elsewhere
-these tests skip and say why. DELAYD_SCREENSHOTS=DIR saves the overview and task pages
+these tests skip and say why. DASHBOARD_SCREENSHOTS=DIR saves the overview and task pages
 as PNGs (docs/ has the committed ones).
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def page(browser):
 
 
 def screenshot(page, name: str) -> None:
-    where = os.environ.get("DELAYD_SCREENSHOTS")
+    where = os.environ.get("DASHBOARD_SCREENSHOTS")
     if where:
         page.screenshot(path=str(Path(where) / name), full_page=True)
 

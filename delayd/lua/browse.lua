@@ -30,11 +30,14 @@ if cursor_score ~= '' then
   end
 end
 
+-- A member is topic:id and an id holds no ':', so with a topic the test is a plain prefix
+-- compare plus "no ':' after the topic"; a scan stays cheap per entry.
+local head = topic ~= '' and (topic .. ':' .. prefix) or nil
 local function matches(member)
-  local t, id = string.match(member, '^(.*):(.*)$')
-  if not t then return false end
-  if topic ~= '' and t ~= topic then return false end
-  return prefix == '' or string.sub(id, 1, #prefix) == prefix
+  if head then
+    return string.sub(member, 1, #head) == head and not string.find(member, ':', #topic + 2, true)
+  end
+  return prefix == '' or string.sub(string.match(member, '[^:]*$'), 1, #prefix) == prefix
 end
 
 local found, examined, last_score, last_member = {}, 0, false, false

@@ -275,7 +275,12 @@ def _when(seconds: float | None) -> str:
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s" if value < 120 else f"{value / 60:.0f} min"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    return f"{value / 60:.0f} min" if value < 7200 else f"{value / 3600:.0f} h" if value < 172800 else \
+        f"{value / 86400:.0f} days"
 
 
 def _ms(value: float | None) -> str:

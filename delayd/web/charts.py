@@ -11,7 +11,7 @@ from typing import NamedTuple
 from .. import stats as stats_mod
 from .series import Minute
 
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 600, 160, 44, 20, 8
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 420, 150, 36, 18, 8
 
 
 class Line(NamedTuple):
@@ -19,6 +19,7 @@ class Line(NamedTuple):
     css: str
     points: str          # "x,y x,y ..." (gaps where a minute has no value are bridged)
     last: str            # the latest value, as shown in the legend
+    end: tuple[str, str] | None  # where the line ends (a dot, so a single minute shows too)
 
 
 class Chart(NamedTuple):
@@ -60,9 +61,10 @@ def chart(title: str, unit: str, minutes: list[Minute], lines: list[tuple[str, s
 
     drawn = []
     for name, css, values in lines:
-        points = " ".join(f"{LEFT + i * step:.1f},{y(v)}" for i, v in enumerate(values) if v is not None)
+        xy = [(f"{LEFT + i * step:.1f}", f"{y(v)}") for i, v in enumerate(values) if v is not None]
         last = next((v for v in reversed(values) if v is not None), None)
-        drawn.append(Line(name, css, points, "-" if last is None else _fmt(last)))
+        drawn.append(Line(name, css, " ".join(f"{x},{y_}" for x, y_ in xy), "-" if last is None else _fmt(last),
+                          xy[-1] if xy else None))
     y_ticks = [(y(top * f), _fmt(top * f)) for f in (0, 0.5, 1)]
     x_ticks = [(round(LEFT + i * step, 1), time.strftime("%H:%M", time.localtime(minutes[i].start)))
                for i in range(0, len(minutes), 15)] if minutes else []

@@ -29,7 +29,7 @@ def listen(config: Config) -> socket.socket:
     check_bind(config)
     port = DEFAULT_PORT if config.web_port is None else config.web_port
     family = socket.AF_INET6 if ":" in config.web_bind else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto set: asyncio sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((config.web_bind, port))
