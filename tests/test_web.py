@@ -116,7 +116,7 @@ def test_api_stats_has_counts_daemons_and_the_last_hour(api, client):
     stats = api.get("/api/stats").json()
     assert stats["counts"]["delayed"] == 1 and stats["topics"]["t"]["counts"]["delayed"] == 1
     assert stats["daemons"] == [] and len(stats["last_hour"]) == 60
-    assert stats["paused"] is None  # pausing arrives with recurring schedules
+    assert stats["paused"] == []
 
 
 def test_api_task_has_every_field_and_the_record(api, client):
@@ -170,14 +170,20 @@ def test_actions_on_a_running_daemon(redis_url, tmp_path, api, client):
                  all(client.get("f", i).runs >= 2 for i in range(5)), 30, message="all ran again")
 
 
-def test_pause_and_run_now_answer_501_until_they_exist(api, client):
+def test_pause_resume_and_run_now(api, client):
     client.add("t", 1, call="delayd.examples:echo", delay=600)
-    for path in ("/api/topics/t/pause", "/api/topics/t/resume", "/api/tasks/t/1/run"):
-        answer = api.post(path)
-        if answer.status_code != 501:
-            assert hasattr(client, "pause"), path  # schedules landed: covered by their own tests
-            continue
-        assert "not available" in answer.json()["error"]
+    assert api.post("/api/topics/t/pause").json()["result"] == "paused"
+    assert client.paused() == ["t"] and api.get("/api/stats").json()["paused"] == ["t"]
+    assert "Resume" in api.get("/").text
+    assert api.post("/api/topics/t/resume").json()["result"] == "resumed"
+    assert client.paused() == []
+    due = client.get("t", 1).due_at
+    assert api.post("/api/tasks/t/1/run").json()["result"] == "due_now"
+    assert client.get("t", 1).due_at < due
+    assert api.post("/api/tasks/t/missing/run").status_code == 404
+    client.delete("t", 1)
+    answer = api.post("/api/tasks/t/1/run")
+    assert answer.status_code == 409 and "error" in answer.json(), "only a delayed task can run now"
 
 
 def test_readonly_refuses_every_action_and_hides_buttons(redis_url, client):

@@ -1,4 +1,4 @@
-"""The dashboard in a real browser: Debian's chromium, headless, driven by Playwright.
+"""The dashboard in a real browser (login, search, retry, pause/resume, retry-all, XSS): Debian's chromium, headless, driven by Playwright.
 
 scripts/test installs chromium (apt) when it runs as root and it is missing; elsewhere
 these tests skip and say why. DASHBOARD_SCREENSHOTS=DIR saves the overview and task pages
@@ -113,6 +113,12 @@ def test_retry_all_failed_counts_in_the_browser(redis_url, tmp_path, client, pag
         client.add_many([{"topic": "bulk", "id": i, "call": "delayd.examples:fail"} for i in range(5)])
         wait_for(lambda: client.stats()["counts"]["failed"] == 5, 30, message="5 failed")
         page.goto(web.base + "/")
+        row = page.locator("tr:has(a:text-is('bulk'))")
+        row.locator("button:text('Pause')").click()
+        assert "topic bulk paused" in page.locator(".flash").inner_text() and client.paused() == ["bulk"]
+        assert row.locator(".badge").inner_text() == "paused"
+        row.locator("button:text('Resume')").click()
+        assert client.paused() == [] and row.locator(".badge").count() == 0
         button = page.locator("form[data-repeat] button")
         button.click()
         sync_api.expect(button).to_have_text(re.compile(r"^Retried 5, \d+ failed left$"))
