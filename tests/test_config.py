@@ -9,7 +9,7 @@ import pytest
 from delayd import config as config_mod
 
 SAMPLE_VALUES = {"str": "x", "str | None": "redis://127.0.0.1:1/0", "int": "7", "int | None": "9464",
-                 "float": "45", "float | None": "400", "tuple": "delayd.examples"}
+                 "float": "45", "float | None": "400", "tuple": "delayd.examples", "bool": "1"}
 
 
 @pytest.mark.parametrize("name", config_mod.OPTIONS)
