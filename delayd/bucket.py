@@ -43,21 +43,20 @@ class BucketWorker:
     def tick(self) -> float:
         """Promote what is due; return how long (s) to sleep before the next tick."""
         while True:
-            moved, reaped, next_due, next_lease, now, full = self.store.promote(
-                self.bucket, self.batch, self.config.retention_ms)
-            if reaped:
-                event(log, "leases_lapsed", logging.WARNING, bucket=self.bucket, tasks=reaped)
-            if not full:
+            done = self.store.promote(self.bucket, self.batch, self.config.retention_ms)
+            if done.reaped:
+                event(log, "leases_lapsed", logging.WARNING, bucket=self.bucket, tasks=done.reaped)
+            if not done.full:
                 break
             self.batch = min(MAX_BATCH, self.batch * 2)  # a backlog: bigger batches, no sleep
             self.heartbeat.beat()
-        if moved < self.batch // 4:
+        if done.moved < self.batch // 4:
             self.batch = max(MIN_BATCH, self.batch // 2)
-        wake_at = min((t for t in (next_due, next_lease) if t >= 0), default=None)
+        wake_at = min((t for t in (done.next_due, done.next_lease) if t >= 0), default=None)
         if wake_at is None:
             return WAIT_CAP
         # +1 ms: a member due at T ms is promoted once Redis's clock reads T.
-        return min(WAIT_CAP, max(0.0, (wake_at - now + 1) / 1000.0))
+        return min(WAIT_CAP, max(0.0, (wake_at - done.now + 1) / 1000.0))
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds` or until woken; drain what is waiting. False: stop."""

@@ -58,7 +58,10 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 def fmt_time(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}"
+    except (OverflowError, ValueError, OSError):  # a time from a corrupt record
+        return f"?({seconds})"
 
 
 class Progress:
@@ -493,6 +496,10 @@ def hide_password(url: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # What Redis holds may be any bytes (see delayd.connection): printed, they must not raise.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     if argv is None:  # the command line of this very process
         hide_password(getattr(args, "redis", None))

@@ -21,7 +21,7 @@ from . import config as config_mod
 from . import connection, embedded, registry, schedule
 from . import durable as durable_mod
 from . import stats as stats_mod
-from .store import SCRIPTS, BucketKeys, Store, bucket_of, recorded_buckets
+from .store import SCRIPTS, BucketKeys, Store, StoreError, bucket_of, recorded_buckets
 from .task import FINISHED, Task, TaskError, check_topic, module_allowed
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
@@ -139,7 +139,10 @@ class Client:
     def store(self) -> Store:
         """The store, with the bucket count recorded in Redis (set on first use)."""
         if self._store is None:
-            buckets = recorded_buckets(self.redis, self.prefix, self.config.buckets)
+            try:
+                buckets = recorded_buckets(self.redis, self.prefix, self.config.buckets)
+            except StoreError as exc:
+                raise DelaydError(str(exc)) from None
             self._store = Store(self.redis, self.prefix, buckets)
         return self._store
 
@@ -320,8 +323,16 @@ class Client:
     def get(self, topic: Any, id: Any) -> Task | None:
         """The task, or None. Raises TaskError if its record in Redis is corrupt."""
         member = f"{topic}:{id}"
-        record = self.redis.hgetall(self.store.keys_for(member).task(member))
-        return Task.from_record(member, record) if record else None
+        try:
+            record = self.redis.hgetall(self.store.keys_for(member).task(member))
+        except redis.exceptions.ResponseError:  # WRONGTYPE
+            raise TaskError(f"{member}: corrupt record: its key is not a hash") from None
+        if not record:
+            return None
+        try:
+            return Task.from_record(member, record)
+        except TaskError as exc:
+            raise TaskError(f"{member}: corrupt record: {exc}") from None
 
     def _members(self, keys: BucketKeys, status: str | None) -> Iterator[str]:
         """Members of one bucket with a status (None: all), from the bucket's own indexes."""
@@ -335,10 +346,13 @@ class Client:
         seen: set[str] = set()
         for kind, key in sources:
             for start in itertools.count(0, 500):
-                if kind == "list":
-                    page = self.redis.lrange(key, start, start + 499)
-                else:
-                    page = self.redis.zrange(key, start, start + 499)
+                try:
+                    if kind == "list":
+                        page = self.redis.lrange(key, start, start + 499)
+                    else:
+                        page = self.redis.zrange(key, start, start + 499)
+                except redis.exceptions.ResponseError:  # WRONGTYPE: the scripts set it aside
+                    break
                 for member in page:
                     if member not in seen:
                         seen.add(member)
@@ -351,6 +365,9 @@ class Client:
                    progress: Callable[[int, int, int], None] | None = None) -> Iterator[Task]:
         """Every task (of a topic, with a status), bucket by bucket.
 
+        A corrupt record is listed too, as `Task.unreadable`: no target, and a last_error
+        that says what is wrong (quarantined ones: the quarantine reason).
+
         `progress(bucket, buckets, records_read)` is called before each batch of reads."""
         read = 0
         for keys in self.store.keys:
@@ -362,13 +379,18 @@ class Client:
                 pipe = self.redis.pipeline(transaction=False)
                 for member in batch:
                     pipe.hgetall(keys.task(member))
-                for member, record in zip(batch, pipe.execute()):
-                    if not record:
+                for member, record in zip(batch, pipe.execute(raise_on_error=False)):
+                    if isinstance(record, redis.exceptions.ResponseError):  # WRONGTYPE
+                        task = Task.unreadable(member, {}, "its key is not a hash")
+                    elif isinstance(record, Exception):
+                        raise record
+                    elif not record:
                         continue  # expired or removed since the index was read
-                    try:
-                        task = Task.from_record(member, record)
-                    except TaskError:
-                        continue
+                    else:
+                        try:
+                            task = Task.from_record(member, record)
+                        except TaskError as exc:  # shown, with the reason, rather than hidden
+                            task = Task.unreadable(member, record, str(exc))
                     if status is None or task.status == status:
                         yield task
 
@@ -387,4 +409,8 @@ class Client:
     def daemons(self) -> list[dict[str, Any]]:
         """The live daemons on this store (each master refreshes its entry every few seconds):
         id, host, pid, version, started, buckets, queues, concurrency, children, seen_ago."""
-        return registry.live(self.redis, self.prefix)
+        try:
+            return registry.live(self.redis, self.prefix)
+        except redis.exceptions.ResponseError as exc:  # WRONGTYPE: the next refresh sets it aside
+            raise DelaydError(f"the registry of daemons in Redis is corrupt ({exc}); "
+                              "a running daemon rewrites it within seconds") from None

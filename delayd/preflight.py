@@ -10,7 +10,7 @@ import redis
 from . import connection, embedded
 from .config import Config
 from .log import event
-from .store import recorded_buckets
+from .store import StoreError, recorded_buckets
 from .worker import REDIS_ERRORS
 
 log = logging.getLogger("delayd.master")
@@ -43,6 +43,8 @@ def check_redis(config: Config) -> None:
         raise StartError(f"Redis at {connection.where(config.redis_url)}: {exc}") from None
     except REDIS_ERRORS as exc:
         raise StartError(f"cannot reach Redis at {connection.where(config.redis_url)}: {exc}") from None
+    except StoreError as exc:
+        raise StartError(str(exc)) from None
     finally:
         client.close()
 

@@ -28,7 +28,7 @@ from . import log as log_mod
 from .config import Config
 from .handlers import Outcome, Runner
 from .log import event
-from .store import PRIORITIES, Store, ready_channel
+from .store import PRIORITIES, Claimed, Store, ready_channel
 from .task import Task, TaskError
 from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
 
@@ -338,34 +338,28 @@ class QueueWorker:
             quotas = [0, 0, 0]
             for priority in itertools.islice(self.cycle, n):
                 quotas[PRIORITIES.index(priority)] += 1
-            rows = self.store.claim(bucket, tuple(quotas), n, self.config.lease_ms)
-            got = self.dispatch(bucket, rows)
-            if got < n:
+            claimed = self.store.claim(bucket, tuple(quotas), n, self.config.lease_ms, self.config.retention_ms)
+            self.dispatch(bucket, claimed)
+            if len(claimed.tasks) < n:
                 self.candidates.discard(bucket)
             else:
                 tried -= 1  # this bucket may have more: stay on it
 
-    def dispatch(self, bucket: int, rows: list[Any]) -> int:
-        now_ms = int(rows[0])
-        count = 0
-        for i in range(1, len(rows), 8):
-            member, spec, runs, claim, due, created, error, priority = rows[i:i + 8]
-            count += 1
-            record = {"spec": spec, "priority": priority, "status": "running", "created": created, "due": due,
-                      "last_run": now_ms, "runs": runs, "claim": claim, "error": error}
+    def dispatch(self, bucket: int, claimed: Claimed) -> None:
+        """Hand the claimed tasks to the pool; a record that does not parse is quarantined."""
+        for row in claimed.tasks:
             try:
-                task = Task.from_record(member, record)
+                task = row.task(claimed.now)
             except TaskError as exc:
+                topic, _, id = row.member.rpartition(":")
                 self.finished.setdefault(bucket, []).append(
-                    (Run(Task(topic=member.rpartition(":")[0], id=member.rpartition(":")[2], claim=int(claim)),
-                         bucket, 0, 0), "quarantine", 0, str(exc), ""))
-                event(log, "quarantined", logging.ERROR, task=member, run=int(runs or 0), reason=str(exc))
+                    (Run(Task(topic=topic, id=id, claim=row.claim), bucket, 0, 0), "quarantine", 0, str(exc), ""))
+                event(log, "quarantined", logging.ERROR, task=row.member, run=row.runs, reason=str(exc))
                 continue
             start = time.monotonic()
             run = Run(task, bucket, start, start + self.timeout_of(task))
             self.in_hand[task.key] = run
             self.pool.jobs.put(run)
-        return count
 
 
 def main(config: Config, index: int, heartbeat: Heartbeat) -> None:

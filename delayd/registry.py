@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import socket
 import threading
@@ -24,6 +25,7 @@ from . import connection
 from .config import Config
 from .log import event
 from .store import SCRIPTS
+from .task import printable
 from .worker import HANDLED_SIGNALS, REDIS_ERRORS
 
 log = logging.getLogger("delayd.registry")
@@ -60,13 +62,44 @@ def live(client: Any, prefix: str) -> list[dict[str, Any]]:
         return []
     entries = []
     for (ident, expiry), body in zip(rows, client.hmget(info, [ident for ident, _ in rows])):
-        try:
-            entry = json.loads(body)
-        except (TypeError, ValueError):
+        entry = readable(ident, body)
+        if entry is None:
             continue  # removed between the two reads, or not written by delayd
-        entry["seen_ago"] = max(0.0, (now_ms - (expiry - entry.get("ttl", TTL) * 1000)) / 1000)
+        entry["seen_ago"] = max(0.0, (now_ms - (expiry - entry["ttl"] * 1000)) / 1000)
         entries.append(entry)
-    return sorted(entries, key=lambda e: (e.get("started", 0), e["id"]))
+    return sorted(entries, key=lambda e: (e["started"], e["id"]))
+
+
+# Fields of an entry that readers rely on, with the value that stands in for a
+# missing or mistyped one (an entry is data in Redis, which anyone could have written).
+ENTRY_FIELDS: dict[str, Any] = {"host": "?", "pid": 0, "version": "?", "started": 0.0, "state": "?", "ttl": TTL,
+                                "buckets": 0, "queues": 0, "concurrency": 0, "children": []}
+CHILD_FIELDS: dict[str, Any] = {"name": "?", "pid": None, "restarts": 0, "crash_looping": False}
+
+
+def _typed(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`data` with every field of `defaults` present and of its type (else the default)."""
+    def fits(value: Any, default: Any) -> bool:
+        if default is None:  # a pid: a number or null
+            return value is None or (isinstance(value, int) and not isinstance(value, bool))
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return isinstance(value, type(default))
+    return {**data, **{k: d for k, d in defaults.items() if not fits(data.get(k), d)}}
+
+
+def readable(ident: str, body: Any) -> dict[str, Any] | None:
+    """The entry `body` (JSON) of daemon `ident`, with every field readers use; None if it is no entry."""
+    try:
+        entry = json.loads(body)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict):
+        return None
+    entry = _typed(entry, ENTRY_FIELDS)
+    entry["id"] = printable(ident)
+    entry["children"] = [_typed(c, CHILD_FIELDS) for c in entry["children"] if isinstance(c, dict)]
+    return entry
 
 
 class Registrar(threading.Thread):

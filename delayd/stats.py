@@ -12,6 +12,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from .store import PRIORITIES, SCRIPTS, Store
+from .task import printable
 
 # Upper bounds (ms) of the lateness histogram; lua/_lib.lua has the same list.
 LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
@@ -23,10 +24,17 @@ STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "running", "ok",
 
 
 def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
-    """(name, topic, value) from a flat HGETALL of `<name>|<topic>` fields."""
+    """(name, topic, value) from a flat HGETALL of `<name>|<topic>` fields.
+
+    A value that is not an integer (a corrupt counter; the next script call that
+    changes it starts it again) is left out; a topic that is not UTF-8 is shown escaped."""
     for i in range(0, len(flat), 2):
         name, _, topic = flat[i].partition("|")
-        yield name, topic, int(flat[i + 1])
+        try:
+            value = int(flat[i + 1])
+        except ValueError:
+            continue
+        yield name, printable(topic), value
 
 
 def _new_counts() -> dict[str, int]:
@@ -42,7 +50,10 @@ def add_event(events: dict[str, int], name: str, value: int) -> None:
     if name in events:
         events[name] += value
     elif name.startswith("le:"):  # a bound this version does not know: into the next known one
-        bound = float(name[3:]) if name[3:] != "inf" else float("inf")
+        try:
+            bound = float(name[3:])
+        except ValueError:
+            return  # not a bound at all: a corrupt field
         events[next((f"le:{b}" for b in LATENESS_MS if bound <= b), "le:inf")] += value
 
 
@@ -145,8 +156,8 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
             for name, topic, value in _pairs(flat):
                 add_event(recent.setdefault(topic, new_events()), name, value)
         for i in range(0, len(lag), 2):
-            due = int(lag[i + 1]) / 1000
-            earliest[lag[i]] = min(due, earliest.get(lag[i], due))
+            due, topic = int(lag[i + 1]) / 1000, printable(lag[i])
+            earliest[topic] = min(due, earliest.get(topic, due))
         quarantined += int(q)
         truncated = truncated or bool(int(trunc))
         per_bucket.append({

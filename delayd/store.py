@@ -8,21 +8,32 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass
-from typing import NamedTuple
 from functools import cached_property
 from importlib import resources
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import redis
 
-from .task import Task
+from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
 
 
 def bucket_of(member: str, buckets: int) -> int:
-    """The bucket of a task key: a stable hash of `topic:id`, not of the topic alone."""
-    return zlib.crc32(member.encode()) % buckets
+    """The bucket of a task key: a stable hash of `topic:id`, not of the topic alone.
+
+    (surrogateescape: a name read from Redis that is not UTF-8 hashes as its bytes.)"""
+    return zlib.crc32(member.encode("utf-8", "surrogateescape")) % buckets
+
+
+def wire(name: str) -> str | bytes:
+    """A name read from Redis, ready to send back: its own bytes if it was not UTF-8.
+
+    Connections read such bytes as lone surrogates (delayd.connection), which hiredis
+    cannot encode; every other name goes out as it is."""
+    if name.isascii() or is_utf8(name):
+        return name
+    return name.encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -40,8 +51,8 @@ class BucketKeys:
     def task_prefix(self) -> str:
         return self.tag + "t:"
 
-    def task(self, member: str) -> str:
-        return self.task_prefix + member
+    def task(self, member: str) -> str | bytes:
+        return wire(self.task_prefix + member)
 
     @property
     def delayed(self) -> str:
@@ -104,11 +115,64 @@ def meta_key(prefix: str) -> str:
 
 def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
     """The bucket count recorded in Redis for `prefix`; records `default` on first use."""
-    stored = redis_client.hget(meta_key(prefix), "buckets")
-    if stored is None:
-        redis_client.hsetnx(meta_key(prefix), "buckets", default)
-        stored = redis_client.hget(meta_key(prefix), "buckets")
+    key = meta_key(prefix)
+    try:
+        stored = redis_client.hget(key, "buckets")
+        if stored is None:
+            redis_client.hsetnx(key, "buckets", default)
+            stored = redis_client.hget(key, "buckets")
+    except redis.exceptions.ResponseError:  # WRONGTYPE: not a hash
+        raise StoreError(f"{key} in Redis is not a hash; it should hold the bucket count "
+                         f"(buckets {default}?)") from None
+    if not (stored.isdigit() and stored.isascii() and int(stored) > 0):
+        raise StoreError(f"{key} in Redis holds buckets = {stored!r}, not a bucket count; "
+                         f"set it right (HSET {key} buckets N) before using this store")
     return int(stored)
+
+
+class StoreError(ValueError):
+    """The store's own metadata in Redis is unreadable (one line, for the user)."""
+
+
+class Promoted(NamedTuple):
+    """What one promote.lua call did, and when the bucket needs looking at again."""
+
+    moved: int       # due tasks moved to the ready lists
+    reaped: int      # lapsed leases put back to run again
+    next_due: int    # ms, the earliest due time still in `delayed`; -1 if none
+    next_lease: int  # ms, the earliest lease expiry; -1 if none
+    now: int         # ms, Redis's clock during the call
+    full: bool       # a batch hit the limit: call again at once
+
+
+class ClaimedTask(NamedTuple):
+    """One task handed out by claim.lua: its member and the record fields it was claimed with.
+
+    runs and claim were computed by the script; the other fields are as stored (so
+    any of them may be corrupt: `Task.from_record` checks them)."""
+
+    member: str
+    spec: str
+    runs: int
+    claim: int
+    due: str
+    created: str
+    error: str
+    priority: str
+
+    def task(self, now_ms: int) -> Task:
+        """The task as its handler sees it; raises TaskError for a corrupt record."""
+        return Task.from_record(self.member, {
+            "spec": self.spec, "priority": self.priority, "status": "running", "created": self.created,
+            "due": self.due, "last_run": now_ms, "runs": self.runs, "claim": self.claim, "error": self.error})
+
+
+class Claimed(NamedTuple):
+    now: int                  # ms, Redis's clock during the claim (the runs' last_run)
+    tasks: list[ClaimedTask]
+
+
+CLAIMED_FIELDS = len(ClaimedTask._fields)
 
 
 class Script:
@@ -184,7 +248,7 @@ class Store:
         return SCRIPTS["add"](
             client or self.redis,
             [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts,
-             keys.paused],
+             keys.paused, keys.quarantine],
             [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)],
         )
 
@@ -194,18 +258,19 @@ class Store:
             self.redis,
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
              keys.quarantine, keys.counts, keys.paused],
-            [member, int(hard), retention_ms],
+            [wire(member), int(hard), retention_ms],
         ))
 
     def retry(self, member: str) -> int:
         keys = self.keys_for(member)
-        return int(SCRIPTS["retry"](self.redis, [keys.task(member), keys.delayed, keys.done("failed"), keys.counts],
-                                    [member, keys.wake_channel]))
+        return int(SCRIPTS["retry"](self.redis, [keys.task(member), keys.delayed, keys.done("failed"), keys.counts,
+                                                 keys.quarantine],
+                                    [wire(member), keys.wake_channel]))
 
     def run_now(self, member: str) -> RunNow:
         keys = self.keys_for(member)
         code, status = SCRIPTS["run_now"](self.redis, [keys.task(member), keys.delayed, keys.paused, keys.counts],
-                                          [member, keys.wake_channel])
+                                          [wire(member), keys.wake_channel])
         return RunNow(int(code), status)
 
     def pause(self, topic: str) -> int:
@@ -232,37 +297,43 @@ class Store:
         return moved
 
     # -- bucket process --------------------------------------------------------------
-    def promote(self, bucket: int, limit: int, retention_ms: int) -> list[int]:
+    def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:
         keys = self.keys[bucket]
-        return SCRIPTS["promote"](
+        moved, reaped, next_due, next_lease, now, full = SCRIPTS["promote"](
             self.redis,
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix],
         )
+        return Promoted(moved, reaped, next_due, next_lease, now, bool(full))
 
     # -- queue process ---------------------------------------------------------------
-    def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int) -> list[Any]:
+    def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int) -> Claimed:
+        """Lease up to n ready tasks of a bucket (corrupt entries are quarantined by the script)."""
         keys = self.keys[bucket]
-        return SCRIPTS["claim"](
-            self.redis, [*keys.ready, keys.leases, keys.counts, keys.totals],
-            [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix],
+        reply = SCRIPTS["claim"](
+            self.redis, [*keys.ready, keys.leases, keys.counts, keys.totals, keys.done("failed"), keys.quarantine],
+            [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix, retention_ms],
         )
+        return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
+                                  for i in range(1, len(reply), CLAIMED_FIELDS)])
 
-    def finish(self, bucket: int, results: list[tuple], retention_ms: int) -> list[int]:
+    def finish(self, bucket: int, results: list[tuple], retention_ms: int) -> list[bool]:
         """Record outcomes: (member, claim, outcome, gap_ms, error[, next_due_ms]) per run; a
-        next due time (recurring tasks) reschedules the task whatever the outcome but failed."""
+        next due time (recurring tasks) reschedules the task whatever the outcome but failed.
+        False where the run was fenced off."""
         keys = self.keys[bucket]
         args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix]
         for member, claim, outcome, gap_ms, error, *next_due in results:
-            args += [member, claim, outcome, gap_ms, error, next_due[0] if next_due else ""]
-        return SCRIPTS["finish"](
+            args += [wire(member), claim, outcome, gap_ms, wire(error), next_due[0] if next_due else ""]
+        return [bool(applied) for applied in SCRIPTS["finish"](
             self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine,
-                         keys.counts, keys.totals], args)
+                         keys.counts, keys.totals], args)]
 
-    def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[int]:
+    def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
+        """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
         keys = self.keys[bucket]
         args: list[Any] = [keys.task_prefix, lease_ms]
         for member, claim in runs:
-            args += [member, claim]
-        return SCRIPTS["renew"](self.redis, [keys.leases], args)
+            args += [wire(member), claim]
+        return [bool(renewed) for renewed in SCRIPTS["renew"](self.redis, [keys.leases], args)]

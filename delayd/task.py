@@ -6,6 +6,7 @@ validated first (`Task.new`). Nothing is ever eval-ed or unpickled.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -146,7 +147,7 @@ class Task:
             return f"call:{self.call}"
         if self.url:
             return f"url:{self.url}"
-        return f"push:{self.push}"
+        return f"push:{self.push}" if self.push else "-"
 
     # -- construction and validation -------------------------------------------------
     @classmethod
@@ -258,8 +259,16 @@ class Task:
         return json.dumps(spec, separators=(",", ":"))
 
     @classmethod
-    def from_record(cls, member: str, record: dict[str, str]) -> "Task":
-        """Rebuild task `member` (`topic:id`) from its Redis hash; raise TaskError if corrupt."""
+    def from_record(cls, member: str, record: dict[str, Any]) -> "Task":
+        """Rebuild task `member` (`topic:id`) from its Redis hash; raise TaskError if corrupt.
+
+        Bytes that are not UTF-8 reach us as lone surrogates (connections decode with
+        surrogateescape, see delayd.connection): a spec or error holding any is corrupt
+        (in a number or the status they fail to parse; in a name, _check_name refuses them)."""
+        for name in ("spec", "error"):
+            value = record.get(name)
+            if isinstance(value, str) and not value.isascii() and not is_utf8(value):
+                raise TaskError(f"field {name!r} is not UTF-8 text")
         try:
             spec = json.loads(record["spec"])
             if not isinstance(spec, dict):
@@ -289,6 +298,23 @@ class Task:
             raise TaskError(f"record has no {exc.args[0]!r} field") from None
         except (ValueError, TypeError, RecursionError) as exc:
             raise TaskError(f"record does not parse: {exc}") from None
+        return task
+
+    @classmethod
+    def unreadable(cls, member: str, record: dict[str, Any], reason: str) -> "Task":
+        """What a listing shows of a corrupt record: its name, status, times and why it is corrupt.
+
+        Its target is unknown (None); a name that is not UTF-8 shows its bytes as \\xNN escapes."""
+        topic, _, id = printable(member).rpartition(":")
+        status = record.get("status")
+        error = printable(str(record.get("error") or ""))
+        task = cls(topic=topic, id=id, status=status if status in STATUSES else "failed",
+                   last_error=error if error.startswith("quarantined: ") else f"corrupt record: {reason}")
+        for attr, name in (("created_at", "created"), ("due_at", "due"), ("last_run_at", "last_run"),
+                           ("runs", "runs")):
+            with contextlib.suppress(ValueError, TypeError):
+                value = record.get(name)
+                setattr(task, attr, int(value or 0) if attr == "runs" else _seconds(value))
         return task
 
     def to_dict(self) -> dict[str, Any]:
@@ -361,6 +387,22 @@ def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any
         return None, schedule.check_cron(cron), tz
     except schedule.ScheduleError as exc:
         raise TaskError(str(exc)) from None
+
+
+def is_utf8(text: str) -> bool:
+    """False if `text` holds lone surrogates: bytes that were not UTF-8, decoded with surrogateescape."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable(text: str) -> str:
+    """`text` safe to print and log: bytes that were not UTF-8 become \\xNN escapes."""
+    if text.isascii() or is_utf8(text):
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _seconds(ms: str | None) -> float | None:

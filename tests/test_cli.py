@@ -147,8 +147,8 @@ def test_retry(redis_url):
     store = client.store
     bucket = store.keys_for("t:1").bucket
     store.promote(bucket, 100, 60_000)
-    out = store.claim(bucket, (5, 3, 2), 10, 60_000)
-    store.finish(bucket, [("t:1", out[4], "failed", 0, "said fail")], 60_000)
+    [run] = store.claim(bucket, (5, 3, 2), 10, 60_000, 60_000).tasks
+    store.finish(bucket, [("t:1", run.claim, "failed", 0, "said fail")], 60_000)
     assert json.loads(delayd("get", "t", "1", "--json").stdout)["status"] == "failed"
     assert delayd("retry", "t", "1").stdout.strip() == "retrying t:1 now"
     task = json.loads(delayd("get", "t", "1", "--json").stdout)

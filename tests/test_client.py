@@ -221,8 +221,8 @@ def finish(client, member, outcome, error=""):
     keys = store.keys_for(member)
     for b in range(store.buckets):
         store.promote(b, 1000, client.config.retention_ms)
-    out = store.claim(keys.bucket, (5, 3, 2), 1000, 60_000)
-    tokens = {out[i]: out[i + 3] for i in range(1, len(out), 8)}
+    claimed = store.claim(keys.bucket, (5, 3, 2), 1000, 60_000, client.config.retention_ms)
+    tokens = {t.member: t.claim for t in claimed.tasks}
     store.finish(keys.bucket, [(member, tokens[member], outcome, 1000, error)], client.config.retention_ms)
     # Put the others back as they were (due now) for the test's counts.
     for other, token in tokens.items():
@@ -254,13 +254,16 @@ def test_list_filters_and_pages(client):
     assert len(client.list(limit=3)) == 3
 
 
-def test_list_skips_corrupt_records(client, r):
+def test_list_shows_corrupt_records_with_the_reason(client, r):
     client.add("t", 1, call="a:b")
     keys = client.store.keys_for("t:1")
     r.hset(keys.task("t:1"), "spec", "{broken")
     client.add("t", 2, call="a:b")
-    assert [t.key for t in client.list()] == ["t:2"]
-    with pytest.raises(TaskError):
+    corrupt, good = client.list()
+    assert (corrupt.key, good.key) == ("t:1", "t:2") and good.call == "a:b"
+    assert corrupt.status == "delayed" and corrupt.target == "-"
+    assert corrupt.last_error.startswith("corrupt record: record does not parse")
+    with pytest.raises(TaskError, match="t:1: corrupt record"):
         client.get("t", 1)
 
 

@@ -60,13 +60,11 @@ def test_counts_mirror_the_indexes_through_random_transitions(r, seed):
             store.add(keys, [(task, *when)], nx=rng.random() < 0.3)
         elif op == "promote":
             b = rng.randrange(2)
-            _moved, reaped, *_ = store.promote(b, 1000, rng.choice([DAY_MS, DAY_MS, 0]))
-            lapsed += reaped
+            lapsed += store.promote(b, 1000, rng.choice([DAY_MS, DAY_MS, 0])).reaped
         elif op == "claim":
             b = rng.randrange(2)
-            out = store.claim(b, (5, 3, 2), rng.randint(1, 5), rng.choice([60_000, 1]))
-            for i in range(1, len(out), 8):
-                in_hand.append((b, out[i], int(out[i + 3])))
+            for t in store.claim(b, (5, 3, 2), rng.randint(1, 5), rng.choice([60_000, 1]), DAY_MS).tasks:
+                in_hand.append((b, t.member, t.claim))
                 started += 1
         elif op == "finish" and in_hand:
             b, m, token = in_hand.pop(rng.randrange(len(in_hand)))
@@ -118,9 +116,8 @@ def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
     for b in range(store.buckets):
         store.promote(b, 1000, DAY_MS)
     for b in range(store.buckets):
-        out = store.claim(b, (5, 3, 2), 10, 60_000)
-        results = [(out[i], int(out[i + 3]), "ok" if out[i].startswith("late") else "retry", 1000, "")
-                   for i in range(1, len(out), 8)]
+        results = [(t.member, t.claim, "ok" if t.member.startswith("late") else "retry", 1000, "")
+                   for t in store.claim(b, (5, 3, 2), 10, 60_000, DAY_MS).tasks]
         if results:
             store.finish(b, results, DAY_MS)
     stats = client.stats()

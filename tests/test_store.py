@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from delayd.store import BucketKeys, Store, bucket_of, meta_key, ready_channel
+from delayd.store import BucketKeys, Promoted, Store, bucket_of, meta_key, ready_channel
 from delayd.task import Task
 from redis_server import RedisServer, free_port, wait_for
 
@@ -39,19 +39,15 @@ def add(store: Store, topic, id, *, delay_ms=0, at_ms=None, priority=2, nx=False
 
 
 def claim(store: Store, bucket=0, n=100, lease_ms=60_000, quotas=QUOTAS) -> list[dict]:
-    out = store.claim(bucket, quotas, n, lease_ms)
-    runs = []
-    for i in range(1, len(out), 8):
-        member, spec, run, token, due, created, error, priority = out[i:i + 8]
-        runs.append({"member": member, "spec": json.loads(spec), "runs": int(run), "claim": int(token),
-                     "due": int(due), "created": int(created), "error": error, "priority": int(priority),
-                     "now": out[0]})
-    return runs
+    claimed = store.claim(bucket, quotas, n, lease_ms, DAY_MS)
+    return [{"member": t.member, "spec": json.loads(t.spec), "runs": t.runs, "claim": t.claim, "due": int(t.due),
+             "created": int(t.created), "error": t.error, "priority": int(t.priority), "now": claimed.now}
+            for t in claimed.tasks]
 
 
-def promote_all(store: Store, bucket=0, retention_ms=DAY_MS) -> list[int]:
+def promote_all(store: Store, bucket=0, retention_ms=DAY_MS) -> Promoted:
     result = store.promote(bucket, 1000, retention_ms)
-    assert result[5] == 0
+    assert not result.full
     return result
 
 
@@ -176,7 +172,7 @@ def test_promote_moves_only_due_tasks_never_early(r, store, keys):
 
     def step():
         moved, _, next_due, _, now, full = store.promote(0, 100, DAY_MS)
-        assert full == 0
+        assert not full
         ready = set(ready_members(r, keys))
         for member in ready - seen:
             assert dues[member] <= now, f"{member} promoted {dues[member] - now} ms early"
@@ -196,14 +192,14 @@ def test_promote_boundary_is_inclusive(r, store, keys):
     at = now_ms(r) + 30
     add(store, "t", 1, at_ms=at)
     wait_for(lambda: now_ms(r) >= at, 2)
-    assert store.promote(0, 10, DAY_MS)[0] == 1
+    assert store.promote(0, 10, DAY_MS).moved == 1
 
 
 def test_promote_in_batches_with_full_flag(r, store, keys):
     for i in range(25):
         add(store, "t", i)
     results = [store.promote(0, 10, DAY_MS) for _ in range(3)]
-    assert [(res[0], res[5]) for res in results] == [(10, 1), (10, 1), (5, 0)]
+    assert [(res.moved, res.full) for res in results] == [(10, True), (10, True), (5, False)]
     assert r.zcard(keys.delayed) == 0
     # In due order (ties by name, as the sorted set orders them), each task once.
     order = sorted((int(record(r, store, f"t:{i}")["due"]), f"t:{i}") for i in range(25))
@@ -211,15 +207,15 @@ def test_promote_in_batches_with_full_flag(r, store, keys):
 
 
 def test_promote_returns_next_due_and_next_lease(r, store, keys):
-    assert store.promote(0, 10, DAY_MS)[2:4] == [-1, -1]
+    assert store.promote(0, 10, DAY_MS)[2:4] == (-1, -1)
     add(store, "t", "now")
     add(store, "t", "later", delay_ms=50_000)
     moved, reaped, next_due, next_lease, now, full = store.promote(0, 10, DAY_MS)
-    assert (moved, reaped, full) == (1, 0, 0)
+    assert (moved, reaped, full) == (1, 0, False)
     assert next_due == int(record(r, store, "t:later")["due"])
     assert next_lease == -1
     [run] = claim(store, lease_ms=30_000)
-    assert store.promote(0, 10, DAY_MS)[3] == run["now"] + 30_000 == int(r.zscore(keys.leases, "t:now"))
+    assert store.promote(0, 10, DAY_MS).next_lease == run["now"] + 30_000 == int(r.zscore(keys.leases, "t:now"))
 
 
 def test_priorities_go_to_their_ready_lists(r, store, keys):
@@ -378,7 +374,7 @@ def test_lapsed_lease_is_reaped_to_the_front_and_fenced(r, store, keys):
 
 def test_a_running_task_with_a_live_lease_is_not_reaped(r, store, keys):
     claimed(r, store)
-    assert store.promote(0, 100, DAY_MS)[1] == 0
+    assert store.promote(0, 100, DAY_MS).reaped == 0
     assert record(r, store, "t:1")["status"] == "running"
 
 

@@ -6,6 +6,33 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Stored data is not under our control: anyone with access to Redis can write
+-- it, and Redis does not roll a script back when it fails half-way. So nothing a
+-- script reads may make it fail: numbers are read with `tonumber(x) or default`,
+-- records through `read_record` (a key that is not a hash reads as nil), and the
+-- bucket's own keys are checked with `expect` before anything is written.
+
+local function key_type(key)
+  return redis.call('TYPE', key)['ok']
+end
+
+-- Each key that exists with another type than `kind` (a string where a sorted set
+-- belongs) is renamed aside to `<key>:corrupt`, kept for a person to look at; the
+-- script then goes on as if the key were empty, instead of failing on WRONGTYPE.
+local function expect(kind, ...)
+  for _, key in ipairs({...}) do
+    local t = key_type(key)
+    if t ~= kind and t ~= 'none' then redis.call('RENAME', key, key .. ':corrupt') end
+  end
+end
+
+-- HMGET of a task record; nil when the key holds something other than a hash.
+local function read_record(task_key, ...)
+  local r = redis.pcall('HMGET', task_key, ...)
+  if r['err'] then return nil end
+  return r
+end
+
 -- Wake the bucket process when `member` became the earliest entry of `zset`.
 local function wake_if_head(zset, member, channel, score)
   local head = redis.call('ZRANGE', zset, 0, 0)
@@ -39,9 +66,9 @@ local DEFAULT_PRIORITY = '2'
 -- near Redis's clock (each bump is +1, and there is rarely more than one per ms
 -- on one task). After a hard delete, which leaves nothing to bump, a re-added
 -- task therefore still never hands out a token a worker of the deleted one holds.
--- A corrupt (non-numeric) field reads as 0 rather than failing the whole script.
+-- A corrupt (non-numeric) field reads as missing rather than failing the whole script.
 local function claim_token(claim, created)
-  return tonumber(claim or created) or 0
+  return tonumber(claim) or tonumber(created) or 0
 end
 
 -- The zset of a paused topic's due tasks, set aside so they neither start nor keep the
@@ -106,13 +133,23 @@ local function zadd_counted(zset, score, member, state, topic)
   if redis.call('ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
 end
 
+-- HINCRBY that cannot fail on stored data: a counter that is not an integer starts
+-- again from this change, and a key that is not a hash is set aside first.
+local function hincrby(key, field, delta)
+  local value = redis.pcall('HINCRBY', key, field, delta)
+  if type(value) == 'number' then return value end
+  expect('hash', key)
+  redis.call('HSET', key, field, delta)
+  return delta
+end
+
 -- Write what the script counted: state counts to `counts_key`; run events to the
 -- lifetime totals and to the 10-second window of `now` (which expires).
 local function flush_stats(counts_key, totals_key, window_prefix, now)
   for topic, t in pairs(counts) do
     for state, delta in pairs(t) do
       local field = state .. '|' .. topic
-      if delta ~= 0 and redis.call('HINCRBY', counts_key, field, delta) == 0 then
+      if delta ~= 0 and hincrby(counts_key, field, delta) == 0 then
         redis.call('HDEL', counts_key, field)
       end
     end
@@ -123,9 +160,9 @@ local function flush_stats(counts_key, totals_key, window_prefix, now)
     for topic, t in pairs(runs) do
       for name, delta in pairs(t) do
         local field = name .. '|' .. topic
-        redis.call('HINCRBY', totals_key, field, delta)
-        redis.call('HINCRBY', window, field, delta)
-        redis.call('HINCRBY', minute, field, delta)
+        hincrby(totals_key, field, delta)
+        hincrby(window, field, delta)
+        hincrby(minute, field, delta)
       end
     end
     redis.call('PEXPIRE', window, WINDOW_TTL_MS)
@@ -137,4 +174,17 @@ end
 local function index_finished(member, done_key, now, task_key, retention, state, topic)
   zadd_counted(done_key, now, member, state, topic)
   redis.call('PEXPIRE', task_key, retention)
+end
+
+-- A corrupt task is set aside as a failed task (docs/redis-layout.md, "Stored data
+-- is not trusted"): status `failed`, error `quarantined: <reason>`, indexed in
+-- done:failed and expiring after the retention period like any failed task; the
+-- reason also goes in the quarantine hash, which promote trims with done:failed.
+-- A key that is not a hash cannot hold that and is replaced by a record that does.
+-- `aside`: {failed = done:failed key, quarantine = quarantine key, now =, retention =}.
+local function quarantine(aside, task_key, member, reason)
+  if key_type(task_key) ~= 'hash' then redis.call('DEL', task_key) end
+  redis.call('HSET', task_key, 'status', 'failed', 'queued', '0', 'error', 'quarantined: ' .. reason)
+  redis.call('HSET', aside.quarantine, member, reason)
+  index_finished(member, aside.failed, aside.now, task_key, aside.retention, 'failed', topic_of(member))
 end

@@ -1,5 +1,5 @@
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts, paused
+-- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts, paused, quarantine
 -- ARGV: task-key prefix, nx (1/0), wake channel, then per task 5 values:
 --       member (topic:id), spec JSON, priority, mode ('delay'|'at'), value (ms)
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
@@ -8,6 +8,8 @@
 local now = now_ms()
 local prefix, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
 local states = {nil, 'running', 'ok', 'failed', 'deleted'}
+expect('zset', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+expect('hash', KEYS[7], KEYS[8])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local head_due = tonumber(head[2] or math.huge)
 local earliest = math.huge
@@ -18,19 +20,23 @@ for i = 4, #ARGV, 5 do
   local task_key = prefix .. member
   -- Every record has a status (claim and priority may be left out); EXISTS
   -- catches a corrupt one without, whose fields must not leak into the new one.
-  local old = redis.call('HMGET', task_key, 'status', 'queued', 'priority', 'claim', 'created')
-  local exists = old[1] ~= false or redis.call('EXISTS', task_key) == 1
-  if nx and exists then
+  -- A key that is not a hash is no task: it is replaced, even with nx.
+  local old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created')
+  local exists = not old or old[1] ~= false or redis.call('EXISTS', task_key) == 1
+  if nx and old and exists then
     written[#written + 1] = 0
   else
     local due = value
     if mode == 'delay' then due = now + value end
     local topic = topic_of(member)
     if exists then  -- a replacement: clear the old record and its index entries
+      old = old or {}
       -- A live ready-list entry of the old record goes stale with it.
       if old[2] == '1' then count_ready(old[3], topic, -1) end
+      redis.call('HDEL', KEYS[8], member)  -- a quarantine reason belongs to the old record
       redis.call('DEL', task_key)
       for k = 2, 5 do zrem_counted(KEYS[k], member, states[k], topic) end
+      expect('zset', parked_key(KEYS[7], topic))
       zrem_counted(parked_key(KEYS[7], topic), member, 'parked', topic)
     end
     -- A fresh record leaves out runs (0), the default priority, and claim: its

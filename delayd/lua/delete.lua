@@ -2,13 +2,23 @@
 -- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
--- a stale ready-list entry is skipped. Returns 1 if the task existed, else 0.
+-- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
+-- kept only for tasks in done:failed). A task key that is not a hash is removed,
+-- and a soft delete leaves a record that says `deleted`. Returns 1 if the task
+-- existed, else 0.
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
-if hard then redis.call('HDEL', KEYS[7], member) end
+expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+expect('hash', KEYS[7])
+expect('zset', parked_key(KEYS[9], topic_of(member)))
+redis.call('HDEL', KEYS[7], member)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local old = redis.call('HMGET', KEYS[1], 'queued', 'priority', 'claim', 'created')
+local old = read_record(KEYS[1], 'queued', 'priority', 'claim', 'created')
+if not old then
+  redis.call('DEL', KEYS[1])
+  old = {}
+end
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end

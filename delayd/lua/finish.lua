@@ -3,23 +3,29 @@
 -- ARGV: task-key prefix, retention (ms), wake channel, window-key prefix,
 --       then per run 6 values:
 --       member, claim token, outcome ('ok'|'failed'|'retry'|'quarantine'),
---       gap (ms, for retry), last error ('' clears it), next due (ms, or '')
+--       gap (ms, for retry), last error ('' clears it; the reason, for quarantine),
+--       next due (ms, or '')
 -- A next due time (a recurring task's next run, ok or retry) puts the task back
 -- to `delayed` at that time and keeps the due time this run was for in `last_due`.
--- A run whose claim token is stale (lease lapsed, task replaced or deleted)
--- changes nothing. Returns one 1 (applied) or 0 (stale) per run.
+-- A run whose claim token is stale (lease lapsed, task replaced or deleted), or
+-- whose record is no longer a hash, changes nothing. Returns one 1 (applied) or
+-- 0 (stale) per run.
 local now = now_ms()
 local prefix, retention, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+expect('zset', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+expect('hash', KEYS[5])
+local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = retention}
 local applied = {}
 for i = 5, #ARGV, 6 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local next_due = tonumber(ARGV[i + 5])
   local task_key = prefix .. member
-  local r = redis.call('HMGET', task_key, 'claim', 'status', 'due', 'error')
-  if r[1] == claim and r[2] == 'running' then
+  local r = read_record(task_key, 'claim', 'status', 'due', 'error')
+  if r and r[1] == claim and r[2] == 'running' then
     local topic = topic_of(member)
     zrem_counted(KEYS[2], member, 'running', topic)
     tally(outcome, topic)
+    local record_error = true
     if next_due and (outcome == 'ok' or outcome == 'retry') then
       redis.call('HSET', task_key, 'status', 'delayed', 'due', next_due, 'last_due', r[3] or now)
       zadd_counted(KEYS[1], next_due, member, 'waiting', topic)
@@ -39,14 +45,15 @@ for i = 5, #ARGV, 6 do
       redis.call('HSET', task_key, 'status', 'failed')
       index_finished(member, KEYS[4], now, task_key, retention, 'failed', topic)
     else
-      redis.call('HSET', task_key, 'status', 'failed')
-      redis.call('HSET', KEYS[5], member, err)
-      err = 'quarantined: ' .. err
+      quarantine(aside, task_key, member, err)  -- writes its own error
+      record_error = false
     end
-    if err == '' then
-      if r[4] then redis.call('HDEL', task_key, 'error') end
-    else
-      redis.call('HSET', task_key, 'error', err)
+    if record_error then
+      if err == '' then
+        if r[4] then redis.call('HDEL', task_key, 'error') end
+      else
+        redis.call('HSET', task_key, 'error', err)
+      end
     end
     applied[#applied + 1] = 1
   else

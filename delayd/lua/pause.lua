@@ -8,14 +8,17 @@
 local now = now_ms()
 local prefix, topic = ARGV[1], ARGV[2]
 local parked = parked_key(KEYS[1], topic)
+expect('hash', KEYS[1])
+expect('list', KEYS[2], KEYS[3], KEYS[4])
+expect('zset', parked)
 redis.call('HSET', KEYS[1], topic, '1')
 local moved = 0
 for k = 2, 4 do
   for _, member in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
     if topic_of(member) == topic then
       local task_key = prefix .. member
-      local r = redis.call('HMGET', task_key, 'queued', 'due', 'priority')
-      if r[1] == '1' then
+      local r = read_record(task_key, 'queued', 'due', 'priority')
+      if r and r[1] == '1' then
         redis.call('HSET', task_key, 'queued', '0')
         count_ready(r[3], topic, -1)
         zadd_counted(parked, tonumber(r[2]) or now, member, 'parked', topic)

@@ -4,14 +4,24 @@
 --       done:deleted, quarantine, counts, totals, paused
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       window-key prefix
+-- A member whose record is missing or corrupt (not a hash, a status or priority it
+-- cannot have there) is quarantined: set aside as a failed task with the reason.
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
 --          now (ms), 1 if a batch was full (call again at once) else 0}
 local now = now_ms()
 local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+expect('zset', KEYS[1], KEYS[2], KEYS[6], KEYS[7], KEYS[8])
+expect('list', KEYS[3], KEYS[4], KEYS[5])
+expect('hash', KEYS[9], KEYS[12])
 local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
+local aside = {failed = KEYS[7], quarantine = KEYS[9], now = now, retention = retention}
 
-local function quarantine(member, reason)
-  redis.call('HSET', KEYS[9], member, reason)
+-- Why the record `r` (status, priority) of a member of `index` cannot be used, or nil.
+local function defect(r, task_key, index, status)
+  if not r then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
+  if not r[1] then return index .. ' entry without a record' end
+  if r[1] ~= status then return index .. ' entry with status ' .. string.sub(r[1], 1, 40) end
+  if not ready[r[2] or DEFAULT_PRIORITY] then return 'record with a bad priority' end
 end
 
 -- Topics paused in this bucket (usually none: one HGETALL of an empty hash). A topic
@@ -21,6 +31,7 @@ local paused = nil
 local flags = redis.call('HGETALL', KEYS[12])
 for i = 1, #flags, 2 do
   local key = parked_key(KEYS[12], flags[i])
+  expect('zset', key)
   local after = nil
   if flags[i + 1] == 'r' then after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) end
   if flags[i + 1] ~= 'r' or after then
@@ -53,22 +64,21 @@ end
 local pushes = {['3'] = {}, ['2'] = {}, ['1'] = {}}
 for _, member in ipairs(due) do
   local task_key = prefix .. member
-  local r = redis.call('HMGET', task_key, 'status', 'priority')
-  local priority = r[2] or DEFAULT_PRIORITY
-  local batch = pushes[priority]
+  local r = read_record(task_key, 'status', 'priority')
   local topic = topic_of(member)
   count('waiting', topic, -1)
-  if not r[1] then
-    quarantine(member, 'delayed entry without a record')
+  local reason = defect(r, task_key, 'delayed', 'delayed')
+  if reason then
+    quarantine(aside, task_key, member, reason)
   elseif parks(topic, tonumber(scores[member]) or now) then
     zadd_counted(paused[topic].key, scores[member], member, 'parked', topic)
-  elseif batch then
+  else
+    local priority = r[2] or DEFAULT_PRIORITY
     redis.call('HSET', task_key, 'queued', '1')
+    local batch = pushes[priority]
     batch[#batch + 1] = member
     count_ready(priority, topic, 1)
     moved = moved + 1
-  else
-    quarantine(member, 'record with a bad priority')
   end
 end
 for _, priority in ipairs({'3', '2', '1'}) do
@@ -79,43 +89,46 @@ if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 
 -- Lapsed leases: the worker died, hung or lost Redis. Fence it off (claim + 1)
 -- and run the task again soon, keeping its run number (same idempotency key).
+-- A lease of a task that finished meanwhile is simply dropped.
+local finished = {ok = true, failed = true, deleted = true}
 local reaped = 0
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 for _, member in ipairs(lapsed) do
   local task_key = prefix .. member
-  local r = redis.call('HMGET', task_key, 'status', 'priority', 'due')
+  local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due')
   local topic = topic_of(member)
   count('running', topic, -1)
-  if r[1] == 'running' and parks(topic, tonumber(r[3]) or now) then
-    -- Its topic is paused: it waits, parked at its due time, to run again on resume.
-    redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1')
-    redis.call('HINCRBY', task_key, 'claim', 1)
-    zadd_counted(paused[topic].key, tonumber(r[3]) or now, member, 'parked', topic)
-    tally('lapsed', topic)
-  elseif r[1] == 'running' then
-    local list = ready[r[2] or DEFAULT_PRIORITY]
-    if list then
-      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1')
-      redis.call('HINCRBY', task_key, 'claim', 1)
-      redis.call('LPUSH', list, member)
+  if not (r and finished[r[1]]) then
+    local reason = defect(r, task_key, 'leased', 'running')
+    local token = r and claim_token(r[3], r[4]) + 1
+    if reason then
+      quarantine(aside, task_key, member, reason)
+    elseif parks(topic, tonumber(r[5]) or now) then
+      -- Its topic is paused: it waits, parked at its due time, to run again on resume.
+      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
+      zadd_counted(paused[topic].key, tonumber(r[5]) or now, member, 'parked', topic)
+      tally('lapsed', topic)
+    else
+      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
+      redis.call('LPUSH', ready[r[2] or DEFAULT_PRIORITY], member)
       count_ready(r[2], topic, 1)
       tally('lapsed', topic)
       reaped = reaped + 1
-    else
-      quarantine(member, 'leased entry with a bad priority')
     end
   end
 end
 if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
 
 -- Finished-task indexes keep only what is inside the retention period (the
--- records themselves expire on their own with PEXPIRE).
-local finished = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
+-- records themselves expire on their own with PEXPIRE). The quarantine hash
+-- keeps a reason for as long as its task is in done:failed.
+local states = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
 for k = 6, 8 do
   local old = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', 0, limit)
   if #old > 0 then
     redis.call('ZREM', KEYS[k], unpack(old))
-    for _, member in ipairs(old) do count(finished[k], topic_of(member), -1) end
+    if k == 7 then redis.call('HDEL', KEYS[9], unpack(old)) end
+    for _, member in ipairs(old) do count(states[k], topic_of(member), -1) end
   end
 end
 flush_stats(KEYS[10], KEYS[11], ARGV[6], now)

@@ -6,6 +6,8 @@
 -- Returns the Redis time (ms) of the call.
 local now = now_ms()
 local id, entry, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+expect('hash', KEYS[1])
+expect('zset', KEYS[2])
 local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 for _, gone in ipairs(dead) do
   redis.call('HDEL', KEYS[1], gone)

@@ -9,6 +9,8 @@
 -- Returns {moved, still parked}.
 local topic, channel, batch_size = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local parked = parked_key(KEYS[1], topic)
+expect('hash', KEYS[1])
+expect('zset', KEYS[2], parked)
 local batch = redis.call('ZRANGE', parked, 0, batch_size - 1, 'WITHSCORES')
 local moved = #batch / 2
 if moved > 0 then

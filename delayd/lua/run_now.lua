@@ -6,12 +6,13 @@
 -- 0 no such task; -1 not delayed (running or finished: nothing changed).
 local now = now_ms()
 local member, channel = ARGV[1], ARGV[2]
-local r = redis.call('HMGET', KEYS[1], 'status', 'queued')
-if not r[1] then return {0, ''} end
+local r = read_record(KEYS[1], 'status', 'queued')
+if not (r and r[1]) then return {0, ''} end
 if r[1] ~= 'delayed' then return {-1, r[1]} end
 if r[2] == '1' then return {3, r[1]} end
 local topic = topic_of(member)
 local parked = parked_key(KEYS[3], topic)
+expect('zset', KEYS[2], parked)
 redis.call('HSET', KEYS[1], 'due', now)
 if redis.call('ZSCORE', parked, member) then
   redis.call('ZADD', parked, now, member)

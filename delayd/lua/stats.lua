@@ -6,30 +6,40 @@
 --          (or false), quarantined, {topic, earliest due, ...} of tasks due but not
 --          started, 1 if a scan hit the limit (the per-topic due times may then be
 --          late ones) else 0, topics paused in this bucket}
+-- It writes nothing, not even to set a corrupt key aside: a key of the wrong type
+-- reads as empty, an unreadable due time is not seen.
 local now = now_ms()
 local prefix, window_prefix = ARGV[1], ARGV[2]
+
+-- The reply of a read, or `default` when it fails on stored data (WRONGTYPE).
+local function read(default, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply['err'] then return default end
+  return reply
+end
 local windows, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local first = math.floor(now / WINDOW_MS) - windows + 1
 local recent = {}
 for w = first, first + windows - 1 do
-  recent[#recent + 1] = redis.call('HGETALL', window_prefix .. w)
+  recent[#recent + 1] = read({}, 'HGETALL', window_prefix .. w)
 end
 
 -- Earliest due time per topic of tasks that are due and not running: the past-due
 -- head of `delayed` (not promoted yet) and the live head of each ready list.
 local earliest, truncated = {}, 0
 local function seen(member, due)
+  if not due then return end
   local topic = topic_of(member)
   if earliest[topic] == nil or due < earliest[topic] then earliest[topic] = due end
 end
-local overdue = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 for i = 1, #overdue, 2 do seen(overdue[i], tonumber(overdue[i + 1])) end
 if #overdue == 2 * limit then truncated = 1 end
 for k = 2, 4 do
-  local members = redis.call('LRANGE', KEYS[k], 0, limit - 1)
+  local members = read({}, 'LRANGE', KEYS[k], 0, limit - 1)
   for _, member in ipairs(members) do
-    local r = redis.call('HMGET', prefix .. member, 'queued', 'due')
+    local r = read({}, 'HMGET', prefix .. member, 'queued', 'due')
     if r[1] == '1' and r[2] then seen(member, tonumber(r[2])) end
   end
   if #members == limit then truncated = 1 end
@@ -40,6 +50,6 @@ for topic, due in pairs(earliest) do
   lag[#lag + 1] = due
 end
 
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {now, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[6]), first, recent,
-        head[2] or false, redis.call('HLEN', KEYS[7]), lag, truncated, redis.call('HKEYS', KEYS[8])}
+local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {now, read({}, 'HGETALL', KEYS[5]), read({}, 'HGETALL', KEYS[6]), first, recent,
+        head[2] or false, read(0, 'HLEN', KEYS[7]), lag, truncated, read({}, 'HKEYS', KEYS[8])}
