@@ -18,7 +18,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from . import config as config_mod
-from . import connection, embedded, registry, schedule
+from . import connection, embedded, held, registry, schedule
 from . import durable as durable_mod
 from . import stats as stats_mod
 from .store import SCRIPTS, BucketKeys, Store, StoreError, bucket_of, recorded_buckets
@@ -122,6 +122,7 @@ class Client:
             allowed_modules = cfg.allowed_modules
         self.allowed_modules = tuple(allowed_modules) if allowed_modules is not None else None
         self.redis = connection.connect(self.url)
+        self._held = held.held(self.redis)  # for single adds: see delayd/held.py
         self._store: Store | None = None
 
     @classmethod
@@ -183,8 +184,8 @@ class Client:
         store = self.store
         if durable:
             wait = self._durable_command()
-            return bool(self._add_pipelined([(store.keys_for(item[0].key), [item])], nx, wait))
-        return bool(store.add(store.keys_for(item[0].key), [item], nx)[0])
+            return bool(self._add_calls([(store.keys_for(item[0].key), [item])], nx, wait))
+        return bool(store.add(store.keys_for(item[0].key), [item], nx, client=self._held)[0])
 
     @redis_errors
     def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False, durable: bool = False) -> int:
@@ -215,10 +216,7 @@ class Client:
             by_bucket.setdefault(bucket_of(entry[0].key, store.buckets), []).append(entry)
         calls = [(store.keys[b], entries[i:i + ADD_BATCH])
                  for b, entries in by_bucket.items() for i in range(0, len(entries), ADD_BATCH)]
-        written = 0
-        for chunk in (calls[i:i + 64] for i in range(0, len(calls), 64)):
-            written += self._add_pipelined(chunk, nx, wait)
-        return written
+        return self._add_calls(calls, nx, wait)
 
     def _first_due(self, built: list[tuple[Task, str, int]]) -> list[tuple[Task, str, int]]:
         """Give cron tasks without delay/at their first due time: the calendar's next time
@@ -251,25 +249,17 @@ class Client:
         except durable_mod.Unconfirmable as exc:
             raise DurabilityError(f"Redis at {connection.where(self.url)}: {exc}; nothing was written") from None
 
-    def _add_pipelined(self, calls: list[tuple[BucketKeys, list[tuple[Task, str, int]]]], nx: bool,
+    def _add_calls(self, calls: list[tuple[BucketKeys, list[tuple[Task, str, int]]]], nx: bool,
                        wait: tuple[Any, ...] | None = None) -> int:
         if isinstance(self.redis, RedisCluster):
             # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
             return sum(sum(self.store.add(keys, entries, nx)) for keys, entries in calls)
-        for _attempt in (1, 2):
-            pipe = self.redis.pipeline(transaction=False)
-            for keys, entries in calls:
-                self.store.add(keys, entries, nx, client=pipe)
-            if wait:  # on the pipeline's connection: WAIT/WAITAOF count that connection's writes
-                pipe.execute_command(*wait)
-            results = pipe.execute(raise_on_error=False)
-            if not any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
-                break
-            SCRIPTS["add"].load(self.redis)  # Redis lost its script cache: load, then redo
-        reply = results.pop() if wait else None
-        for r in results + [reply]:
-            if isinstance(r, Exception):
-                raise r
+        with held.checked_out(self.redis) as conn:
+            # Packed lazily: Redis runs one batch while the next is packed (Script.stream).
+            results = SCRIPTS["add"].stream(conn, (self.store.add_call(keys, entries, nx) for keys, entries in calls))
+            if wait:  # on the same connection: WAIT/WAITAOF count that connection's writes
+                conn.send_command(*wait)
+                reply = conn.read_response()
         written = sum(sum(r) for r in results)
         if wait and not durable_mod.confirmed(wait, reply):
             raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "

@@ -17,6 +17,7 @@ import redis
 from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
+STREAM_WINDOW = 4  # script calls sent ahead of their replies by Script.stream
 
 
 def bucket_of(member: str, buckets: int) -> int:
@@ -190,14 +191,60 @@ class Script:
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
             # Redis restarted or its script cache was flushed: EVAL loads it again.
-            return client.eval(self.source, len(keys), *keys, *args)
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
     def load(self, client: Any) -> None:
         """Cache the script in Redis (before EVALSHA in a pipeline)."""
         client.script_load(self.source)
+
+    def stream(self, conn: Any, calls: Iterable[tuple[Sequence[str], Sequence[Any]]],
+               window: int = STREAM_WINDOW, reload: bool = True) -> list[Any]:
+        """Run many calls on `conn` (a connection checked out for the caller alone), `window`
+        calls ahead of the replies: Redis runs call k while Python packs the next ones, where
+        a pipeline packs all, then waits for all. Calls are produced lazily from `calls`.
+
+        A call refused with NOSCRIPT (Redis lost its script cache) is sent again, once, after
+        a SCRIPT LOAD. After an error reply nothing more is sent; the first error is raised
+        once the replies in flight are read. Connection errors leave `conn` to be dropped.
+        """
+        sent: list[tuple[Sequence[str], Sequence[Any]]] = []
+        replies: list[Any] = []
+        errors: list[Exception] = []
+        for keys, args in calls:
+            conn.send_packed_command(conn.pack_command("EVALSHA", self.sha, len(keys), *keys, *args))
+            sent.append((keys, args))
+            if len(sent) - len(replies) > window:
+                replies.append(_read_reply(conn, errors))
+            if errors:
+                break
+        while len(replies) < len(sent):
+            replies.append(_read_reply(conn, errors))
+        noscript = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if noscript and not errors and reload:
+            conn.send_command("SCRIPT", "LOAD", self.source)
+            conn.read_response()
+            for i, reply in zip(noscript, self.stream(conn, [sent[i] for i in noscript], window, reload=False)):
+                replies[i] = reply
+        if errors:
+            raise errors[0]
+        for reply in replies:
+            if isinstance(reply, Exception):  # NOSCRIPT again, just after the load
+                raise reply
+        return replies
+
+
+def _read_reply(conn: Any, errors: list[Exception]) -> Any:
+    """One reply; an error reply is returned (a NOSCRIPT) or also kept in `errors` (any other)."""
+    try:
+        return conn.read_response()
+    except redis.exceptions.NoScriptError as exc:
+        return exc
+    except redis.exceptions.ResponseError as exc:
+        errors.append(exc)
+        return exc
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
@@ -243,14 +290,15 @@ class Store:
             args += [task.key, task.spec_json(), task.priority, mode, value]
         return args
 
+    def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of one add.lua call writing `tasks` of one bucket."""
+        return ([keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts,
+                 keys.paused, keys.quarantine],
+                [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)])
+
     def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool, client: Any = None) -> Any:
         """Write tasks of one bucket in one script call; returns 1/0 per task."""
-        return SCRIPTS["add"](
-            client or self.redis,
-            [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts,
-             keys.paused, keys.quarantine],
-            [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)],
-        )
+        return SCRIPTS["add"](client or self.redis, *self.add_call(keys, tasks, nx))
 
     def delete(self, member: str, hard: bool, retention_ms: int) -> bool:
         keys = self.keys_for(member)

@@ -195,6 +195,35 @@ def test_add_many_accepts_a_generator(client):
     assert client.add_many({"topic": "g", "id": i, "url": "http://h/"} for i in range(5)) == 5
 
 
+def test_adds_after_redis_lost_its_script_cache(client, r):
+    """A single add (held connection) and a streamed add_many of many calls in flight both
+    load the script again after SCRIPT FLUSH, and every task is written once."""
+    client.add("t", 0, call="a:b")
+    r.script_flush()
+    assert client.add("t", 1, call="a:b") is True
+    r.script_flush()
+    items = [{"topic": "t", "id": i, "call": "a:b"} for i in range(2, 3002)]  # ~15+ calls, more than the window
+    assert client.add_many(items) == 3000
+    assert len(task_keys(r)) == 3002
+    assert client.stats()["counts"]["delayed"] == 3002
+
+
+def test_add_many_error_reply_leaves_the_client_usable(client, r):
+    """Error replies to streamed calls are raised once the replies in flight are read;
+    the next add on the same client gets its own reply, not a stale one."""
+    client.add("seed", 1, call="a:b")
+    items = [{"topic": "t", "id": i, "call": "a:b"} for i in range(2000)]
+    r.config_set("maxmemory", 1)  # noeviction: every write is refused with OOM
+    try:
+        with pytest.raises(RedisUnavailable, match="OOM"):
+            client.add_many(items)
+    finally:
+        r.config_set("maxmemory", 0)
+    assert client.add("after", 1, call="a:b", nx=True) is True
+    assert client.add("after", 1, call="a:b", nx=True) is False
+    assert client.add_many(items[:10], nx=True) == 10
+
+
 # -- the bucket count --------------------------------------------------------------
 def test_bucket_count_is_recorded_and_reused(redis_url, r):
     first = Client.from_url(redis_url, config=config_mod.load(buckets=3))

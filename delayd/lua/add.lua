@@ -14,15 +14,17 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local head_due = tonumber(head[2] or math.huge)
 local earliest = math.huge
 local written = {}
+local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
 for i = 4, #ARGV, 5 do
   local member, spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local value = tonumber(ARGV[i + 4])
   local task_key = prefix .. member
-  -- Every record has a status (claim and priority may be left out); EXISTS
-  -- catches a corrupt one without, whose fields must not leak into the new one.
-  -- A key that is not a hash is no task: it is replaced, even with nx.
-  local old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created')
-  local exists = not old or old[1] ~= false or redis.call('EXISTS', task_key) == 1
+  -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
+  -- status is corrupt, and its fields must not leak into the new one; a key that is not
+  -- a hash is no task (read_record gives nil): it is replaced, even with nx.
+  local exists = redis.call('EXISTS', task_key) == 1
+  local old = {}
+  if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created') end
   if nx and old and exists then
     written[#written + 1] = 0
   else
@@ -53,10 +55,19 @@ for i = 4, #ARGV, 5 do
       fields[#fields + 1] = token
     end
     redis.call('HSET', task_key, unpack(fields))
-    zadd_counted(KEYS[1], due, member, 'waiting', topic)
+    local scores = by_topic[topic]
+    if not scores then
+      scores = {}
+      by_topic[topic] = scores
+    end
+    scores[#scores + 1] = due
+    scores[#scores + 1] = member
     if due < earliest then earliest = due end
     written[#written + 1] = 1
   end
+end
+for topic, scores in pairs(by_topic) do
+  count('waiting', topic, redis.call('ZADD', KEYS[1], unpack(scores)))
 end
 -- The bucket process is woken once per batch, if the batch moved its head earlier.
 if earliest < head_due then redis.call('PUBLISH', channel, earliest) end
