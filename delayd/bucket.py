@@ -55,8 +55,9 @@ class BucketWorker:
         wake_at = min((t for t in (done.next_due, done.next_lease) if t >= 0), default=None)
         if wake_at is None:
             return WAIT_CAP
-        # +1 ms: a member due at T ms is promoted once Redis's clock reads T.
-        return min(WAIT_CAP, max(0.0, (wake_at - done.now + 1) / 1000.0))
+        # `now` was read before the reply left Redis, so after (wake_at - now) ms Redis's clock
+        # reads at least wake_at (ms, floored): the member due then is promotable, not early.
+        return min(WAIT_CAP, max(0.0, (wake_at - done.now) / 1000.0))
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds` or until woken; drain what is waiting. False: stop."""
