@@ -1,8 +1,9 @@
 """A connection of a client's pool held for its one-at-a-time script calls (a web request's `add`).
 
-redis-py checks a connection out of its pool and back in around every command: a
-poll() for stale data, observability counters and event dispatch cost 20-40 µs of
-an `add` that takes ~90 µs in all on this machine. A plain client (not Cluster, not
+redis-py checks a connection out of its pool and back in around every command:
+locks, observability counters and event dispatch cost 20-40 µs of an `add` that
+takes ~90 µs in all on this machine. Its check for a connection the server closed
+(one poll()) is kept. A plain client (not Cluster, not
 Sentinel) keeps one connection of its own pool aside instead; a thread that finds
 it busy takes redis-py's usual path, so threads never wait for each other here.
 Retries are the connection's own policy (redis-py's Retry), and any error or
@@ -35,6 +36,7 @@ class HeldConnection:
             if self.conn is None or self.pid != os.getpid():  # never a socket inherited across fork()
                 self.conn, self.pid = self.client.connection_pool.get_connection(), os.getpid()
             conn = self.conn
+            _drop_if_stale(conn)
             packed = conn.pack_command(*args)
             try:
                 return conn.retry.call_with_retry(lambda: self._round_trip(conn, packed),
@@ -49,6 +51,17 @@ class HeldConnection:
     def _round_trip(conn: Any, packed: Any) -> Any:
         conn.send_packed_command(packed)
         return conn.read_response()
+
+
+def _drop_if_stale(conn: Any) -> None:
+    """Disconnect `conn` if the server closed it while it sat idle (a Redis restart) or it has
+    unread data, as the pool's checkout does (one poll()); the next send reconnects."""
+    try:
+        stale = conn._sock is not None and conn.can_read()
+    except (redis.exceptions.ConnectionError, OSError):
+        stale = True
+    if stale:
+        conn.disconnect()
 
 
 def held(client: Any) -> HeldConnection | None:
