@@ -15,6 +15,7 @@ from setproctitle import setproctitle
 
 from . import __version__
 from . import config as config_mod
+from .clock import local_time as fmt_time
 from .client import ADD_BATCH, Client, DelaydError
 from .connection import RedisURLError, redact
 from .task import STATUSES, TaskError
@@ -53,15 +54,6 @@ def client_for(args: argparse.Namespace) -> Client:
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, separators=(",", ":")) if args.json else text)
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}"
-    except (OverflowError, ValueError, OSError):  # a time from a corrupt record
-        return f"?({seconds})"
 
 
 class Progress:

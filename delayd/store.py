@@ -6,6 +6,7 @@ Redis Cluster slot. See docs/redis-layout.md for the whole layout.
 from __future__ import annotations
 
 import hashlib
+import math
 import zlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -248,7 +249,7 @@ def _read_reply(conn: Any, errors: list[Exception]) -> Any:
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
-                                           "stats", "register", "pause", "resume", "run_now")}
+                                           "stats", "register", "pause", "resume", "run_now", "browse")}
 
 
 # Parked tasks moved back per resume.lua call: ~2.5 ms of Redis time (100k in one call took ~100 ms).
@@ -268,6 +269,25 @@ class RunNow(NamedTuple):
 
     code: int
     status: str
+
+
+Score = int | float   # an index's time in ms; a float only for the infinities Redis allows in a zset
+
+
+def score_of(text: str) -> Score:
+    """A zset score as Redis sends it ('1700000000000', 'inf', '-inf'): an int unless infinite."""
+    value = float(text)
+    return int(value) if math.isfinite(value) else value
+
+
+class Browsed(NamedTuple):
+    """browse.lua's answer for one bucket's index (the dashboard's task list)."""
+
+    matches: list[tuple[str, Score]]   # (member, score), in the walk's order
+    examined: int                      # index entries looked at
+    stop: tuple[Score, str] | None     # the last entry examined; None when the index was read to its end
+    size: int                          # entries in the index
+    problem: str | None                # why the index could not be read (a key of the wrong type), else None
 
 
 class Store:
@@ -385,3 +405,18 @@ class Store:
         for member, claim in runs:
             args += [wire(member), claim]
         return [bool(renewed) for renewed in SCRIPTS["renew"](self.redis, [keys.leases], args)]
+
+    # -- the dashboard (reads only) ------------------------------------------------------
+    def browse(self, index: str, order: str, start: tuple[Score, str] | None, topic: str, prefix: str, limit: int,
+               budget: int) -> Browsed:
+        """Walk one index (`delayed`, `leases` or `done:<status>` of a bucket) from after `start` in
+        `order` ('asc'/'desc'), keeping members of `topic` whose id starts with `prefix`; stops after
+        `limit` matches or `budget` entries examined (see lua/browse.lua)."""
+        cursor = (start[0], wire(start[1])) if start else ("", "")  # redis-py sends inf as 'inf'
+        flat, examined, stop_score, stop_member, size, *kind = SCRIPTS["browse"](
+            self.redis, [index], [order, *cursor, wire(topic), wire(prefix), limit, budget])
+        matches = [(flat[i], score_of(flat[i + 1])) for i in range(0, len(flat), 2)]
+        stop = (score_of(stop_score), stop_member) if stop_member else None
+        problem = f"{index} is a {kind[0]}, not a sorted set: it is left as it is for a person to look at" \
+            if kind else None
+        return Browsed(matches, int(examined), stop, int(size), problem)

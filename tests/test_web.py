@@ -4,6 +4,7 @@ escaping, and the refused non-loopback start."""
 from __future__ import annotations
 
 import re
+import zlib
 
 import pytest
 
@@ -279,3 +280,57 @@ def test_browse_pages_are_exact_with_a_small_budget(client, r, status):
         if cursor is None:
             break
     assert seen == wanted and pages > len(wanted) // 9
+
+
+# -- damaged data: every page answers, showing the bad entry and why, never a 500 ---------------
+def damage(r, store) -> None:
+    """Wrong-typed keys, unreadable fields and scores, names that are not UTF-8, in every place a page reads."""
+    from delayd import registry
+    keys = store.keys
+    for member, field, value in (("c:due", "due", "soon"), ("c:runs", "runs", "many"), ("c:spec", "spec", b"\xff{"),
+                                 ("c:far", "due", "9" * 30), ("c:status", "status", "zzz")):
+        r.hset(store.keys_for(member).task(member), field, value)
+    r.delete(store.keys_for("c:list").task("c:list"))
+    r.rpush(store.keys_for("c:list").task("c:list"), "not", "a", "hash")
+    odd = keys[zlib.crc32(b"c:\xff") % store.buckets]  # a name that is not UTF-8
+    r.hset(odd.task_prefix.encode() + b"c:\xff", mapping={"spec": '{"call":"a:b"}', "status": "delayed",
+                                                          "created": 1, "due": 1})
+    r.zadd(odd.delayed, {b"c:\xff": 1})
+    for member, score in (("c:inf", "inf"), ("c:-inf", "-inf")):  # scores Redis allows
+        r.zadd(store.keys_for(member).done("failed"), {member: score})
+        r.hset(store.keys_for(member).task(member), mapping={"spec": '{"call":"a:b"}', "status": "failed",
+                                                             "created": 1, "due": 1})
+    r.set(keys[1 % store.buckets].done("ok"), "not a sorted set")      # an index of the wrong type
+    r.hset(keys[0].counts, mapping={"waiting|c": "many", b"ok|\xff": "1"})
+    r.hset(f"{keys[0].window_prefix}m:{int(r.time()[0]) // 60}", mapping={"ok|c": "x", b"started|\xfe": "2"})
+    registry.register(r, store.prefix, "bytes", {})
+    r.hset(registry.keys(store.prefix)[0], "bytes", b'{"host": "\xff", "started": 1e999, "children": []}')
+
+
+def test_every_page_shows_damaged_data_and_never_fails(api, client, r):
+    from delayd import connection
+    for member in ("c:good", "c:due", "c:runs", "c:spec", "c:far", "c:status", "c:list"):
+        client.add(*member.split(":"), call="delayd.examples:echo", delay=600)
+    raw = connection.connect(client.url)
+    damage(raw, client.store)
+    paths = ["/", "/api/stats", "/tasks", "/tasks?topic=c", "/tasks?status=failed", "/tasks?status=ok",
+             "/api/tasks", "/api/tasks?status=failed", "/api/tasks?status=ok", "/api/tasks?topic=c&status=delayed",
+             "/tasks/c/good", "/tasks/c/due", "/tasks/c/list", "/tasks/c/far", "/tasks/c/%FF", "/api/tasks/c/list",
+             "/api/tasks/c/%FF", "/tasks/c/inf"]
+    for path in paths:
+        for accept in ("text/html", "application/json"):
+            answer = api.get(path, headers={"Accept": accept})
+            assert answer.status_code == 200, (path, answer.status_code, answer.text[-300:])
+    listed = api.get("/api/tasks", params={"topic": "c"}).json()
+    corrupt = {row["key"]: row["corrupt"] for row in listed["tasks"] if row["corrupt"]}
+    assert {"c:due", "c:runs", "c:spec", "c:status", "c:list", "c:\\xff"} <= corrupt.keys(), corrupt
+    assert "not a hash" in corrupt["c:list"] and "does not parse" in corrupt["c:due"]
+    ok = api.get("/api/tasks", params={"status": "ok"}).json()
+    assert any("not a sorted set" in problem for problem in ok["problems"]), ok
+    assert "not a sorted set" in api.get("/tasks?status=ok").text
+    page = api.get("/tasks?topic=c", headers={"Accept": "text/html"}).text
+    assert 'href="/tasks/c/%FF"' in page and ">\\xff<" in page
+    assert "not a hash" in api.get("/api/tasks/c/list").json()["corrupt"]
+    missing = api.get("/tasks/c/missing", headers={"Accept": "text/html"})
+    assert missing.status_code == 404 and "not found: c:missing" in missing.text, "the HTML error page renders"
+    raw.close()

@@ -7,12 +7,16 @@
 -- caller has seen; the page starts right after it, found with ZRANK when the member is
 -- still in this index at that score, else by ZCOUNT and a skip over equal scores.
 -- Returns {{member, score, ...} of matches, examined, stop score or false, stop member
---          (false when the index was read to its end), size of the index}
+--          (false when the index was read to its end), size of the index}, and a sixth
+-- value, the key's type, when the index is not a sorted set (then nothing was read:
+-- this script only reads, so it leaves the key for the writers' `expect` to set aside).
 local key, order = KEYS[1], ARGV[1]
 local cursor_score, cursor_member = ARGV[2], ARGV[3]
 local topic, prefix = ARGV[4], ARGV[5]
 local limit, budget = tonumber(ARGV[6]), tonumber(ARGV[7])
 local desc = order == 'desc'
+local kind = key_type(key)
+if kind ~= 'zset' and kind ~= 'none' then return {{}, 0, false, false, 0, kind} end
 local range = desc and 'ZREVRANGE' or 'ZRANGE'
 
 local start, skip_ties = 0, false

@@ -21,15 +21,16 @@ import redis
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import __version__
 from ..client import Client, DelaydError
+from ..clock import local_time
 from ..config import Config
-from ..task import STATUSES
-from . import actions, views
+from ..task import STATUSES, printable
+from . import actions, display, views
 from .auth import COOKIE, SESSION_S, Auth, Identity, host_of, is_loopback
 
 HERE = resources.files(__package__)
@@ -44,16 +45,11 @@ SECURITY_HEADERS = {
 FAILURES = (DelaydError, redis.exceptions.RedisError)
 
 
-def task_url(topic: str, id: str, *, api: bool = False) -> str:
-    quoted = f"{urllib.parse.quote(topic, safe=':')}/{urllib.parse.quote(id, safe=':')}"
-    return ("/api/tasks/" if api else "/tasks/") + quoted
-
-
 def segments(request: Request, prefix: str) -> list[str]:
     """The percent-decoded segments of the raw path after `prefix` ('/tasks/')."""
     raw = request.scope.get("raw_path") or request.url.path.encode()
     path = raw.decode("latin-1").partition("?")[0]
-    return [urllib.parse.unquote(part) for part in path[len(prefix):].split("/")]
+    return [display.unquote(part) for part in path[len(prefix):].split("/")]
 
 
 def local_next(value: str | None) -> str:
@@ -69,13 +65,11 @@ class Dashboard:
         self.client = client or Client(config=config)
         self.auth = Auth(config.web_token)
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
-                                      autoescape=True, undefined=jinja2.StrictUndefined)
-        self.env.globals.update(task_url=task_url, statuses=STATUSES, version=__version__,
+                                      autoescape=True, undefined=jinja2.StrictUndefined, finalize=display.shown)
+        self.env.globals.update(task_url=display.task_url, statuses=STATUSES, version=__version__,
                                 readonly=config.web_readonly, can_run_now=hasattr(self.client, "run_now"))
-        self.env.filters["when"] = _when
-        self.env.filters["seconds"] = _seconds
-        self.env.filters["ms"] = _ms
-        self.env.filters["seg"] = lambda text: urllib.parse.quote(str(text), safe=":")
+        self.env.filters.update(when=local_time, seconds=display.span, ms=display.ms, seg=display.quote,
+                                urlencode=lambda text: display.quote(text, safe=""))
         self.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
         guarded = self.guarded
         self.app = Starlette(routes=[
@@ -122,7 +116,7 @@ class Dashboard:
 
     def refuse(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         if request.url.path.startswith("/api/") or not _wants_html(request):
-            return JSONResponse({"error": message}, status, headers=headers)
+            return display.Json({"error": message}, status, headers=headers)
         return self.render(request, None, "error.html", {"status": status, "message": message}, status, headers)
 
     def render(self, request: Request, who: Identity | None, name: str, context: dict[str, Any],
@@ -131,7 +125,7 @@ class Dashboard:
         body = self.env.get_template(name).render(
             **context, request_path=request.url.path, query=request.query_params, who=who,
             csrf=self.auth.csrf_for(cookie) if who is not None and who.needs_csrf else "",
-            logged_in=who is not None and who.how == "cookie", message=request.query_params.get("msg", ""))
+            logged_in=who is not None and who.how == "cookie", flash=request.query_params.get("msg", ""))
         return HTMLResponse(body, status, headers=headers)
 
     # -- pages ------------------------------------------------------------------------
@@ -183,16 +177,16 @@ class Dashboard:
     async def api_session(self, request: Request, who: Identity) -> Response:
         """How this request is authorised, the CSRF token a cookie session must send, and read-only."""
         csrf = self.auth.csrf_for(request.cookies.get(COOKIE)) if who.needs_csrf else None
-        return JSONResponse({"auth": who.how, "csrf": csrf, "readonly": self.config.web_readonly,
+        return display.Json({"auth": who.how, "csrf": csrf, "readonly": self.config.web_readonly,
                              "version": __version__})
 
     async def api_stats(self, request: Request, who: Identity) -> Response:
-        return JSONResponse(views.public(await run_in_threadpool(views.overview, self.client)))
+        return display.Json(views.public(await run_in_threadpool(views.overview, self.client)))
 
     async def api_tasks(self, request: Request, who: Identity) -> Response:
         try:
             limit = min(200, max(1, int(request.query_params.get("limit") or views.PAGE_SIZE)))
-            return JSONResponse(await run_in_threadpool(views.listing, self.client, *_list_params(request), limit))
+            return display.Json(await run_in_threadpool(views.listing, self.client, *_list_params(request), limit))
         except ValueError as exc:
             return self.refuse(request, 400, str(exc))
 
@@ -200,7 +194,7 @@ class Dashboard:
         parts = segments(request, "/api/tasks/")
         if request.method == "GET" and len(parts) == 2:
             data = await run_in_threadpool(views.detail, self.client, *parts)
-            return JSONResponse(data) if data else self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
+            return display.Json(data) if data else self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
         if request.method == "POST" and len(parts) == 3:
             hard = request.query_params.get("hard") == "1" or request.state.form.get("hard") == "1"
             return await self.act(request, actions.task_action, self.client, *parts, hard=hard)
@@ -222,8 +216,8 @@ class Dashboard:
         if "next" in request.state.form:
             target = local_next(request.state.form["next"])
             joiner = "&" if "?" in target else "?"
-            return RedirectResponse(target + joiner + urllib.parse.urlencode({"msg": result["message"]}), 303)
-        return JSONResponse(result)
+            return RedirectResponse(target + joiner + urllib.parse.urlencode({"msg": printable(result["message"])}), 303)
+        return display.Json(result)
 
 
 class _Headers:
@@ -263,28 +257,6 @@ def _wants_html(request: Request) -> bool:
 def _list_params(request: Request) -> tuple[str, str | None, str, str | None]:
     q = request.query_params
     return q.get("topic", "").strip(), q.get("status") or None, q.get("q", "").strip(), q.get("cursor") or None
-
-
-def _when(seconds: float | None) -> str:
-    import time
-    if seconds is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    return f"{value / 60:.0f} min" if value < 7200 else f"{value / 3600:.0f} h" if value < 172800 else \
-        f"{value / 86400:.0f} days"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.1f}"
 
 
 def create(config: Config) -> Starlette:

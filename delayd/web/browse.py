@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, NamedTuple
+import math
+from typing import NamedTuple
 
-from ..store import BucketKeys, Script, Store
+from ..store import BucketKeys, Score, Store
 from ..task import Task, TaskError
 
-BROWSE = Script("browse")
 # (status, index of a bucket, order): the statuses a list without one walks, in this order
 SOURCES: tuple[tuple[str, str], ...] = (("running", "desc"), ("delayed", "asc"), ("failed", "desc"),
                                         ("ok", "desc"), ("deleted", "desc"))
@@ -30,20 +30,11 @@ ORDER = dict(SOURCES)
 BUDGET = 20_000   # index entries one page may examine, over every bucket
 
 
-class Answer(NamedTuple):
-    """browse.lua's reply for one bucket."""
-
-    matches: list[tuple[str, int]]     # (member, score), in order
-    examined: int
-    stop: tuple[int, str] | None       # the last entry examined; None when the index was read to its end
-    size: int
-
-
 class Row(NamedTuple):
     member: str
-    score: int                         # the index's time (ms): due, lease expiry or finish
+    score: Score                       # the index's time (ms): due, lease expiry or finish
     status: str                        # the index it was found in
-    task: Task | None                  # None: the record is corrupt (error says why) or gone
+    task: Task | None                  # None: the record is corrupt (error says why)
     error: str | None
 
 
@@ -52,46 +43,46 @@ class Page(NamedTuple):
     cursor: str | None                 # where the next page starts; None: nothing more
     examined: int                      # index entries looked at for this page
     indexed: int                       # entries in the indexes walked
+    problems: list[str]                # indexes that could not be read, and why
 
 
 def index_key(keys: BucketKeys, status: str) -> str:
     return {"delayed": keys.delayed, "running": keys.leases}.get(status) or keys.done(status)
 
 
-def decode(reply: list[Any]) -> Answer:
-    flat, examined, stop_score, stop_member, size = reply
-    matches = [(flat[i], int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
-    stop = (int(float(stop_score)), stop_member) if stop_member else None
-    return Answer(matches, int(examined), stop, int(size))
-
-
-def encode_cursor(source: int, start: tuple[int, str] | None) -> str:
+def encode_cursor(source: int, start: tuple[Score, str] | None) -> str:
     data = [source, *start] if start else [source]
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None) -> tuple[int, tuple[int, str] | None]:
+def decode_cursor(cursor: str | None) -> tuple[int, tuple[Score, str] | None]:
     """(source index, entry to resume after or None); a cursor that does not parse starts from the top."""
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         if len(data) == 1:
             return int(data[0]), None
         source, score, member = data
-        if isinstance(member, str):
-            return int(source), (int(score), member)
+        if isinstance(member, str) and isinstance(score, (int, float)) and not math.isnan(score):
+            return int(source), (score, member)
     except (ValueError, TypeError):
         pass
     return 0, None
 
 
-def walk(store: Store, status: str, start: tuple[int, str] | None, topic: str, prefix: str, limit: int,
-         budget: int) -> tuple[list[tuple[int, str]], tuple[int, str] | None, int, int]:
-    """One status over every bucket: (matches as (score, member) in order, resume point or None,
-    entries examined, entries in the indexes)."""
+class Walked(NamedTuple):
+    found: list[tuple[Score, str]]     # matches as (score, member), in order
+    resume: tuple[Score, str] | None   # where the next page starts; None: every index was read to its end
+    examined: int
+    size: int
+    problems: list[str]
+
+
+def walk(store: Store, status: str, start: tuple[Score, str] | None, topic: str, prefix: str, limit: int,
+         budget: int) -> Walked:
+    """One status over every bucket."""
     desc = ORDER[status] == "desc"
     per_bucket = max(limit, budget // store.buckets)
-    answers = [decode(BROWSE(store.redis, [index_key(keys, status)],
-                             [ORDER[status], *(start or ("", "")), topic, prefix, limit, per_bucket]))
+    answers = [store.browse(index_key(keys, status), ORDER[status], start, topic, prefix, limit, per_bucket)
                for keys in store.keys]
     found = sorted(((score, member) for a in answers for member, score in a.matches), reverse=desc)
     # A bucket that stopped early has examined everything up to its stop entry, so only the
@@ -103,7 +94,8 @@ def walk(store: Store, status: str, start: tuple[int, str] | None, topic: str, p
     if len(found) >= limit:
         found = found[:limit]
         resume = found[-1]
-    return found, resume, sum(a.examined for a in answers), sum(a.size for a in answers)
+    return Walked(found, resume, sum(a.examined for a in answers), sum(a.size for a in answers),
+                  [a.problem for a in answers if a.problem])
 
 
 def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
@@ -114,16 +106,17 @@ def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cu
     source, start = decode_cursor(cursor) if cursor else (sources[0], None)
     if source not in sources:
         source, start = sources[0], None
-    hits: list[tuple[str, int, int]] = []
+    hits: list[tuple[str, Score, int]] = []
+    problems: list[str] = []
     examined = indexed = 0
     next_cursor = None
     while True:
-        found, resume, looked, size = walk(store, SOURCES[source][0], start, topic, prefix, limit - len(hits),
-                                           max(limit, budget - examined))
-        hits += [(member, score, source) for score, member in found]
-        examined, indexed = examined + looked, indexed + size
-        if resume is not None:
-            next_cursor = encode_cursor(source, resume)
+        walked = walk(store, SOURCES[source][0], start, topic, prefix, limit - len(hits), max(limit, budget - examined))
+        hits += [(member, score, source) for score, member in walked.found]
+        examined, indexed = examined + walked.examined, indexed + walked.size
+        problems += walked.problems
+        if walked.resume is not None:
+            next_cursor = encode_cursor(source, walked.resume)
             break
         if source + 1 not in sources:
             break
@@ -131,23 +124,30 @@ def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cu
         if len(hits) >= limit or examined >= budget:
             next_cursor = encode_cursor(source, None)
             break
-    return Page(read_tasks(store, hits), next_cursor, examined, indexed)
+    return Page(read_tasks(store, hits), next_cursor, examined, indexed, problems)
 
 
-def read_tasks(store: Store, hits: list[tuple[str, int, int]]) -> list[Row]:
-    """The records of the members found, in one pipelined round trip."""
+def read_tasks(store: Store, hits: list[tuple[str, Score, int]]) -> list[Row]:
+    """The records of the members found, in one pipelined round trip; a record that is
+    corrupt (or not a hash) is a row with the reason."""
     if not hits:
         return []
     pipe = store.redis.pipeline(transaction=False)
     for member, _, _ in hits:
         pipe.hgetall(store.keys_for(member).task(member))
     rows = []
-    for (member, score, source), record in zip(hits, pipe.execute()):
+    for (member, score, source), record in zip(hits, pipe.execute(raise_on_error=False)):
         status = SOURCES[source][0]
         if not record:
             continue  # expired or removed since the index was read
-        try:
-            rows.append(Row(member, score, status, Task.from_record(member, record), None))
-        except TaskError as exc:
-            rows.append(Row(member, score, status, None, str(exc)))
+        rows.append(row_of(member, score, status, record))
     return rows
+
+
+def row_of(member: str, score: Score, status: str, record: dict[str, str] | Exception) -> Row:
+    if isinstance(record, Exception):
+        return Row(member, score, status, None, "the record's key is not a hash")
+    try:
+        return Row(member, score, status, Task.from_record(member, record), None)
+    except TaskError as exc:
+        return Row(member, score, status, None, str(exc))

@@ -38,10 +38,13 @@ def last_hour(store: Store, minutes: int = MINUTES) -> list[Minute]:
         pipe = store.redis.pipeline(transaction=False)
         for b, m in wanted:
             pipe.hgetall(minute_key(store, b, m))
-        replies = pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
     by_minute = {m: stats_mod.new_events() for m in range(current - minutes + 1, current + 1)}
     for (_, m), reply in zip(wanted, replies):
+        if isinstance(reply, Exception):
+            continue  # not a hash: the next script that counts into it sets it aside
         for field, value in reply.items():
             name, _, _topic = field.partition("|")
-            stats_mod.add_event(by_minute[m], name, int(value))
+            if value.lstrip("-").isdigit() and value.isascii():  # a corrupt counter is not counted
+                stats_mod.add_event(by_minute[m], name, int(value))
     return [Minute(m * MINUTE_MS / 1000, events) for m, events in by_minute.items()]

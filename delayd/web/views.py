@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
+
+import redis
 
 from .. import connection
 from ..client import Client
+from ..store import wire
 from ..task import STATUSES, Task, TaskError
 from . import browse, charts, series
 
@@ -57,20 +61,29 @@ def listing(client: Client, topic: str, status: str | None, q: str, cursor: str 
         if task is not None and (status is None or task.status == status):
             exact = task_dict(task)
     rows = [{"key": r.member, "topic": r.member.rpartition(":")[0], "id": r.member.rpartition(":")[2],
-             "status": r.task.status if r.task else r.status, "index": r.status, "index_at": r.score / 1000,
+             "status": r.task.status if r.task else r.status, "index": r.status,
+             "index_at": r.score / 1000 if math.isfinite(r.score) else None,
              "task": task_dict(r.task) if r.task else None, "corrupt": r.error} for r in found.rows]
     return {"tasks": rows, "cursor": found.cursor, "exact": exact, "examined": found.examined,
-            "indexed": found.indexed, "complete": found.cursor is None}
+            "indexed": found.indexed, "complete": found.cursor is None, "problems": found.problems}
 
 
 def detail(client: Client, topic: str, id: str) -> dict[str, Any] | None:
     """GET /api/tasks/<topic>/<id>: every field, the raw record and any quarantine reason; None if missing."""
     member = f"{topic}:{id}"
     keys = client.store.keys_for(member)
-    record = client.redis.hgetall(keys.task(member))
+    try:
+        record = client.redis.hgetall(keys.task(member))
+    except redis.exceptions.ResponseError:  # WRONGTYPE: a key that is no record
+        kind = client.redis.type(keys.task(member))
+        return {"topic": topic, "id": id, "key": member, "task": None, "record": {}, "quarantined": None,
+                "corrupt": f"the record's key is a {kind}, not a hash", "bucket": keys.bucket, "ttl_s": None}
     if not record:
         return None
-    quarantine = client.redis.hget(keys.quarantine, member)
+    try:
+        quarantine = client.redis.hget(keys.quarantine, wire(member))
+    except redis.exceptions.ResponseError:
+        quarantine = None  # the quarantine hash is not a hash: the scripts set it aside on their next write
     try:
         task, error = task_dict(Task.from_record(member, record)), None
     except TaskError as exc:
