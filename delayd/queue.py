@@ -28,7 +28,7 @@ from . import log as log_mod
 from .config import Config
 from .handlers import Outcome, Runner
 from .log import event
-from .store import PRIORITIES, Claimed, Store, ready_channel
+from .store import PRIORITIES, SCHEDULE_ENDS, Claimed, Store, ready_channel
 from .task import Task, TaskError
 from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
 
@@ -242,6 +242,8 @@ class QueueWorker:
                 kind, error = "failed", f"no runs left in intervals; last error: {error}"
             else:
                 gap_ms = int(gap * 1000)
+        if task.recurring and next_due == "" and kind in ("ok", "failed"):
+            next_due = SCHEDULE_ENDS  # its last run: it leaves the index of recurring tasks
         elapsed_ms = round((time.monotonic() - run.started) * 1000, 1)
         event(log, "run", task=task.key, run=task.runs, outcome=kind, ms=elapsed_ms,
               error=error.splitlines()[0][:300] if error else None,

@@ -82,6 +82,12 @@ class BucketKeys:
         read it in their own slot); `paused:<topic>` is the zset of that topic's parked tasks."""
         return self.tag + "paused"
 
+    @property
+    def recurring(self) -> str:
+        """Zset of the bucket's recurring tasks (members at score 0: name order), kept by add,
+        finish and delete; the dashboard's schedules page reads it instead of every record."""
+        return self.tag + "recurring"
+
     def parked(self, topic: str) -> str:
         return f"{self.paused}:{topic}"
 
@@ -252,6 +258,9 @@ SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", 
                                            "stats", "register", "pause", "resume", "run_now", "browse")}
 
 
+# finish's next due time for a recurring task's last run (ended by its outcome): it leaves `recurring`.
+SCHEDULE_ENDS = "end"
+
 # Parked tasks moved back per resume.lua call: ~2.5 ms of Redis time (100k in one call took ~100 ms).
 RESUME_BATCH = 1000
 
@@ -304,16 +313,17 @@ class Store:
 
     # -- producers -------------------------------------------------------------------
     def add_args(self, tasks: Iterable[tuple[Task, str, int]]) -> list[Any]:
-        """Flatten (task, mode, value_ms) triples into add.lua's per-task ARGV."""
+        """Flatten (task, mode, value_ms) triples into add.lua's per-task ARGV (a recurring
+        task's mode gets a '*': it goes in the `recurring` index too)."""
         args: list[Any] = []
         for task, mode, value in tasks:
-            args += [task.key, task.spec_json(), task.priority, mode, value]
+            args += [task.key, task.spec_json(), task.priority, mode + "*" if task.recurring else mode, value]
         return args
 
     def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one add.lua call writing `tasks` of one bucket."""
         return ([keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts,
-                 keys.paused, keys.quarantine],
+                 keys.paused, keys.quarantine, keys.recurring],
                 [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)])
 
     def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool, client: Any = None) -> Any:
@@ -325,7 +335,7 @@ class Store:
         return bool(SCRIPTS["delete"](
             self.redis,
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine, keys.counts, keys.paused],
+             keys.quarantine, keys.counts, keys.paused, keys.recurring],
             [wire(member), int(hard), retention_ms],
         ))
 
@@ -388,15 +398,16 @@ class Store:
 
     def finish(self, bucket: int, results: list[tuple], retention_ms: int) -> list[bool]:
         """Record outcomes: (member, claim, outcome, gap_ms, error[, next_due_ms]) per run; a
-        next due time (recurring tasks) reschedules the task whatever the outcome but failed.
-        False where the run was fenced off."""
+        next due time (recurring tasks) reschedules the task whatever the outcome but failed,
+        and SCHEDULE_ENDS in its place marks a recurring task's last run. False where the run
+        was fenced off."""
         keys = self.keys[bucket]
         args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix]
         for member, claim, outcome, gap_ms, error, *next_due in results:
             args += [wire(member), claim, outcome, gap_ms, wire(error), next_due[0] if next_due else ""]
         return [bool(applied) for applied in SCRIPTS["finish"](
             self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine,
-                         keys.counts, keys.totals], args)]
+                         keys.counts, keys.totals, keys.recurring], args)]
 
     def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
         """Extend the leases of (member, claim token) runs; False where the run was fenced off."""

@@ -78,6 +78,34 @@ local function parked_key(paused_key, topic)
   return paused_key .. ':' .. topic
 end
 
+-- The bucket's index of recurring tasks, `P{N}:recurring`: a zset of members, all at score 0
+-- so that it reads in name order (the dashboard's schedules page). The key is looked at on
+-- first use only, so a call that touches no recurring task pays nothing for it, and removal
+-- from an index that does not exist costs one TYPE per call, not a command per task.
+local function recurring_index(key)
+  local kind
+  local function look()
+    if kind == nil then
+      kind = key_type(key)
+      if kind ~= 'zset' and kind ~= 'none' then
+        expect('zset', key)
+        kind = 'none'
+      end
+    end
+  end
+  return {
+    add = function(member)
+      look()
+      redis.call('ZADD', key, 0, member)
+      kind = 'zset'
+    end,
+    remove = function(member)
+      look()
+      if kind == 'zset' then redis.call('ZREM', key, member) end
+    end,
+  }
+end
+
 local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end

@@ -1,13 +1,18 @@
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts, paused, quarantine
+-- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts, paused, quarantine, recurring
 -- ARGV: task-key prefix, nx (1/0), wake channel, then per task 5 values:
---       member (topic:id), spec JSON, priority, mode ('delay'|'at'), value (ms)
+--       member (topic:id), spec JSON, priority, mode, value (ms)
+-- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
+-- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index.
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns one 1 (written) or 0 (exists, nx) per task.
 local now = now_ms()
 local prefix, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
 local states = {nil, 'running', 'ok', 'failed', 'deleted'}
+local relative = {delay = true, ['delay*'] = true}
+local recurring = {['delay*'] = true, ['at*'] = true}
+local schedules = recurring_index(KEYS[9])
 expect('zset', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 expect('hash', KEYS[7], KEYS[8])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -29,7 +34,7 @@ for i = 4, #ARGV, 5 do
     written[#written + 1] = 0
   else
     local due = value
-    if mode == 'delay' then due = now + value end
+    if relative[mode] then due = now + value end
     local topic = topic_of(member)
     if exists then  -- a replacement: clear the old record and its index entries
       old = old or {}
@@ -40,6 +45,7 @@ for i = 4, #ARGV, 5 do
       for k = 2, 5 do zrem_counted(KEYS[k], member, states[k], topic) end
       expect('zset', parked_key(KEYS[7], topic))
       zrem_counted(parked_key(KEYS[7], topic), member, 'parked', topic)
+      if not recurring[mode] then schedules.remove(member) end
     end
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
@@ -62,6 +68,7 @@ for i = 4, #ARGV, 5 do
     end
     scores[#scores + 1] = due
     scores[#scores + 1] = member
+    if recurring[mode] then schedules.add(member) end
     if due < earliest then earliest = due end
     written[#written + 1] = 1
   end

@@ -1,11 +1,12 @@
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused
+-- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
 -- kept only for tasks in done:failed). A task key that is not a hash is removed,
--- and a soft delete leaves a record that says `deleted`. Returns 1 if the task
--- existed, else 0.
+-- and a soft delete leaves a record that says `deleted`. Either ends a recurring task:
+-- it leaves the `recurring` index (also when its record is already gone). Returns 1 if
+-- the task existed, else 0.
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
@@ -13,6 +14,7 @@ expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 expect('hash', KEYS[7])
 expect('zset', parked_key(KEYS[9], topic_of(member)))
 redis.call('HDEL', KEYS[7], member)
+recurring_index(KEYS[10]).remove(member)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local old = read_record(KEYS[1], 'queued', 'priority', 'claim', 'created')
 if not old then

@@ -1,12 +1,13 @@
 -- finish: record the outcome of a batch of runs of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals
+-- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring
 -- ARGV: task-key prefix, retention (ms), wake channel, window-key prefix,
 --       then per run 6 values:
 --       member, claim token, outcome ('ok'|'failed'|'retry'|'quarantine'),
 --       gap (ms, for retry), last error ('' clears it; the reason, for quarantine),
---       next due (ms, or '')
+--       next due (ms; 'end' for a recurring task's last run; or '')
 -- A next due time (a recurring task's next run, ok or retry) puts the task back
--- to `delayed` at that time and keeps the due time this run was for in `last_due`.
+-- to `delayed` at that time and keeps the due time this run was for in `last_due`;
+-- it is (again) in the `recurring` index, which 'end' or a quarantine leaves.
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted), or
 -- whose record is no longer a hash, changes nothing. Returns one 1 (applied) or
 -- 0 (stale) per run.
@@ -15,6 +16,7 @@ local prefix, retention, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 expect('zset', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 expect('hash', KEYS[5])
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = retention}
+local schedules = recurring_index(KEYS[8])
 local applied = {}
 for i = 5, #ARGV, 6 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
@@ -28,6 +30,7 @@ for i = 5, #ARGV, 6 do
     local record_error = true
     if next_due and (outcome == 'ok' or outcome == 'retry') then
       redis.call('HSET', task_key, 'status', 'delayed', 'due', next_due, 'last_due', r[3] or now)
+      schedules.add(member)  -- a no-op but for a task added before the index existed
       zadd_counted(KEYS[1], next_due, member, 'waiting', topic)
       wake_if_head(KEYS[1], member, channel, next_due)
     elseif outcome == 'retry' then
@@ -48,6 +51,7 @@ for i = 5, #ARGV, 6 do
       quarantine(aside, task_key, member, err)  -- writes its own error
       record_error = false
     end
+    if ARGV[i + 5] == 'end' or outcome == 'quarantine' then schedules.remove(member) end
     if record_error then
       if err == '' then
         if r[4] then redis.call('HDEL', task_key, 'error') end

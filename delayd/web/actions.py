@@ -1,9 +1,7 @@
 """What the dashboard's buttons and POST /api/... do, through the Client's own methods.
 
 Each function returns a JSON-able dict with a `message` for the page, or raises
-ActionError with the HTTP status to answer. Pause/resume and run-now call the
-Client's methods when this delayd has them (they arrive with recurring schedules);
-until then they answer 501.
+ActionError with the HTTP status to answer.
 """
 from __future__ import annotations
 
@@ -22,13 +20,6 @@ class ActionError(Exception):
         self.status = status
 
 
-def _optional(client: Client, method: str, what: str) -> Any:
-    func = getattr(client, method, None)
-    if func is None:
-        raise ActionError(501, f"{what} is not available in this version of delayd (Client.{method} is missing)")
-    return func
-
-
 def task_action(client: Client, topic: str, id: str, action: str, hard: bool = False) -> dict[str, Any]:
     key = f"{topic}:{id}"
     try:
@@ -42,7 +33,7 @@ def task_action(client: Client, topic: str, id: str, action: str, hard: bool = F
             return {"result": "removed" if hard else "deleted", "hard": hard,
                     "message": f"{key} {'removed with every trace' if hard else 'deleted: it never runs again'}"}
         if action == "run":
-            if not _optional(client, "run_now", "run now")(topic, id):
+            if not client.run_now(topic, id):
                 raise ActionError(404, f"not found: {key}")
             return {"result": "due_now", "message": f"{key} is due now"}
     except TaskError as exc:
@@ -52,7 +43,7 @@ def task_action(client: Client, topic: str, id: str, action: str, hard: bool = F
 
 def topic_action(client: Client, topic: str, action: str, cursor: str | None = None) -> dict[str, Any]:
     if action in ("pause", "resume"):
-        _optional(client, action, f"{action} of a topic")(topic)
+        (client.pause if action == "pause" else client.resume)(topic)
         return {"result": f"{action}d", "message": f"topic {topic} {action}d"}
     if action == "retry-failed":
         return retry_failed(client, topic, cursor)

@@ -67,7 +67,7 @@ class Dashboard:
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                       autoescape=True, undefined=jinja2.StrictUndefined, finalize=display.shown)
         self.env.globals.update(task_url=display.task_url, statuses=STATUSES, version=__version__,
-                                readonly=config.web_readonly, can_run_now=hasattr(self.client, "run_now"))
+                                readonly=config.web_readonly)
         self.env.filters.update(when=local_time, seconds=display.span, ms=display.ms, seg=display.quote,
                                 urlencode=lambda text: display.quote(text, safe=""))
         self.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
@@ -76,12 +76,14 @@ class Dashboard:
             Route("/", guarded(self.page_overview)),
             Route("/tasks", guarded(self.page_tasks)),
             Route("/tasks/{rest:path}", guarded(self.page_task)),
+            Route("/schedules", guarded(self.page_schedules)),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/api/session", guarded(self.api_session)),
             Route("/api/stats", guarded(self.api_stats)),
             Route("/api/tasks", guarded(self.api_tasks)),
             Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST"]),
+            Route("/api/schedules", guarded(self.api_schedules)),
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ])
@@ -152,6 +154,11 @@ class Dashboard:
             return self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
         return self.render(request, who, "task.html", {"t": data})
 
+    async def page_schedules(self, request: Request, who: Identity) -> Response:
+        topic, _, q, cursor = _list_params(request)
+        data = await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor)
+        return self.render(request, who, "schedules.html", {"d": data, "topic": topic, "q": q})
+
     # -- login ------------------------------------------------------------------------
     async def login(self, request: Request) -> Response:
         target = local_next(request.query_params.get("next"))
@@ -185,10 +192,18 @@ class Dashboard:
 
     async def api_tasks(self, request: Request, who: Identity) -> Response:
         try:
-            limit = min(200, max(1, int(request.query_params.get("limit") or views.PAGE_SIZE)))
-            return display.Json(await run_in_threadpool(views.listing, self.client, *_list_params(request), limit))
+            return display.Json(await run_in_threadpool(views.listing, self.client, *_list_params(request),
+                                                        _limit(request, views.PAGE_SIZE)))
         except ValueError as exc:
             return self.refuse(request, 400, str(exc))
+
+    async def api_schedules(self, request: Request, who: Identity) -> Response:
+        topic, _, q, cursor = _list_params(request)
+        try:
+            limit = _limit(request, views.PAGE_SIZE)
+        except ValueError as exc:
+            return self.refuse(request, 400, f"limit: {exc}")
+        return display.Json(await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor, limit))
 
     async def api_task(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/api/tasks/")
@@ -257,6 +272,12 @@ def _wants_html(request: Request) -> bool:
 def _list_params(request: Request) -> tuple[str, str | None, str, str | None]:
     q = request.query_params
     return q.get("topic", "").strip(), q.get("status") or None, q.get("q", "").strip(), q.get("cursor") or None
+
+
+def _limit(request: Request, default: int) -> int:
+    """?limit=, clamped to 1..200; ValueError if it is not a number."""
+    text = request.query_params.get("limit")
+    return min(200, max(1, int(text))) if text else default
 
 
 def create(config: Config) -> Starlette:

@@ -11,15 +11,9 @@ from .. import connection
 from ..client import Client
 from ..store import wire
 from ..task import STATUSES, Task, TaskError
-from . import browse, charts, series
+from . import browse, charts, schedules, series
 
 PAGE_SIZE = 50
-
-
-def paused_topics(client: Client) -> set[str] | None:
-    """The paused topics, or None when this delayd cannot pause topics yet."""
-    func = getattr(client, "paused", None)
-    return set(func()) if func else None
 
 
 def overview(client: Client) -> dict[str, Any]:
@@ -27,8 +21,7 @@ def overview(client: Client) -> dict[str, Any]:
     paused topics and the last hour per minute."""
     stats = client.stats()
     minutes = series.last_hour(client.store)
-    paused = paused_topics(client)
-    return {**stats, "daemons": client.daemons(), "paused": sorted(paused) if paused is not None else None,
+    return {**stats, "daemons": client.daemons(),
             "last_hour": [{"start": m.start, **m.events} for m in minutes],
             "_charts": charts.hour_charts(minutes)}
 
@@ -98,3 +91,12 @@ def detail(client: Client, topic: str, id: str) -> dict[str, Any] | None:
 def _ttl(client: Client, key: str) -> float | None:
     ms = client.redis.pttl(key)
     return ms / 1000 if ms and ms > 0 else None
+
+
+def schedule_list(client: Client, topic: str, q: str, cursor: str | None,
+                  limit: int = schedules.PAGE_SIZE) -> dict[str, Any]:
+    """GET /api/schedules: one page of recurring tasks, in name order, with their next and last runs."""
+    found = schedules.page(client.store, topic, q, cursor, limit)
+    paused = schedules.paused_topics(client.store)
+    return {"schedules": [schedules.to_dict(row, paused) for row in found.rows], "cursor": found.cursor,
+            "problems": found.problems}

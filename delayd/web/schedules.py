@@ -1,0 +1,137 @@
+"""The dashboard's schedules page: recurring tasks (every/cron) with their next and last runs.
+
+Recurring tasks are found through each bucket's `recurring` index (docs/redis-layout.md),
+a zset of members at score 0 that add, finish and delete keep: add puts a recurring task
+in, its last run (finish with SCHEDULE_ENDS), a quarantine or a delete takes it out. A
+page is one ZRANGEBYLEX of at most `limit` names per bucket (a topic, and an id prefix
+within it, are a range of names), merged in name order, then one pipelined HGETALL per
+task shown: bounded work however many tasks are stored, and none at all for tasks that
+do not recur.
+
+Name order is Redis's byte order. A bucket that returned `limit` names may hold more, so
+only names up to the smallest such last name are sure to be complete; the page ends there
+and the cursor (the last name shown) resumes after it.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Any, NamedTuple
+
+from ..store import Store
+from ..task import Task
+from .browse import row_of
+
+PAGE_SIZE = 50
+
+
+class Schedule(NamedTuple):
+    member: str
+    task: Task | None     # None: the record is corrupt, not a hash or gone (error says which)
+    error: str | None
+
+
+class SchedulePage(NamedTuple):
+    rows: list[Schedule]
+    cursor: str | None    # where the next page starts; None: nothing more
+    problems: list[str]   # indexes that could not be read, and why
+
+
+def name_bytes(member: str) -> bytes:
+    return member.encode("utf-8", "surrogateescape")
+
+
+def encode_cursor(member: str) -> str:
+    return base64.urlsafe_b64encode(name_bytes(member)).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> bytes | None:
+    """The name to resume after; a cursor that does not parse starts from the top."""
+    if not cursor:
+        return None
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    except ValueError:
+        return None
+
+
+def name_range(topic: str, prefix: str, after: bytes | None) -> tuple[bytes, bytes]:
+    """ZRANGEBYLEX bounds: names of `topic` whose id starts with `prefix` (any name without a
+    topic), after `after`."""
+    head = name_bytes(f"{topic}:{prefix}") if topic else b""
+    low = b"[" + head if head else b"-"
+    if after is not None and (not head or after >= head):
+        low = b"(" + after
+    stripped = head.rstrip(b"\xff")
+    high = b"(" + stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else b"+"
+    return low, high
+
+
+def wanted(member: str, topic: str, prefix: str) -> bool:
+    """The range holds sub-topics' names too (topic `a` also finds `a:b:1`); ids hold no ':'."""
+    found_topic, _, id = member.rpartition(":")
+    return (not topic or found_topic == topic) and id.startswith(prefix)
+
+
+def page(store: Store, topic: str = "", prefix: str = "", cursor: str | None = None,
+         limit: int = PAGE_SIZE) -> SchedulePage:
+    """One page of recurring tasks of `topic` (any) whose id starts with `prefix`, in name order."""
+    low, high = name_range(topic, prefix, decode_cursor(cursor))
+    pipe = store.redis.pipeline(transaction=False)
+    for keys in store.keys:
+        pipe.zrangebylex(keys.recurring, low, high, 0, limit)
+    names, problems, stops = [], [], []
+    for keys, reply in zip(store.keys, pipe.execute(raise_on_error=False)):
+        if isinstance(reply, Exception):
+            problems.append(f"{keys.recurring} is not a sorted set: it is left as it is for a person to look at")
+            continue
+        names += reply
+        if len(reply) >= limit:
+            stops.append(name_bytes(reply[-1]))
+    names.sort(key=name_bytes)
+    stop = min(stops) if stops else None
+    if stop is not None:
+        names = [n for n in names if name_bytes(n) <= stop]
+    next_cursor = encode_cursor(names[limit - 1]) if len(names) > limit else \
+        encode_cursor(stop.decode("utf-8", "surrogateescape")) if stop is not None else None
+    shown = [n for n in names[:limit] if wanted(n, topic, prefix)]
+    return SchedulePage(read(store, shown), next_cursor, problems)
+
+
+def read(store: Store, members: list[str]) -> list[Schedule]:
+    """The records of `members`, in one pipelined round trip."""
+    if not members:
+        return []
+    pipe = store.redis.pipeline(transaction=False)
+    for member in members:
+        pipe.hgetall(store.keys_for(member).task(member))
+    return [schedule_of(member, record) for member, record in zip(members, pipe.execute(raise_on_error=False))]
+
+
+def schedule_of(member: str, record: dict[str, str] | Exception) -> Schedule:
+    if not record:
+        return Schedule(member, None, "the record is gone (expired after its last run, or removed); "
+                                      "delete the task to drop it from this list")
+    row = row_of(member, 0, "", record)
+    return Schedule(member, row.task, row.error)
+
+
+def paused_topics(store: Store) -> set[str]:
+    """The paused topics (a bucket whose flag hash is not a hash counts as none paused)."""
+    pipe = store.redis.pipeline(transaction=False)
+    for keys in store.keys:
+        pipe.hkeys(keys.paused)
+    return {topic for reply in pipe.execute(raise_on_error=False) if isinstance(reply, list) for topic in reply}
+
+
+def to_dict(row: Schedule, paused: set[str]) -> dict[str, Any]:
+    """A row as GET /api/schedules has it (times in Unix seconds)."""
+    topic, _, id = row.member.rpartition(":")
+    task = row.task
+    data: dict[str, Any] = {"key": row.member, "topic": topic, "id": id, "paused": topic in paused,
+                            "status": None, "corrupt": row.error}
+    if task is not None:
+        data.update(status=task.status, schedule=task.describe_schedule(), every=task.every, cron=task.cron,
+                    tz=task.tz, persistent=task.persistent, runs=task.runs,
+                    next_due_at=task.due_at if task.status in ("delayed", "running") else None,
+                    last_due_at=task.last_due_at, last_run_at=task.last_run_at, last_error=task.last_error)
+    return data
