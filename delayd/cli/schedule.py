@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from typing import Any
 
-from .cli import client_for, emit, fail
+from .common import Verb, client_for, emit, fail, task_verb, verb_parser
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -33,14 +33,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS = {"pause": cmd_pause, "resume": cmd_resume, "run": cmd_run}
+VERBS: dict[str, Verb] = {"pause": cmd_pause, "resume": cmd_resume, "run": cmd_run}
 
 
-def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser,
-                task_verb: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     for name, help in (("pause", "start no task of a topic until resume (runs in flight finish; every daemon)"),
                        ("resume", "start the tasks of a paused topic again, due ones in due order")):
-        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p = verb_parser(sub, common, name, help)
         p.add_argument("topic", help="task type, e.g. order:cancel")
-    task_verb("run", "make a delayed task due now (a recurring one then continues on its schedule); "
+    task_verb(sub, common, "run", "make a delayed task due now (a recurring one then continues on its schedule); "
                      "a running or finished task is an error")

@@ -1,0 +1,98 @@
+"""What every verb of the `delayd` command shares: the config, the client, errors and output."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Callable
+
+from .. import config as config_mod
+from ..client import Client
+
+Verb = Callable[[argparse.Namespace], int]
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"delayd: error: {message}", file=sys.stderr)
+    return code
+
+
+def config_loader(args: argparse.Namespace) -> Callable[[], config_mod.Config]:
+    """Builds the config from the file, the environment of now and the flags (again on each reload)."""
+    return config_mod.loader(args.config, redis_url=args.redis, prefix=args.prefix)
+
+
+def load_config(args: argparse.Namespace) -> config_mod.Config:
+    config = config_loader(args)()
+    for warning in config.warnings:
+        print(f"delayd: warning: {warning}", file=sys.stderr)
+    return config
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    return Client(config=load_config(args))
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, separators=(",", ":")) if args.json else text)
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+class Progress:
+    """A one-line progress report on stderr, only when stderr is a terminal (quiet when piped)."""
+
+    def __init__(self, stream: Any = None, every: float = 0.1):
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+        self.every = every
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, text: str, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if force or now - self.last >= self.every:
+            self.last = now
+            self.stream.write("\r\x1b[K" + text)
+            self.stream.flush()
+            self.shown = True
+
+    def done(self) -> None:
+        """Clear the line, so that what follows starts clean."""
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
+# -- argument types and parsers --------------------------------------------------------
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def verb_parser(sub: Any, common: argparse.ArgumentParser, name: str, help: str,
+                description: str | None = None) -> argparse.ArgumentParser:
+    return sub.add_parser(name, parents=[common], help=help, description=description or help)
+
+
+def task_verb(sub: Any, common: argparse.ArgumentParser, name: str, help: str) -> argparse.ArgumentParser:
+    """A verb that names one task: TOPIC ID."""
+    p = verb_parser(sub, common, name, help)
+    p.add_argument("topic", help="task type, e.g. order:cancel")
+    p.add_argument("id", help="id within the topic")
+    return p

@@ -1,0 +1,114 @@
+"""The daemon verbs of `delayd`: start, stop, restart, reload, status (this host's master,
+or with --cluster every live daemon on the store)."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from .common import Verb, client_for, config_loader, emit, fail, load_config, non_negative, verb_parser
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from .. import control
+    return control.start(load_config(args), config_loader(args), args.foreground)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from .. import control
+    return control.stop(load_config(args), args.timeout)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    from .. import control
+    config = load_config(args)
+    code = control.stop(config, args.timeout)
+    return code or control.start(config, config_loader(args), foreground=False)
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    import signal
+    from .. import control
+    pid = control.signal_master(load_config(args), signal.SIGHUP)
+    if not pid:
+        return fail("delayd is not running")
+    print(f"reload requested (pid {pid})")
+    return 0
+
+
+def fmt_span(seconds: float) -> str:
+    """A duration as 3d04h, 2h05m, 7m30s or 12s."""
+    s = int(seconds)
+    days, hours, minutes = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{s % 60:02d}s" if minutes else f"{s}s"
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    """Every live daemon on the store (from the registry in Redis), wherever it runs."""
+    daemons = client_for(args).daemons()
+    if args.json:
+        print(json.dumps({"daemons": daemons}, separators=(",", ":")))
+        return 0 if daemons else 3
+    if not daemons:
+        print("no live delayd daemon on this store")
+        return 3
+    now = time.time()
+    print(f"{len(daemons)} live daemon{'s' if len(daemons) != 1 else ''}; every bucket process scans every bucket "
+          "and every queue process claims from every bucket (a due task moves once and runs once)")
+    width = max(6, *(len(d["id"]) for d in daemons))
+    print(f"{'DAEMON':{width}} {'STATE':9} {'VERSION':8} {'UPTIME':>8} {'SEEN':>6} {'BUCKETS':>7} {'QUEUES':>10} "
+          f"{'CHILDREN':>9} RESTARTS")
+    for d in daemons:
+        children = [c for c in d["children"] if c["name"] != "redis"]
+        up = sum(1 for c in children if c["pid"])
+        looping = sum(1 for c in children if c["crash_looping"])
+        print(f"{d['id']:{width}} {d['state']:9} {d['version'][:8]:8} {fmt_span(now - d['started']):>8} "
+              f"{d['seen_ago']:>5.1f}s {d['buckets']:>7} {str(d['queues']) + ' x ' + str(d['concurrency']):>10} "
+              f"{str(up) + '/' + str(len(children)) + ' up':>9} {sum(c['restarts'] for c in children)}"
+              + (f"  {looping} CRASH-LOOPING" if looping else ""))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .. import control
+    if args.cluster:
+        return cluster_status(args)
+    state = control.status(load_config(args))
+    if state is None:
+        emit(args, {"running": False}, "delayd is not running")
+        return 3
+    if args.json:
+        print(json.dumps(state, separators=(",", ":")))
+        return 0
+    print(f"delayd is running (pid {state['pid']}, redis {state['redis']})")
+    print(f"{'PID':>7} {'TITLE':28} {'STATE':9} {'UPTIME':>9} {'CPU%':>6} {'RSS':>8} RESTARTS")
+    for p in state["processes"]:
+        flag = "  CRASH-LOOPING" if p["crash_looping"] else ""
+        print(f"{p['pid']:>7} {p['title'][:28]:28} {p['state']:9} {p['uptime']:>8.0f}s {p['cpu_percent']:>6.2f} "
+              f"{p['rss'] // 1024:>6}Ki {p['restarts']}{flag}")
+    for name in state["waiting_to_restart"]:
+        print(f"{'-':>7} {'delayd: ' + name:28} waiting to restart")
+    return 0
+
+
+VERBS: dict[str, Verb] = {"start": cmd_start, "stop": cmd_stop, "restart": cmd_restart, "reload": cmd_reload,
+                          "status": cmd_status}
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = verb_parser(sub, common, "start", "start the daemon")
+    p.add_argument("--foreground", action="store_true", help="do not detach (systemd, containers, tests)")
+    for name, help in (("stop", "stop the daemon and wait until it is gone"),
+                       ("restart", "stop, then start the daemon")):
+        p = verb_parser(sub, common, name, help)
+        p.add_argument("--timeout", type=non_negative, metavar="S",
+                       help="seconds to wait (default graceful_timeout + 15)")
+    verb_parser(sub, common, "reload", "reread the config and replace the workers (SIGHUP)")
+    p = verb_parser(sub, common, "status", "show the master and its children (exit 3: not running)")
+    p.add_argument("--cluster", action="store_true",
+                   help="every live daemon on this Redis store, on any host (exit 3: none)")

@@ -1,0 +1,56 @@
+"""`delayd stats`: counts, lag, tasks/s and lateness, per topic and overall, as a table or JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..clock import local_time as fmt_time
+from .common import Verb, client_for, fmt_ms, verb_parser
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    stats = client_for(args).stats()
+    if args.json:
+        print(json.dumps(stats, separators=(",", ":")))
+        return 0
+    counts, ready, runs, late = stats["counts"], stats["ready"], stats["runs_last_minute"], stats["lateness"]
+    print(f"tasks    delayed={counts['delayed']} (waiting={stats['waiting']} ready p3={ready['3']} p2={ready['2']} "
+          f"p1={ready['1']})  running={counts['running']}  ok={counts['ok']}  failed={counts['failed']}  "
+          f"deleted={counts['deleted']}  quarantined={stats['quarantined']}")
+    if stats["paused"]:
+        print(f"paused   {', '.join(stats['paused'])} ({stats['parked']} due tasks waiting for resume)")
+    print(f"due      oldest {fmt_time(stats['oldest_due_at'])} (lag {stats['oldest_due_lag']:.3f} s"
+          f"{'' if stats['oldest_due_exact'] else ', per-topic lags approximate'})  "
+          f"next {fmt_time(stats['next_due_at'])}")
+    print(f"runs     last {stats['window_s']:.0f} s: {sum(runs[o] for o in ('ok', 'failed', 'retry', 'quarantine'))} "
+          f"({stats['tasks_per_s']:.2f}/s)  ok={runs['ok']} failed={runs['failed']} retry={runs['retry']} "
+          f"quarantine={runs['quarantine']} lapsed={runs['lapsed']}  "
+          f"lateness p50={fmt_ms(late['p50'])} ms p99={fmt_ms(late['p99'])} ms ({late['runs']} starts)")
+    if stats["topics"]:
+        print()
+        width = max(12, *(len(t) for t in stats["topics"]))
+        print(f"{'TOPIC':{width}} {'DELAYED':>8} {'READY 3/2/1':>13} {'RUNNING':>8} {'OK':>8} {'FAILED':>7} "
+              f"{'DELETED':>8} {'LAG_S':>8} {'TASKS/S':>8} {'P50_MS':>8} {'P99_MS':>8}")
+        for topic, t in stats["topics"].items():
+            c, r = t["counts"], t["ready"]
+            per_priority = f"{r['3']}/{r['2']}/{r['1']}"
+            print(f"{topic:{width}} {c['delayed']:>8} {per_priority:>13} "
+                  f"{c['running']:>8} {c['ok']:>8} {c['failed']:>7} {c['deleted']:>8} {t['oldest_due_lag']:>8.3f} "
+                  f"{t['tasks_per_s']:>8.2f} {fmt_ms(t['lateness']['p50']):>8} {fmt_ms(t['lateness']['p99']):>8}")
+    print()
+    for b in stats["per_bucket"]:
+        print(f"bucket {b['bucket']:<3} waiting={b['waiting']} ready={sum(b['ready'].values())} "
+              f"running={b['running']} ok={b['ok']} failed={b['failed']} deleted={b['deleted']} "
+              f"next={fmt_time(b['next_due_at'])}")
+    return 0
+
+
+VERBS: dict[str, Verb] = {"stats": cmd_stats}
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    verb_parser(sub, common, "stats", "counts, lag, tasks/s and lateness, per topic and overall",
+                "Per topic and overall: tasks delayed (waiting, ready per priority), running, "
+                "ok/failed/deleted (retained), the oldest due lag, runs and tasks/s over the "
+                "last minute, and the lateness (start minus due) p50/p99 of those runs. "
+                "Read from counters in Redis that every daemon keeps, so any host sees all.")

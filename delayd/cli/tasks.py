@@ -1,0 +1,206 @@
+"""The task verbs of `delayd`: add (one, or many from a JSONL file), get, del, retry, ls."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..client import ADD_BATCH, Client
+from ..clock import local_time as fmt_time
+from ..task import STATUSES, TaskError
+from .common import (Progress, Verb, client_for, emit, fail, non_negative, positive_int, task_verb,
+                     verb_parser)
+
+ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "once", "priority", "params",
+              "method", "body", "timeout", "callback")
+
+
+def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
+    """Every line of `source` (a file, or - for stdin) validated: (built tasks, lines read).
+
+    Raises TaskError naming the first bad line (and how many more there are); nothing is written."""
+    try:
+        handle = sys.stdin if source == "-" else open(source, encoding="utf-8")
+    except OSError as exc:
+        raise TaskError(f"cannot read {source}: {exc.strerror}") from None
+    name = "stdin" if source == "-" else source
+    built, errors, number = [], [], 0
+    with handle:
+        try:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    errors.append(f"{name} line {number}: not valid JSON: {exc}")
+                    continue
+                if not isinstance(item, dict):
+                    errors.append(f"{name} line {number}: expected a JSON object of add() arguments")
+                    continue
+                try:
+                    built.append(client.build(item.pop("topic", None), item.pop("id", None), **item))
+                except TaskError as exc:
+                    errors.append(f"{name} line {number}: {exc}")
+                progress(f"checking {name}: line {number}")
+        except UnicodeDecodeError as exc:
+            raise TaskError(f"{name} line {number + 1}: not UTF-8 text: {exc.reason}") from None
+    if errors:
+        more = f" (and {len(errors) - 1} more bad line{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        raise TaskError(errors[0] + more + "; nothing was added")
+    return built, number
+
+
+def add_from(args: argparse.Namespace) -> int:
+    """`delayd add --from FILE.jsonl`: validate every line, then write in batches."""
+    client = client_for(args)
+    progress = Progress()
+    try:
+        built, lines = read_jsonl(args.from_file, client, progress)
+        batch = 10 * ADD_BATCH
+        written = 0
+        for start in range(0, len(built), batch):
+            progress(f"adding {start}/{len(built)} ({100 * start // max(1, len(built))}%)", force=start == 0)
+            written += client.add_built(built[start:start + batch], args.nx)
+    finally:
+        progress.done()
+    existed = len(built) - written
+    emit(args, {"result": "added", "lines": lines, "tasks": len(built), "written": written, "existed": existed},
+         f"added {written} task{'s' if written != 1 else ''} from {'stdin' if args.from_file == '-' else args.from_file}"
+         + (f"; {existed} existed (nothing changed)" if existed else ""))
+    return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    if args.from_file is not None:
+        given = [f"--{name}" for name in ADD_FIELDS if getattr(args, name) not in (None, False)]
+        if args.topic is not None or given:
+            args.parser.error("--from takes the tasks from the file: give no TOPIC, ID or task options with it"
+                              + (f" (got {', '.join(given)})" if given else ""))
+        return add_from(args)
+    if args.topic is None or args.id is None:
+        args.parser.error("TOPIC and ID are required (or --from FILE.jsonl)")
+    if not (args.call or args.url or args.push):
+        args.parser.error("one of the arguments --call --url --push is required")
+    try:
+        params = json.loads(args.params) if args.params is not None else None
+    except json.JSONDecodeError as exc:
+        return fail(f"--params is not valid JSON: {exc}")
+    fields = dict(call=args.call, url=args.url, push=args.push, params=params, intervals=args.intervals,
+                  persistent=not args.once, priority=args.priority, callback=args.callback,
+                  method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at,
+                  every=args.every, cron=args.cron, tz=args.tz)
+    client = client_for(args)
+    written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
+    task = client.get(args.topic, args.id)
+    state = "added" if written else "exists"
+    emit(args, {"result": state, "task": task.to_dict() if task else None},
+         f"{state} {args.topic}:{args.id}" + (f" due {fmt_time(task.due_at)}" if task and written else
+                                              " (nothing changed)" if not written else ""))
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    task = client_for(args).get(args.topic, args.id)
+    if task is None:
+        return fail(f"not found: {args.topic}:{args.id}")
+    if args.json:
+        print(task.to_json())
+        return 0
+    data = task.to_dict()
+    print(f"{'schedule':12} {task.describe_schedule()}")
+    for name, value in data.items():
+        if value is None or name == "key":
+            continue
+        if name.endswith("_at"):
+            value = f"{fmt_time(value)} ({value:.3f})"
+        elif isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        print(f"{name:12} {value}")
+    return 0
+
+
+def cmd_del(args: argparse.Namespace) -> int:
+    found = client_for(args).delete(args.topic, args.id, hard=args.hard)
+    if not found:
+        return fail(f"not found: {args.topic}:{args.id}")
+    emit(args, {"result": "deleted", "hard": args.hard},
+         f"{'removed' if args.hard else 'deleted'} {args.topic}:{args.id}")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    if not client_for(args).retry(args.topic, args.id):
+        return fail(f"not found: {args.topic}:{args.id}")
+    emit(args, {"result": "retrying"}, f"retrying {args.topic}:{args.id} now")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    progress = Progress()
+    try:
+        tasks = client_for(args).list(
+            topic=args.topic, status=args.status, limit=args.limit, offset=args.offset,
+            progress=lambda bucket, buckets, read: progress(f"listing: bucket {bucket + 1}/{buckets}, "
+                                                            f"{read} records read"))
+    finally:
+        progress.done()
+    if args.json:
+        for task in tasks:
+            print(task.to_json())
+        return 0
+    print(f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':23} {'TARGET':40} LAST_ERROR")
+    for task in tasks:
+        error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
+        print(f"{task.key:32} {task.status:8} {task.runs:>4} {fmt_time(task.due_at):23} {task.target[:40]:40} {error}")
+    return 0
+
+
+VERBS: dict[str, Verb] = {"add": cmd_add, "get": cmd_get, "del": cmd_del, "retry": cmd_retry, "ls": cmd_ls}
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = verb_parser(sub, common, "add", "add (or replace) a task, or many from a JSONL file",
+                    "Add (or replace) a task; or, with --from, one task per line of a JSONL "
+                    "file: each line a JSON object of add()'s keyword arguments with topic and "
+                    "id, e.g. {\"topic\": \"order:cancel\", \"id\": 42, \"call\": "
+                    "\"shop.tasks:cancel\", \"delay\": 1800}. Every line is checked before "
+                    "anything is written.")
+    p.add_argument("topic", nargs="?", help="task type, e.g. order:cancel")
+    p.add_argument("id", nargs="?", help="id within the topic")
+    p.add_argument("--from", dest="from_file", metavar="FILE.jsonl",
+                   help="add the tasks of a JSONL file (- for stdin); progress on a terminal, quiet when piped")
+    p.set_defaults(parser=p)
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--call", metavar="MOD:FUNC", help="function to call with the task")
+    target.add_argument("--url", help="http(s) URL to request")
+    target.add_argument("--push", metavar="LIST", help="Redis list to RPUSH the task's JSON to")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
+    when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
+    schedule = p.add_mutually_exclusive_group()
+    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds (default 0)")
+    schedule.add_argument("--every", type=float, metavar="S", help="recurring: every S seconds (>= 1), whatever "
+                                                                  "the outcome; first run after S unless --delay/--at")
+    schedule.add_argument("--cron", metavar="EXPR", help="recurring: at the times of 'm h dom mon dow' in --tz")
+    p.add_argument("--tz", metavar="ZONE", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
+    p.add_argument("--once", action="store_true", help="end as failed after the last interval (persistent=false)")
+    p.add_argument("--priority", type=int, choices=(1, 2, 3), help="1-3, 3 highest (default 2)")
+    p.add_argument("--params", metavar="JSON", help="JSON object handed to the handler or sent to the URL")
+    p.add_argument("--method", type=str.upper, choices=("GET", "POST"), help="HTTP method of a url task")
+    p.add_argument("--body", choices=("form", "json"), help="how a POST sends params (default form)")
+    p.add_argument("--timeout", type=float, metavar="S", help="per-run timeout of a url task")
+    p.add_argument("--callback", metavar="MOD:FUNC", help="function called once after success")
+    p.add_argument("--nx", action="store_true", help="only add if the task does not exist")
+
+    task_verb(sub, common, "get", "show a task")
+    p = task_verb(sub, common, "del", "delete a task (it never runs again)")
+    p.add_argument("--hard", action="store_true", help="remove every trace instead of marking it deleted")
+    task_verb(sub, common, "retry", "run a failed task again now")
+
+    p = verb_parser(sub, common, "ls", "list tasks")
+    p.add_argument("--topic")
+    p.add_argument("--status", choices=STATUSES)
+    p.add_argument("--limit", type=positive_int, default=100)
+    p.add_argument("--offset", type=int, default=0)
