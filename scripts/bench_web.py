@@ -22,16 +22,17 @@ from web_helper import Web  # noqa: E402
 from delayd import Client  # noqa: E402
 
 TOKEN = "bench"
+RECURRING = 1000
 
 
 def fill(client: Client, total: int) -> None:
     """`total` tasks: 2% failed and 3% ok (run by a real daemon), the rest delayed over 3 topics, and
-    10 tasks of a rare topic among them."""
+    10 tasks of a rare topic and 1,000 recurring ones (every/cron over 4 topics) among them."""
     failed, ok = total // 50, total * 3 // 100
     client.add_many([{"topic": "webhook", "id": f"w{i}", "call": "delayd.examples:fail"} for i in range(failed)])
     client.add_many([{"topic": "report", "id": f"r{i}", "call": "delayd.examples:noop"} for i in range(ok)])
     wait_for(lambda: client.stats()["counts"]["delayed"] == 0, 600, 0.5, "the due tasks run")
-    rest = total - failed - ok - 10
+    rest = total - failed - ok - 10 - RECURRING
     topics = ("order:cancel", "order:notify", "invoice")
     batch = 50_000
     for start in range(0, rest, batch):
@@ -39,6 +40,9 @@ def fill(client: Client, total: int) -> None:
                           "delay": 3600 + i % 86400} for i in range(start, min(rest, start + batch))])
     client.add_many([{"topic": "rare", "id": f"rare{i}", "call": "delayd.examples:echo", "delay": 7200}
                      for i in range(10)])
+    client.add_many([{"topic": f"sync:{i % 4}", "id": f"s{i:04d}", "call": "delayd.examples:echo",
+                      **({"every": 3600 + i} if i % 2 else {"cron": f"{i % 60} 3 * * *", "tz": "Europe/Berlin"})}
+                     for i in range(RECURRING)])
 
 
 def walk(http, runs: int) -> dict[str, list[float]]:
@@ -52,9 +56,14 @@ def walk(http, runs: int) -> dict[str, list[float]]:
         "task": "/tasks/order:cancel/0000003",
         "api stats": "/api/stats",
         "api tasks, failed by prefix": "/api/tasks?topic=webhook&status=failed&q=w1",
+        "schedules": "/schedules",
+        "schedules, topic + id prefix": "/schedules?topic=sync:1&q=s01",
+        "api schedules": "/api/schedules",
     }
     cursor = http.get("/api/tasks", params={"topic": "order:cancel", "status": "delayed"}).json()["cursor"]
     pages["list, next page (cursor)"] = f"/api/tasks?topic=order:cancel&status=delayed&cursor={cursor}"
+    cursor = http.get("/api/schedules").json()["cursor"]
+    pages["schedules, next page (cursor)"] = f"/api/schedules?cursor={cursor}"
     times: dict[str, list[float]] = {name: [] for name in pages}
     for _ in range(runs):
         for name, path in pages.items():

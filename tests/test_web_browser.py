@@ -1,8 +1,8 @@
 """The dashboard in a real browser (login, search, retry, pause/resume, retry-all, XSS): Debian's chromium, headless, driven by Playwright.
 
 scripts/test installs chromium (apt) when it runs as root and it is missing; elsewhere
-these tests skip and say why. DASHBOARD_SCREENSHOTS=DIR saves the overview and task pages
-as PNGs (docs/ has the committed ones).
+these tests skip and say why. DASHBOARD_SCREENSHOTS=DIR saves the overview, task and schedules
+pages as PNGs (docs/ has the committed ones).
 """
 from __future__ import annotations
 
@@ -123,3 +123,28 @@ def test_retry_all_failed_counts_in_the_browser(redis_url, tmp_path, client, pag
         button.click()
         sync_api.expect(button).to_have_text(re.compile(r"^Retried 5, \d+ failed left$"))
         wait_for(lambda: all(client.get("bulk", i).runs == 2 for i in range(5)), 30, message="all 5 ran again")
+
+
+def test_schedules_page_runs_a_task_now_and_pauses_its_topic(redis_url, tmp_path, client, page):
+    with Daemon(redis_url, tmp_path / "d"), Web(redis_url) as web:
+        client.add("report:daily", "sales", call="delayd.examples:echo", cron="0 6 * * 1-5", tz="Europe/Berlin")
+        client.add("report:daily", "stock", call="delayd.examples:echo", cron="30 23 * * *", tz="America/New_York")
+        client.add("cleanup", "tmp", call="delayd.examples:echo", every=900, delay=300)
+        client.add("heartbeat", "ping", call="delayd.examples:echo", every=60, delay=0)
+        client.add("sync", "crm", call="delayd.examples:boom", every=1, delay=0)  # fails, and runs on
+        client.add("order:cancel", "o-1", call="delayd.examples:echo", delay=600)  # not recurring: not listed
+        client.pause("cleanup")
+        wait_for(lambda: client.get("heartbeat", "ping").runs == 1 and client.get("sync", "crm").runs >= 2
+                 and client.get("sync", "crm").status == "delayed", 30, message="runs of the recurring tasks")
+        page.goto(web.base + "/schedules")
+        rows = page.locator("table.schedules tbody tr")
+        assert rows.count() == 5 and "o-1" not in page.locator("table.schedules").inner_text()
+        assert "cron '0 6 * * 1-5' in Europe/Berlin" in rows.nth(2).inner_text()
+        assert rows.nth(0).locator(".badge").inner_text() == "paused"
+        assert "boom" in rows.nth(4).locator(".err").inner_text()
+        screenshot(page, "dashboard-schedules.png")
+        page.locator("tr:has(a:text-is('ping'))").locator("button:text('Run now')").click()
+        assert "heartbeat:ping is due now" in page.locator(".flash").inner_text()
+        wait_for(lambda: client.get("heartbeat", "ping").runs == 2, 30, message="the run now")
+        page.locator("tr:has(a:text-is('tmp'))").locator("button:text('Resume topic')").click()
+        assert client.paused() == [] and page.locator("table.schedules .badge").count() == 0
