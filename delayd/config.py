@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+MAX_BUCKETS = 1024  # the most buckets a store may have (each is a set of keys and a bucket process)
+
 SYSTEM_CONFIG = Path("/etc/delayd/delayd.toml")
 
 
@@ -73,7 +75,7 @@ class Config:
             if not 0 < value <= limit:
                 raise ConfigError(f"{name} must be > 0 and <= {limit:g}, got {value!r}")
 
-        for name, limit in (("buckets", 1024), ("queues", 256), ("concurrency", 4096)):
+        for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096)):
             positive(name, limit)
         for name in ("lease", "task_timeout", "url_timeout", "graceful_timeout", "heartbeat_timeout",
                      "retention", "params_limit", "max_response_bytes"):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from . import connection
 from .config import Config
 from .log import event
-from .store import SCRIPTS
+from .store import SCRIPTS, wire
 from .task import printable
 from .worker import HANDLED_SIGNALS, REDIS_ERRORS
 
@@ -61,7 +61,7 @@ def live(client: Any, prefix: str) -> list[dict[str, Any]]:
     if not rows:
         return []
     entries = []
-    for (ident, expiry), body in zip(rows, client.hmget(info, [ident for ident, _ in rows])):
+    for (ident, expiry), body in zip(rows, client.hmget(info, [wire(ident) for ident, _ in rows])):
         entry = readable(ident, body)
         if entry is None:
             continue  # removed between the two reads, or not written by delayd

@@ -6,6 +6,7 @@ Reading costs one stats.lua call per bucket: O(buckets x topics), never O(tasks)
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import redis
@@ -35,6 +36,13 @@ def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
         except ValueError:
             continue
         yield name, printable(topic), value
+
+
+def _due_at(score: str | None) -> float | None:
+    """The head of `delayed` (a score in ms) as seconds; None when empty or not a finite time
+    (an entry at +inf, written by someone else, is never due)."""
+    seconds = float(score) / 1000 if score else None
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def _new_counts() -> dict[str, int]:
@@ -142,7 +150,7 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
     earliest: dict[str, float] = {}
     per_bucket, quarantined, truncated, paused = [], 0, False, set()
     for b, (_, bucket_counts, bucket_totals, first, windows, head, q, lag, trunc, flags) in enumerate(answers):
-        paused.update(flags)
+        paused.update(printable(topic) for topic in flags)
         mine = _new_counts()
         for state, topic, value in _pairs(bucket_counts):
             if state in mine:
@@ -163,7 +171,7 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
         per_bucket.append({
             "bucket": b, "waiting": mine["waiting"], "ready": {str(p): mine[f"ready:{p}"] for p in PRIORITIES},
             "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"], "deleted": mine["deleted"],
-            "quarantined": int(q), "next_due_at": float(head) / 1000 if head else None,
+            "quarantined": int(q), "next_due_at": _due_at(head),
         })
 
     topics = {}

@@ -15,6 +15,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 import redis
 
+from .config import MAX_BUCKETS
 from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
@@ -88,8 +89,9 @@ class BucketKeys:
         finish and delete; the dashboard's schedules page reads it instead of every record."""
         return self.tag + "recurring"
 
-    def parked(self, topic: str) -> str:
-        return f"{self.paused}:{topic}"
+    def parked(self, topic: str) -> str | bytes:
+        """(A topic read from the paused hash may not be UTF-8: sent back as its own bytes.)"""
+        return wire(f"{self.paused}:{topic}")
 
     @property
     def counts(self) -> str:
@@ -132,10 +134,13 @@ def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
     except redis.exceptions.ResponseError:  # WRONGTYPE: not a hash
         raise StoreError(f"{key} in Redis is not a hash; it should hold the bucket count "
                          f"(buckets {default}?)") from None
-    if not (stored.isdigit() and stored.isascii() and int(stored) > 0):
-        raise StoreError(f"{key} in Redis holds buckets = {stored!r}, not a bucket count; "
+    # (At most MAX_BUCKETS, as the configuration: a huge count would allocate keys for every bucket.)
+    count = int(stored) if stored.isascii() and stored.isdigit() and len(stored) <= 5 else 0
+    if not 0 < count <= MAX_BUCKETS:
+        shown = repr(stored[:40]) + ("..." if len(stored) > 40 else "")
+        raise StoreError(f"{key} in Redis holds buckets = {shown}, not a bucket count (1-{MAX_BUCKETS}); "
                          f"set it right (HSET {key} buckets N) before using this store")
-    return int(stored)
+    return count
 
 
 class StoreError(ValueError):

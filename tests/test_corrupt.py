@@ -23,6 +23,7 @@ from delayd import connection, registry
 from delayd.store import Store, meta_key, wire
 from delayd.task import Task, TaskError
 from redis_server import wait_for
+from web_helper import Web
 
 PREFIX = "delayd:"
 DAY_MS = 86400 * 1000
@@ -418,3 +419,146 @@ def test_the_command_line_reads_damaged_data(client, r):
     r.hset(meta_key("delayd:"), "buckets", "four")
     for verb in ("ls", "stats", "get"):
         assert_clean(cli(verb, *(["c", "good"] if verb == "get" else [])), 1)
+
+
+# -- found by the fuzzer (tests/test_fuzz_stored.py), each example turned into a plain test ----------
+# Numbers Lua's tonumber reads but that are no integer: a claim token written back as 1e+17 or
+# 1.5 went to the worker as another number, so the run never finished and ran once per lease.
+@pytest.mark.parametrize("field,value", [("claim", "1e17"), ("claim", "1.5"), ("claim", "nan"), ("claim", "-inf"),
+                                         ("created", "1.5")])
+def test_a_token_that_is_no_integer_reads_as_missing(r, store, field, value):
+    add_amid_good(store)
+    corrupt(r, store, BAD, "claim", None)
+    corrupt(r, store, BAD, field, value)
+    runs = run_everything(store)
+    assert_good_ran_once(r, store, runs)
+    if field == "created":  # the token counts from 0, and the worker quarantines the record
+        assert_quarantined(r, store, BAD, "record does not parse")
+    else:
+        assert runs[BAD] == ["ok"] and r.hget(store.keys[0].task(BAD), "status") == "ok"
+
+
+def test_a_due_time_that_is_no_integer_when_a_run_is_retried(r, store):
+    """finish.lua: ZADD of a nan due time failed the script after its first write, and with it the batch."""
+    add_amid_good(store)
+    store.promote(0, 1000, DAY_MS)
+    claimed = store.claim(0, QUOTAS, 1000, 60_000, DAY_MS)
+    corrupt(r, store, BAD, "due", "nan")
+    applied = store.finish(0, [(t.member, t.claim, "retry", 1000, "later") for t in claimed.tasks], DAY_MS)
+    assert applied == [True] * (len(GOOD) + 1)
+    due = r.zscore(store.keys[0].delayed, BAD)
+    assert due is not None and claimed.now < due <= now_ms(r) + 1000
+
+
+def test_a_due_time_that_is_no_integer_when_its_topic_is_paused(r, store):
+    """pause.lua parks a ready task at its due time: a nan one failed the script half-way."""
+    add_amid_good(store)
+    store.promote(0, 1000, DAY_MS)
+    corrupt(r, store, BAD, "due", "nan")
+    assert store.pause("bad") == 1
+    assert r.zscore(store.keys[0].parked("bad"), BAD) is not None
+    assert_good_ran_once(r, store, run_everything(store))
+
+
+def test_ls_reads_a_paused_topic_that_is_not_utf8(client, r):
+    client.add("c", "good", call="a:b", delay=60)
+    keys = client.store.keys[0]
+    r.hset(keys.paused, b"z\xc7", "1")
+    r.zadd(keys.paused.encode() + b":z\xc7", {b"z\xc7:1": 1})
+    assert_clean(cli("ls"), 0)
+
+
+def test_status_cluster_reads_a_daemon_id_that_is_not_utf8(client, r):
+    registry.register(r, "delayd:", "z", {"pid": 1, "started": 0, "host": "h", "children": []})
+    info, expires = registry.keys("delayd:")
+    r.hset(info, b"z\xb1", r.hget(info, "z"))
+    r.zadd(expires, {b"z\xb1": now_ms(r) + 60_000})
+    proc = cli("status", "--cluster", "--json")
+    assert_clean(proc, 0)
+    assert sorted(d["id"] for d in json.loads(proc.stdout)["daemons"]) == ["z", "z\\xb1"]
+
+
+@pytest.mark.parametrize("value", ["2000", "9" * 5000])
+def test_a_bucket_count_out_of_range_is_refused(client, r, value):
+    """A huge count made every reader allocate keys for each bucket (MemoryError, or the host's
+    memory: the fuzzer's run was killed by the OOM killer at 24 GB); 5000 digits were a traceback."""
+    r.hset(meta_key("delayd:"), "buckets", value)
+    proc = cli("stats")
+    assert_clean(proc, 1)
+    assert "not a bucket count (1-1024)" in proc.stderr
+
+
+# -- the dashboard reads damaged data: an answer or a clear error, never a 500 ------------------------
+@pytest.fixture
+def web(redis_url):
+    with Web(redis_url) as server, server.client() as http:
+        yield http
+
+
+def test_the_dashboard_reads_a_paused_topic_that_is_not_utf8(web, client, r):
+    client.add("c", "1", call="a:b", delay=60)
+    r.hset(client.store.keys[0].paused, b"z\xc7", "1")
+    answer = web.get("/api/stats")
+    assert answer.status_code == 200 and "z\\xc7" in answer.json()["paused"]  # shown as `delayd ls` shows it
+
+
+def test_the_dashboard_lists_a_record_that_is_no_hash(web, client, r):
+    """One record of another type made the whole list a 503 (and the HTML error page a 500)."""
+    for id in ("good", "bad"):
+        client.add("c", id, call="a:b", delay=60)
+    corrupt(r, client.store, "c:bad", "(list)", None)
+    rows = {row["key"]: row for row in web.get("/api/tasks").json()["tasks"]}
+    assert rows["c:good"]["task"] is not None
+    assert rows["c:bad"]["task"] is None and "key is not a hash" in rows["c:bad"]["corrupt"]
+    assert web.get("/tasks", headers={"accept": "text/html"}).status_code == 200
+    detail = web.get("/api/tasks/c/bad")
+    assert detail.status_code == 200 and "not a hash" in detail.json()["corrupt"]
+
+
+def test_the_dashboard_error_page_renders(web):
+    answer = web.get("/tasks/no/such", headers={"accept": "text/html"})
+    assert answer.status_code == 404 and "not found: no:such" in answer.text
+
+
+def test_the_dashboard_reads_minute_counters_that_are_not_integers(web, client, r):
+    keys = client.store.keys[0]
+    minute = now_ms(r) // 60_000
+    r.hset(f"{keys.window_prefix}m:{minute}", mapping={"ok|c": "x", "started|c": "2"})
+    write_wrong(r, f"{keys.window_prefix}m:{minute - 1}", "list")
+    answer = web.get("/api/stats")
+    assert answer.status_code == 200 and answer.json()["last_hour"][-1]["started"] == 2
+
+
+def test_the_dashboard_reads_index_entries_and_times_out_of_range(web, client, r):
+    """A score of inf (int() of it raised) and a created time no calendar holds (strftime raised)."""
+    client.add("c", "inf", call="a:b", delay=60)
+    client.add("c", "late", call="a:b", delay=60)
+    keys = client.store.keys_for("c:inf")
+    r.zadd(keys.delayed, {"c:inf": float("inf")})
+    r.hset(client.store.keys_for("c:late").task("c:late"), "created", "9" * 19)
+    for path in ("/tasks", "/tasks/c/late", "/tasks/c/inf", "/"):
+        assert web.get(path, headers={"accept": "text/html"}).status_code == 200, path
+    listed = web.get("/api/tasks", params={"status": "delayed", "limit": 1}).json()
+    follow = web.get("/api/tasks", params={"status": "delayed", "limit": 1, "cursor": listed["cursor"]}).json()
+    assert {row["key"] for row in listed["tasks"] + follow["tasks"]} == {"c:inf", "c:late"}
+    assert web.get("/api/stats").status_code == 200
+
+
+def test_the_dashboard_pages_past_and_links_a_name_that_is_not_utf8(web, client, r):
+    store = client.store
+    for member in ("c:1", "c:2"):
+        client.add(*member.split(":"), call="a:b", delay=60)
+    odd = store.keys_for("c:\udcff")
+    r.hset(odd.task("c:\udcff"), mapping={"spec": '{"call":"a:b"}', "status": "delayed", "created": 1, "due": 1})
+    r.zadd(odd.delayed, {b"c:\xff": now_ms(r) + 30_000})
+    seen, cursor = [], ""
+    for _ in range(5):
+        page = web.get("/api/tasks", params={"status": "delayed", "limit": 1, "cursor": cursor})
+        assert page.status_code == 200, page.text
+        seen += [row["key"] for row in page.json()["tasks"]]
+        if not (cursor := page.json()["cursor"]):
+            break
+    assert sorted(seen) == ["c:1", "c:2", "c:\\xff"]
+    assert web.get("/tasks", headers={"accept": "text/html"}).status_code == 200
+    detail = web.get("/api/tasks/c/%FF")
+    assert detail.status_code == 200 and "not valid UTF-8" in detail.json()["corrupt"]

@@ -8,9 +8,19 @@ end
 
 -- Stored data is not under our control: anyone with access to Redis can write
 -- it, and Redis does not roll a script back when it fails half-way. So nothing a
--- script reads may make it fail: numbers are read with `tonumber(x) or default`,
+-- script reads may make it fail: numbers are read with `int_of(x) or default`,
 -- records through `read_record` (a key that is not a hash reads as nil), and the
 -- bucket's own keys are checked with `expect` before anything is written.
+
+-- A stored count, time (ms) or token as an integer, or nil. tonumber alone also reads
+-- nan, inf, 1e400, fractions and exponents: ZADD refuses a nan score (failing the script
+-- after its first write), and a token like 1.5 or 1e17 goes back to the worker as another
+-- number than the one stored, so its run could never finish and would run again forever.
+local function int_of(text)
+  local n = tonumber(text)
+  if n and n == math.floor(n) and n >= -2^53 and n <= 2^53 then return n end
+  return nil
+end
 
 local function key_type(key)
   return redis.call('TYPE', key)['ok']
@@ -66,9 +76,9 @@ local DEFAULT_PRIORITY = '2'
 -- near Redis's clock (each bump is +1, and there is rarely more than one per ms
 -- on one task). After a hard delete, which leaves nothing to bump, a re-added
 -- task therefore still never hands out a token a worker of the deleted one holds.
--- A corrupt (non-numeric) field reads as missing rather than failing the whole script.
+-- A corrupt (not an integer) field reads as missing rather than failing the whole script.
 local function claim_token(claim, created)
-  return tonumber(claim) or tonumber(created) or 0
+  return int_of(claim) or int_of(created) or 0
 end
 
 -- The zset of a paused topic's due tasks, set aside so they neither start nor keep the

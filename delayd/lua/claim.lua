@@ -48,14 +48,14 @@ local function take(list, want)
         quarantine(aside, task_key, member, reason)
       else
         local claim = claim_token(r[4], r[7]) + 1
-        local runs = tonumber(r[3]) or 0  -- missing before the first run (or corrupt)
+        local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
         if r[5] ~= '1' then runs = runs + 1 end
         redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
           'claim', claim, 'runs', runs, 'last_run', now)
         count_ready(r[9], topic, -1)
         zadd_counted(KEYS[4], now + lease, member, 'running', topic)
         tally('started', topic)
-        tally_lateness(topic, now - (tonumber(r[6]) or now))
+        tally_lateness(topic, now - (int_of(r[6]) or now))
         for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY}) do
           out[#out + 1] = v
         end

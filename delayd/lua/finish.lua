@@ -36,7 +36,7 @@ for i = 5, #ARGV, 6 do
     elseif outcome == 'retry' then
       -- Next run counts from the previous due time; if that is past (or
       -- unreadable), from now.
-      local due = (tonumber(r[3]) or now) + gap
+      local due = (int_of(r[3]) or now) + gap
       if due < now then due = now + gap end
       redis.call('HSET', task_key, 'status', 'delayed', 'due', due)
       zadd_counted(KEYS[1], due, member, 'waiting', topic)

@@ -21,7 +21,7 @@ for k = 2, 4 do
       if r and r[1] == '1' then
         redis.call('HSET', task_key, 'queued', '0')
         count_ready(r[3], topic, -1)
-        zadd_counted(parked, tonumber(r[2]) or now, member, 'parked', topic)
+        zadd_counted(parked, int_of(r[2]) or now, member, 'parked', topic)
         moved = moved + 1
       end
     end

@@ -103,10 +103,10 @@ for _, member in ipairs(lapsed) do
     local token = r and claim_token(r[3], r[4]) + 1
     if reason then
       quarantine(aside, task_key, member, reason)
-    elseif parks(topic, tonumber(r[5]) or now) then
+    elseif parks(topic, int_of(r[5]) or now) then
       -- Its topic is paused: it waits, parked at its due time, to run again on resume.
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
-      zadd_counted(paused[topic].key, tonumber(r[5]) or now, member, 'parked', topic)
+      zadd_counted(paused[topic].key, int_of(r[5]) or now, member, 'parked', topic)
       tally('lapsed', topic)
     else
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)

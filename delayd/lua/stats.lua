@@ -40,7 +40,7 @@ for k = 2, 4 do
   local members = read({}, 'LRANGE', KEYS[k], 0, limit - 1)
   for _, member in ipairs(members) do
     local r = read({}, 'HMGET', prefix .. member, 'queued', 'due')
-    if r[1] == '1' and r[2] then seen(member, tonumber(r[2])) end
+    if r[1] == '1' and r[2] then seen(member, int_of(r[2])) end
   end
   if #members == limit then truncated = 1 end
 end
