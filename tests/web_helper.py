@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 
 import httpx
 
@@ -35,13 +36,21 @@ class Web:
         self.env = {**os.environ, "DELAYD_REDIS_URL": redis_url, **env}
         self.args = args
         self.proc: subprocess.Popen | None = None
+        # stderr goes to a file, not a pipe: nobody reads a pipe while the server runs, and a
+        # full one (64 KiB of error logs) would block the server.
+        self.stderr = tempfile.TemporaryFile("w+")
 
     def start(self) -> "Web":
         self.proc = subprocess.Popen([*DELAYD, "web", "--port", str(self.port), *self.args], env=self.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr, text=True)
         wait_for(lambda: self.proc.poll() is not None or answers(self.base), 30, message="delayd web answering")
-        assert self.proc.poll() is None, self.proc.stderr.read()
+        assert self.proc.poll() is None, self.errors()
         return self
+
+    def errors(self) -> str:
+        """What the server wrote to stderr so far (its log: errors and tracebacks)."""
+        self.stderr.seek(0)
+        return self.stderr.read()
 
     def client(self, **kwargs) -> httpx.Client:
         return httpx.Client(base_url=self.base, timeout=10.0, **kwargs)
@@ -54,8 +63,6 @@ class Web:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc and self.proc.stderr:
-            self.proc.stderr.close()
 
     def __enter__(self) -> "Web":
         return self.start()
