@@ -1,7 +1,9 @@
 """delayd: delayed and recurring tasks stored in Redis, run by a supervised daemon."""
 __version__ = "0.1.0"
 
+from .async_client import AsyncClient  # noqa: E402
 from .client import Client, DelaydError, DurabilityError, RedisUnavailable  # noqa: E402
 from .task import Task, TaskError  # noqa: E402
 
-__all__ = ["Client", "Task", "TaskError", "DelaydError", "DurabilityError", "RedisUnavailable", "__version__"]
+__all__ = ["Client", "AsyncClient", "Task", "TaskError", "DelaydError", "DurabilityError", "RedisUnavailable",
+           "__version__"]

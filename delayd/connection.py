@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
+import redis.asyncio
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
@@ -56,13 +57,18 @@ def _split_auth(netloc: str) -> tuple[str | None, str | None, str]:
     return unquote(user) or None, unquote(password) or None, hosts
 
 
+def _is_cluster(parts: Any, query: dict[str, str]) -> bool:
+    return parts.scheme in ("redis+cluster", "rediss+cluster") or \
+        query.get("cluster", "").lower() in ("1", "true", "yes")
+
+
 def connect(url: str, **options: Any) -> Any:
     """A redis-py client for `url` (Redis, RedisCluster, or a Sentinel-managed master)."""
     opts = {**SOCKET_OPTIONS, **options}
     parts = urlsplit(url)
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     scheme = parts.scheme
-    if scheme in ("redis+cluster", "rediss+cluster") or query.get("cluster", "").lower() in ("1", "true", "yes"):
+    if _is_cluster(parts, query):
         user, password, netloc = _split_auth(parts.netloc)
         nodes = [ClusterNode(h, p) for h, p in _hosts(netloc, 6379)]
         opts.pop("health_check_interval", None)  # not a RedisCluster option
@@ -78,13 +84,29 @@ def connect(url: str, **options: Any) -> Any:
                                                                     "password": query.get("sentinel_password")},
                             username=user, password=password, db=db, **opts)
         return sentinel.master_for(service)
+    return _plain(redis.Redis, url, opts)
+
+
+def connect_async(url: str, **options: Any) -> Any:
+    """A redis.asyncio client for `url`, with connect()'s options: plain, TLS and unix-socket
+    URLs only (Cluster and Sentinel are not supported by the AsyncClient yet)."""
+    parts = urlsplit(url)
+    if _is_cluster(parts, {k: v[-1] for k, v in parse_qs(parts.query).items()}) or parts.scheme == "redis+sentinel":
+        raise RedisURLError(f"AsyncClient supports redis://, rediss:// and unix:// URLs, not yet Redis Cluster "
+                            f"or Sentinel ({redact(url)}): use Client there")
+    return _plain(redis.asyncio.Redis, url, {**SOCKET_OPTIONS, **options})
+
+
+def _plain(factory: Any, url: str, opts: dict[str, Any]) -> Any:
+    """A client of `factory` (redis.Redis or redis.asyncio.Redis) for a redis://, rediss:// or unix:// URL."""
+    scheme = urlsplit(url).scheme
     if scheme not in ("redis", "rediss", "unix"):
         raise RedisURLError(f"unsupported Redis URL scheme {scheme!r}: use redis://, rediss://, unix://, "
                             "redis+cluster:// or redis+sentinel://")
     if scheme == "unix":
         opts.pop("socket_keepalive", None)  # a TCP option: unix-socket connections refuse it
     try:
-        return redis.Redis.from_url(url, **opts)
+        return factory.from_url(url, **opts)
     except ValueError as exc:
         raise RedisURLError(f"bad Redis URL {redact(url)}: {exc}") from None
 

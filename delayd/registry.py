@@ -24,6 +24,7 @@ from typing import Any, Callable
 from . import connection
 from .config import Config
 from .log import event
+from .steps import Steps, command, run
 from .store import SCRIPTS, wire
 from .task import printable
 from .worker import HANDLED_SIGNALS, REDIS_ERRORS
@@ -54,14 +55,19 @@ def unregister(client: Any, prefix: str, ident: str) -> None:
 
 def live(client: Any, prefix: str) -> list[dict[str, Any]]:
     """The entries of every live daemon, oldest start first, each with `seen_ago` (s) added."""
+    return run(client, live_steps(prefix))
+
+
+def live_steps(prefix: str) -> Steps[list[dict[str, Any]]]:
+    """live() as steps (see delayd.steps)."""
     info, expires = keys(prefix)
-    seconds, micros = client.time()
+    seconds, micros = yield command("TIME")
     now_ms = seconds * 1000 + micros // 1000
-    rows = client.zrangebyscore(expires, now_ms, "+inf", withscores=True)
+    rows = yield command("ZRANGEBYSCORE", expires, now_ms, "+inf", "WITHSCORES", withscores=True)
     if not rows:
         return []
     entries = []
-    for (ident, expiry), body in zip(rows, client.hmget(info, [wire(ident) for ident, _ in rows])):
+    for (ident, expiry), body in zip(rows, (yield command("HMGET", info, *[wire(ident) for ident, _ in rows]))):
         entry = readable(ident, body)
         if entry is None:
             continue  # removed between the two reads, or not written by delayd

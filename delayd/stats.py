@@ -112,13 +112,17 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
     }
 
 
+def bucket_call(store: Store, b: int) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of bucket b's stats.lua call."""
+    keys = store.keys[b]
+    return ([keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused],
+            [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
+
+
 def read_buckets(redis_client: Any, store: Store) -> list[list[Any]]:
     """One stats.lua answer per bucket (pipelined, except on a cluster)."""
     def call(client: Any, b: int) -> Any:
-        keys = store.keys[b]
-        return SCRIPTS["stats"](client, [keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine,
-                                         keys.paused],
-                                [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
+        return SCRIPTS["stats"](client, *bucket_call(store, b))
 
     if isinstance(redis_client, RedisCluster):  # its pipeline refuses EVALSHA
         return [call(redis_client, b) for b in range(store.buckets)]
@@ -138,7 +142,11 @@ def read_buckets(redis_client: Any, store: Store) -> list[list[Any]]:
 
 def collect(redis_client: Any, store: Store) -> dict[str, Any]:
     """Counts, lag, throughput and lateness, overall, per topic and per bucket."""
-    answers = read_buckets(redis_client, store)
+    return summary(read_buckets(redis_client, store))
+
+
+def summary(answers: list[list[Any]]) -> dict[str, Any]:
+    """collect's answer from one stats.lua answer per bucket."""
     now_ms = max(int(a[0]) for a in answers) if answers else 0
     now = now_ms / 1000
     current = now_ms // WINDOW_MS
@@ -191,7 +199,7 @@ def collect(redis_client: Any, store: Store) -> dict[str, Any]:
     next_due = min((b["next_due_at"] for b in per_bucket if b["next_due_at"] is not None), default=None)
     return {
         "time": now,
-        "buckets": store.buckets,
+        "buckets": len(answers),
         **_summary(overall_counts, overall_recent, span_s, min(earliest.values(), default=None), now),
         "quarantined": quarantined,
         "paused": sorted(paused),

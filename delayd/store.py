@@ -16,6 +16,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import redis
 
 from .config import MAX_BUCKETS
+from .steps import Steps, ScriptCall, command, on_redis, run
 from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
@@ -125,12 +126,17 @@ def meta_key(prefix: str) -> str:
 
 def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
     """The bucket count recorded in Redis for `prefix`; records `default` on first use."""
+    return run(redis_client, bucket_count(prefix, default))
+
+
+def bucket_count(prefix: str, default: int) -> Steps[int]:
+    """recorded_buckets as steps (see delayd.steps)."""
     key = meta_key(prefix)
     try:
-        stored = redis_client.hget(key, "buckets")
+        stored = yield command("HGET", key, "buckets")
         if stored is None:
-            redis_client.hsetnx(key, "buckets", default)
-            stored = redis_client.hget(key, "buckets")
+            yield command("HSETNX", key, "buckets", default)
+            stored = yield command("HGET", key, "buckets")
     except redis.exceptions.ResponseError:  # WRONGTYPE: not a hash
         raise StoreError(f"{key} in Redis is not a hash; it should hold the bucket count "
                          f"(buckets {default}?)") from None
@@ -207,6 +213,13 @@ class Script:
         except redis.exceptions.NoScriptError:
             # Redis restarted or its script cache was flushed: EVAL loads it again.
             return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+    async def call_async(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """__call__ on a redis.asyncio client."""
+        try:
+            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
     def load(self, client: Any) -> None:
         """Cache the script in Redis (before EVALSHA in a pipeline)."""
@@ -335,49 +348,59 @@ class Store:
         """Write tasks of one bucket in one script call; returns 1/0 per task."""
         return SCRIPTS["add"](client or self.redis, *self.add_call(keys, tasks, nx))
 
-    def delete(self, member: str, hard: bool, retention_ms: int) -> bool:
+    def delete_steps(self, member: str, hard: bool, retention_ms: int) -> Steps[bool]:
         keys = self.keys_for(member)
-        return bool(SCRIPTS["delete"](
-            self.redis,
+        return bool((yield ScriptCall(
+            SCRIPTS["delete"],
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
              keys.quarantine, keys.counts, keys.paused, keys.recurring],
             [wire(member), int(hard), retention_ms],
-        ))
+        )))
 
-    def retry(self, member: str) -> int:
+    def retry_steps(self, member: str) -> Steps[int]:
         keys = self.keys_for(member)
-        return int(SCRIPTS["retry"](self.redis, [keys.task(member), keys.delayed, keys.done("failed"), keys.counts,
-                                                 keys.quarantine],
-                                    [wire(member), keys.wake_channel]))
+        return int((yield ScriptCall(SCRIPTS["retry"], [keys.task(member), keys.delayed, keys.done("failed"),
+                                                        keys.counts, keys.quarantine],
+                                     [wire(member), keys.wake_channel])))
 
-    def run_now(self, member: str) -> RunNow:
+    def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)
-        code, status = SCRIPTS["run_now"](self.redis, [keys.task(member), keys.delayed, keys.paused, keys.counts],
-                                          [wire(member), keys.wake_channel])
+        code, status = yield ScriptCall(SCRIPTS["run_now"], [keys.task(member), keys.delayed, keys.paused,
+                                                             keys.counts], [wire(member), keys.wake_channel])
         return RunNow(int(code), status)
 
-    def pause(self, topic: str) -> int:
+    def pause_steps(self, topic: str) -> Steps[int]:
         """Pause `topic` in every bucket; returns how many ready tasks were parked."""
-        return sum(SCRIPTS["pause"](self.redis, [keys.paused, *keys.ready, keys.counts], [keys.task_prefix, topic])
-                   for keys in self.keys)
+        parked = 0
+        for keys in self.keys:
+            parked += yield ScriptCall(SCRIPTS["pause"], [keys.paused, *keys.ready, keys.counts],
+                                       [keys.task_prefix, topic])
+        return parked
 
-    def resume_batch(self, bucket: int, topic: str, batch: int = RESUME_BATCH) -> Resumed:
+    def resume_batch_steps(self, bucket: int, topic: str, batch: int = RESUME_BATCH) -> Steps[Resumed]:
         """Move the earliest `batch` parked tasks of `topic` back to wait for their turn."""
         keys = self.keys[bucket]
-        moved, left = SCRIPTS["resume"](self.redis, [keys.paused, keys.delayed, keys.counts],
-                                        [topic, keys.wake_channel, batch])
+        moved, left = yield ScriptCall(SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts],
+                                       [topic, keys.wake_channel, batch])
         return Resumed(int(moved), int(left))
 
-    def resume(self, topic: str) -> int:
+    def resume_steps(self, topic: str) -> Steps[int]:
         """Resume `topic` in every bucket, a batch per call; returns how many parked tasks went back."""
         moved = 0
         for bucket in range(self.buckets):
             while True:
-                step = self.resume_batch(bucket, topic)
+                step = yield from self.resume_batch_steps(bucket, topic)
                 moved += step.moved
                 if not step.left:
                     break
         return moved
+
+    delete = on_redis(delete_steps)
+    retry = on_redis(retry_steps)
+    run_now = on_redis(run_now_steps)
+    pause = on_redis(pause_steps)
+    resume_batch = on_redis(resume_batch_steps)
+    resume = on_redis(resume_steps)
 
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:

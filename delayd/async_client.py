@@ -1,0 +1,99 @@
+"""The AsyncClient: Client's methods, awaitable, on redis.asyncio.
+
+    from delayd import AsyncClient
+    c = AsyncClient.from_url("redis://127.0.0.1:6379/0")
+    await c.add("order:cancel", 42, call="shop.tasks:cancel_order", delay=1800)
+
+Validation, the key layout, the scripts and reply decoding are Client's own
+(delayd.client_base, delayd.steps); this module only awaits the requests.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+from . import connection
+from .client_base import BaseClient, Built
+from .client_errors import redis_errors
+from .steps import Steps, run_async
+from .store import SCRIPTS, BucketKeys, Store
+
+
+def _awaitable(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:
+    """An AsyncClient method running one of BaseClient's steps on the AsyncClient's connection."""
+    @redis_errors
+    async def method(self: "AsyncClient", *args: Any, **kwargs: Any) -> Any:
+        return await run_async(self.redis, operation(self, *args, **kwargs))
+    method.__name__ = operation.__name__.removesuffix("_steps")
+    method.__doc__ = operation.__doc__
+    return method
+
+
+class AsyncClient(BaseClient):
+    """Client for asyncio applications: the same methods and errors, each awaitable
+    (Redis Cluster and Sentinel URLs are not supported yet)."""
+
+    def connect(self, url: str) -> Any:
+        return connection.connect_async(url)
+
+    @property
+    def on_cluster(self) -> bool:
+        return isinstance(self.redis, AsyncRedisCluster)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    get_store = _awaitable(BaseClient.store_steps)
+
+    @redis_errors
+    async def add(self, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
+        """Client.add, awaitable."""
+        store, (item,) = await run_async(self.redis, self.prepared_steps([self.build(topic, id, **fields)]))
+        return bool(await self._write([(store.keys_for(item[0].key), [item])], store, nx, durable))
+
+    @redis_errors
+    async def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False, durable: bool = False) -> int:
+        """Client.add_many, awaitable: every item is validated before anything is written."""
+        return await self.add_built(self.build_many(items), nx, durable)
+
+    @redis_errors
+    async def add_built(self, built: list[Built], nx: bool = False, durable: bool = False) -> int:
+        """Client.add_built, awaitable."""
+        store, built = await run_async(self.redis, self.prepared_steps(built))
+        return await self._write(self.batches(store, built), store, nx, durable)
+
+    async def _write(self, calls: list[tuple[BucketKeys, list[Built]]], store: Store, nx: bool,
+                     durable: bool) -> int:
+        """add.lua calls; durable: in one pipeline (one connection) ended by WAIT/WAITAOF."""
+        wait = await run_async(self.redis, self.durable_steps()) if durable else ()
+        script = SCRIPTS["add"]
+        if not wait:
+            return sum([sum(await script.call_async(self.redis, *store.add_call(keys, entries, nx)))
+                        for keys, entries in calls])
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.execute_command("SCRIPT LOAD", script.source)  # so that no EVALSHA below meets NOSCRIPT
+        for keys, entries in calls:
+            call_keys, args = store.add_call(keys, entries, nx)
+            pipe.execute_command("EVALSHA", script.sha, len(call_keys), *call_keys, *args)
+        pipe.execute_command(*wait)
+        _, *results, reply = await pipe.execute()
+        written = sum(sum(r) for r in results)
+        self.unconfirmed(wait, reply, written)
+        return written
+
+    delete = _awaitable(BaseClient.delete_steps)
+    retry = _awaitable(BaseClient.retry_steps)
+    run_now = _awaitable(BaseClient.run_now_steps)
+    pause = _awaitable(BaseClient.pause_steps)
+    resume = _awaitable(BaseClient.resume_steps)
+    paused = _awaitable(BaseClient.paused_steps)
+    get = _awaitable(BaseClient.get_steps)
+    stats = _awaitable(BaseClient.stats_steps)
+    daemons = _awaitable(BaseClient.daemons_steps)

@@ -1,0 +1,258 @@
+"""What Client and AsyncClient share: configuration, validation, the key layout and every
+read or transition written once as steps (delayd.steps), which each flavour runs on its
+own connection (redis-py or redis.asyncio)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable
+
+import redis
+
+from . import config as config_mod
+from . import connection, embedded, registry, schedule
+from . import durable as durable_mod
+from . import stats as stats_mod
+from .client_errors import DelaydError, DurabilityError
+from .steps import ScriptCall, Steps, command
+from .store import SCRIPTS, BucketKeys, Store, StoreError, bucket_count, bucket_of
+from .task import Task, TaskError, check_topic, module_allowed
+
+TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
+                         "priority", "callback", "timeout", "every", "cron", "tz"})  # add()'s keywords but delay/at
+NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
+ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
+
+Built = tuple[Task, str, int]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON, ms)
+
+
+def to_ms(at: Any) -> int:
+    """An absolute time (Unix seconds, a datetime, or an ISO 8601 string) in ms."""
+    if isinstance(at, bool):
+        raise TaskError("at must be Unix seconds or an ISO 8601 time")
+    if isinstance(at, datetime):
+        return int(at.timestamp() * 1000)
+    if isinstance(at, (int, float)):
+        if not 0 <= at < 1e11:
+            raise TaskError(f"at must be Unix seconds, got {at!r}")
+        return int(at * 1000)
+    if isinstance(at, str):
+        try:
+            return to_ms(float(at))
+        except ValueError:
+            pass
+        try:
+            moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        except ValueError:
+            raise TaskError(f"at must be Unix seconds or an ISO 8601 time, got {at!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.astimezone()  # a naive time is local time
+        return to_ms(moment)
+    raise TaskError(f"at must be Unix seconds or an ISO 8601 time, got {at!r}")
+
+
+class BaseClient:
+    """Access to one delayd store (a Redis URL and a key prefix), without I/O of its own."""
+
+    durable_timeout = durable_mod.DEFAULT_TIMEOUT  # seconds a durable add waits for WAIT / WAITAOF
+
+    def __init__(self, url: str | None = None, prefix: str | None = None, *,
+                 config: config_mod.Config | None = None, allowed_modules: Iterable[str] | None = None):
+        cfg = config or config_mod.load()
+        self.config = cfg
+        self.url = url or cfg.redis_url or embedded.url(cfg.state_dir)
+        self.prefix = prefix or cfg.prefix
+        if allowed_modules is None and "allowed_modules" in cfg.explicit:
+            allowed_modules = cfg.allowed_modules
+        self.allowed_modules = tuple(allowed_modules) if allowed_modules is not None else None
+        self.redis = self.connect(self.url)
+        self._store: Store | None = None
+
+    def connect(self, url: str) -> Any:
+        raise NotImplementedError
+
+    @property
+    def on_cluster(self) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str | None = None, **kwargs: Any) -> Any:
+        return cls(url, prefix, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({connection.redact(self.url)!r}, prefix={self.prefix!r})"
+
+    # -- validation (pure) -------------------------------------------------------------
+    def build(self, topic: Any, id: Any, *, delay: float | None = None, at: Any = None,
+              **fields: Any) -> Built:
+        """Validate one add's arguments: (task, 'delay'|'at', ms). Raises TaskError."""
+        unknown = fields.keys() - TASK_FIELDS
+        if unknown:
+            raise TaskError(f"unknown task field(s): {', '.join(sorted(unknown))}")
+        task = Task.new(topic, id, params_limit=self.config.params_limit, **fields)
+        if self.allowed_modules is not None:
+            for target in (task.call, task.callback):
+                if target and not module_allowed(target, self.allowed_modules):
+                    raise TaskError(f"{target} is not in the allowed modules "
+                                    f"({', '.join(self.allowed_modules) or 'none'}); add its module to "
+                                    "allowed_modules or DELAYD_ALLOWED_MODULES")
+        if delay is not None and at is not None:
+            raise TaskError("give delay or at, not both")
+        if at is not None:
+            return task, "at", to_ms(at)
+        if delay is None and task.cron is not None:
+            return task, NEXT_CRON, 0  # the calendar's next time after Redis's now: see first_due
+        if delay is None:
+            delay = task.every if task.every is not None else task.intervals[0]
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10 * 365 * 86400:
+            raise TaskError(f"delay must be a number of seconds >= 0, got {delay!r}")
+        return task, "delay", int(delay * 1000)
+
+    def build_many(self, items: Iterable[dict[str, Any]]) -> list[Built]:
+        """Validate add_many's items (each named by its index in an error), before anything is written."""
+        built: list[Built] = []
+        for n, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise TaskError(f"item {n}: expected a dict of add() arguments")
+            item = dict(item)
+            try:
+                built.append(self.build(item.pop("topic", None), item.pop("id", None), **item))
+            except TaskError as exc:
+                raise TaskError(f"item {n}: {exc}") from None
+        return built
+
+    @staticmethod
+    def batches(store: Store, built: list[Built]) -> list[tuple[BucketKeys, list[Built]]]:
+        """The add.lua calls writing `built`: per bucket, ADD_BATCH tasks per call."""
+        by_bucket: dict[int, list[Built]] = {}
+        for entry in built:
+            by_bucket.setdefault(bucket_of(entry[0].key, store.buckets), []).append(entry)
+        return [(store.keys[b], entries[i:i + ADD_BATCH])
+                for b, entries in by_bucket.items() for i in range(0, len(entries), ADD_BATCH)]
+
+    def unconfirmed(self, wait: tuple[Any, ...], reply: Any, written: int) -> None:
+        """Raise DurabilityError if `reply` to `wait` does not confirm the write."""
+        if wait and not durable_mod.confirmed(wait, reply):
+            raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "
+                                  f"{self.durable_timeout:g} s: they may be lost if Redis fails now")
+
+    # -- steps (run by each flavour on its connection) ---------------------------------
+    def store_steps(self) -> Steps[Store]:
+        """The store, with the bucket count recorded in Redis (set on first use)."""
+        if self._store is None:
+            try:
+                buckets = yield from bucket_count(self.prefix, self.config.buckets)
+            except StoreError as exc:
+                raise DelaydError(str(exc)) from None
+            self._store = Store(self.redis, self.prefix, buckets)
+        return self._store
+
+    def prepared_steps(self, built: list[Built]) -> Steps[tuple[Store, list[Built]]]:
+        """The store, and `built` with cron tasks without delay/at given their first due time:
+        the calendar's next time after Redis's clock (one TIME call for the whole batch)."""
+        store = yield from self.store_steps()
+        if not any(mode == NEXT_CRON for _, mode, _ in built):
+            return store, built
+        seconds, micros = yield command("TIME")
+        now_ms = seconds * 1000 + micros // 1000
+        out = []
+        for task, mode, value in built:
+            if mode == NEXT_CRON:
+                due = schedule.next_cron(task.cron, task.tz, now_ms)
+                if due is None:
+                    raise TaskError(f"{task.key}: cron expression {task.cron!r} has no next time")
+                mode, value = "at", due
+            out.append((task, mode, value))
+        return store, out
+
+    def durable_steps(self) -> Steps[tuple[Any, ...]]:
+        """How this Redis confirms a write now (WAIT, WAITAOF or nothing needed); DurabilityError if it cannot."""
+        if self.on_cluster:
+            raise DurabilityError("durable=True is not supported on Redis Cluster; nothing was written")
+        info = yield command("INFO")
+        try:
+            appendfsync = (yield command("CONFIG GET", "appendfsync")).get("appendfsync")
+        except redis.exceptions.ResponseError:  # CONFIG renamed or refused (managed Redis)
+            appendfsync = None
+        try:
+            return durable_mod.command(info, appendfsync, int(self.durable_timeout * 1000))
+        except durable_mod.Unconfirmable as exc:
+            raise DurabilityError(f"Redis at {connection.where(self.url)}: {exc}; nothing was written") from None
+
+    def delete_steps(self, topic: Any, id: Any, hard: bool = False) -> Steps[bool]:
+        """Mark a task deleted (it never runs again); hard=True removes every trace."""
+        store = yield from self.store_steps()
+        return (yield from store.delete_steps(f"{topic}:{id}", hard, self.config.retention_ms))
+
+    def retry_steps(self, topic: Any, id: Any) -> Steps[bool]:
+        """Put a failed task back to run now. Raises TaskError if it is not failed."""
+        store = yield from self.store_steps()
+        result = yield from store.retry_steps(f"{topic}:{id}")
+        if result == -1:
+            raise TaskError(f"{topic}:{id} is not failed; only failed tasks can be retried")
+        return result == 1
+
+    def run_now_steps(self, topic: Any, id: Any) -> Steps[bool]:
+        """Make a delayed task due now (a recurring one then continues on its schedule).
+
+        Returns False if there is no such task; raises TaskError, changing nothing, if it is
+        running or finished. A task of a paused topic becomes due now and starts first on resume."""
+        store = yield from self.store_steps()
+        answer = yield from store.run_now_steps(f"{topic}:{id}")
+        if answer.code == -1:
+            raise TaskError(f"{topic}:{id} is {answer.status}, not delayed: only a waiting task can be run now "
+                            + ("(it is running now)" if answer.status == "running" else
+                               "(use retry for a failed task, or add it again)"))
+        return answer.code != 0
+
+    def pause_steps(self, topic: Any) -> Steps[int]:
+        """Start no task of `topic` until resume() (runs in flight finish); kept in Redis, so it
+        holds for every daemon and across restarts. Returns how many ready tasks were set aside."""
+        topic = check_topic(topic)
+        store = yield from self.store_steps()
+        return (yield from store.pause_steps(topic))
+
+    def resume_steps(self, topic: Any) -> Steps[int]:
+        """Start the tasks of `topic` again; its due tasks start in due order. Returns how many waited."""
+        topic = check_topic(topic)
+        store = yield from self.store_steps()
+        return (yield from store.resume_steps(topic))
+
+    def paused_steps(self) -> Steps[list[str]]:
+        """The topics paused now."""
+        store = yield from self.store_steps()
+        topics: set[str] = set()
+        for keys in store.keys:
+            topics.update((yield command("HKEYS", keys.paused)))
+        return sorted(topics)
+
+    def get_steps(self, topic: Any, id: Any) -> Steps[Task | None]:
+        """The task, or None. Raises TaskError if its record in Redis is corrupt."""
+        member = f"{topic}:{id}"
+        store = yield from self.store_steps()
+        try:
+            record = yield command("HGETALL", store.keys_for(member).task(member))
+        except redis.exceptions.ResponseError:  # WRONGTYPE
+            raise TaskError(f"{member}: corrupt record: its key is not a hash") from None
+        if not record:
+            return None
+        try:
+            return Task.from_record(member, record)
+        except TaskError as exc:
+            raise TaskError(f"{member}: corrupt record: {exc}") from None
+
+    def stats_steps(self) -> Steps[dict[str, Any]]:
+        """stats(), one stats.lua call after the other (Client pipelines them: delayd.stats.collect)."""
+        store = yield from self.store_steps()
+        answers = []
+        for b in range(store.buckets):
+            answers.append((yield ScriptCall(SCRIPTS["stats"], *stats_mod.bucket_call(store, b))))
+        return stats_mod.summary(answers)
+
+    def daemons_steps(self) -> Steps[list[dict[str, Any]]]:
+        """The live daemons on this store (each master refreshes its entry every few seconds):
+        id, host, pid, version, started, buckets, queues, concurrency, children, seen_ago."""
+        try:
+            return (yield from registry.live_steps(self.prefix))
+        except redis.exceptions.ResponseError as exc:  # WRONGTYPE: the next refresh sets it aside
+            raise DelaydError(f"the registry of daemons in Redis is corrupt ({exc}); "
+                              "a running daemon rewrites it within seconds") from None

@@ -1,0 +1,84 @@
+"""Redis operations written once for the sync Client and the AsyncClient (sans-I/O).
+
+An operation is a generator: it yields the Redis requests it needs (a `Command`, or a
+`ScriptCall` of a store.Script), receives each reply (or has the request's exception
+raised at the `yield`), and returns its result. `run` drives it on a redis-py client,
+`run_async` on a redis.asyncio one: validation, key layout and reply decoding exist once.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Awaitable, Callable, Generator, NamedTuple, Sequence, TypeVar
+
+T = TypeVar("T")
+Steps = Generator[Any, Any, T]  # yields Command | ScriptCall, returns T
+
+
+class Command(NamedTuple):
+    """One Redis command, its reply parsed as redis-py parses it (`options`: e.g. withscores)."""
+
+    args: tuple[Any, ...]
+    options: dict[str, Any] = {}
+
+    def call(self, client: Any) -> Any:
+        return client.execute_command(*self.args, **self.options)
+
+    async def call_async(self, client: Any) -> Any:
+        return await client.execute_command(*self.args, **self.options)
+
+
+def command(*args: Any, **options: Any) -> Command:
+    return Command(args, options)
+
+
+class ScriptCall(NamedTuple):
+    """One call of a store.Script (EVALSHA, EVAL on NOSCRIPT)."""
+
+    script: Any
+    keys: Sequence[Any]
+    args: Sequence[Any]
+
+    def call(self, client: Any) -> Any:
+        return self.script(client, self.keys, self.args)
+
+    async def call_async(self, client: Any) -> Any:
+        return await self.script.call_async(client, self.keys, self.args)
+
+
+def run(client: Any, steps: Steps[T]) -> T:
+    """Drive `steps` on a redis-py client (drive() never suspends there: done in one send)."""
+    async def call(request: Any) -> Any:
+        return request.call(client)
+    try:
+        drive(steps, call).send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a sync request suspended")  # (unreachable: call never awaits)
+
+
+async def run_async(client: Any, steps: Steps[T]) -> T:
+    """Drive `steps` on a redis.asyncio client."""
+    return await drive(steps, lambda request: request.call_async(client))
+
+
+async def drive(steps: Steps[T], call: Callable[[Any], Awaitable[Any]]) -> T:
+    """Send each request of `steps` to `call`, its reply (or its exception) back into `steps`."""
+    reply: Any = None
+    resume = steps.send
+    while True:
+        try:
+            request = resume(reply)
+        except StopIteration as done:
+            return done.value
+        try:
+            reply, resume = await call(request), steps.send
+        except Exception as exc:  # raised inside the operation, which may handle it
+            reply, resume = exc, steps.throw
+
+
+def on_redis(operation: Callable[..., Steps[T]]) -> Callable[..., T]:
+    """A sync method running `operation` on the object's `redis` client."""
+    @functools.wraps(operation)
+    def method(self: Any, *args: Any, **kwargs: Any) -> T:
+        return run(self.redis, operation(self, *args, **kwargs))
+    return method
