@@ -117,7 +117,7 @@ class Client(BaseClient):
         """Members of one bucket with a status (None: all), from the bucket's own indexes."""
         sources: list[tuple[str, str]] = []
         if status in (None, "delayed"):
-            sources += [("list", key) for key in keys.ready] + [("zset", keys.delayed)]
+            sources += [("list", key) for key in (*keys.ready, *keys.ready_url)] + [("zset", keys.delayed)]
             sources += [("zset", keys.parked(topic)) for topic in self.redis.hkeys(keys.paused)]
         if status in (None, "running"):
             sources.append(("zset", keys.leases))

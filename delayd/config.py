@@ -43,6 +43,14 @@ class Config:
     task_timeout: float = 30.0              # seconds a handler may run before it is abandoned
     url_timeout: float = 10.0               # default per-request timeout of url tasks
     max_response_bytes: int = 65536         # how much of a URL's answer is read
+    url_concurrency: int = 1000             # URL requests in flight per queue process (its event loop)
+    url_host_concurrency: int = 16          # of which at most this many per scheme+host+port
+    url_breaker_failures: int = 5           # consecutive connection errors/timeouts that open a host's circuit
+    url_breaker_cooldown: float = 30.0      # seconds an open circuit sends nothing, then one probe
+    url_retry_after_max: float = 3600.0     # cap on a 429/503 answer's Retry-After
+    url_signing_secret: str = field(default="", repr=False)  # Standard Webhooks secret (base64, whsec_ optional)
+    url_deny_private: bool = False          # refuse URLs resolving to loopback/private/link-local addresses
+    attempts_kept: int = 10                 # runs kept in a task's delivery log (get: attempts)
     graceful_timeout: float = 30.0          # seconds a stop waits for tasks in hand
     heartbeat_timeout: float = 30.0         # a child silent this long is killed and replaced
     retention: float = 604800.0             # seconds finished tasks stay readable
@@ -75,8 +83,19 @@ class Config:
             if not 0 < value <= limit:
                 raise ConfigError(f"{name} must be > 0 and <= {limit:g}, got {value!r}")
 
-        for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096)):
+        for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096), ("url_concurrency", 100_000),
+                            ("url_host_concurrency", 100_000), ("url_breaker_failures", 1_000_000)):
             positive(name, limit)
+        for name in ("url_breaker_cooldown", "url_retry_after_max"):
+            positive(name)
+        if not 0 <= self.attempts_kept <= 1000:
+            raise ConfigError(f"attempts_kept must be >= 0 and <= 1000, got {self.attempts_kept!r}")
+        if self.url_signing_secret:
+            from .url.signing import SecretError, key_of
+            try:
+                key_of(self.url_signing_secret)
+            except SecretError as exc:
+                raise ConfigError(str(exc)) from None
         for name in ("lease", "task_timeout", "url_timeout", "graceful_timeout", "heartbeat_timeout",
                      "retention", "params_limit", "max_response_bytes"):
             positive(name)
@@ -132,6 +151,7 @@ NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
           "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
+SECRETS = frozenset({"url_signing_secret", "web_token"})  # never quoted in an error
 
 
 def env_var(option: str) -> str:
@@ -191,7 +211,8 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
                 raise TypeError("a string is expected")
             return (value or None) if kind == "str | None" else value
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{origin}: {name} = {value!r} is not valid ({exc})") from None
+        shown = "(hidden)" if name in SECRETS else repr(value)
+        raise ConfigError(f"{origin}: {name} = {shown} is not valid ({exc})") from None
     return value
 
 

@@ -1,11 +1,15 @@
-"""A queue process: claims ready tasks and runs up to `concurrency` of them at once.
+"""A queue process: claims ready tasks and runs them, call and push targets up to
+`concurrency` at once in a pool of threads, URL targets up to `url_concurrency` at once
+on an event loop (delayd.url.engine).
 
 One main thread owns all Redis state changes and batches them: it claims up to
-the free slots in one script call per bucket, records every finished run of a
-loop turn in one finish call per bucket, and renews the leases of runs in hand.
-Handlers run in a pool of threads. A handler past the task timeout is abandoned:
-its slot is freed at once and the run is recorded as a timeout; its thread is
-replaced, and left to finish (or not) on its own.
+the free slots of each kind in one script call per bucket (URL tasks wait in ready
+lists of their own, so a backlog of one kind never holds back the other), records
+every finished run of a loop turn in one finish call per bucket, and renews the
+leases of every run in hand. A handler past the task timeout is abandoned: its
+slot is freed at once and the run is recorded as a timeout; its thread is
+replaced, and left to finish (or not) on its own. A URL run's timeout counts from
+the moment its request is sent (it may first wait for its host: delayd.url.hosts).
 
 Wake-ups: a listener thread is subscribed to the ready channel, on which bucket
 processes announce "bucket N has ready tasks"; completions and signals arrive
@@ -13,9 +17,12 @@ on the same event queue, so the main thread sleeps in one place.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import importlib
 import itertools
 import logging
+import math
 import queue as queue_mod
 import signal
 import threading
@@ -23,13 +30,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import connection
+from . import attempts, connection
 from . import log as log_mod
 from .config import Config
 from .handlers import Outcome, Runner
 from .log import event
-from .store import PRIORITIES, SCHEDULE_ENDS, Claimed, Store, ready_channel
+from .store import PRIORITIES, SCHEDULE_ENDS, Claimed, Finish, Store, ready_channel
 from .task import Task, TaskError
+from .url.engine import Engine
 from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
 
 log = logging.getLogger("delayd.queue")
@@ -62,8 +70,13 @@ def priority_cycle(weights: tuple[int, int, int]) -> list[int]:
 class Run:
     task: Task
     bucket: int
-    started: float
-    deadline: float
+    started: float           # monotonic: handed to a thread, or (URL) the request sent
+    deadline: float          # past it the run is abandoned (a URL run: infinite until sent)
+    limit: float = 0.0       # the task timeout (seconds) that `deadline` adds to `started`
+    claimed: float = 0.0     # monotonic time of the claim …
+    claimed_ms: int = 0      # … and Redis's clock then (ms): the attempt's start time from both
+    url: bool = False        # on the event loop (URL target), not in the thread pool
+    future: concurrent.futures.Future | None = field(default=None, repr=False)
     abandoned: bool = False  # given up at its timeout; its thread retires when the handler returns
     returned: bool = False   # the handler returned in time; its result is on the way
     result: tuple[Outcome, str] | None = field(default=None, repr=False)
@@ -127,12 +140,15 @@ class QueueWorker:
         self.redis = connection.connect(config.redis_url)
         self.store = Store(self.redis, config.prefix, config.buckets)
         self.runner = Runner(config, self.redis)
+        self.engine = Engine(config, self.runner)  # also runs async def targets for the pool's threads
         self.health = RedisHealth(log, config.redis_url)
         self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self.pool = Pool(config.concurrency, self.execute, self.completed)
         self.in_hand: dict[str, Run] = {}
-        self.finished: dict[int, list[tuple[Run, str, int, str]]] = {}
-        self.candidates: set[int] = set(range(config.buckets))
+        self.url_in_hand = 0
+        self.finished: dict[int, list[tuple[Run, Finish]]] = {}
+        # Buckets that may have ready tasks, per kind (False: call/push, True: URL)
+        self.candidates: dict[bool, set[int]] = {False: set(range(config.buckets)), True: set(range(config.buckets))}
         self.cycle = itertools.cycle(priority_cycle(tuple(config.priority_weights)))
         self.next_bucket = itertools.cycle(range(config.buckets))
         self.renew_every = config.lease / 3
@@ -151,6 +167,13 @@ class QueueWorker:
     def completed(self, run: Run, result: tuple[Outcome, str]) -> None:
         run.result = result
         self.events.put(("done", run))
+
+    def delivered(self, run: Run, future: concurrent.futures.Future) -> None:
+        """On the event loop's thread: a URL run ended (a cancelled one was settled already)."""
+        if not future.cancelled():
+            exc = future.exception()
+            self.completed(run, future.result() if exc is None else
+                           (Outcome("retry", f"internal error in delayd: {type(exc).__name__}: {exc}"), ""))
 
     # -- main thread ---------------------------------------------------------------
     def run(self) -> None:
@@ -176,13 +199,13 @@ class QueueWorker:
                 self.send_last_outcomes()
                 break
         self.pool.stop()
-        self.runner.close()
+        self.engine.close()
         event(log, "queue_stopped", queue=self.index)
 
     def next_event(self) -> Any:
         now = time.monotonic()
         timeout = WAIT_CAP
-        if self.candidates and self.free_slots() and not self.stopping:
+        if any(self.candidates[url] and self.free_slots(url) for url in (False, True)) and not self.stopping:
             timeout = max(0.0, self.retry_at - now)
         if self.in_hand:
             timeout = min(timeout, max(0.0, min(r.deadline for r in self.in_hand.values()) - now),
@@ -198,12 +221,15 @@ class QueueWorker:
 
     def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
-        if kind == "ready":
-            bucket = int(value) if value is not None and str(value).isdigit() else None
-            if bucket is None or bucket >= self.config.buckets:
-                self.candidates.update(range(self.config.buckets))
-            else:
-                self.candidates.add(bucket)
+        if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks
+            text = str(value or "")
+            url = text.startswith("u")
+            bucket = int(text[url:]) if text[url:].isdigit() else None
+            for buckets in ((self.candidates[url],) if bucket is not None else self.candidates.values()):
+                if bucket is None or bucket >= self.config.buckets:
+                    buckets.update(range(self.config.buckets))
+                else:
+                    buckets.add(bucket)
         elif kind == "done":
             run: Run = value
             if self.in_hand.get(run.task.key) is run:
@@ -216,19 +242,30 @@ class QueueWorker:
         elif kind == "reopen":
             log_mod.reopen()
         elif kind == "tick":
-            self.candidates.update(range(self.config.buckets))
+            for buckets in self.candidates.values():
+                buckets.update(range(self.config.buckets))
 
-    def free_slots(self) -> int:
-        return self.config.concurrency - len(self.in_hand)
+    def free_slots(self, url: bool) -> int:
+        """Tasks of a kind to claim now. URL tasks waiting for a saturated host take no slot
+        (they hold back no other host), but at most url_concurrency of them are kept."""
+        if not url:
+            return self.config.concurrency - (len(self.in_hand) - self.url_in_hand)
+        held = self.engine.held
+        if held >= self.config.url_concurrency:
+            return 0
+        return self.config.url_concurrency - (self.url_in_hand - held)
 
     def settle(self, run: Run, outcome: Outcome, callback_error: str = "") -> None:
         """Turn a run's outcome into a finish entry (sent with the next batch)."""
         del self.in_hand[run.task.key]
+        self.url_in_hand -= run.url
         task = run.task
         kind, gap_ms, error, next_due = outcome.kind, 0, outcome.error, ""
         if kind == "ok":
             error = callback_error
-        if task.recurring and task.persistent and kind in ("ok", "retry"):
+        if kind == "defer":
+            pass  # not run: back to wait for the circuit's probe (finish.lua gives the run back)
+        elif task.recurring and task.persistent and kind in ("ok", "retry"):
             # From the claim's `now` (Redis's clock): the next due time of the calendar.
             found = task.next_due_ms(round((task.due_at or task.last_run_at) * 1000),
                                      round(task.last_run_at * 1000))
@@ -249,15 +286,18 @@ class QueueWorker:
               error=error.splitlines()[0][:300] if error else None,
               # A line per successful run only at DEBUG: at thousands of runs/s it would
               # cost a third of the process's time and gigabytes of log a day.
-              level=logging.DEBUG if kind == "ok" else logging.WARNING)
-        self.finished.setdefault(run.bucket, []).append((run, kind, gap_ms, error, next_due))
+              level=logging.DEBUG if kind in ("ok", "defer") else logging.WARNING)
+        attempt = "" if kind == "defer" else attempts.encode(
+            task.runs, run.claimed_ms + round((run.started - run.claimed) * 1000), elapsed_ms, kind, outcome.status,
+            error or outcome.answer)
+        self.finished.setdefault(run.bucket, []).append((run, Finish(
+            task.key, task.claim, kind, gap_ms, error, next_due, round(outcome.wait * 1000), attempt)))
 
     def abandon_overdue(self) -> None:
         now = time.monotonic()
         for run in [r for r in self.in_hand.values() if r.deadline <= now]:
-            if self.pool.abandon(run):
-                self.settle(run, Outcome("retry", f"timeout: still running after {self.timeout_of(run.task):g} s, "
-                                                  "abandoned"))
+            if run.future.cancel() if run.url else self.pool.abandon(run):
+                self.settle(run, Outcome("retry", f"timeout: still running after {run.limit:g} s, abandoned"))
         if self.pool.hung > HUNG_PER_SLOT * self.config.concurrency and not self.stopping:
             event(log, "too_many_hung_handlers", logging.ERROR, hung=self.pool.hung)
             self.handle(("stop", None))  # exit so the master starts a fresh process
@@ -309,14 +349,13 @@ class QueueWorker:
     def flush_finished(self) -> None:
         for bucket in list(self.finished):
             entries = self.finished[bucket]
-            applied = self.store.finish(bucket, [(run.task.key, run.task.claim, kind, gap_ms, error, next_due)
-                                                 for run, kind, gap_ms, error, next_due in entries],
-                                        self.config.retention_ms)
+            applied = self.store.finish(bucket, [entry for _, entry in entries], self.config.retention_ms,
+                                        self.config.attempts_kept)
             del self.finished[bucket]
-            for (run, kind, *_), ok in zip(entries, applied):
+            for (run, entry), ok in zip(entries, applied):
                 if not ok:
                     event(log, "result_fenced", logging.WARNING, task=run.task.key, run=run.task.runs,
-                          outcome=kind, reason="lease lapsed, task replaced or deleted")
+                          outcome=entry.outcome, reason="lease lapsed, task replaced or deleted")
 
     def renew(self) -> None:
         by_bucket: dict[int, list[Run]] = {}
@@ -330,38 +369,50 @@ class QueueWorker:
         self.next_renew = time.monotonic() + self.renew_every
 
     def claim(self) -> None:
-        tried = 0
-        while (free := self.free_slots()) > 0 and self.candidates and tried < self.config.buckets:
-            bucket = next(self.next_bucket)
-            tried += 1
-            if bucket not in self.candidates:
-                continue
-            n = min(free, 200)
-            quotas = [0, 0, 0]
-            for priority in itertools.islice(self.cycle, n):
-                quotas[PRIORITIES.index(priority)] += 1
-            claimed = self.store.claim(bucket, tuple(quotas), n, self.config.lease_ms, self.config.retention_ms)
-            self.dispatch(bucket, claimed)
-            if len(claimed.tasks) < n:
-                self.candidates.discard(bucket)
-            else:
-                tried -= 1  # this bucket may have more: stay on it
+        for url in (False, True):
+            candidates = self.candidates[url]
+            tried = 0
+            while (free := self.free_slots(url)) > 0 and candidates and tried < self.config.buckets:
+                bucket = next(self.next_bucket)
+                tried += 1
+                if bucket not in candidates:
+                    continue
+                n = min(free, 200)
+                quotas = [0, 0, 0]
+                for priority in itertools.islice(self.cycle, n):
+                    quotas[PRIORITIES.index(priority)] += 1
+                claimed = self.store.claim(bucket, tuple(quotas), n, self.config.lease_ms, self.config.retention_ms,
+                                           url)
+                self.dispatch(bucket, claimed)
+                if len(claimed.tasks) < n:
+                    candidates.discard(bucket)
+                else:
+                    tried -= 1  # this bucket may have more: stay on it
 
     def dispatch(self, bucket: int, claimed: Claimed) -> None:
-        """Hand the claimed tasks to the pool; a record that does not parse is quarantined."""
+        """Hand the claimed tasks to the pool or the event loop; a record that does not parse
+        is quarantined."""
+        at = time.monotonic()
         for row in claimed.tasks:
             try:
                 task = row.task(claimed.now)
             except TaskError as exc:
                 topic, _, id = row.member.rpartition(":")
                 self.finished.setdefault(bucket, []).append(
-                    (Run(Task(topic=topic, id=id, claim=row.claim), bucket, 0, 0), "quarantine", 0, str(exc), ""))
+                    (Run(Task(topic=topic, id=id, claim=row.claim), bucket, 0, 0),
+                     Finish(row.member, row.claim, "quarantine", 0, str(exc))))
                 event(log, "quarantined", logging.ERROR, task=row.member, run=row.runs, reason=str(exc))
                 continue
-            start = time.monotonic()
-            run = Run(task, bucket, start, start + self.timeout_of(task))
+            limit = self.timeout_of(task)
+            url = bool(task.url)
+            run = Run(task, bucket, at, math.inf if url else at + limit, limit, at, claimed.now, url)
             self.in_hand[task.key] = run
-            self.pool.jobs.put(run)
+            if url:
+                self.url_in_hand += 1
+                run.future = self.engine.deliver(run)
+                run.future.add_done_callback(functools.partial(self.delivered, run))
+            else:
+                self.pool.jobs.put(run)
 
 
 def main(config: Config, index: int, heartbeat: Heartbeat) -> None:

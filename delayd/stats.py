@@ -115,7 +115,7 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
 def bucket_call(store: Store, b: int) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of bucket b's stats.lua call."""
     keys = store.keys[b]
-    return ([keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused],
+    return ([keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused, *keys.ready_url],
             [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
 
 

@@ -68,8 +68,13 @@ class BucketKeys:
 
     @property
     def ready(self) -> tuple[str, str, str]:
-        """Ready lists, highest priority first."""
+        """Ready lists of call and push tasks, highest priority first."""
         return tuple(f"{self.tag}ready:{p}" for p in PRIORITIES)  # type: ignore[return-value]
+
+    @property
+    def ready_url(self) -> tuple[str, str, str]:
+        """Ready lists of URL tasks (claimed for the event loop), highest priority first."""
+        return tuple(f"{self.tag}ready:u{p}" for p in PRIORITIES)  # type: ignore[return-value]
 
     def done(self, status: str) -> str:
         return f"{self.tag}done:{status}"
@@ -317,6 +322,19 @@ class Browsed(NamedTuple):
     problem: str | None                # why the index could not be read (a key of the wrong type), else None
 
 
+class Finish(NamedTuple):
+    """One run's outcome as finish.lua records it."""
+
+    member: str
+    claim: int
+    outcome: str        # ok, failed, retry, quarantine, defer
+    gap_ms: int = 0     # retry: from the due time to the next run
+    error: str = ""     # '' clears last_error
+    next_due: Any = ""  # a recurring task's next due time (ms), or ''
+    wait_ms: int = 0    # the next run no earlier than now + wait (Retry-After; defer: the probe)
+    attempt: str = ""   # a line for the delivery log (attempts.encode), or ''
+
+
 class Store:
     """The transitions of the task store, for one key prefix and bucket count."""
 
@@ -373,7 +391,7 @@ class Store:
         """Pause `topic` in every bucket; returns how many ready tasks were parked."""
         parked = 0
         for keys in self.keys:
-            parked += yield ScriptCall(SCRIPTS["pause"], [keys.paused, *keys.ready, keys.counts],
+            parked += yield ScriptCall(SCRIPTS["pause"], [keys.paused, *keys.ready, keys.counts, *keys.ready_url],
                                        [keys.task_prefix, topic])
         return parked
 
@@ -408,31 +426,34 @@ class Store:
         moved, reaped, next_due, next_lease, now, full = SCRIPTS["promote"](
             self.redis,
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
-             keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused],
+             keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix],
         )
         return Promoted(moved, reaped, next_due, next_lease, now, bool(full))
 
     # -- queue process ---------------------------------------------------------------
-    def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int) -> Claimed:
-        """Lease up to n ready tasks of a bucket (corrupt entries are quarantined by the script)."""
+    def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
+              url: bool = False) -> Claimed:
+        """Lease up to n ready tasks of a bucket: URL tasks if `url`, else call and push tasks
+        (corrupt entries are quarantined by the script)."""
         keys = self.keys[bucket]
         reply = SCRIPTS["claim"](
-            self.redis, [*keys.ready, keys.leases, keys.counts, keys.totals, keys.done("failed"), keys.quarantine],
+            self.redis, [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
+                         keys.done("failed"), keys.quarantine],
             [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix, retention_ms],
         )
         return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
                                   for i in range(1, len(reply), CLAIMED_FIELDS)])
 
-    def finish(self, bucket: int, results: list[tuple], retention_ms: int) -> list[bool]:
-        """Record outcomes: (member, claim, outcome, gap_ms, error[, next_due_ms]) per run; a
-        next due time (recurring tasks) reschedules the task whatever the outcome but failed,
-        and SCHEDULE_ENDS in its place marks a recurring task's last run. False where the run
-        was fenced off."""
+    def finish(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> list[bool]:
+        """Record outcomes, one Finish (or a tuple of its first fields) per run; a next due time
+        (recurring tasks) reschedules the task whatever the outcome but failed, and SCHEDULE_ENDS
+        in its place marks a recurring task's last run. False where the run was fenced off."""
         keys = self.keys[bucket]
-        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix]
-        for member, claim, outcome, gap_ms, error, *next_due in results:
-            args += [wire(member), claim, outcome, gap_ms, wire(error), next_due[0] if next_due else ""]
+        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept]
+        for entry in results:
+            entry = Finish(*entry)
+            args += entry._replace(member=wire(entry.member), error=wire(entry.error), attempt=wire(entry.attempt))
         return [bool(applied) for applied in SCRIPTS["finish"](
             self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine,
                          keys.counts, keys.totals, keys.recurring], args)]

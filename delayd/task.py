@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import attempts as attempts_mod
 from . import schedule
 
 STATUSES = ("delayed", "running", "ok", "failed", "deleted")
@@ -133,6 +134,7 @@ class Task:
     runs: int = 0
     last_error: str | None = None
     last_due_at: float | None = None  # a recurring task: the due time its last run was for
+    attempts: list = field(default_factory=list)  # the delivery log: the last runs, newest last
     # The fencing token of the claim this copy was read under (internal).
     claim: int = field(default=0, repr=False, compare=False)
 
@@ -294,6 +296,7 @@ class Task:
             task.claim = int(record["claim"] if "claim" in record else record.get("created", 0))  # default: created
             task.last_error = record.get("error") or None
             task.last_due_at = _seconds(record.get("last_due"))
+            task.attempts = attempts_mod.decode(record.get("attempts"))
         except KeyError as exc:
             raise TaskError(f"record has no {exc.args[0]!r} field") from None
         except (ValueError, TypeError, RecursionError) as exc:
@@ -326,7 +329,7 @@ class Task:
             "callback": self.callback, "timeout": self.timeout, "every": self.every, "cron": self.cron,
             "tz": self.tz, "status": self.status, "created_at": self.created_at, "due_at": self.due_at,
             "last_run_at": self.last_run_at, "last_due_at": self.last_due_at, "runs": self.runs,
-            "last_error": self.last_error,
+            "last_error": self.last_error, "attempts": self.attempts,
         }
 
     def to_json(self) -> str:

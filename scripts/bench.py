@@ -222,12 +222,26 @@ def memory_per_task(client: Client, r, n: int) -> float:
     return used / n
 
 
+def url_figures(runs: int) -> None:
+    import bench_url
+    work = Path(tempfile.mkdtemp(prefix="delayd-bench-url-"))
+    server = RedisServer(str(work / "redis")).start()
+    try:
+        print(bench_url.run(server.url, server.client(), work, runs))
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--big", action="store_true", help="also 1M pending and 1M due at once")
     ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    ap.add_argument("--url", action="store_true", help="only the URL delivery figures (scripts/bench_url.py), printed")
     args = ap.parse_args()
+    if args.url:
+        return url_figures(args.runs)
 
     work = Path(tempfile.mkdtemp(prefix="delayd-bench-"))
     server = RedisServer(str(work / "redis")).start()

@@ -1,6 +1,8 @@
 """Handlers for tests/test_handlers.py (tests/ is on sys.path, see conftest.py)."""
+import asyncio
 import os  # noqa: F401  (a target must not reach through it: handlers_fixture:os.remove)
 import time
+from pathlib import Path
 
 NOT_CALLABLE = 42
 
@@ -61,6 +63,21 @@ def exits(task):
 
 async def coroutine(task):
     return "success"
+
+
+async def sleeps_async(task):
+    """Sleeps params.seconds on the loop; writes params.path if it is cancelled."""
+    try:
+        await asyncio.sleep(task.params["seconds"])
+    except asyncio.CancelledError:
+        Path(task.params["path"]).write_text("cancelled")
+        raise
+    return "success"
+
+
+async def touch_async(task):
+    with open(task.params["path"], "a") as fh:
+        fh.write(f"{task.key}:{task.runs} async\n")
 
 
 class _Handler:

@@ -16,7 +16,8 @@ SAMPLE_VALUES = {"str": "x", "str | None": "redis://127.0.0.1:1/0", "int": "7", 
 def test_every_option_has_its_variable(name):
     kind = config_mod._TYPES[name]
     value = {"priority_weights": "4,2,1", "log_level": "debug", "log_format": "json",
-             "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd"}.get(name, SAMPLE_VALUES[kind])
+             "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd",
+             "url_signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}.get(name, SAMPLE_VALUES[kind])
     env = {f"DELAYD_{name.upper()}": value}
     loaded = config_mod.load(None, env=env)
     assert name in loaded.explicit
@@ -76,3 +77,16 @@ def test_an_explicit_lease_not_longer_than_the_timeout_is_refused():
     assert explicit.lease == 301.0 and not explicit.lease_derived
     with pytest.raises(config_mod.ConfigError, match="lease"):
         config_mod.replace(explicit, task_timeout=400)
+
+
+@pytest.mark.parametrize("secret", ["not base64!", "whsec_***", "whsec_", "===="])
+def test_a_signing_secret_that_is_not_base64_is_refused_without_being_quoted(secret):
+    with pytest.raises(config_mod.ConfigError) as err:
+        config_mod.load(None, env={"DELAYD_URL_SIGNING_SECRET": secret})
+    assert "url_signing_secret" in str(err.value)
+    assert secret.removeprefix("whsec_") not in str(err.value) or not secret.removeprefix("whsec_")
+
+
+def test_the_signing_secret_is_not_in_the_config_repr():
+    loaded = config_mod.load(None, env={"DELAYD_URL_SIGNING_SECRET": "whsec_c2VjcmV0LXNpZ25pbmcta2V5"})
+    assert "c2VjcmV0" not in repr(loaded)

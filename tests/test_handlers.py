@@ -1,7 +1,7 @@
-"""One run of a task (delayd.handlers): call, url and push targets, against real servers.
+"""One run of a task (delayd.handlers): call and push targets, against real Redis.
 
-URL tests talk to a real stdlib HTTP server on loopback; push tests to the real
-redis-server of conftest.py. `handlers_fixture` (in tests/) provides call targets.
+Push tests use the real redis-server of conftest.py. `handlers_fixture` (in tests/)
+provides call targets. URL targets: test_url.py.
 """
 from __future__ import annotations
 
@@ -10,167 +10,31 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-import delayd
 from delayd import Task
 from delayd.config import Config
 from delayd.handlers import Outcome, Runner, outcome_of
 from redis_server import free_port, wait_for
-
-BIG = 10 * 1024 * 1024
-
-
-# -- a real HTTP server --------------------------------------------------------------------
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256  # 50 clients connect at once in the concurrency test
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, so that connection reuse is visible
-
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, status: int, body: bytes | str, headers: dict | None = None) -> None:
-        body = body.encode() if isinstance(body, str) else body
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        try:
-            self._route()
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    do_POST = do_GET
-
-    def _route(self):
-        srv = self.server
-        parts = urlsplit(self.path)
-        query = parse_qs(parts.query, keep_blank_values=True)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        with srv.lock:
-            srv.requests.append({"method": self.command, "path": parts.path, "query": query, "body": body,
-                                 "headers": {k.lower(): v for k, v in self.headers.items()}})
-            srv.ports.append(self.client_address[1])
-        path = parts.path
-        seconds = float(query.get("seconds", ["0.3"])[0])
-        if path in ("/success", "/echo"):
-            self._answer(200, "success")
-        elif path == "/padded":
-            self._answer(200, "  SUCCESS \r\n")
-        elif path == "/bom":
-            self._answer(200, "\ufeffsuccess\n")
-        elif path == "/fail":
-            self._answer(200, "FAIL\n")
-        elif path == "/garbage":
-            self._answer(200, "ok, thanks!")
-        elif path == "/empty":
-            self._answer(200, "")
-        elif path == "/error":
-            self._answer(500, "internal oops\n" + "y" * 1000)
-        elif path == "/fail500":
-            self._answer(500, "fail")
-        elif path == "/redirect":
-            self._answer(302, "moved", {"Location": "/success"})
-        elif path == "/cookie":
-            self._answer(200, "success", {"Set-Cookie": "session=s3cret; Path=/"})
-        elif path == "/long-success":
-            self._answer(200, "success" + " " * 100)
-        elif path == "/hang":
-            srv.stop.wait(10)  # far past any timeout used below
-            self._answer(200, "success")
-        elif path == "/slow":
-            srv.stop.wait(seconds)
-            self._answer(200, "success")
-        elif path == "/drip":  # a byte every 0.2 s: no single read ever times out
-            self.send_response(200)
-            self.send_header("Content-Length", "100")
-            self.end_headers()
-            for _ in range(100):
-                self.wfile.write(b" ")
-                if srv.stop.wait(0.2):
-                    break
-        elif path == "/drip-head":  # the status line, then a header byte every 0.2 s: no read times out
-            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-            for _ in range(100):
-                self.wfile.write(b"x")
-                if srv.stop.wait(0.2):
-                    break
-            self.close_connection = True
-        elif path in ("/big", "/big-then-hang"):
-            self.send_response(200)
-            self.send_header("Content-Length", str(BIG))
-            self.end_headers()
-            chunk = b"x" * 65536
-            limit = BIG if path == "/big" else 1024 * 1024
-            for _ in range(limit // len(chunk)):
-                self.wfile.write(chunk)
-            if path == "/big-then-hang":  # the rest never comes: reading it all would hang
-                srv.stop.wait(10)
-            self.close_connection = True
-        else:
-            self._answer(404, "no such path")
-
-
-@pytest.fixture
-def http():
-    srv = _Server(("127.0.0.1", 0), _Handler)
-    srv.lock, srv.stop, srv.requests, srv.ports = threading.Lock(), threading.Event(), [], []
-    srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield srv
-    srv.stop.set()
-    srv.shutdown()
-    srv.server_close()
-    thread.join(5)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
+from url_helper import make_engine  # noqa: F401  (a fixture)
 
 
 @pytest.fixture
 def make_runner():
-    runners = []
-
     def make(redis_client=None, **options) -> Runner:
         config = Config(**{"allowed_modules": ("handlers_fixture",), "url_timeout": 5.0, **options})
-        runner = Runner(config, redis_client)
-        runners.append(runner)
-        return runner
+        return Runner(config, redis_client)
 
-    yield make
-    for runner in runners:
-        runner.close()
+    return make
 
 
 @pytest.fixture
 def runner(make_runner) -> Runner:
     return make_runner()
-
-
-def url_task(http, path, runs=1, **kw) -> Task:
-    task = Task.new(kw.pop("topic", "order:notify"), kw.pop("id", 7), url=http.base + path, **kw)
-    task.runs = runs
-    return task
 
 
 def call_task(target, runs=1, **kw) -> Task:
@@ -214,200 +78,6 @@ def test_outcome_of_survives_a_broken_repr():
     assert outcome_of(Nasty()).kind == "retry"
 
 
-# -- url targets: encoding and headers ------------------------------------------------------
-
-PARAMS = {"order": 5, "name": "x y&z=1", "flag": True, "none": None, "tags": ["a", "b"], "obj": {"k": "v"}}
-
-
-def test_get_sends_params_as_query_and_keeps_the_url_query(http, runner):
-    outcome = runner.run(url_task(http, "/echo?fixed=1", params=PARAMS))
-    assert outcome == Outcome("ok")
-    [req] = http.requests
-    assert req["method"] == "GET" and req["body"] == b""
-    assert req["query"] == {"fixed": ["1"], "order": ["5"], "name": ["x y&z=1"], "flag": ["true"], "none": [""],
-                            "tags": ["a", "b"], "obj": ['{"k":"v"}']}
-
-
-def test_post_sends_params_form_encoded(http, runner):
-    assert runner.run(url_task(http, "/echo", method="POST", params=PARAMS)).kind == "ok"
-    [req] = http.requests
-    assert req["method"] == "POST" and req["query"] == {}
-    assert req["headers"]["content-type"] == "application/x-www-form-urlencoded"
-    assert parse_qs(req["body"].decode(), keep_blank_values=True) == {
-        "order": ["5"], "name": ["x y&z=1"], "flag": ["true"], "none": [""], "tags": ["a", "b"],
-        "obj": ['{"k":"v"}']}
-
-
-def test_post_json_sends_params_as_a_json_body(http, runner):
-    assert runner.run(url_task(http, "/echo", method="POST", body="json", params=PARAMS)).kind == "ok"
-    [req] = http.requests
-    assert req["headers"]["content-type"] == "application/json"
-    assert json.loads(req["body"]) == PARAMS
-
-
-def test_post_without_params_sends_an_empty_form(http, runner):
-    assert runner.run(url_task(http, "/echo", method="POST")).kind == "ok"
-    assert http.requests[0]["body"] == b""
-
-
-def test_user_agent_and_idempotency_key(http, runner):
-    runner.run(url_task(http, "/echo", runs=3, topic="order:notify", id=5))
-    runner.run(url_task(http, "/echo", runs=4, topic="order:notify", id=5))
-    first, second = http.requests
-    assert first["headers"]["user-agent"] == f"delayd/{delayd.__version__}"
-    assert first["headers"]["idempotency-key"] == "order:notify:5:3"
-    assert second["headers"]["idempotency-key"] == "order:notify:5:4"
-
-
-def test_non_ascii_identity_is_sent_exactly(http, runner):
-    assert runner.run(url_task(http, "/echo", topic="commande", id="été", runs=2)).kind == "ok"
-    raw = http.requests[0]["headers"]["idempotency-key"]  # http.server decodes headers as latin-1
-    assert raw.encode("latin-1").decode() == "commande:été:2"
-
-
-def test_cookies_are_never_kept_between_requests(http, runner):
-    assert runner.run(url_task(http, "/cookie")).kind == "ok"
-    assert runner.run(url_task(http, "/echo")).kind == "ok"
-    assert "cookie" not in http.requests[1]["headers"]
-
-
-def test_connections_are_reused(http, runner):
-    for runs in range(1, 6):
-        assert runner.run(url_task(http, "/echo", runs=runs)).kind == "ok"
-    assert len(http.ports) == 5 and len(set(http.ports)) == 1
-
-
-# -- url targets: answers ---------------------------------------------------------------------
-
-@pytest.mark.parametrize("path", ["/success", "/padded", "/bom"])
-def test_2xx_success_is_ok(http, runner, path):
-    assert runner.run(url_task(http, path)) == Outcome("ok")
-
-
-def test_2xx_fail_is_failed(http, runner):
-    outcome = runner.run(url_task(http, "/fail"))
-    assert outcome.kind == "failed" and "fail" in outcome.error
-
-
-@pytest.mark.parametrize("path, expected", [
-    ("/garbage", "HTTP 200: answer is not success or fail: ok, thanks!"),
-    ("/empty", "HTTP 200: answer is not success or fail: (empty answer)"),
-    ("/fail500", "HTTP 500: fail"),
-    ("/nowhere", "HTTP 404: no such path"),
-    ("/redirect", "HTTP 302: redirect to /success not followed: moved"),
-])
-def test_other_answers_retry_with_a_clear_error(http, runner, path, expected):
-    assert runner.run(url_task(http, path)) == Outcome("retry", expected)
-
-
-def test_500_error_quotes_the_first_200_characters_on_one_line(http, runner):
-    outcome = runner.run(url_task(http, "/error"))
-    assert outcome.kind == "retry"
-    assert outcome.error.startswith("HTTP 500: internal oops yyy")
-    assert "\n" not in outcome.error and len(outcome.error) <= len("HTTP 500: ") + 200
-    assert len(http.requests) == 1  # a redirect or an error is not followed or retried here
-
-
-def test_timeout_retries_within_the_task_timeout(http, runner):
-    start = time.monotonic()
-    outcome = runner.run(url_task(http, "/hang", timeout=0.5))
-    elapsed = time.monotonic() - start
-    assert outcome.kind == "retry" and "timeout" in outcome.error and "0.5 s" in outcome.error
-    assert 0.4 < elapsed < 3
-
-
-def test_config_url_timeout_applies_when_the_task_has_none(http, make_runner):
-    start = time.monotonic()
-    outcome = make_runner(url_timeout=0.5).run(url_task(http, "/hang"))
-    assert outcome.kind == "retry" and "timeout after 0.5 s" in outcome.error
-    assert time.monotonic() - start < 3
-
-
-def test_a_dribbling_server_cannot_stretch_the_timeout(http, runner):
-    start = time.monotonic()
-    outcome = runner.run(url_task(http, "/drip", timeout=0.5))  # 100 bytes over 20 s
-    assert outcome.kind == "retry" and "timeout" in outcome.error
-    assert time.monotonic() - start < 3
-
-
-def test_a_server_dribbling_its_headers_cannot_stretch_the_timeout(http, runner):
-    start = time.monotonic()
-    outcome = runner.run(url_task(http, "/drip-head", timeout=0.5))  # headers that never end (20 s)
-    assert outcome.kind == "retry" and "timeout after 0.5 s" in outcome.error
-    assert time.monotonic() - start < 3
-
-
-def test_the_timeout_is_one_deadline_for_pool_wait_connect_and_answer(http, make_runner):
-    """The only connection is busy for 1.9 s; a request with a 2 s timeout waits 1.9 s for
-    it, then 1.9 s for its answer: each phase within 2 s, 3.8 s in all. It must end at 2 s."""
-    runner = make_runner(concurrency=1)
-    with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(runner.run, url_task(http, "/slow?seconds=1.9", id=1, timeout=8))
-        assert wait_for(lambda: http.requests, 5, message="the first request in")
-        start = time.monotonic()
-        second = runner.run(url_task(http, "/slow?seconds=1.9", id=2, timeout=2))
-        elapsed = time.monotonic() - start
-    assert first.result() == Outcome("ok")
-    assert second.kind == "retry" and "timeout after 2 s" in second.error, second
-    assert elapsed < 3.2  # 2 s and a margin for a busy machine, well short of 3.8 s
-
-
-def test_a_slow_answer_within_the_timeout_is_ok(http, runner):
-    assert runner.run(url_task(http, "/slow?seconds=0.3", timeout=2)) == Outcome("ok")
-
-
-def test_connection_refused_retries():
-    config = Config(url_timeout=2.0)
-    with Runner(config, None) as runner:
-        start = time.monotonic()
-        outcome = runner.run(Task.new("t", 1, url=f"http://127.0.0.1:{free_port()}/notify"))
-    assert outcome.kind == "retry"
-    assert outcome.error.startswith("connection failed:") and "refused" in outcome.error.lower()
-    assert time.monotonic() - start < 3
-
-
-def test_a_10_mb_answer_is_not_read_entirely(http, runner):
-    start = time.monotonic()
-    outcome = runner.run(url_task(http, "/big"))
-    assert outcome.kind == "retry"
-    assert outcome.error.startswith("HTTP 200: answer larger than 65536 bytes (max_response_bytes)")
-    assert time.monotonic() - start < 2
-
-
-def test_reading_stops_at_the_cap(http, runner):
-    # 1 MB arrives, then the server stalls with 9 MB still due: reading to the end would
-    # end in a timeout after 5 s; stopping at the cap answers at once.
-    start = time.monotonic()
-    outcome = runner.run(url_task(http, "/big-then-hang"))
-    assert outcome.kind == "retry" and "larger than 65536 bytes" in outcome.error
-    assert time.monotonic() - start < 2
-
-
-def test_the_cap_is_exact(http, make_runner):
-    # /long-success answers "success" + 100 spaces (107 bytes).
-    assert make_runner(max_response_bytes=107).run(url_task(http, "/long-success")).kind == "ok"
-    outcome = make_runner(max_response_bytes=106).run(url_task(http, "/long-success"))
-    assert outcome.kind == "retry" and "larger than 106 bytes" in outcome.error
-
-
-def test_fifty_concurrent_runs_share_one_pool(http, runner):
-    tasks = [url_task(http, "/slow?seconds=0.5", id=n, timeout=8) for n in range(50)]
-    start = time.monotonic()
-    with ThreadPoolExecutor(50) as pool:
-        outcomes = list(pool.map(runner.run, tasks))
-    elapsed = time.monotonic() - start
-    assert outcomes == [Outcome("ok")] * 50
-    assert elapsed < 10, f"50 runs took {elapsed:.1f} s: they did not run concurrently"
-    assert len(set(http.ports)) <= runner.config.concurrency  # the pool is bounded (32)
-
-
-def test_run_after_close_retries_instead_of_raising(http, make_runner):
-    runner = make_runner()
-    runner.close()
-    outcome = runner.run(url_task(http, "/success"))
-    assert outcome.kind == "retry" and "closed" in outcome.error
-
-
 # -- call targets --------------------------------------------------------------------------
 
 def test_allowed_call_runs_with_the_task(runner, tmp_path):
@@ -448,8 +118,7 @@ def test_a_target_cannot_reach_out_of_its_module(runner, target):
 
 
 def test_the_default_allowlist_runs_the_examples():
-    with Runner(Config(), None) as runner:
-        assert runner.run(call_task("delayd.examples:noop")) == Outcome("ok")
+    assert Runner(Config(), None).run(call_task("delayd.examples:noop")) == Outcome("ok")
 
 
 @pytest.mark.parametrize("target, expected", [
@@ -598,4 +267,36 @@ def test_a_callback_that_cannot_be_imported(runner):
 
 def test_run_never_raises_on_a_task_without_target(runner):
     task = Task(topic="t", id="1")  # built directly, bypassing validation
-    assert runner.run(task) == Outcome("failed", "task has no call, url or push target")
+    assert runner.run(task) == Outcome("failed", "task has no call or push target (URL tasks run on the event loop)")
+
+
+# -- async targets -----------------------------------------------------------------------------
+
+@pytest.fixture
+def looped(make_engine):
+    """A Runner whose async targets run on a real engine's event loop (as in a queue process)."""
+    def make(**options) -> Runner:
+        return make_engine(**options).engine.runner
+    return make
+
+
+def test_an_async_target_runs_on_the_loop(looped):
+    outcome = looped().run(call_task("handlers_fixture:coroutine"))
+    assert outcome == Outcome("ok")
+
+
+def test_an_async_target_past_the_task_timeout_is_cancelled(looped, tmp_path):
+    mark = tmp_path / "cancelled"
+    start = time.monotonic()
+    outcome = looped(task_timeout=0.5).run(call_task("handlers_fixture:sleeps_async",
+                                                     params={"seconds": 30, "path": str(mark)}))
+    assert outcome.kind == "retry" and outcome.error.startswith("TimeoutError")
+    assert time.monotonic() - start < 5
+    assert wait_for(mark.exists, 5, message="the coroutine was cancelled")
+
+
+def test_an_async_callback_runs_on_the_loop(looped, tmp_path):
+    mark = tmp_path / "mark"
+    task = call_task("handlers_fixture:touch", callback="handlers_fixture:touch_async", params={"path": str(mark)})
+    assert looped().run_callback(task) == ""
+    assert mark.read_text() == "order:cancel:42:1 async\n"

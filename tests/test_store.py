@@ -11,6 +11,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from delayd import attempts
 from delayd.store import BucketKeys, Promoted, Store, bucket_of, meta_key, ready_channel
 from delayd.task import Task
 from redis_server import RedisServer, free_port, wait_for
@@ -38,8 +39,8 @@ def add(store: Store, topic, id, *, delay_ms=0, at_ms=None, priority=2, nx=False
     return store.add(store.keys_for(task.key), [(task, mode, value)], nx)[0]
 
 
-def claim(store: Store, bucket=0, n=100, lease_ms=60_000, quotas=QUOTAS) -> list[dict]:
-    claimed = store.claim(bucket, quotas, n, lease_ms, DAY_MS)
+def claim(store: Store, bucket=0, n=100, lease_ms=60_000, quotas=QUOTAS, url=False) -> list[dict]:
+    claimed = store.claim(bucket, quotas, n, lease_ms, DAY_MS, url)
     return [{"member": t.member, "spec": json.loads(t.spec), "runs": t.runs, "claim": t.claim, "due": int(t.due),
              "created": int(t.created), "error": t.error, "priority": int(t.priority), "now": claimed.now}
             for t in claimed.tasks]
@@ -785,3 +786,62 @@ def test_delete_racing_promote_and_claim(redis_server, r, store, keys):
                 assert rec["status"] == "deleted", (m, rec)
             else:
                 assert rec["status"] == "ok", (m, rec)
+
+
+# -- URL tasks and the delivery log (issue 14) ----------------------------------------
+
+def test_url_tasks_wait_in_ready_lists_of_their_own(r, store, keys):
+    """A claim for the event loop takes URL tasks only, one for the thread pool never takes
+    one: a backlog of one kind cannot hold back the other. Lapsed URL leases go back there too."""
+    for i in range(3):
+        add(store, "n", f"u{i}", url="http://merchant.example/notify", priority=1 + i % 3)
+    add(store, "c", "1", call="shop.tasks:run")
+    add(store, "p", "1", push="results")
+    promote_all(store)
+    assert sum(r.llen(k) for k in keys.ready_url) == 3 and sum(r.llen(k) for k in keys.ready) == 2
+    assert sorted(t["member"] for t in claim(store, n=10)) == ["c:1", "p:1"]
+    urls = claim(store, n=10, url=True, lease_ms=1)
+    assert sorted(t["member"] for t in urls) == ["n:u0", "n:u1", "n:u2"]
+    wait_for(lambda: promote_all(store).reaped == 3 or not r.zcard(keys.leases), 5, message="leases lapse")
+    assert sum(r.llen(k) for k in keys.ready_url) == 3 and not any(r.llen(k) for k in keys.ready)
+
+
+def test_defer_puts_the_task_back_without_counting_the_run(r, store, keys):
+    add(store, "n", "1", url="http://merchant.example/notify", intervals=[0, 60], persistent=False)
+    promote_all(store)
+    [run] = claim(store, url=True)
+    assert run["runs"] == 1
+    before = now_ms(r)
+    assert store.finish(0, [("n:1", run["claim"], "defer", 0, "circuit open for http://merchant.example:80",
+                             "", 30_000)], DAY_MS) == [True]
+    rec = record(r, store, "n:1")
+    assert rec["status"] == "delayed" and "runs" not in rec and "attempts" not in rec
+    assert rec["error"] == "circuit open for http://merchant.example:80"
+    assert before + 30_000 <= r.zscore(keys.delayed, "n:1") <= now_ms(r) + 30_000
+    r.zadd(keys.delayed, {"n:1": 0})  # due now: the deferred run is run 1 again
+    promote_all(store)
+    assert claim(store, url=True)[0]["runs"] == 1
+
+
+def test_a_retry_waits_at_least_the_wait_given(r, store, keys):
+    add(store, "n", "1", url="http://merchant.example/notify", intervals=[0, 1])
+    promote_all(store)
+    [run] = claim(store, url=True)
+    before = now_ms(r)
+    store.finish(0, [("n:1", run["claim"], "retry", 1000, "HTTP 429", "", 120_000)], DAY_MS)
+    assert r.zscore(keys.delayed, "n:1") >= before + 120_000
+
+
+def test_the_delivery_log_keeps_the_last_attempts(r, store, keys):
+    add(store, "n", "1", url="http://merchant.example/notify", intervals=[0])
+    for n in range(1, 6):
+        r.zadd(keys.delayed, {"n:1": 0})
+        promote_all(store)
+        [run] = claim(store, url=True)
+        line = attempts.encode(n, 1000 * n, 1.5, "retry", 500, "HTTP 500: oops\nnext line")
+        assert store.finish(0, [("n:1", run["claim"], "retry", 1000, "HTTP 500", "", 0, line)], DAY_MS,
+                            attempts_kept=3) == [True]
+    task = Task.from_record("n:1", record(r, store, "n:1"))
+    assert [a["run"] for a in task.attempts] == [3, 4, 5]
+    assert task.attempts[-1] == {"run": 5, "at": 5.0, "ms": 1.5, "outcome": "retry", "status": 500,
+                                 "error": "HTTP 500: oops\nnext line"}

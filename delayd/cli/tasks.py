@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from .. import attempts
 from ..client import ADD_BATCH, Client
 from ..clock import local_time as fmt_time
 from ..task import STATUSES, TaskError
@@ -111,13 +112,15 @@ def cmd_get(args: argparse.Namespace) -> int:
     data = task.to_dict()
     print(f"{'schedule':12} {task.describe_schedule()}")
     for name, value in data.items():
-        if value is None or name == "key":
+        if value is None or name in ("key", "attempts"):
             continue
         if name.endswith("_at"):
             value = f"{fmt_time(value)} ({value:.3f})"
         elif isinstance(value, (dict, list)):
             value = json.dumps(value)
         print(f"{name:12} {value}")
+    for line in attempts.describe(task.attempts):
+        print(line)
     return 0
 
 

@@ -66,6 +66,16 @@ local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats re
 local MINUTE_MS = 60000       -- and one per minute, '<window_prefix>m:<n>', for the dashboard's
 local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
 local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
+-- URL tasks wait in ready lists of their own (ready:u3, ready:u2, ready:u1), which
+-- queue processes claim for their event loop apart from call and push tasks (for
+-- their thread pool): a backlog of one kind never holds back the other. The state
+-- counts (ready:3 ...) are per priority, whatever the list. Task.spec_json writes
+-- the target first, so a URL task's spec starts with {"url":
+local function is_url(spec)
+  return type(spec) == 'string' and string.sub(spec, 1, 7) == '{"url":'
+end
+
 -- Record fields left out when they hold their default (docs/redis-layout.md):
 -- priority 2, runs 0, and claim, whose default is the record's `created` time.
 -- Every pending task saves their bytes.

@@ -1,7 +1,7 @@
 -- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
---       done:deleted, quarantine, counts, totals, paused
+--       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       window-key prefix
 -- A member whose record is missing or corrupt (not a hash, a status or priority it
@@ -11,9 +11,19 @@
 local now = now_ms()
 local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 expect('zset', KEYS[1], KEYS[2], KEYS[6], KEYS[7], KEYS[8])
-expect('list', KEYS[3], KEYS[4], KEYS[5])
+expect('list', KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15])
 expect('hash', KEYS[9], KEYS[12])
 local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
+local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
+-- Due tasks pushed per ready list (in due order), and the kinds of list that got
+-- some, which the ready message names ('' call/push, 'u' URL).
+local pushes, kinds = {}, {}
+
+-- The ready list of a task (by its spec and priority: see is_url in _lib), and its kind.
+local function list_of(spec, priority)
+  if is_url(spec) then return ready_url[priority], 'u' end
+  return ready[priority], ''
+end
 local aside = {failed = KEYS[7], quarantine = KEYS[9], now = now, retention = retention}
 
 -- Why the record `r` (status, priority) of a member of `index` cannot be used, or nil.
@@ -46,8 +56,8 @@ local function parks(topic, score)
   return p and score > p.after
 end
 
--- Due tasks go to the back of their priority's ready list, in due order: one
--- RPUSH per priority for the whole batch. A due task of a paused topic is parked
+-- Due tasks go to the back of their kind's and priority's ready list, in due order:
+-- one RPUSH per list for the whole batch. A due task of a paused topic is parked
 -- instead (with its due time), so it leaves the head of `delayed`.
 local moved = 0
 local due, scores = nil, {}
@@ -61,10 +71,9 @@ if paused then
 else
   due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 end
-local pushes = {['3'] = {}, ['2'] = {}, ['1'] = {}}
 for _, member in ipairs(due) do
   local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority')
+  local r = read_record(task_key, 'status', 'priority', 'spec')
   local topic = topic_of(member)
   count('waiting', topic, -1)
   local reason = defect(r, task_key, 'delayed', 'delayed')
@@ -75,15 +84,16 @@ for _, member in ipairs(due) do
   else
     local priority = r[2] or DEFAULT_PRIORITY
     redis.call('HSET', task_key, 'queued', '1')
-    local batch = pushes[priority]
+    local list, kind = list_of(r[3], priority)
+    local batch = pushes[list] or {}
+    pushes[list], kinds[kind] = batch, true
     batch[#batch + 1] = member
     count_ready(priority, topic, 1)
     moved = moved + 1
   end
 end
-for _, priority in ipairs({'3', '2', '1'}) do
-  local batch = pushes[priority]
-  if #batch > 0 then redis.call('RPUSH', ready[priority], unpack(batch)) end
+for _, list in ipairs({KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15]}) do
+  if pushes[list] then redis.call('RPUSH', list, unpack(pushes[list])) end
 end
 if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 
@@ -95,7 +105,7 @@ local reaped = 0
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 for _, member in ipairs(lapsed) do
   local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due')
+  local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'spec')
   local topic = topic_of(member)
   count('running', topic, -1)
   if not (r and finished[r[1]]) then
@@ -110,7 +120,9 @@ for _, member in ipairs(lapsed) do
       tally('lapsed', topic)
     else
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
-      redis.call('LPUSH', ready[r[2] or DEFAULT_PRIORITY], member)
+      local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
+      kinds[kind] = true
+      redis.call('LPUSH', list, member)
       count_ready(r[2], topic, 1)
       tally('lapsed', topic)
       reaped = reaped + 1
@@ -133,7 +145,8 @@ for k = 6, 8 do
 end
 flush_stats(KEYS[10], KEYS[11], ARGV[6], now)
 
-if moved + reaped > 0 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+-- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
+for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local full = 0

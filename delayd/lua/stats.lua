@@ -1,5 +1,6 @@
 -- stats: read one bucket's statistics (changes nothing).
--- KEYS: delayed, ready:3, ready:2, ready:1, counts, totals, quarantine, paused
+-- KEYS: delayed, ready:3, ready:2, ready:1, counts, totals, quarantine, paused,
+--       ready:u3, ready:u2, ready:u1
 -- ARGV: task-key prefix, window-key prefix, number of windows, scan limit
 -- Returns {now, counts (flat field/value list), totals (flat), first window number,
 --          {one flat list per window, oldest first}, due time of the delayed head
@@ -36,7 +37,7 @@ end
 local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 for i = 1, #overdue, 2 do seen(overdue[i], tonumber(overdue[i + 1])) end
 if #overdue == 2 * limit then truncated = 1 end
-for k = 2, 4 do
+for _, k in ipairs({2, 3, 4, 9, 10, 11}) do
   local members = read({}, 'LRANGE', KEYS[k], 0, limit - 1)
   for _, member in ipairs(members) do
     local r = read({}, 'HMGET', prefix .. member, 'queued', 'due')

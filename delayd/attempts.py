@@ -1,0 +1,54 @@
+"""The delivery log: one entry per run of a task, the last `attempts_kept` kept on its record.
+
+Stored compactly in the record's `attempts` field, one JSON array per line, oldest first:
+`[run, at_ms, ms, outcome, status, error]` (finish.lua appends a line and trims to the
+count kept). Read back as dicts with those names, `at` in Unix seconds; `status` is the
+HTTP status of a URL run (else null), `error` the error or the answer, cut to 200
+characters.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+FIELDS = ("run", "at", "ms", "outcome", "status", "error")
+ERROR_CHARS = 200
+
+
+def encode(run: int, at_ms: int, ms: float, outcome: str, status: int | None, error: str) -> str:
+    """One line of the log."""
+    if len(error) > ERROR_CHARS:
+        error = error[:ERROR_CHARS - 1] + "…"
+    return json.dumps([run, at_ms, ms, outcome, status, error], separators=(",", ":"), ensure_ascii=False)
+
+
+def decode(text: str | None) -> list[dict[str, Any]]:
+    """The log as dicts, oldest first; lines that do not parse are skipped (never fatal)."""
+    out: list[dict[str, Any]] = []
+    if not text:
+        return out
+    for line in text.split("\n"):
+        try:
+            values = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(values, list) and len(values) == len(FIELDS):
+            entry = dict(zip(FIELDS, values))
+            if isinstance(entry["at"], (int, float)):
+                entry["at"] = entry["at"] / 1000.0
+            out.append(entry)
+    return out
+
+
+def describe(entries: list[dict[str, Any]]) -> list[str]:
+    """The log as `delayd get` prints it: a heading, then one line per run, newest last."""
+    if not entries:
+        return []
+    out = [f"attempts     (last {len(entries)}, newest last)"]
+    for a in entries:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["at"])) if isinstance(a["at"], float) else "?"
+        status = "" if a["status"] is None else f" HTTP {a['status']}"
+        out.append(f"  run {a['run']:<4} {when} {a['ms']:>9} ms  {a['outcome']}{status}"
+                   + (f"  {a['error']}" if a["error"] else ""))
+    return out

@@ -1,0 +1,9 @@
+"""URL targets: webhook-grade delivery on each queue process's event loop.
+
+- `request`  what is sent for a task's run (method, URL, headers, body);
+- `signing`  Standard Webhooks signatures (url_signing_secret);
+- `hosts`    per-host isolation: a cap on requests in flight and a circuit breaker;
+- `answer`   what an answer means (outcome, Retry-After);
+- `guard`    the SSRF guard (url_deny_private), checked on the resolved addresses;
+- `engine`   the event loop thread, the pooled aiohttp session, and one delivery.
+"""

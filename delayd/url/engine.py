@@ -1,0 +1,171 @@
+"""The event loop of a queue process: URL deliveries (and async targets) on one thread.
+
+`Engine.deliver(ticket)` runs one URL task's run on the loop and returns a
+concurrent Future of (Outcome, callback error). A delivery first waits for a slot on
+its host (`hosts`: per-host cap and circuit breaker; an open circuit answers at once
+with a `defer` outcome), then for one of `url_concurrency` slots, and only then sends:
+the ticket's `started` and `deadline` are set at that moment, so the task timeout
+counts from the request, not from the claim. The request itself has one total
+deadline (task timeout or url_timeout) for connecting, sending and reading, so a
+server that dribbles its answer cannot stretch it. aiohttp's session pools
+connections per host; redirects are never followed, cookies never kept.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import aiohttp
+from yarl import URL
+
+from ..config import Config
+from ..handlers import Outcome, Runner, clip, describe_exception
+from ..task import Task
+from . import answer, guard, request, signing
+from .hosts import Hosts
+
+GRACE = 5.0  # seconds past a request's own deadline before the queue gives up on it (a backstop)
+
+
+class Ticket(Protocol):
+    """What the queue hands over: the task, and two times the engine sets when it sends."""
+
+    task: Task
+    limit: float      # seconds the whole run (request and callback) may take once sent
+    started: float    # monotonic time the request was sent
+    deadline: float   # started + limit: past it, the queue abandons the run
+
+
+class Engine:
+    def __init__(self, config: Config, runner: Runner | None = None):
+        self.config = config
+        self.runner = runner
+        self.key = signing.key_of(config.url_signing_secret) if config.url_signing_secret else None
+        self.hosts = Hosts(int(config.url_host_concurrency), int(config.url_breaker_failures),
+                           float(config.url_breaker_cooldown))
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, config.concurrency), thread_name_prefix="url-callback"))
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="url-loop")
+        self.thread.start()
+        self.session, self.slots = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
+        if runner is not None:
+            runner.loop = self.loop
+
+    async def _open(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        size = int(self.config.url_concurrency)
+        connector = aiohttp.TCPConnector(limit=size, limit_per_host=0, ttl_dns_cache=10,
+                                         resolver=guard.GuardedResolver() if self.config.url_deny_private else None)
+        session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                        headers={"User-Agent": request.USER_AGENT}, trust_env=True)
+        return session, asyncio.Semaphore(size)
+
+    # -- any thread ---------------------------------------------------------------------
+    @property
+    def held(self) -> int:
+        """Tasks waiting for a slot on a saturated (or probing) host."""
+        return self.hosts.held
+
+    def deliver(self, ticket: Ticket) -> concurrent.futures.Future:
+        """Run one URL task's run on the loop: a Future of (Outcome, callback error)."""
+        return asyncio.run_coroutine_threadsafe(self._deliver(ticket), self.loop)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the session and stop the loop (runs still going are cancelled)."""
+        if not self.loop.is_running():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(timeout)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout)
+
+    async def _close(self) -> None:
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+        await self.session.close()
+
+    # -- the loop -----------------------------------------------------------------------
+    async def _deliver(self, ticket: Ticket) -> tuple[Outcome, str]:
+        task = ticket.task
+        host = request.origin(task.url or "")
+        wait = await self.hosts.acquire(host)
+        if wait is not None:
+            return Outcome("defer", f"circuit open for {host}: not sent, deferred {wait:.3g} s to the probe",
+                           wait=wait), ""
+        reachable: bool | None = None
+        try:
+            async with self.slots:
+                ticket.started = time.monotonic()
+                ticket.deadline = ticket.started + ticket.limit + GRACE
+                outcome, reachable = await self._request(task)
+        finally:
+            self.hosts.release(host, reachable)
+        callback_error = ""
+        if outcome.kind == "ok" and task.callback and self.runner is not None:
+            callback_error = await asyncio.to_thread(self.runner.run_callback, task)
+        return outcome, callback_error
+
+    async def _request(self, task: Task) -> tuple[Outcome, bool | None]:
+        """One request: (outcome, whether the host answered: True, False, or None unknown)."""
+        timeout = float(task.timeout or self.config.url_timeout)
+        cap = int(self.config.max_response_bytes)
+        req = request.build(task)
+        headers = req.headers
+        if self.key is not None:
+            headers.update(signing.headers(self.key, signing.message_id(task), int(time.time()), req.body))
+        answered = False
+        try:
+            if self.config.url_deny_private:
+                guard.check_literal(urlsplit(req.url).hostname or "")
+            async with asyncio.timeout(timeout):
+                async with self.session.request(req.method, URL(req.url, encoded=True), data=req.body or None,
+                                                headers=headers, allow_redirects=False) as resp:
+                    answered = True
+                    body, over = await _read(resp, cap)
+        except guard.Refused as exc:
+            return Outcome("failed", f"refused: {exc}"), None
+        except TimeoutError:
+            phase = "reading the answer" if answered else "waiting for the answer"
+            return Outcome("retry", f"timeout after {timeout:g} s {phase}"), answered
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.__cause__, guard.Refused) or isinstance(exc.os_error, guard.Refused):
+                return Outcome("failed", f"refused: {exc.__cause__ or exc.os_error}"), None
+            return Outcome("retry", f"connection failed: {_why(exc)}"), False
+        except aiohttp.ClientConnectionError as exc:  # reset, disconnected before an answer
+            return Outcome("retry", f"request failed: {type(exc).__name__}: {clip(str(exc))}"), answered
+        except aiohttp.ClientError as exc:  # a malformed answer, an invalid URL…
+            return Outcome("retry", f"request failed: {type(exc).__name__}: {clip(str(exc))}"), True
+        except Exception as exc:  # a bug here must cost a retry, not the loop
+            return Outcome("retry", f"internal error in delayd: {describe_exception(exc)}"), None
+        ra = 0.0
+        if resp.status in answer.RETRY_AFTER_STATUSES:
+            ra = answer.retry_after(resp.headers.get("Retry-After"), float(self.config.url_retry_after_max))
+        return answer.classify(resp.status, bytes(body), over, cap, resp.headers.get("Location", ""), ra), True
+
+
+def _why(exc: aiohttp.ClientConnectorError) -> str:
+    """`host:port: Connection refused` (the errno's text where there is one)."""
+    errno = getattr(exc.os_error, "errno", None)
+    reason = os.strerror(errno) if isinstance(errno, int) and errno > 0 else clip(str(exc.os_error) or str(exc))
+    return f"{exc.host}:{exc.port}: {reason}"
+
+
+async def _read(resp: aiohttp.ClientResponse, cap: int) -> tuple[bytearray, bool]:
+    """At most `cap` bytes of the answer, and whether there was more."""
+    body = bytearray()
+    while len(body) <= cap:
+        chunk = await resp.content.read(cap + 1 - len(body))
+        if not chunk:
+            break
+        body += chunk
+    over = len(body) > cap
+    del body[cap:]
+    return body, over
+

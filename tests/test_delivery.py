@@ -1,0 +1,202 @@
+"""Webhook-grade URL delivery (issue 14): per-host caps, the circuit breaker, Retry-After,
+signing (verified by the standardwebhooks package), the SSRF guard, against real local
+HTTP servers; and, through a real daemon and Redis, the separate slots of URL and call
+tasks, deferring without counting a run, and the delivery log."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import ThreadingHTTPServer
+
+import pytest
+from standardwebhooks import Webhook
+
+from daemon_helper import Daemon, delayd
+from delayd import Task
+from delayd.url import answer
+from redis_server import free_port, wait_for
+from url_helper import Ticket, _Handler, http, make_engine  # noqa: F401  (fixtures)
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def task_to(url: str, id=1, runs=1, **kw) -> Task:
+    task = Task.new(kw.pop("topic", "n"), id, url=url, **kw)
+    task.runs = runs
+    return task
+
+
+def submit(deliver, tasks):
+    return [deliver.engine.deliver(Ticket(t)) for t in tasks]
+
+
+# -- per-host isolation ------------------------------------------------------------------
+
+def test_the_host_cap_is_observed_at_the_server_and_holds_back_no_other_host(http, make_engine):
+    deliver = make_engine(url_host_concurrency=3)
+    port = http.server_address[1]
+    slow = submit(deliver, [task_to(f"{http.base}/busy?seconds=0.4", id=i) for i in range(12)])
+    wait_for(lambda: http.peak == 3, 5, message="3 requests in flight to the slow host")
+    start = time.monotonic()
+    other = deliver(task_to(f"http://localhost:{port}/success", id=99))  # another scheme+host+port
+    assert other.kind == "ok" and time.monotonic() - start < 1.0
+    assert any(not f.done() for f in slow), "the other host's task had to wait for the slow host's backlog"
+    assert [f.result(10)[0].kind for f in slow] == ["ok"] * 12
+    assert http.peak == 3
+
+
+def test_the_breaker_opens_defers_and_closes_after_a_probe(make_engine):
+    port = free_port()
+    deliver = make_engine(url_host_concurrency=1, url_breaker_failures=2, url_breaker_cooldown=1.5,
+                          url_timeout=2.0)
+    url = f"http://127.0.0.1:{port}/success"
+    outcomes = [f.result(10)[0] for f in submit(deliver, [task_to(url, id=i) for i in range(5)])]
+    assert [o.kind for o in outcomes] == ["retry", "retry", "defer", "defer", "defer"]
+    assert all("connection failed" in o.error for o in outcomes[:2])
+    assert all(o.error.startswith(f"circuit open for http://127.0.0.1:{port}") for o in outcomes[2:])
+    assert all(0 < o.wait <= 1.5 for o in outcomes[2:])
+    assert deliver(task_to(url, id=9)).kind == "defer"  # still open: nothing is sent
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+    server.lock, server.stop, server.requests, server.ports = threading.Lock(), threading.Event(), [], []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        time.sleep(1.6)  # the cooldown itself is what is tested: the probe may go only after it
+        probe, *rest = [f.result(10)[0] for f in submit(deliver, [task_to(url, id=i) for i in range(4)])]
+        assert probe.kind == "ok" and [o.kind for o in rest] == ["ok"] * 3  # closed by the probe
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# -- Retry-After -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("after, status, low, high", [
+    ("7", 429, 7, 7), ("date:30", 503, 27, 31), ("99999", 429, 60, 60), ("soon", 429, 0, 0)])
+def test_retry_after_in_seconds_or_as_a_date_capped(http, make_engine, after, status, low, high):
+    outcome = make_engine(url_retry_after_max=60)(task_to(f"{http.base}/429?after={after}&status={status}"))
+    assert outcome.kind == "retry" and outcome.status == status
+    assert low <= outcome.wait <= high
+
+
+def test_retry_after_is_ignored_on_other_statuses():
+    assert answer.classify(500, b"x", False, 100, "", 0.0).wait == 0
+    assert answer.retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 60) == 0  # in the past
+
+
+# -- signing -----------------------------------------------------------------------------
+
+def test_signatures_verify_with_standardwebhooks(http, make_engine):
+    deliver = make_engine(url_signing_secret=SECRET)
+    assert deliver(task_to(f"{http.base}/echo", method="POST", body="json", params={"order": 5}, runs=1)).kind == "ok"
+    assert deliver(task_to(f"{http.base}/echo", method="POST", params={"order": 5}, runs=2)).kind == "ok"
+    assert deliver(task_to(f"{http.base}/echo?x=1", runs=3)).kind == "ok"
+    hook = Webhook(SECRET)
+    for req in http.requests:
+        hook.verify(req["body"], req["headers"], json_parse=False)  # raises if it does not verify
+    assert [r["headers"]["webhook-id"] for r in http.requests] == ["n:1"] * 3  # the same for every retry
+    tampered = dict(http.requests[0]["headers"])
+    with pytest.raises(Exception):
+        hook.verify(b'{"order":6}', tampered, json_parse=False)
+
+
+def test_a_recurring_task_signs_each_run_as_its_own_message(http, make_engine):
+    deliver = make_engine(url_signing_secret=SECRET.removeprefix("whsec_"))  # the same key without the prefix
+    for run in (1, 2):
+        assert deliver(task_to(f"{http.base}/echo", every=60, runs=run)).kind == "ok"
+    assert [r["headers"]["webhook-id"] for r in http.requests] == ["n:1:1", "n:1:2"]
+    for req in http.requests:
+        Webhook(SECRET).verify(req["body"], req["headers"], json_parse=False)
+
+
+def test_no_signing_headers_without_a_secret(http, make_engine):
+    assert make_engine()(task_to(f"{http.base}/echo")).kind == "ok"
+    assert not any(h.startswith("webhook-") for h in http.requests[0]["headers"])
+
+
+# -- SSRF guard ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"])
+def test_deny_private_refuses_loopback_after_resolution(http, make_engine, host):
+    port = http.server_address[1]
+    outcome = make_engine(url_deny_private=True)(task_to(f"http://{host}:{port}/success"))
+    assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error
+    assert http.requests == []
+
+
+def test_redirects_are_not_followed(http, make_engine):
+    outcome = make_engine()(task_to(f"{http.base}/redirect"))
+    assert outcome.kind == "retry" and outcome.status == 302 and len(http.requests) == 1
+
+
+# -- through the daemon -------------------------------------------------------------------
+
+@pytest.fixture
+def run_daemon(redis_url, tmp_path):
+    daemons = []
+
+    def start(**env) -> Daemon:
+        d = Daemon(redis_url, tmp_path / f"d{len(daemons)}", buckets=2, queues=1,
+                   DELAYD_ALLOWED_MODULES="delayd.examples,handlers_fixture", **env).start()
+        daemons.append(d)
+        return d
+
+    yield start
+    for d in daemons:
+        d.stop()
+
+
+def test_a_url_backlog_never_blocks_call_tasks_nor_the_reverse(run_daemon, client, http, tmp_path):
+    run_daemon(DELAYD_CONCURRENCY="1", DELAYD_URL_CONCURRENCY="2", DELAYD_URL_HOST_CONCURRENCY="2")
+    client.add_many([{"topic": "hook", "id": i, "url": f"{http.base}/busy?seconds=3"} for i in range(6)])
+    wait_for(lambda: http.peak == 2, 10, message="every URL slot busy")
+    mark = tmp_path / "mark"
+    client.add("job", 1, call="handlers_fixture:touch", params={"path": str(mark)})
+    wait_for(lambda: client.get("job", 1).status == "ok", 2.5, message="the call task ran past the URL backlog")
+    assert sum(client.get("hook", i).status == "delayed" for i in range(6)) == 4  # the backlog still waits
+    client.add("job", 2, call="handlers_fixture:slow_touch", params={"path": str(mark), "seconds": 30})
+    wait_for(lambda: client.get("job", 2).status == "running", 10, message="the only call slot busy")
+    client.add("hook", "fast", url=f"{http.base}/success", priority=3)
+    wait_for(lambda: client.get("hook", "fast").status == "ok", 15, message="a URL task ran while the pool was full")
+
+
+def test_an_open_circuit_defers_without_counting_runs(run_daemon, client):
+    port = free_port()
+    run_daemon(DELAYD_URL_HOST_CONCURRENCY="1", DELAYD_URL_BREAKER_FAILURES="2", DELAYD_URL_BREAKER_COOLDOWN="60")
+    url = f"http://127.0.0.1:{port}/notify"
+    client.add_many([{"topic": "hook", "id": i, "url": url, "persistent": False} for i in range(5)])
+    wait_for(lambda: sum(client.get("hook", i).status == "failed" for i in range(5)) == 2 and
+             sum((client.get("hook", i).last_error or "").startswith("circuit open") for i in range(5)) == 3,
+             15, message="2 runs failed, then 3 tasks deferred")
+    for i in range(5):
+        task = client.get("hook", i)
+        if task.status == "delayed":  # deferred: its only run is still to come
+            assert task.runs == 0 and task.attempts == []
+            assert task.last_error == f"circuit open for http://127.0.0.1:{port}: not sent, deferred " \
+                                      f"{task.last_error.split('deferred ')[1]}"
+            assert task.due_at > time.time() + 30
+        else:
+            assert task.runs == 1 and [a["outcome"] for a in task.attempts] == ["failed"]
+
+
+def test_retry_after_delays_the_next_run_and_get_shows_the_attempts(run_daemon, client, http, redis_url):
+    run_daemon()
+    client.add("hook", 1, url=f"{http.base}/429?after=3", intervals=[0, 1])
+    wait_for(lambda: len(http.requests) >= 2, 15, message="the second request")
+    first, second = http.requests[:2]
+    assert second["t"] - first["t"] >= 2.9  # not 1 s: Retry-After said 3
+    wait_for(lambda: len(client.get("hook", 1).attempts) >= 2, 5, message="both attempts logged")
+    out = delayd("get", "hook", "1", "--json", env={**Daemon(redis_url, "/tmp").env})
+    got = json.loads(out.stdout)["attempts"][:2]
+    assert [(a["run"], a["outcome"], a["status"]) for a in got] == [(1, "retry", 429), (2, "retry", 429)]
+    assert got[0]["error"].startswith("HTTP 429: Retry-After 3 s: slow down") and got[0]["ms"] >= 0
+    assert got[0]["at"] <= first["t"] + 1 and got[1]["at"] >= got[0]["at"] + 2.9
+    text = delayd("get", "hook", "1", env={**Daemon(redis_url, "/tmp").env}).stdout
+    assert "attempts" in text and "HTTP 429" in text

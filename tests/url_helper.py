@@ -1,0 +1,178 @@
+"""URL test helpers: a real stdlib HTTP server on loopback (the `http` fixture) and
+engines that deliver a task and return its Outcome (the `make_engine` fixture)."""
+from __future__ import annotations
+
+import email.utils
+import math
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from delayd import Task
+from delayd.config import Config
+from delayd.handlers import Outcome, Runner
+from delayd.url.engine import Engine
+
+BIG = 10 * 1024 * 1024
+
+
+class Ticket:
+    """What the queue hands the engine (delayd.url.engine.Ticket)."""
+
+    def __init__(self, task: Task, limit: float = 60.0):
+        self.task, self.limit, self.started, self.deadline = task, limit, 0.0, math.inf
+
+
+@pytest.fixture
+def make_engine():
+    """make_engine(**config options) -> deliver(task) -> Outcome (callback errors: deliver.full)."""
+    engines = []
+
+    def make(**options):
+        config = Config(**{"allowed_modules": ("handlers_fixture",), "url_timeout": 5.0, **options})
+        engine = Engine(config, Runner(config, None))
+        engines.append(engine)
+
+        def deliver(task: Task) -> Outcome:
+            return engine.deliver(Ticket(task)).result(60)[0]
+
+        deliver.engine = engine
+        deliver.full = lambda task: engine.deliver(Ticket(task)).result(60)
+        return deliver
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+# -- a real HTTP server --------------------------------------------------------------------
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # 50 clients connect at once in the concurrency test
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so that connection reuse is visible
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, status: int, body: bytes | str, headers: dict | None = None) -> None:
+        body = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        try:
+            self._route()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    do_POST = do_GET
+
+    def _route(self):
+        srv = self.server
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        with srv.lock:
+            srv.requests.append({"method": self.command, "path": parts.path, "query": query, "body": body,
+                                 "headers": {k.lower(): v for k, v in self.headers.items()}, "t": time.time()})
+            srv.ports.append(self.client_address[1])
+        path = parts.path
+        seconds = float(query.get("seconds", ["0.3"])[0])
+        if path in ("/success", "/echo"):
+            self._answer(200, "success")
+        elif path == "/padded":
+            self._answer(200, "  SUCCESS \r\n")
+        elif path == "/bom":
+            self._answer(200, "\ufeffsuccess\n")
+        elif path == "/fail":
+            self._answer(200, "FAIL\n")
+        elif path == "/garbage":
+            self._answer(200, "ok, thanks!")
+        elif path == "/empty":
+            self._answer(200, "")
+        elif path == "/error":
+            self._answer(500, "internal oops\n" + "y" * 1000)
+        elif path == "/fail500":
+            self._answer(500, "fail")
+        elif path == "/redirect":
+            self._answer(302, "moved", {"Location": "/success"})
+        elif path == "/cookie":
+            self._answer(200, "success", {"Set-Cookie": "session=s3cret; Path=/"})
+        elif path == "/long-success":
+            self._answer(200, "success" + " " * 100)
+        elif path == "/hang":
+            srv.stop.wait(10)  # far past any timeout used below
+            self._answer(200, "success")
+        elif path == "/slow":
+            srv.stop.wait(seconds)
+            self._answer(200, "success")
+        elif path == "/busy":  # like /slow, counting the requests in flight at once (srv.peak)
+            with srv.lock:
+                srv.active += 1
+                srv.peak = max(srv.peak, srv.active)
+            srv.stop.wait(seconds)
+            with srv.lock:
+                srv.active -= 1
+            self._answer(200, "success")
+        elif path == "/429":  # Retry-After as given: ?after=SECONDS or ?after=date:SECONDS (an HTTP date)
+            after = query["after"][0]
+            if after.startswith("date:"):
+                after = email.utils.formatdate(time.time() + float(after[5:]), usegmt=True)
+            self._answer(int(query.get("status", ["429"])[0]), "slow down", {"Retry-After": after})
+        elif path == "/drip":  # a byte every 0.2 s: no single read ever times out
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            for _ in range(100):
+                self.wfile.write(b" ")
+                if srv.stop.wait(0.2):
+                    break
+        elif path == "/drip-head":  # the status line, then a header byte every 0.2 s: no read times out
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            for _ in range(100):
+                self.wfile.write(b"x")
+                if srv.stop.wait(0.2):
+                    break
+            self.close_connection = True
+        elif path in ("/big", "/big-then-hang"):
+            self.send_response(200)
+            self.send_header("Content-Length", str(BIG))
+            self.end_headers()
+            chunk = b"x" * 65536
+            limit = BIG if path == "/big" else 1024 * 1024
+            for _ in range(limit // len(chunk)):
+                self.wfile.write(chunk)
+            if path == "/big-then-hang":  # the rest never comes: reading it all would hang
+                srv.stop.wait(10)
+            self.close_connection = True
+        else:
+            self._answer(404, "no such path")
+
+
+@pytest.fixture
+def http():
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.lock, srv.stop, srv.requests, srv.ports = threading.Lock(), threading.Event(), [], []
+    srv.active = srv.peak = 0
+    srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv
+    srv.stop.set()
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)
+
+
