@@ -35,7 +35,7 @@ class Cluster:
 
     def __init__(self, masters: int = 3):
         self.dir = Path(tempfile.mkdtemp(prefix="delayd-cluster-"))
-        self.nodes = [RedisServer(str(self.dir / f"n{i}"), port=cluster_port(), extra=[
+        self.nodes = [RedisServer(str(self.dir / f"n{i}"), choose_port=cluster_port, extra=[
             "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"n{i}" / "nodes.conf"),
             "--cluster-node-timeout", "2000"]) for i in range(masters)]
 

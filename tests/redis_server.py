@@ -31,16 +31,23 @@ def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, message: 
         time.sleep(interval)
 
 
+class PortTaken(RuntimeError):
+    """redis-server could not bind its port."""
+
+
 class RedisServer:
     """redis-server on a free loopback port, with its own data directory."""
 
     def __init__(self, directory: str | None = None, aof: bool = False, password: str | None = None,
-                 port: int | None = None, extra: list[str] | None = None):
+                 port: int | None = None, extra: list[str] | None = None, choose_port=free_port):
         self.dir = Path(directory or tempfile.mkdtemp(prefix="delayd-redis-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.aof = aof
         self.password = password
-        self.port = port or free_port()
+        # A chosen port can be taken by another program before redis-server binds it (the
+        # ephemeral range is shared): the first start then tries another one.
+        self.choose_port = None if port else choose_port
+        self.port = port or choose_port()
         self.extra = extra or []
         self.proc: subprocess.Popen | None = None
 
@@ -58,12 +65,25 @@ class RedisServer:
         return args + self.extra
 
     def start(self) -> "RedisServer":
+        for _ in range(5):
+            try:
+                return self._start()
+            except PortTaken:
+                if self.choose_port is None:
+                    raise
+                self.port = self.choose_port()
+        raise RuntimeError("no free port for redis-server after 5 tries")
+
+    def _start(self) -> "RedisServer":
         self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         client = self.client()
         def up():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited: {(self.dir / 'redis.log').read_text()[-2000:]}")
+                log = (self.dir / 'redis.log').read_text()[-2000:]
+                if "Address already in use" in log:
+                    raise PortTaken(log)
+                raise RuntimeError(f"redis-server exited: {log}")
             try:
                 return client.ping()
             except redis.exceptions.BusyLoadingError:
@@ -101,8 +121,9 @@ class RedisServer:
         self.proc = None
 
     def restart(self) -> None:
+        """Stop and start again on the same port (clients reconnect to it)."""
         self.stop()
-        self.start()
+        self._start()
 
     def __enter__(self) -> "RedisServer":
         return self.start()
