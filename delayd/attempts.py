@@ -17,10 +17,12 @@ ERROR_CHARS = 200
 
 
 def encode(run: int, at_ms: int, ms: float, outcome: str, status: int | None, error: str) -> str:
-    """One line of the log."""
+    """One line of the log: the compact JSON array, written out directly (one per run of
+    every task, so no json.dumps of the whole list; `outcome` is one of finish's plain words)."""
     if len(error) > ERROR_CHARS:
         error = error[:ERROR_CHARS - 1] + "…"
-    return json.dumps([run, at_ms, ms, outcome, status, error], separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(error, ensure_ascii=False) if error else '""'
+    return f'[{run},{at_ms},{ms!r},"{outcome}",{"null" if status is None else status},{text}]'
 
 
 def decode(text: str | None) -> list[dict[str, Any]]:

@@ -287,11 +287,12 @@ class QueueWorker:
               # A line per successful run only at DEBUG: at thousands of runs/s it would
               # cost a third of the process's time and gigabytes of log a day.
               level=logging.DEBUG if kind in ("ok", "defer") else logging.WARNING)
-        attempt = "" if kind == "defer" else attempts.encode(
+        attempt = "" if kind == "defer" or not self.config.attempts_kept else attempts.encode(
             task.runs, run.claimed_ms + round((run.started - run.claimed) * 1000), elapsed_ms, kind, outcome.status,
             error or outcome.answer)
+        wait_ms = round(outcome.wait * 1000) if outcome.wait else 0
         self.finished.setdefault(run.bucket, []).append((run, Finish(
-            task.key, task.claim, kind, gap_ms, error, next_due, round(outcome.wait * 1000), attempt)))
+            task.key, task.claim, kind, gap_ms, error, next_due, wait_ms, attempt)))
 
     def abandon_overdue(self) -> None:
         now = time.monotonic()

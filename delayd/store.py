@@ -335,6 +335,9 @@ class Finish(NamedTuple):
     attempt: str = ""   # a line for the delivery log (attempts.encode), or ''
 
 
+FINISH_FIELDS = len(Finish._fields)
+
+
 class Store:
     """The transitions of the task store, for one key prefix and bucket count."""
 
@@ -452,8 +455,9 @@ class Store:
         keys = self.keys[bucket]
         args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept]
         for entry in results:
-            entry = Finish(*entry)
-            args += entry._replace(member=wire(entry.member), error=wire(entry.error), attempt=wire(entry.attempt))
+            member, claim, outcome, gap_ms, error, next_due, wait_ms, attempt = (
+                entry if len(entry) == FINISH_FIELDS else Finish(*entry))
+            args += (wire(member), claim, outcome, gap_ms, wire(error), next_due, wait_ms, wire(attempt))
         return [bool(applied) for applied in SCRIPTS["finish"](
             self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine,
                          keys.counts, keys.totals, keys.recurring], args)]

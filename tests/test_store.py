@@ -832,6 +832,15 @@ def test_a_retry_waits_at_least_the_wait_given(r, store, keys):
     assert r.zscore(keys.delayed, "n:1") >= before + 120_000
 
 
+def test_an_attempt_line_is_the_compact_json_array_of_its_fields():
+    # encode writes the line out by hand (it runs for every run of every task)
+    for fields in [(1, 1700000000123, 0.4, "ok", None, ""), (12, 5, 1234.5, "retry", 503, 'say "hi"\n\u00e9 \\'),
+                   (2, 0, 0.0, "failed", 200, "x" * 300)]:
+        line = attempts.encode(*fields)
+        error = fields[5] if len(fields[5]) <= attempts.ERROR_CHARS else fields[5][:attempts.ERROR_CHARS - 1] + "…"
+        assert line == json.dumps([*fields[:5], error], separators=(",", ":"), ensure_ascii=False)
+
+
 def test_the_delivery_log_keeps_the_last_attempts(r, store, keys):
     add(store, "n", "1", url="http://merchant.example/notify", intervals=[0])
     for n in range(1, 6):
