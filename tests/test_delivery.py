@@ -167,6 +167,17 @@ def test_a_url_backlog_never_blocks_call_tasks_nor_the_reverse(run_daemon, clien
     wait_for(lambda: client.get("hook", "fast").status == "ok", 15, message="a URL task ran while the pool was full")
 
 
+def test_a_url_task_without_the_url_flag_is_still_delivered(run_daemon, client, http):
+    """A URL task written before add flagged URL records (`url`) is claimed through the call
+    lists, and still delivered on the event loop."""
+    run_daemon()
+    client.add("hook", "old", url=f"{http.base}/success", delay=3)
+    task_key = client.store.keys_for("hook:old").task_prefix + "hook:old"
+    assert client.store.redis.hdel(task_key, "url") == 1  # long before it is due
+    wait_for(lambda: client.get("hook", "old").status == "ok", 15, message="the unflagged URL task delivered")
+    assert len(http.requests) == 1
+
+
 def test_an_open_circuit_defers_without_counting_runs(run_daemon, client):
     port = free_port()
     run_daemon(DELAYD_URL_HOST_CONCURRENCY="1", DELAYD_URL_BREAKER_FAILURES="2", DELAYD_URL_BREAKER_COOLDOWN="60")

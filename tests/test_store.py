@@ -790,6 +790,19 @@ def test_delete_racing_promote_and_claim(redis_server, r, store, keys):
 
 # -- URL tasks and the delivery log (issue 14) ----------------------------------------
 
+def test_only_a_url_task_is_flagged_and_promote_picks_its_list_by_the_flag(r, store, keys):
+    """promote reads the small `url` flag that add writes, never the spec: a record without it
+    (a URL task written before the flag existed) goes to the call lists."""
+    add(store, "n", "1", url="http://merchant.example/notify")
+    add(store, "n", "2", url="http://merchant.example/notify")
+    add(store, "c", "1", call="shop.tasks:run")
+    assert [r.hget(keys.task_prefix + m, "url") for m in ("n:1", "n:2", "c:1")] == ["1", "1", None]
+    r.hdel(keys.task_prefix + "n:2", "url")
+    promote_all(store)
+    assert sorted(t["member"] for t in claim(store, n=10, url=True)) == ["n:1"]
+    assert sorted(t["member"] for t in claim(store, n=10)) == ["c:1", "n:2"]
+
+
 def test_url_tasks_wait_in_ready_lists_of_their_own(r, store, keys):
     """A claim for the event loop takes URL tasks only, one for the thread pool never takes
     one: a backlog of one kind cannot hold back the other. Lapsed URL leases go back there too."""
@@ -830,6 +843,18 @@ def test_a_retry_waits_at_least_the_wait_given(r, store, keys):
     before = now_ms(r)
     store.finish(0, [("n:1", run["claim"], "retry", 1000, "HTTP 429", "", 120_000)], DAY_MS)
     assert r.zscore(keys.delayed, "n:1") >= before + 120_000
+
+
+@pytest.mark.parametrize("kept_by_run, expected", [([5, 5, 5, 2], [3, 4]), ([3, 3, 1], [3]), ([4, 4, 4], [1, 2, 3])])
+def test_the_delivery_log_is_trimmed_to_the_count_kept_at_each_run(r, store, keys, kept_by_run, expected):
+    add(store, "n", "1", url="http://merchant.example/notify", intervals=[0])
+    for n, kept in enumerate(kept_by_run, 1):
+        r.zadd(keys.delayed, {"n:1": 0})
+        promote_all(store)
+        [run] = claim(store, url=True)
+        line = attempts.encode(n, n, 1.0, "retry", 500, "HTTP 500")
+        store.finish(0, [("n:1", run["claim"], "retry", 1000, "HTTP 500", "", 0, line)], DAY_MS, attempts_kept=kept)
+    assert [a["run"] for a in Task.from_record("n:1", record(r, store, "n:1")).attempts] == expected
 
 
 def test_an_attempt_line_is_the_compact_json_array_of_its_fields():

@@ -71,7 +71,8 @@ local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 -- queue processes claim for their event loop apart from call and push tasks (for
 -- their thread pool): a backlog of one kind never holds back the other. The state
 -- counts (ready:3 ...) are per priority, whatever the list. Task.spec_json writes
--- the target first, so a URL task's spec starts with {"url":
+-- the target first, so a URL task's spec starts with {"url": add flags such a record
+-- `url=1`, which promote reads (a small field, not the spec: call tasks pay nothing).
 local function is_url(spec)
   return type(spec) == 'string' and string.sub(spec, 1, 7) == '{"url":'
 end

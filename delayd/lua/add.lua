@@ -51,6 +51,11 @@ for i = 4, #ARGV, 5 do
     -- token is `created` (now), unless it replaces a record whose token is
     -- already that high (bumped more than once a ms), which must still go up.
     local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
+    -- A URL task is flagged `url=1`, so promote picks its ready list without reading the spec.
+    if is_url(spec) then
+      fields[#fields + 1] = 'url'
+      fields[#fields + 1] = '1'
+    end
     if priority ~= DEFAULT_PRIORITY then
       fields[#fields + 1] = 'priority'
       fields[#fields + 1] = priority

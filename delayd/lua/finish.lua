@@ -24,19 +24,18 @@ local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = re
 local schedules = recurring_index(KEYS[8])
 local applied = {}
 
--- Append `line` to the delivery log `log` (lines oldest first), keeping the last `kept`.
+-- Append `line` to the delivery log `log` (lines oldest first), keeping the last `kept`:
+-- the oldest lines are cut off the log before the one concatenation.
 local function logged(log, line)
-  if type(log) ~= 'string' or log == '' then return line end
-  local text = log .. '\n' .. line
-  local lines = 1
-  for _ in string.gmatch(text, '\n') do lines = lines + 1 end
-  local cut = 0
-  while lines > kept do
-    cut = string.find(text, '\n', cut + 1, true)
-    lines = lines - 1
+  if kept <= 1 or type(log) ~= 'string' or log == '' then return line end
+  local breaks, at = {}, string.find(log, '\n', 1, true)
+  while at do
+    breaks[#breaks + 1] = at
+    at = string.find(log, '\n', at + 1, true)
   end
-  if cut > 0 then text = string.sub(text, cut + 1) end
-  return text
+  local drop = #breaks + 2 - kept  -- lines too many once `line` is added (at most #breaks: kept >= 2)
+  if drop > 0 then log = string.sub(log, breaks[drop] + 1) end
+  return log .. '\n' .. line
 end
 
 for i = 6, #ARGV, 8 do

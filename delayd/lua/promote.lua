@@ -19,9 +19,11 @@ local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
 -- some, which the ready message names ('' call/push, 'u' URL).
 local pushes, kinds = {}, {}
 
--- The ready list of a task (by its spec and priority: see is_url in _lib), and its kind.
-local function list_of(spec, priority)
-  if is_url(spec) then return ready_url[priority], 'u' end
+-- The ready list of a task (by its `url` flag and priority: see is_url in _lib), and its kind.
+-- A record without the flag goes to the call lists (a URL task written before the flag
+-- existed is still delivered on the event loop: the queue process routes by the target).
+local function list_of(url, priority)
+  if url == '1' then return ready_url[priority], 'u' end
   return ready[priority], ''
 end
 local aside = {failed = KEYS[7], quarantine = KEYS[9], now = now, retention = retention}
@@ -73,7 +75,7 @@ else
 end
 for _, member in ipairs(due) do
   local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'spec')
+  local r = read_record(task_key, 'status', 'priority', 'url')
   local topic = topic_of(member)
   count('waiting', topic, -1)
   local reason = defect(r, task_key, 'delayed', 'delayed')
@@ -105,7 +107,7 @@ local reaped = 0
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 for _, member in ipairs(lapsed) do
   local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'spec')
+  local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
   local topic = topic_of(member)
   count('running', topic, -1)
   if not (r and finished[r[1]]) then
