@@ -50,7 +50,7 @@ for i = 6, #ARGV, 8 do
     tally(outcome, topic)
     local record_error = true
     if outcome == 'defer' then
-      local runs = (tonumber(r[5]) or 1) - 1
+      local runs = (int_of(r[5]) or 1) - 1
       if runs > 0 then redis.call('HSET', task_key, 'runs', runs) else redis.call('HDEL', task_key, 'runs') end
       redis.call('HSET', task_key, 'status', 'delayed', 'due', not_before)
       zadd_counted(KEYS[1], not_before, member, 'waiting', topic)
