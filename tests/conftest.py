@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from daemon_helper import Daemon  # noqa: E402
 from redis_server import RedisServer, wait_for  # noqa: E402
 
 # Tests must not read the user's or the system's delayd configuration.
@@ -51,3 +52,17 @@ def client(redis_url):
 
 
 __all__ = ["wait_for"]
+
+
+@pytest.fixture
+def daemon_factory(tmp_path):
+    """start(redis_url, buckets=3, queues=2, **env): a real daemon, stopped after the test."""
+    started = []
+
+    def start(redis_url, buckets=3, queues=2, **env):
+        d = Daemon(redis_url, tmp_path / f"d{len(started)}", buckets=buckets, queues=queues, **env).start()
+        started.append(d)
+        return d
+    yield start
+    for d in started:
+        d.stop()

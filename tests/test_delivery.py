@@ -139,18 +139,9 @@ def test_redirects_are_not_followed(http, make_engine):
 # -- through the daemon -------------------------------------------------------------------
 
 @pytest.fixture
-def run_daemon(redis_url, tmp_path):
-    daemons = []
-
-    def start(**env) -> Daemon:
-        d = Daemon(redis_url, tmp_path / f"d{len(daemons)}", buckets=2, queues=1,
-                   DELAYD_ALLOWED_MODULES="delayd.examples,handlers_fixture", **env).start()
-        daemons.append(d)
-        return d
-
-    yield start
-    for d in daemons:
-        d.stop()
+def run_daemon(redis_url, daemon_factory):
+    return lambda **env: daemon_factory(redis_url, buckets=2, queues=1,
+                                        DELAYD_ALLOWED_MODULES="delayd.examples,handlers_fixture", **env)
 
 
 def test_a_url_backlog_never_blocks_call_tasks_nor_the_reverse(run_daemon, client, http, tmp_path):

@@ -69,19 +69,6 @@ def workload_done(client: Client) -> bool:
     return counts["ok"] == 37 and counts["failed"] == 5 and counts["running"] == 0
 
 
-@pytest.fixture
-def daemon_factory(tmp_path):
-    started = []
-
-    def start(redis_url, **env):
-        d = Daemon(redis_url, tmp_path / f"d{len(started)}", buckets=3, queues=2, **env).start()
-        started.append(d)
-        return d
-    yield start
-    for d in started:
-        d.stop()
-
-
 def test_stats_json_matches_a_known_workload(redis_url, r, client, daemon_factory):
     daemon_factory(redis_url)
     add_workload(client, r)
