@@ -184,11 +184,11 @@ def summary(answers: list[list[Any]]) -> dict[str, Any]:
 
     topics = {}
     for topic in sorted(set(counts) | set(recent) | set(earliest) | paused):
-        summary = _summary(counts.get(topic, _new_counts()), recent.get(topic, new_events()), span_s,
-                           earliest.get(topic), now)
-        summary["paused"] = topic in paused
-        if any(summary["counts"].values()) or any(summary["runs_last_minute"].values()) or summary["paused"]:
-            topics[topic] = summary
+        row = _summary(counts.get(topic, _new_counts()), recent.get(topic, new_events()), span_s,
+                       earliest.get(topic), now)
+        row["paused"] = topic in paused
+        if any(row["counts"].values()) or any(row["runs_last_minute"].values()) or row["paused"]:
+            topics[topic] = row
     overall_counts, overall_recent = _new_counts(), new_events()
     for c in counts.values():
         for k, v in c.items():

@@ -92,7 +92,3 @@ class Hosts:
             waiter = h.waiters.popleft()
             if not waiter.done():
                 waiter.set_result(self.cooldown)
-
-    def is_open(self, host: str) -> bool:
-        h = self.hosts.get(host)
-        return bool(h and h.open_until and self.clock() < h.open_until)

@@ -73,3 +73,12 @@ def failed_count(client: Client, topic: str) -> int:
     for keys in client.store.keys:
         pipe.hget(keys.counts, f"failed|{topic}")
     return sum(int(v or 0) for v in pipe.execute())
+
+
+def topic_names(client: Client) -> list[str]:
+    """Topics that hold tasks, from the counters' field names (one HKEYS per bucket), for the
+    task list's topic picker: a whole stats() read would scan every bucket's lists for it."""
+    pipe = client.redis.pipeline(transaction=False)
+    for keys in client.store.keys:
+        pipe.hkeys(keys.counts)
+    return sorted({field.partition("|")[2] for fields in pipe.execute() for field in fields if "|" in field})

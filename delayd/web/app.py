@@ -141,7 +141,7 @@ class Dashboard:
             data = await run_in_threadpool(views.listing, self.client, *params)
         except ValueError as exc:
             return self.refuse(request, 400, str(exc))
-        topics = await run_in_threadpool(lambda: sorted(self.client.stats()["topics"]))
+        topics = await run_in_threadpool(actions.topic_names, self.client)
         return self.render(request, who, "tasks.html", {"d": data, "topic": params[0], "status": params[1] or "",
                                                         "q": params[2], "topics": topics})
 
