@@ -14,8 +14,10 @@ from importlib import resources
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import redis
+from redis.cluster import RedisCluster
 
 from .config import MAX_BUCKETS
+from .held import checked_out
 from .steps import Steps, ScriptCall, command, on_redis, run
 from .task import Task, is_utf8
 
@@ -225,6 +227,14 @@ class Script:
             return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
             return await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+    def many(self, client: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
+        """Run `calls` on `client` in one pipelined round trip (`stream` on a connection checked
+        out for them), or one call after the other on a Cluster, whose pipeline refuses EVALSHA."""
+        if isinstance(client, RedisCluster):
+            return [self(client, keys, args) for keys, args in calls]
+        with checked_out(client) as conn:
+            return self.stream(conn, calls)
 
     def load(self, client: Any) -> None:
         """Cache the script in Redis (before EVALSHA in a pipeline)."""
@@ -471,16 +481,23 @@ class Store:
         return [bool(renewed) for renewed in SCRIPTS["renew"](self.redis, [keys.leases], args)]
 
     # -- the dashboard (reads only) ------------------------------------------------------
-    def browse(self, index: str, order: str, start: tuple[Score, str] | None, topic: str, prefix: str, limit: int,
-               budget: int) -> Browsed:
-        """Walk one index (`delayed`, `leases` or `done:<status>` of a bucket) from after `start` in
-        `order` ('asc'/'desc'), keeping members of `topic` whose id starts with `prefix`; stops after
-        `limit` matches or `budget` entries examined (see lua/browse.lua)."""
+    def browse(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str, prefix: str,
+               limit: int, budget: int) -> list[Browsed]:
+        """Walk each of `indexes` (`delayed`, `leases` or `done:<status>` of a bucket) from after `start`
+        in `order` ('asc'/'desc'), keeping members of `topic` whose id starts with `prefix`; each walk
+        stops after `limit` matches or `budget` entries examined (see lua/browse.lua). One pipelined
+        round trip for all (Script.many)."""
         cursor = (start[0], wire(start[1])) if start else ("", "")  # redis-py sends inf as 'inf'
-        flat, examined, stop_score, stop_member, size, *kind = SCRIPTS["browse"](
-            self.redis, [index], [order, *cursor, wire(topic), wire(prefix), limit, budget])
-        matches = [(flat[i], score_of(flat[i + 1])) for i in range(0, len(flat), 2)]
-        stop = (score_of(stop_score), stop_member) if stop_member else None
-        problem = f"{index} is a {kind[0]}, not a sorted set: it is left as it is for a person to look at" \
-            if kind else None
-        return Browsed(matches, int(examined), stop, int(size), problem)
+        args = [order, *cursor, wire(topic), wire(prefix), limit, budget]
+        replies = SCRIPTS["browse"].many(self.redis, [([index], args) for index in indexes])
+        return [browsed(index, reply) for index, reply in zip(indexes, replies)]
+
+
+def browsed(index: str, reply: list[Any]) -> Browsed:
+    """browse.lua's reply for `index`, decoded."""
+    flat, examined, stop_score, stop_member, size, *kind = reply
+    matches = [(flat[i], score_of(flat[i + 1])) for i in range(0, len(flat), 2)]
+    stop = (score_of(stop_score), stop_member) if stop_member else None
+    problem = f"{index} is a {kind[0]}, not a sorted set: it is left as it is for a person to look at" \
+        if kind else None
+    return Browsed(matches, int(examined), stop, int(size), problem)

@@ -664,6 +664,8 @@ def test_client_on_a_cluster(cluster):
     assert client.add("t", "one", call="a:b") is True
     assert client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(30)]) == 30
     assert len(client.list(limit=1000)) == 31
+    from delayd.web import browse  # the dashboard's list: one browse call per bucket, one after the other
+    assert len(browse.page(client.store, "delayed", "t", limit=100).rows) == 31
     stats = client.stats()
     assert stats["counts"]["delayed"] == 31 and stats["buckets"] == 4
     assert client.delete("t", 1) is True and client.get("t", 1).status == "deleted"

@@ -82,8 +82,8 @@ def walk(store: Store, status: str, start: tuple[Score, str] | None, topic: str,
     """One status over every bucket."""
     desc = ORDER[status] == "desc"
     per_bucket = max(limit, budget // store.buckets)
-    answers = [store.browse(index_key(keys, status), ORDER[status], start, topic, prefix, limit, per_bucket)
-               for keys in store.keys]
+    answers = store.browse([index_key(keys, status) for keys in store.keys], ORDER[status], start, topic, prefix,
+                           limit, per_bucket)
     found = sorted(((score, member) for a in answers for member, score in a.matches), reverse=desc)
     # A bucket that stopped early has examined everything up to its stop entry, so only the
     # matches up to the first such stop (in this order) are sure to be complete and in order.
