@@ -234,7 +234,7 @@ class Script:
         if isinstance(client, RedisCluster):
             return [self(client, keys, args) for keys, args in calls]
         with checked_out(client) as conn:
-            return self.stream(conn, calls)
+            return self.stream(conn, calls, window=len(calls))
 
     def load(self, client: Any) -> None:
         """Cache the script in Redis (before EVALSHA in a pipeline)."""
@@ -388,11 +388,19 @@ class Store:
             [wire(member), int(hard), retention_ms],
         )))
 
-    def retry_steps(self, member: str) -> Steps[int]:
+    def retry_call(self, member: str) -> tuple[list[Any], list[Any]]:
+        """KEYS and ARGV of retry.lua for `member`."""
         keys = self.keys_for(member)
-        return int((yield ScriptCall(SCRIPTS["retry"], [keys.task(member), keys.delayed, keys.done("failed"),
-                                                        keys.counts, keys.quarantine],
-                                     [wire(member), keys.wake_channel])))
+        return ([keys.task(member), keys.delayed, keys.done("failed"), keys.counts, keys.quarantine],
+                [wire(member), keys.wake_channel])
+
+    def retry_steps(self, member: str) -> Steps[int]:
+        """1: the failed task runs again now; 0: no such task; -1: it is not failed."""
+        return int((yield ScriptCall(SCRIPTS["retry"], *self.retry_call(member))))
+
+    def retry_many(self, members: Sequence[str]) -> list[int]:
+        """retry_steps' answer for each member, in one pipelined round trip (Script.many)."""
+        return [int(code) for code in SCRIPTS["retry"].many(self.redis, [self.retry_call(m) for m in members])]
 
     def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)

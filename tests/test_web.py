@@ -171,6 +171,24 @@ def test_actions_on_a_running_daemon(redis_url, tmp_path, api, client):
                  all(client.get("f", i).runs >= 2 for i in range(5)), 30, message="all ran again")
 
 
+def test_retry_all_failed_streams_ids_from_the_index_in_batches(redis_url, tmp_path, api, client, r):
+    """300 failed tasks: two requests of "retry all failed" (200, then 100) put every one back, read no
+    task record (ids come from the failed index) and say how many failed are left."""
+    with Daemon(redis_url, tmp_path / "d"):
+        client.add_many([{"topic": "f", "id": i, "call": "delayd.examples:fail"} for i in range(300)])
+        client.add_many([{"topic": "g", "id": i, "call": "delayd.examples:fail"} for i in range(3)])
+        wait_for(lambda: client.stats()["counts"]["failed"] == 303, 60, message="303 failed")
+    hgetall = r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0)
+    first = api.post("/api/topics/f/retry-failed").json()
+    assert (first["retried"], first["failed_left"]) == (200, 100) and first["cursor"]
+    assert first["message"] == "200 failed tasks of f will run again now; 100 failed left"
+    second = api.post("/api/topics/f/retry-failed", params={"cursor": first["cursor"]}).json()
+    assert (second["retried"], second["failed_left"], second["cursor"]) == (100, 0, None)
+    assert r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0) == hgetall, "a record was read"
+    assert {client.get("f", i).status for i in range(300)} == {"delayed"}
+    assert client.stats()["topics"]["g"]["counts"]["failed"] == 3, "another topic's failures stay"
+
+
 def test_pause_resume_and_run_now(api, client):
     client.add("t", 1, call="delayd.examples:echo", delay=600)
     assert api.post("/api/topics/t/pause").json()["result"] == "paused"

@@ -98,10 +98,17 @@ def walk(store: Store, status: str, start: tuple[Score, str] | None, topic: str,
                   [a.problem for a in answers if a.problem])
 
 
-def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
-         limit: int = 50, budget: int = BUDGET) -> Page:
-    """One page of tasks with `status` (None: every status, running first) of `topic` whose id starts
-    with `prefix`. Reads at most about `budget` index entries."""
+class Found(NamedTuple):
+    hits: list[tuple[str, Score, int]]  # (member, score, source index), in the list's order
+    cursor: str | None
+    examined: int
+    indexed: int
+    problems: list[str]
+
+
+def find(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
+         limit: int = 50, budget: int = BUDGET) -> Found:
+    """The members of one page (see `page`), without reading their records."""
     sources = [i for i, (s, _) in enumerate(SOURCES) if status in (None, s)]
     source, start = decode_cursor(cursor) if cursor else (sources[0], None)
     if source not in sources:
@@ -124,7 +131,15 @@ def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cu
         if len(hits) >= limit or examined >= budget:
             next_cursor = encode_cursor(source, None)
             break
-    return Page(read_tasks(store, hits), next_cursor, examined, indexed, problems)
+    return Found(hits, next_cursor, examined, indexed, problems)
+
+
+def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
+         limit: int = 50, budget: int = BUDGET) -> Page:
+    """One page of tasks with `status` (None: every status, running first) of `topic` whose id starts
+    with `prefix`. Reads at most about `budget` index entries."""
+    found = find(store, status, topic, prefix, cursor, limit, budget)
+    return Page(read_tasks(store, found.hits), found.cursor, found.examined, found.indexed, found.problems)
 
 
 def read_tasks(store: Store, hits: list[tuple[str, Score, int]]) -> list[Row]:
