@@ -95,12 +95,23 @@ def descriptors() -> list[int]:
         return []
 
 
-def reopen() -> None:
-    """Reopen the log file (SIGUSR1, after logrotate moved it)."""
-    if isinstance(_handler, logging.FileHandler):
-        _handler.acquire()
-        try:
-            _handler.close()
-            _handler.stream = _handler._open()
-        finally:
-            _handler.release()
+def reopen() -> bool:
+    """Reopen the log file (SIGUSR1, after logrotate moved it); True if it was reopened. If it
+    cannot be opened (its directory removed, permissions changed), logging goes on to the old
+    file, with a warning there, and False."""
+    if not isinstance(_handler, logging.FileHandler):
+        return False
+    try:
+        stream = _handler._open()
+    except OSError as exc:
+        event(logging.getLogger("delayd.log"), "log_reopen_failed", logging.WARNING, path=_handler.baseFilename,
+              error=exc.strerror or str(exc), kept="the old log file")
+        return False
+    _handler.acquire()
+    try:
+        old, _handler.stream = _handler.stream, stream
+    finally:
+        _handler.release()
+    if old is not None:
+        old.close()
+    return True

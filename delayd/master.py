@@ -156,9 +156,10 @@ class Master:
         elif sig == signal.SIGHUP:
             self.reload()
         elif sig == signal.SIGUSR1:
-            log_mod.reopen()
+            reopened = log_mod.reopen()  # False: it goes on with the old file (and said so)
             self.signal_children(signal.SIGUSR1)
-            event(log, "log_reopened")
+            if reopened:
+                event(log, "log_reopened")
         elif sig in (signal.SIGTTIN, signal.SIGTTOU):
             self.resize_queues(1 if sig == signal.SIGTTIN else -1)
 

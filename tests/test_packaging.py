@@ -388,6 +388,40 @@ def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, 
     assert "proc=queue.0" in log.read_text() and "proc=bucket.0" in log.read_text()
 
 
+def test_a_log_file_that_cannot_be_reopened_keeps_the_old_one_and_every_process(redis_url, tmp_path):
+    """SIGUSR1 after the log's directory was removed: the master crashed (master_crashed, every child
+    stopped). Now each process warns in the old file and goes on writing there."""
+    from redis_server import wait_for
+
+    notify = Notifications(tmp_path)
+    log = tmp_path / "logs" / "delayd.log"
+    log.parent.mkdir()
+    proc = start_foreground(tmp_path, notify, DELAYD_LOG_FILE=str(log))
+    try:
+        notify.expect("READY", timeout=30)
+        wait_for(lambda: all(word in log.read_text() for word in started_lines(buckets=2, queues=1)), 15,
+                 message="every child started")
+        children = {c.pid for c in psutil.Process(proc.pid).children()}
+        old = log.rename(tmp_path / "delayd.log.1")
+        log.parent.rmdir()
+        os.kill(proc.pid, signal.SIGUSR1)
+        procs = ("master", "bucket.0", "bucket.1", "queue.0")
+        def warned() -> set[str]:
+            lines = [line for line in old.read_text().splitlines() if "level=warning" in line
+                     and "event=log_reopen_failed" in line]
+            return {p for p in procs if any(f" proc={p} " in line for line in lines)}
+        wait_for(lambda: warned() == set(procs), 10, message="each process warned in the old log")
+        assert proc.poll() is None and {c.pid for c in psutil.Process(proc.pid).children()} == children
+        assert "No such file or directory" in old.read_text() and "log_reopened" not in old.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        finish(proc)
+        notify.close()
+    text = old.read_text()
+    assert "master_crashed" not in text and "child_crashed" not in text and "event=master_stopped" in text
+
+
 # -- the installed package ------------------------------------------------------------
 def test_console_script_prints_the_version():
     scripts = [ep for ep in importlib.metadata.entry_points(group="console_scripts") if ep.name == "delayd"]
