@@ -18,7 +18,7 @@ from . import log as log_mod
 from .config import Config
 from .master import Master
 from .preflight import StartError, preflight
-from .pidfile import AlreadyRunning, PidFile, read_pid, running_master, wait_unlocked
+from .pidfile import AlreadyRunning, PidFile, locked, read_pid, running_master, wait_unlocked
 
 START_TIMEOUT = 60.0
 
@@ -118,11 +118,16 @@ def cpu_average(proc: psutil.Process) -> float:
     return round(100.0 * (times.user + times.system) / age, 2)
 
 
+# status() of a master that holds the lock but has not written its pidfile yet (it checks Redis
+# and the layout first: seconds with a slow Redis; for a moment at exit too, once it removed it).
+STARTING = {"running": False, "starting": True}
+
+
 def status(config: Config) -> dict[str, Any] | None:
-    """Master and children as psutil sees them, with restart counts; None if not running."""
+    """Master and children as psutil sees them, with restart counts; STARTING, or None if not running."""
     pid = running_master(config.pid_path)
     if not pid:
-        return None
+        return dict(STARTING) if locked(config.pid_path) else None
     try:
         slots = json.loads((Path(config.state_dir) / "status.json").read_text())
     except (OSError, ValueError):

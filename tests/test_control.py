@@ -33,6 +33,29 @@ def test_stop_returns_when_the_master_exited_even_unreaped(redis_url, tmp_path):
         d.stop()
 
 
+def test_status_while_the_lock_is_held_before_the_pidfile_says_starting(redis_url, tmp_path):
+    """A master holds the lock from before its start-up checks, but writes its pidfile only after
+    them: in between, status said "not running" (exit 3), which is what scripts wait on to start one."""
+    import fcntl
+    import json
+
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {**os.environ, "DELAYD_STATE_DIR": str(state)}
+    (state / "delayd.pid").write_text(f"{os.getpid()}\n")  # stale: not a master's pid
+    fd = os.open(state / "delayd.pid.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what PidFile.acquire does
+        out = delayd("status", env=env)
+        assert out.returncode == 4 and out.stdout.startswith("delayd is starting"), (out.returncode, out.stdout)
+        out = delayd("status", "--json", env=env)
+        assert out.returncode == 4 and json.loads(out.stdout) == {"running": False, "starting": True}
+    finally:
+        os.close(fd)
+    out = delayd("status", env=env)
+    assert out.returncode == 3 and "not running" in out.stdout
+
+
 def test_a_long_task_timeout_alone_gets_a_longer_lease(redis_url, tmp_path):
     d = Daemon(redis_url, tmp_path / "d", DELAYD_TASK_TIMEOUT="300").start()
     try:

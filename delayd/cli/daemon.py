@@ -10,6 +10,9 @@ from typing import Any
 from .common import Verb, client_for, config_loader, emit, fail, load_config, non_negative, verb_parser
 
 
+STARTING_EXIT = 4  # `status` of a master that is starting: neither running (0) nor not running (3)
+
+
 def cmd_start(args: argparse.Namespace) -> int:
     from .. import control
     return control.start(load_config(args), config_loader(args), args.foreground)
@@ -82,6 +85,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state is None:
         emit(args, {"running": False}, "delayd is not running")
         return 3
+    if state.get("starting"):
+        emit(args, state, "delayd is starting (its master holds the lock but has not written its pidfile yet)")
+        return STARTING_EXIT
     if args.json:
         print(json.dumps(state, separators=(",", ":")))
         return 0
@@ -109,6 +115,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("--timeout", type=non_negative, metavar="S",
                        help="seconds to wait (default graceful_timeout + 15)")
     verb_parser(sub, common, "reload", "reread the config and replace the workers (SIGHUP)")
-    p = verb_parser(sub, common, "status", "show the master and its children (exit 3: not running)")
+    p = verb_parser(sub, common, "status", "show the master and its children (exit 3: not running, 4: starting)")
     p.add_argument("--cluster", action="store_true",
                    help="every live daemon on this Redis store, on any host (exit 3: none)")
