@@ -3,6 +3,7 @@ read or transition written once as steps (delayd.steps), which each flavour runs
 own connection (redis-py or redis.asyncio)."""
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -21,6 +22,8 @@ TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "int
                          "priority", "callback", "timeout", "every", "cron", "tz"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
 ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
+
+log = logging.getLogger("delayd.client")
 
 Built = tuple[Task, str, int]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON, ms)
 
@@ -50,6 +53,18 @@ def to_ms(at: Any) -> int:
     raise TaskError(f"at must be Unix seconds or an ISO 8601 time, got {at!r}")
 
 
+_warned: set[str] = set()
+
+
+def warn_once(warnings: Iterable[str]) -> None:
+    """Log each configuration warning (an unknown DELAYD_* variable: a typo like DELAYD_REDIS_UR would
+    silently mean the embedded Redis) once per process, as the daemon logs them at start."""
+    for warning in warnings:
+        if warning not in _warned:
+            _warned.add(warning)
+            log.warning("delayd: %s", warning)
+
+
 class BaseClient:
     """Access to one delayd store (a Redis URL and a key prefix), without I/O of its own."""
 
@@ -58,6 +73,8 @@ class BaseClient:
     def __init__(self, url: str | None = None, prefix: str | None = None, *,
                  config: config_mod.Config | None = None, allowed_modules: Iterable[str] | None = None):
         cfg = config or config_mod.load()
+        if config is None:
+            warn_once(cfg.warnings)
         self.config = cfg
         self.url = url or cfg.redis_url or embedded.url(cfg.state_dir)
         self.prefix = prefix or cfg.prefix

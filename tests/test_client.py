@@ -391,3 +391,16 @@ def test_client_without_url_uses_environment(redis_url, r):
     assert client.url == redis_url
     client.add("t", 1, call="a:b")
     assert r.exists("delayd:meta")
+
+
+def test_client_warns_once_about_an_unknown_delayd_variable(tmp_path):
+    """DELAYD_REDIS_UR (a typo) silently meant the embedded Redis; the daemon warns at start, now Client() too."""
+    import os
+    import subprocess
+    import sys
+    code = "from delayd import AsyncClient, Client; Client(); Client(); AsyncClient(); print('made')"
+    env = {**os.environ, "DELAYD_REDIS_UR": "redis://127.0.0.1:1/0", "DELAYD_STATE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "made\n", done.stderr
+    assert done.stderr.splitlines() == ["delayd: DELAYD_REDIS_UR is not a delayd option and is ignored "
+                                        "(did you mean DELAYD_REDIS_URL?)"], done.stderr
