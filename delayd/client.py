@@ -15,13 +15,14 @@ from redis.cluster import RedisCluster
 from . import connection, held
 from . import stats as stats_mod
 from .client_base import ADD_BATCH, TASK_FIELDS, BaseClient, Built, to_ms
-from .client_errors import DelaydError, DurabilityError, RedisUnavailable, redis_errors, refusal
+from .client_errors import (AddInterrupted, DelaydError, DurabilityError, RedisUnavailable, counting_adds,
+                            redis_errors, refusal)
 from .steps import Steps, run
 from .store import SCRIPTS, BucketKeys
 from .task import FINISHED, Task, TaskError
 
-__all__ = ["Client", "DelaydError", "DurabilityError", "RedisUnavailable", "ADD_BATCH", "TASK_FIELDS",
-           "to_ms", "refusal"]
+__all__ = ["Client", "DelaydError", "DurabilityError", "RedisUnavailable", "AddInterrupted", "ADD_BATCH",
+           "TASK_FIELDS", "to_ms", "refusal"]
 
 
 def _sync(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:
@@ -82,16 +83,20 @@ class Client(BaseClient):
 
     def _add_calls(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
                    wait: tuple[Any, ...] | None = None) -> int:
-        if self.on_cluster:
-            # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
-            return sum(sum(self.store.add(keys, entries, nx)) for keys, entries in calls)
-        with held.checked_out(self.redis) as conn:
-            # Packed lazily: Redis runs one batch while the next is packed (Script.stream).
-            results = SCRIPTS["add"].stream(conn, (self.store.add_call(keys, entries, nx) for keys, entries in calls))
-            reply = None
-            if wait:  # on the same connection: WAIT/WAITAOF count that connection's writes
-                conn.send_command(*wait)
-                reply = conn.read_response()
+        # A batch that fails raises AddInterrupted, counting what the replies before it wrote.
+        with counting_adds(self, sum(len(entries) for _, entries in calls)) as replies:
+            if self.on_cluster:
+                # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
+                replies += (self.store.add(keys, entries, nx) for keys, entries in calls)
+                return sum(sum(reply) for reply in replies)
+            with held.checked_out(self.redis) as conn:
+                # Packed lazily: Redis runs one batch while the next is packed (Script.stream).
+                results = SCRIPTS["add"].stream(
+                    conn, (self.store.add_call(keys, entries, nx) for keys, entries in calls), replies=replies)
+                reply = None
+                if wait:  # on the same connection: WAIT/WAITAOF count that connection's writes
+                    conn.send_command(*wait)
+                    reply = conn.read_response()
         written = sum(sum(r) for r in results)
         self.unconfirmed(wait or (), reply, written)
         return written

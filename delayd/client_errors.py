@@ -24,21 +24,65 @@ class RedisUnavailable(DelaydError):
     """Redis cannot be reached or refused us."""
 
 
+class AddInterrupted(RedisUnavailable):
+    """add_many stopped part-way: Redis refused a batch (OOM, …) or the connection broke. The batches
+    before it stay written: `written` of the `total` tasks (at least that many if not `exact`: a
+    batch in flight when a connection broke may have been written too). Adding again replaces them."""
+
+    def __init__(self, reason: str, written: int, total: int, exact: bool = True):
+        super().__init__(f"{reason} (after {'' if exact else 'at least '}{written} of {total} "
+                         f"task{'s' if total != 1 else ''} {'was' if written == 1 else 'were'} written)")
+        self.reason, self.written, self.total, self.exact = reason, written, total, exact
+
+    def after(self, earlier: int, total: int) -> "AddInterrupted":
+        """The same interruption, for a caller that had written `earlier` tasks of `total` before this add."""
+        return AddInterrupted(self.reason, earlier + self.written, total, self.exact)
+
+
+def unavailable(client: Any, exc: Exception) -> RedisUnavailable | None:
+    """redis-py's error `exc` as RedisUnavailable naming `client.url`'s host and port, never its
+    password; None for an error that is not about Redis being unreachable or refusing."""
+    if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        return RedisUnavailable(f"cannot reach Redis at {connection.where(client.url)}: {exc}")
+    if isinstance(exc, redis.exceptions.ResponseError):
+        if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+            return RedisUnavailable(f"Redis at {connection.where(client.url)} refused the credentials")
+        # OOM (maxmemory), BUSY, MASTERDOWN, a script error…: one line, no traceback.
+        return RedisUnavailable(f"Redis at {connection.where(client.url)} refused the command: {refusal(exc)}")
+    if isinstance(exc, redis.exceptions.RedisClusterException):
+        return RedisUnavailable(f"Redis Cluster at {connection.where(client.url)}: {exc}")
+    return None
+
+
+REDIS_FAILURES = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
 @contextlib.contextmanager
 def translated(client: Any) -> Iterator[None]:
-    """redis-py's errors as RedisUnavailable naming `client.url`'s host and port, never its password."""
+    """redis-py's errors as RedisUnavailable (see `unavailable`)."""
     try:
         yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        raise RedisUnavailable(f"cannot reach Redis at {connection.where(client.url)}: {exc}") from None
-    except redis.exceptions.ResponseError as exc:
-        if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
-            raise RedisUnavailable(f"Redis at {connection.where(client.url)} refused the credentials") from None
-        # OOM (maxmemory), BUSY, MASTERDOWN, a script error…: one line, no traceback.
-        raise RedisUnavailable(f"Redis at {connection.where(client.url)} refused the command: "
-                               f"{refusal(exc)}") from None
-    except redis.exceptions.RedisClusterException as exc:
-        raise RedisUnavailable(f"Redis Cluster at {connection.where(client.url)}: {exc}") from None
+    except REDIS_FAILURES as exc:
+        error = unavailable(client, exc)
+        if error is None:
+            raise
+        raise error from None
+
+
+@contextlib.contextmanager
+def counting_adds(client: Any, total: int) -> Iterator[list[Any]]:
+    """A list for add.lua's replies (1/0 per task) as an add_many reads them; when a batch fails,
+    AddInterrupted says how many of the `total` tasks the replies read before it wrote."""
+    replies: list[Any] = []
+    try:
+        yield replies
+    except REDIS_FAILURES as exc:
+        error = unavailable(client, exc)
+        if error is None:
+            raise
+        written = sum(sum(reply) for reply in replies if isinstance(reply, list))
+        raise AddInterrupted(str(error), written, total, exact=isinstance(exc, redis.exceptions.ResponseError)) \
+            from None
 
 
 def refusal(exc: Exception) -> str:

@@ -241,7 +241,7 @@ class Script:
         client.script_load(self.source)
 
     def stream(self, conn: Any, calls: Iterable[tuple[Sequence[str], Sequence[Any]]],
-               window: int = STREAM_WINDOW, reload: bool = True) -> list[Any]:
+               window: int = STREAM_WINDOW, reload: bool = True, replies: list[Any] | None = None) -> list[Any]:
         """Run many calls on `conn` (a connection checked out for the caller alone), `window`
         calls ahead of the replies: Redis runs call k while Python packs the next ones, where
         a pipeline packs all, then waits for all. Calls are produced lazily from `calls`.
@@ -249,9 +249,11 @@ class Script:
         A call refused with NOSCRIPT (Redis lost its script cache) is sent again, once, after
         a SCRIPT LOAD. After an error reply nothing more is sent; the first error is raised
         once the replies in flight are read. Connection errors leave `conn` to be dropped.
+        The replies are read into `replies` if given, so that a caller knows what the calls
+        before an error did.
         """
         sent: list[tuple[Sequence[str], Sequence[Any]]] = []
-        replies: list[Any] = []
+        replies = [] if replies is None else replies
         errors: list[Exception] = []
         for keys, args in calls:
             conn.send_packed_command(conn.pack_command("EVALSHA", self.sha, len(keys), *keys, *args))

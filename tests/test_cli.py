@@ -331,6 +331,21 @@ def test_add_from_jsonl_file(redis_url, tmp_path, r):
     c.close()
 
 
+def test_add_from_refused_part_way_says_how_many_were_written(redis_url, tmp_path, r):
+    """Redis fills up (maxmemory, noeviction) after the first batches of several add_many calls: the
+    one-line error says how many tasks of the whole file were written, which is what Redis holds."""
+    total = 30_000
+    path = write_jsonl(tmp_path / "tasks.jsonl", [{"topic": "bulk", "id": i, "call": "a:b"} for i in range(total)])
+    r.config_set("maxmemory", r.info("memory")["used_memory"] + 3_000_000)  # ~10k tasks: past the first call
+    try:
+        line = one_line_error(delayd("add", "--from", str(path), check=1))
+    finally:
+        r.config_set("maxmemory", 0)
+    written = len(r.keys("delayd:{*}:t:bulk:*"))
+    assert 2000 < written < total, written  # `add --from` writes 2,000 tasks per add_many call
+    assert "refused the command: OOM" in line and line.endswith(f"(after {written} of {total} tasks were written)")
+
+
 def test_add_from_stdin(redis_url, r):
     lines = "\n".join(json.dumps({"topic": "in", "id": i, "call": "a:b"}) for i in range(3)) + "\n"
     proc = subprocess.run([sys.executable, "-m", "delayd.cli", "add", "--from", "-"], input=lines,

@@ -224,6 +224,24 @@ def test_add_many_error_reply_leaves_the_client_usable(client, r):
     assert client.add_many(items[:10], nx=True) == 10
 
 
+def test_add_many_refused_part_way_says_how_many_were_written(client, r):
+    """Redis refuses the batches after its memory filled up (maxmemory, noeviction): the error said
+    only that, not how many tasks the batches before it had written."""
+    from delayd import AddInterrupted
+    client.add("seed", 1, call="a:b")
+    items = [{"topic": "t", "id": i, "call": "a:b", "params": {"pad": "x" * 100}} for i in range(5000)]
+    r.config_set("maxmemory", r.info("memory")["used_memory"] + 400_000)  # room for a few batches of 200
+    try:
+        with pytest.raises(AddInterrupted) as refused:
+            client.add_many(items)
+    finally:
+        r.config_set("maxmemory", 0)
+    error = refused.value
+    assert 0 < error.written < 5000 and error.written == len(task_keys(r)) - 1, (error.written, len(task_keys(r)))
+    assert "refused the command: OOM" in str(error) and error.total == 5000
+    assert str(error).endswith(f"(after {error.written} of 5000 tasks were written)")
+
+
 # -- the bucket count --------------------------------------------------------------
 def test_bucket_count_is_recorded_and_reused(redis_url, r):
     first = Client.from_url(redis_url, config=config_mod.load(buckets=3))

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .. import attempts
-from ..client import ADD_BATCH, Client
+from ..client import ADD_BATCH, AddInterrupted, Client
 from ..clock import local_time as fmt_time
 from ..task import STATUSES, TaskError
 from .common import (Progress, Verb, client_for, emit, fail, non_negative, positive_int, task_verb,
@@ -63,7 +63,10 @@ def add_from(args: argparse.Namespace) -> int:
         written = 0
         for start in range(0, len(built), batch):
             progress(f"adding {start}/{len(built)} ({100 * start // max(1, len(built))}%)", force=start == 0)
-            written += client.add_built(built[start:start + batch], args.nx)
+            try:
+                written += client.add_built(built[start:start + batch], args.nx)
+            except AddInterrupted as exc:  # the message counts the whole file's tasks written before it
+                raise exc.after(written, len(built)) from None
     finally:
         progress.done()
     existed = len(built) - written
