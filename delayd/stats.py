@@ -28,14 +28,15 @@ def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
     """(name, topic, value) from a flat HGETALL of `<name>|<topic>` fields.
 
     A value that is not an integer (a corrupt counter; the next script call that
-    changes it starts it again) is left out; a topic that is not UTF-8 is shown escaped."""
+    changes it starts it again) is left out, a negative one (written by someone else:
+    the scripts stop counts at 0) counts as 0; a topic that is not UTF-8 is shown escaped."""
     for i in range(0, len(flat), 2):
         name, _, topic = flat[i].partition("|")
         try:
             value = int(flat[i + 1])
         except ValueError:
             continue
-        yield name, printable(topic), value
+        yield name, printable(topic), max(0, value)
 
 
 def _due_at(score: str | None) -> float | None:

@@ -88,6 +88,42 @@ def test_counts_mirror_the_indexes_through_random_transitions(r, seed):
     assert sum(v for k, v in totals.items() if k.startswith("le:")) == started
 
 
+def test_entries_written_by_hand_never_make_a_count_negative_or_wait_forever(r, client):
+    """A done:* entry nobody counted, trimmed at the end of retention, made its count -1; a delayed
+    entry at +inf was counted as waiting forever (and a lease or a finish at +inf never ended)."""
+    store = client.store
+    client.add("t", "inf", call="a:b", delay=60)
+    client.add("t", "lease", call="a:b")
+    client.add("t", "done", call="a:b")
+    keys = store.keys_for("t:inf")
+    r.zadd(keys.delayed, {"t:inf": float("inf")})                        # a counted task, moved to +inf
+    r.zadd(store.keys_for("t:nobody").delayed, {"t:nobody": float("inf")})  # no record, never counted
+    r.zadd(keys.done("ok"), {"x:old": 1})                                # finished long ago, never counted
+    r.hset(keys.counts, "waiting|y", -5)                                 # a counter written by hand
+    for b in range(store.buckets):
+        store.promote(b, 100, DAY_MS)
+    [run] = [t for b in range(store.buckets) for t in store.claim(b, (5, 3, 2), 10, 60_000, DAY_MS).tasks
+             if t.member == "t:lease"] or [None]
+    lease_keys = store.keys_for("t:lease")
+    r.zadd(lease_keys.leases, {"t:lease": float("inf")})                 # a lease that would never lapse
+    done_keys = store.keys_for("t:done")
+    r.zadd(done_keys.done("ok"), {"t:done": float("inf")})               # a finish that never ends
+    r.hset(done_keys.counts, "ok|t", 1)
+    for b in range(store.buckets):
+        store.promote(b, 100, DAY_MS)
+    stats = client.stats()
+    assert all(v >= 0 for c in stats["topics"].values() for v in c["counts"].values()), stats["topics"]
+    assert all(int(v) >= 0 for b in range(store.buckets) for k, v in r.hgetall(store.keys[b].counts).items()
+               if k != "waiting|y")
+    assert "x" not in stats["topics"] and "y" not in stats["topics"]
+    assert client.get("t", "inf").status == "failed" and "never due" in client.get("t", "inf").last_error
+    nobody = store.keys_for("t:nobody")
+    assert r.hget(nobody.task("t:nobody"), "status") == "failed" and r.hexists(nobody.quarantine, "t:nobody")
+    assert stats["topics"]["t"]["waiting"] == 0 and stats["topics"]["t"]["counts"]["failed"] == 2
+    assert run is not None and client.get("t", "lease").status == "delayed", "the endless lease was reaped"
+    assert r.zscore(done_keys.done("ok"), "t:done") is None and stats["topics"]["t"]["counts"]["ok"] == 0
+
+
 def test_lateness_buckets_match_between_lua_and_python():
     source = SCRIPTS["claim"].source
     line = next(ln for ln in source.splitlines() if ln.startswith("local LATENESS_MS"))

@@ -194,11 +194,13 @@ end
 
 -- Write what the script counted: state counts to `counts_key`; run events to the
 -- lifetime totals and to the 10-second window of `now` (which expires).
+-- A state count never goes below 0: an index entry someone else wrote (never counted
+-- in) that a script takes out would make it negative; it stops at 0 instead (gone).
 local function flush_stats(counts_key, totals_key, window_prefix, now)
   for topic, t in pairs(counts) do
     for state, delta in pairs(t) do
       local field = state .. '|' .. topic
-      if delta ~= 0 and hincrby(counts_key, field, delta) == 0 then
+      if delta ~= 0 and hincrby(counts_key, field, delta) <= 0 then
         redis.call('HDEL', counts_key, field)
       end
     end

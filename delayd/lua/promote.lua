@@ -58,6 +58,12 @@ local function parks(topic, score)
   return p and score > p.after
 end
 
+-- Members of a zset at scores no script writes (past 2^53 ms: inf, 1e300): such an entry
+-- would never come due, lapse or expire, and would be counted as waiting forever.
+local function timeless(key)
+  return redis.call('ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+end
+
 -- Due tasks go to the back of their kind's and priority's ready list, in due order:
 -- one RPUSH per list for the whole batch. A due task of a paused topic is parked
 -- instead (with its due time), so it leaves the head of `delayed`.
@@ -98,6 +104,12 @@ for _, list in ipairs({KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15]})
   if pushes[list] then redis.call('RPUSH', list, unpack(pushes[list])) end
 end
 if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
+local never = timeless(KEYS[1])
+for i = 1, #never, 2 do
+  count('waiting', topic_of(never[i]), -1)
+  quarantine(aside, prefix .. never[i], never[i], 'delayed entry due at ' .. never[i + 1] .. ' ms: never due')
+  redis.call('ZREM', KEYS[1], never[i])
+end
 
 -- Lapsed leases: the worker died, hung or lost Redis. Fence it off (claim + 1)
 -- and run the task again soon, keeping its run number (same idempotency key).
@@ -105,6 +117,8 @@ if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 local finished = {ok = true, failed = true, deleted = true}
 local reaped = 0
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local endless = timeless(KEYS[2])  -- a lease that would never lapse: as lapsed now
+for i = 1, #endless, 2 do lapsed[#lapsed + 1] = endless[i] end
 for _, member in ipairs(lapsed) do
   local task_key = prefix .. member
   local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
@@ -139,6 +153,8 @@ if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
 local states = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
 for k = 6, 8 do
   local old = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', 0, limit)
+  local kept = timeless(KEYS[k])  -- finished at a time that never comes: past retention too
+  for i = 1, #kept, 2 do old[#old + 1] = kept[i] end
   if #old > 0 then
     redis.call('ZREM', KEYS[k], unpack(old))
     if k == 7 then redis.call('HDEL', KEYS[9], unpack(old)) end
