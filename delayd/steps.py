@@ -7,7 +7,6 @@ raised at the `yield`), and returns its result. `run` drives it on a redis-py cl
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Awaitable, Callable, Generator, NamedTuple, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -75,10 +74,3 @@ async def drive(steps: Steps[T], call: Callable[[Any], Awaitable[Any]]) -> T:
         except Exception as exc:  # raised inside the operation, which may handle it
             reply, resume = exc, steps.throw
 
-
-def on_redis(operation: Callable[..., Steps[T]]) -> Callable[..., T]:
-    """A sync method running `operation` on the object's `redis` client."""
-    @functools.wraps(operation)
-    def method(self: Any, *args: Any, **kwargs: Any) -> T:
-        return run(self.redis, operation(self, *args, **kwargs))
-    return method

@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 from .config import MAX_BUCKETS
 from .held import checked_out
-from .steps import Steps, ScriptCall, command, on_redis, run
+from .steps import Steps, ScriptCall, command, run
 from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
@@ -435,13 +435,6 @@ class Store:
                 if not step.left:
                     break
         return moved
-
-    delete = on_redis(delete_steps)
-    retry = on_redis(retry_steps)
-    run_now = on_redis(run_now_steps)
-    pause = on_redis(pause_steps)
-    resume_batch = on_redis(resume_batch_steps)
-    resume = on_redis(resume_steps)
 
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:

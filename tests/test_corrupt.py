@@ -23,6 +23,7 @@ from delayd import connection, registry
 from delayd.store import Store, meta_key, wire
 from delayd.task import Task, TaskError
 from redis_server import wait_for
+from test_store import client_of
 from web_helper import Web
 
 PREFIX = "delayd:"
@@ -327,12 +328,15 @@ def test_a_quarantine_expires_with_the_retention_period(r, store):
 
 
 @pytest.mark.parametrize("action", ["add", "retry", "soft delete", "hard delete"])
-def test_a_quarantine_reason_leaves_with_its_failed_task(r, store, action):
+def test_a_quarantine_reason_leaves_with_its_failed_task(r, store, redis_url, action):
     keys = store.keys[0]
     quarantine_one(store)
-    {"add": lambda: add(store, BAD), "retry": lambda: store.retry(BAD),
-     "soft delete": lambda: store.delete(BAD, False, DAY_MS),
-     "hard delete": lambda: store.delete(BAD, True, DAY_MS)}[action]()
+    client = client_of(redis_url, store)
+    topic, _, id = BAD.rpartition(":")
+    {"add": lambda: add(store, BAD), "retry": lambda: client.retry(topic, id),
+     "soft delete": lambda: client.delete(topic, id),
+     "hard delete": lambda: client.delete(topic, id, hard=True)}[action]()
+    client.close()
     assert r.hlen(keys.quarantine) == 0 and r.zcard(keys.done("failed")) == 0
 
 
@@ -450,12 +454,14 @@ def test_a_due_time_that_is_no_integer_when_a_run_is_retried(r, store):
     assert due is not None and claimed.now < due <= now_ms(r) + 1000
 
 
-def test_a_due_time_that_is_no_integer_when_its_topic_is_paused(r, store):
+def test_a_due_time_that_is_no_integer_when_its_topic_is_paused(r, store, redis_url):
     """pause.lua parks a ready task at its due time: a nan one failed the script half-way."""
     add_amid_good(store)
     store.promote(0, 1000, DAY_MS)
     corrupt(r, store, BAD, "due", "nan")
-    assert store.pause("bad") == 1
+    client = client_of(redis_url, store)
+    assert client.pause("bad") == 1
+    client.close()
     assert r.zscore(store.keys[0].parked("bad"), BAD) is not None
     assert_good_ran_once(r, store, run_everything(store))
 

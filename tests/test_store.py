@@ -1,6 +1,7 @@
 """The Redis layout and its transitions (one Lua script each), against a real Redis."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -11,9 +12,10 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from delayd import attempts
+from delayd import Client, attempts
+from delayd import config as config_mod
 from delayd.store import BucketKeys, Promoted, Store, bucket_of, meta_key, ready_channel
-from delayd.task import Task
+from delayd.task import Task, TaskError
 from redis_server import RedisServer, free_port, wait_for
 
 PREFIX = "delayd:"
@@ -65,9 +67,24 @@ def ready_members(r, keys: BucketKeys) -> list[str]:
     return [m for key in keys.ready for m in r.lrange(key, 0, -1)]
 
 
+def client_of(url: str, store: Store, retention_ms: int = DAY_MS) -> Client:
+    """The public Client on `store`'s prefix and bucket count (recorded in Redis on first use, as
+    a daemon records it), keeping finished tasks `retention_ms`: deletes and retries go through it."""
+    config = config_mod.load(buckets=store.buckets, retention=retention_ms / 1000)
+    return Client.from_url(url, store.prefix, config=config)
+
+
 @pytest.fixture
 def store(r):
     return Store(r, PREFIX, 1)
+
+
+@pytest.fixture
+def client(redis_url, store):
+    """client_of the 1-bucket `store`."""
+    c = client_of(redis_url, store)
+    yield c
+    c.close()
 
 
 @pytest.fixture
@@ -380,9 +397,9 @@ def test_a_running_task_with_a_live_lease_is_not_reaped(r, store, keys):
 
 
 # -- delete ------------------------------------------------------------------------
-def test_soft_delete_fences_a_running_task(r, store, keys):
+def test_soft_delete_fences_a_running_task(r, store, keys, client):
     run = claimed(r, store)
-    assert store.delete("t:1", False, DAY_MS) is True
+    assert client.delete("t", 1) is True
     rec = record(r, store, "t:1")
     assert rec["status"] == "deleted" and int(rec["claim"]) == run["claim"] + 1
     assert r.zscore(keys.leases, "t:1") is None and r.zscore(keys.done("deleted"), "t:1") is not None
@@ -392,35 +409,37 @@ def test_soft_delete_fences_a_running_task(r, store, keys):
     assert record(r, store, "t:1")["status"] == "deleted" and r.zcard(keys.delayed) == 0
 
 
-def test_soft_delete_makes_a_ready_entry_stale(r, store, keys):
+def test_soft_delete_makes_a_ready_entry_stale(r, store, keys, client):
     add(store, "t", 1)
     add(store, "t", 2)
     promote_all(store)
-    store.delete("t:1", False, DAY_MS)
+    client.delete("t", 1)
     assert [run["member"] for run in claim(store)] == ["t:2"]
     assert r.llen(keys.ready[1]) == 0, "claim drops stale entries"
     assert record(r, store, "t:1")["status"] == "deleted"
 
 
-def test_soft_delete_of_a_delayed_task(r, store, keys):
+def test_soft_delete_of_a_delayed_task(r, store, keys, redis_url):
     add(store, "t", 1, delay_ms=60_000)
-    assert store.delete("t:1", False, 1000) is True
+    client = client_of(redis_url, store, retention_ms=1000)
+    assert client.delete("t", 1) is True
     assert r.zcard(keys.delayed) == 0 and 0 < r.pttl(keys.task("t:1")) <= 1000
-    assert store.delete("missing:1", False, 1000) is False
+    assert client.delete("missing", 1) is False
+    client.close()
 
 
 def only_run_statistics_left(r, keys) -> bool:
     """Only the run statistics stay (lifetime totals, and the current 10-second and minute
     windows until they expire); every state count went back to 0, so the counts hash is gone too."""
     windows = r.keys(keys.window_prefix + "*")
-    assert sorted(r.keys("*")) == sorted([keys.totals, *windows])
+    assert sorted(set(r.keys("*")) - {meta_key(PREFIX)}) == sorted([keys.totals, *windows])
     minutes = [w for w in windows if w.startswith(keys.window_prefix + "m:")]
     assert minutes and all(0 < r.ttl(w) <= 3900 for w in minutes)
     assert all(0 < r.ttl(w) <= 130 for w in windows if w not in minutes)
     return True
 
 
-def test_hard_delete_removes_every_key(r, store, keys):
+def test_hard_delete_removes_every_key(r, store, keys, client):
     add(store, "t", 1, delay_ms=60_000)
     add(store, "t", 2)
     promote_all(store)
@@ -428,31 +447,31 @@ def test_hard_delete_removes_every_key(r, store, keys):
     add(store, "t", 3)
     promote_all(store)
     store.finish(0, [("t:2", run["claim"], "quarantine", 0, "bad")], DAY_MS)
-    for member in ("t:1", "t:2", "t:3"):
-        assert store.delete(member, True, DAY_MS) is True
+    for id in (1, 2, 3):
+        assert client.delete("t", id, hard=True) is True
     assert claim(store) == []  # the ready entry of t:3 is stale and dropped
     assert only_run_statistics_left(r, keys)
-    assert store.delete("t:1", True, DAY_MS) is False
+    assert client.delete("t", 1, hard=True) is False
 
 
-def test_hard_delete_of_a_finished_task(r, store, keys):
+def test_hard_delete_of_a_finished_task(r, store, keys, client):
     run = claimed(r, store)
     store.finish(0, [("t:1", run["claim"], "ok", 0, "")], DAY_MS)
-    store.delete("t:1", True, DAY_MS)
+    client.delete("t", 1, hard=True)
     assert only_run_statistics_left(r, keys)
 
 
 @pytest.mark.parametrize("then_soft_delete", [False, True])
-def test_a_run_of_a_hard_deleted_task_cannot_finish_its_new_incarnation(r, store, keys, then_soft_delete):
+def test_a_run_of_a_hard_deleted_task_cannot_finish_its_new_incarnation(r, store, keys, client, then_soft_delete):
     """Hard delete leaves nothing to bump, so a re-added task's tokens start from its own
     `created` time: a worker still running the old incarnation holds a token the new one
     never hands out, and cannot renew or finish the new run."""
     old = claimed(r, store)
-    store.delete("t:1", True, DAY_MS)
+    client.delete("t", 1, hard=True)
     wait_for(lambda: now_ms(r) > old["created"], 1, message="the clock to move on")
     add(store, "t", 1)
     if then_soft_delete:  # soft delete and re-add before the first claim keep the tokens ahead too
-        store.delete("t:1", False, DAY_MS)
+        client.delete("t", 1)
         add(store, "t", 1)
     promote_all(store)
     [new] = claim(store)
@@ -464,11 +483,11 @@ def test_a_run_of_a_hard_deleted_task_cannot_finish_its_new_incarnation(r, store
 
 
 # -- retry -------------------------------------------------------------------------
-def test_retry_of_a_failed_task(r, store, keys):
+def test_retry_of_a_failed_task(r, store, keys, client):
     run = claimed(r, store)
     store.finish(0, [("t:1", run["claim"], "failed", 0, "no")], DAY_MS)
     before = now_ms(r)
-    assert store.retry("t:1") == 1
+    assert client.retry("t", 1) is True
     rec = record(r, store, "t:1")
     assert rec["status"] == "delayed" and before <= int(rec["due"]) <= now_ms(r)
     assert r.pttl(keys.task("t:1")) == -1 and r.zscore(keys.done("failed"), "t:1") is None
@@ -478,23 +497,25 @@ def test_retry_of_a_failed_task(r, store, keys):
     assert again["runs"] == 2
 
 
-def test_retry_only_failed(r, store):
-    assert store.retry("t:1") == 0
+def test_retry_only_failed(r, store, client):
+    assert client.retry("t", 1) is False
     add(store, "t", 1)
-    assert store.retry("t:1") == -1
-    store.delete("t:1", False, DAY_MS)
-    assert store.retry("t:1") == -1
+    with pytest.raises(TaskError, match="not failed"):
+        client.retry("t", 1)
+    client.delete("t", 1)
+    with pytest.raises(TaskError, match="not failed"):
+        client.retry("t", 1)
 
 
 # -- retention ---------------------------------------------------------------------
-def test_finished_records_expire_and_indexes_are_trimmed(r, store, keys):
+def test_finished_records_expire_and_indexes_are_trimmed(r, store, keys, client):
     for i in range(3):
         add(store, "t", i)
     promote_all(store)
     runs = {run["member"]: run for run in claim(store)}
     store.finish(0, [("t:0", runs["t:0"]["claim"], "ok", 0, ""), ("t:1", runs["t:1"]["claim"], "failed", 0, "")],
                  DAY_MS)
-    store.delete("t:2", False, DAY_MS)
+    client.delete("t", 2)
     for i, status in enumerate(("ok", "failed", "deleted")):
         assert 0 < r.pttl(keys.task(f"t:{i}")) <= DAY_MS
         assert r.zscore(keys.done(status), f"t:{i}") is not None
@@ -583,8 +604,8 @@ def test_wake_and_ready_channels(r, store, keys):
 
 
 # -- hash tags and slots -------------------------------------------------------------
-def exercise(store: Store, r, count=40):
-    """Drive every transition on every bucket."""
+def exercise(store: Store, client: Client, count=40):
+    """Drive every transition on every bucket (deletes and retries through `client`, on `store`'s Redis)."""
     for i in range(count):
         add(store, "t", i, priority=1 + i % 3, delay_ms=0 if i % 4 else 60_000)
     for b in range(store.buckets):
@@ -596,15 +617,17 @@ def exercise(store: Store, r, count=40):
             store.finish(b, [(run["member"], run["claim"], outcomes[n % 4], 1000, "e")
                              for n, run in enumerate(runs[:-1])], DAY_MS)
     for i in range(0, count, 5):
-        store.delete(f"t:{i}", i % 10 == 0, DAY_MS)
+        client.delete("t", i, hard=i % 10 == 0)
     for i in range(1, count, 4):
-        store.retry(f"t:{i}")
+        with contextlib.suppress(TaskError):  # not failed: the script ran and changed nothing
+            client.retry("t", i)
 
 
-def test_every_key_of_a_bucket_shares_its_hash_tag(r):
+def test_every_key_of_a_bucket_shares_its_hash_tag(r, redis_url):
     store = Store(r, PREFIX, 4)
-    exercise(store, r)
-    keys = r.keys("*")
+    with contextlib.closing(client_of(redis_url, store)) as client:
+        exercise(store, client)
+    keys = set(r.keys("*")) - {meta_key(PREFIX)}  # (the store's own metadata: one key, read alone)
     assert len(keys) > 40
     by_bucket: dict[int, list[str]] = {}
     for key in keys:
@@ -651,7 +674,8 @@ def test_scripts_stay_in_one_slot_on_a_cluster(cluster):
     with pytest.raises(redis.exceptions.ClusterCrossSlotError):
         c.eval("return 1", 2, "{0}a", "{1}a")  # the check this test relies on
     store = Store(c, PREFIX, 4)
-    exercise(store, c)
+    with contextlib.closing(client_of(f"redis+cluster://127.0.0.1:{cluster.port}/", store)) as client:
+        exercise(store, client)
     assert c.dbsize() > 40
     c.close()
 
@@ -717,7 +741,7 @@ def test_concurrent_adds_of_the_same_key_leave_one_consistent_record(redis_serve
     assert [a + b for a, b in zip(nx_results["A"], nx_results["B"])] == [1] * rounds
 
 
-def test_delete_racing_promote_and_claim(redis_server, r, store, keys):
+def test_delete_racing_promote_and_claim(redis_server, redis_url, r, store, keys):
     """Deletes race a bucket (promote) and a worker (claim + finish); deleted tasks never run after."""
     rng = random.Random(7)
     for round_ in range(4):
@@ -760,15 +784,14 @@ def test_delete_racing_promote_and_claim(redis_server, r, store, keys):
         threads = [threading.Thread(target=bucket), threading.Thread(target=worker)]
         for t in threads:
             t.start()
-        conn = redis_server.client()
-        mine = Store(conn, PREFIX, 1)
+        mine = client_of(redis_url, store)
         for m in rng.sample(sorted(doomed), len(doomed)):
-            mine.delete(m, m in hard, DAY_MS)
+            mine.delete(*m.split(":"), hard=m in hard)
             deleted.add(m)
         stop.set()
         for t in threads:
             t.join(10)
-        conn.close()
+        mine.close()
         assert not errors
 
         # Drain: whatever is left is promoted and claimed now.
