@@ -9,9 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-import redis
-from redis.cluster import RedisCluster
-
 from .store import PRIORITIES, SCRIPTS, Store
 from .task import printable
 
@@ -121,24 +118,8 @@ def bucket_call(store: Store, b: int) -> tuple[list[str], list[Any]]:
 
 
 def read_buckets(redis_client: Any, store: Store) -> list[list[Any]]:
-    """One stats.lua answer per bucket (pipelined, except on a cluster)."""
-    def call(client: Any, b: int) -> Any:
-        return SCRIPTS["stats"](client, *bucket_call(store, b))
-
-    if isinstance(redis_client, RedisCluster):  # its pipeline refuses EVALSHA
-        return [call(redis_client, b) for b in range(store.buckets)]
-    for _attempt in (1, 2):
-        pipe = redis_client.pipeline(transaction=False)
-        for b in range(store.buckets):
-            call(pipe, b)
-        results = pipe.execute(raise_on_error=False)
-        if not any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
-            break
-        SCRIPTS["stats"].load(redis_client)
-    for r in results:
-        if isinstance(r, Exception):
-            raise r
-    return results
+    """One stats.lua answer per bucket, in one pipelined round trip (Script.many)."""
+    return SCRIPTS["stats"].many(redis_client, [bucket_call(store, b) for b in range(store.buckets)])
 
 
 def collect(redis_client: Any, store: Store) -> dict[str, Any]:

@@ -236,10 +236,6 @@ class Script:
         with checked_out(client) as conn:
             return self.stream(conn, calls, window=len(calls))
 
-    def load(self, client: Any) -> None:
-        """Cache the script in Redis (before EVALSHA in a pipeline)."""
-        client.script_load(self.source)
-
     def stream(self, conn: Any, calls: Iterable[tuple[Sequence[str], Sequence[Any]]],
                window: int = STREAM_WINDOW, reload: bool = True, replies: list[Any] | None = None) -> list[Any]:
         """Run many calls on `conn` (a connection checked out for the caller alone), `window`

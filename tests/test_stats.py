@@ -191,3 +191,11 @@ def test_old_windows_leave_the_last_minute(client, r):
                                                                                 "le:1|t": 7})
     stats = client.stats()
     assert stats["runs_last_minute"]["ok"] == 7 and stats["topics"]["t"]["runs_last_minute"]["ok"] == 7
+
+
+def test_stats_after_redis_lost_its_scripts(client, r):
+    """The buckets' pipelined stats.lua calls load the script again after SCRIPT FLUSH (NOSCRIPT)."""
+    client.add_many([{"topic": "t", "id": i, "call": "a:b", "delay": 60} for i in range(20)])
+    r.script_flush()
+    stats = client.stats()
+    assert stats["counts"]["delayed"] == stats["waiting"] == 20 and stats["buckets"] == client.store.buckets > 1
