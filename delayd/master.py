@@ -157,7 +157,7 @@ class Master:
             self.reload()
         elif sig == signal.SIGUSR1:
             reopened = log_mod.reopen()  # False: it goes on with the old file (and said so)
-            self.signal_children(signal.SIGUSR1)
+            self.signal_children(signal.SIGUSR1, ("bucket", "queue", "web"))
             if reopened:
                 event(log, "log_reopened")
         elif sig in (signal.SIGTTIN, signal.SIGTTOU):

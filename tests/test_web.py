@@ -4,7 +4,9 @@ escaping, and the refused non-loopback start."""
 from __future__ import annotations
 
 import re
+import signal
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -263,6 +265,34 @@ def test_master_supervises_a_web_child(redis_url, tmp_path):
     finally:
         daemon.stop()
     assert not answers(base), "stopped with the master"
+
+
+def test_the_web_child_reopens_its_log_on_sigusr1(redis_url, tmp_path):
+    """logrotate's SIGUSR1 through the master: the `delayd: web` child (never signalled, so it kept
+    the rotated file open) writes to the new log as every other process does, and is not killed."""
+    port = free_port()
+    daemon = Daemon(redis_url, tmp_path / "d", DELAYD_WEB_PORT=str(port), DELAYD_WEB_TOKEN=TOKEN).start(wait=False)
+    log = Path(daemon.env["DELAYD_LOG_FILE"])
+    try:
+        wait_for(lambda: daemon.ready() and len(daemon.children()) == 4, 30, message="2 buckets, a queue, a web")
+        wait_for(lambda: "proc=web " in log.read_text(), 30, message="the web child's first line (web_started)")
+        processes = [daemon.master, *daemon.children()]
+        rotated = log.rename(log.with_suffix(".log.1"))
+        daemon.signal(signal.SIGUSR1)
+        wait_for(lambda: log.exists() and "event=log_reopened" in log.read_text(), 10, message="log reopened")
+
+        def open_logs() -> dict[str, set[str]]:
+            return {" ".join(p.cmdline()).strip(): {f.path for f in p.open_files()} & {str(log), str(rotated)}
+                    for p in processes}
+        try:
+            wait_for(lambda: all(paths == {str(log)} for paths in open_logs().values()), 10,
+                     message="every process writing to the new log")
+        except AssertionError:
+            raise AssertionError(f"log files open: {open_logs()}") from None
+        assert {c.pid for c in daemon.children()} == {p.pid for p in processes[1:]}, "no child restarted"
+    finally:
+        daemon.stop()
+    assert "SIGUSR1" not in log.read_text() + rotated.read_text(), "a child was killed by the log-reopen signal"
 
 
 def test_master_refuses_a_non_loopback_web_bind_without_a_token(redis_url, tmp_path):

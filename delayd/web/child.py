@@ -1,16 +1,22 @@
 """The `delayd: web` child: the master opens the dashboard's socket once (so a bad bind
 stops `delayd start` with one line, and a restarted child reuses the socket) and
 supervises a child that serves on it and touches its heartbeat from the event loop
-(a wedged loop stops the heartbeat, and the master replaces the child).
+(a wedged loop stops the heartbeat, and the master replaces the child). SIGUSR1
+reopens its log, as in every other process.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 import socket
 
 from ..config import Config, ConfigError
+from ..log import event, reopen
 from ..worker import Heartbeat
 from . import command
+
+log = logging.getLogger("delayd.web")
 
 
 def open_socket(config: Config) -> socket.socket | None:
@@ -25,7 +31,13 @@ def open_socket(config: Config) -> socket.socket | None:
 
 
 def main(config: Config, sock: socket.socket, heartbeat: Heartbeat) -> None:
+    # SIGUSR1 (log reopen) waits, blocked, until the event loop handles it: its default would kill the child.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
     async def beat() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, reopen)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        event(log, "web_started", bind=config.web_bind, port=sock.getsockname()[1])
         while True:
             heartbeat.beat()
             await asyncio.sleep(1.0)
