@@ -199,3 +199,19 @@ def test_stats_after_redis_lost_its_scripts(client, r):
     r.script_flush()
     stats = client.stats()
     assert stats["counts"]["delayed"] == stats["waiting"] == 20 and stats["buckets"] == client.store.buckets > 1
+
+
+def test_a_delayed_entry_at_minus_inf_is_due_now_not_late_by_ages(client, r):
+    """A `delayed` entry at -inf (written by hand; promote moves it at once) was reported with the
+    lag of a garbage integer (now + 2^63 ms); it is due now: lag about 0, due at Redis's now."""
+    client.add("t", "minf", call="a:b", delay=60)
+    client.add("t", "later", call="a:b", delay=60)
+    keys = client.store.keys_for("t:minf")
+    r.zadd(keys.delayed, {"t:minf": float("-inf")})
+    stats = client.stats()
+    now = stats["time"]
+    for where in (stats, stats["topics"]["t"]):
+        assert where["oldest_due_at"] == pytest.approx(now, abs=1) and 0 <= where["oldest_due_lag"] < 1
+    assert stats["per_bucket"][keys.bucket]["next_due_at"] == pytest.approx(now, abs=1)
+    assert stats["next_due_at"] == pytest.approx(now, abs=1)
+    assert stats["counts"]["delayed"] == stats["waiting"] == 2

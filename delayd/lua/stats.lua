@@ -26,6 +26,14 @@ for w = first, first + windows - 1 do
   recent[#recent + 1] = read({}, 'HGETALL', window_prefix .. w)
 end
 
+-- A score of `delayed` below any time a script writes (-inf, -1e300: written by someone else)
+-- counts as due now, since promote moves such an entry at once; any other is left as it is.
+local function due_score(score)
+  local n = tonumber(score)
+  if n and n < -2^53 then return now end
+  return score
+end
+
 -- Earliest due time per topic of tasks that are due and not running: the past-due
 -- head of `delayed` (not promoted yet) and the live head of each ready list.
 local earliest, truncated = {}, 0
@@ -35,7 +43,7 @@ local function seen(member, due)
   if earliest[topic] == nil or due < earliest[topic] then earliest[topic] = due end
 end
 local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-for i = 1, #overdue, 2 do seen(overdue[i], tonumber(overdue[i + 1])) end
+for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_score(overdue[i + 1]))) end
 if #overdue == 2 * limit then truncated = 1 end
 for _, k in ipairs({2, 3, 4, 9, 10, 11}) do
   local members = read({}, 'LRANGE', KEYS[k], 0, limit - 1)
@@ -53,4 +61,4 @@ end
 
 local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {now, read({}, 'HGETALL', KEYS[5]), read({}, 'HGETALL', KEYS[6]), first, recent,
-        head[2] or false, read(0, 'HLEN', KEYS[7]), lag, truncated, read({}, 'HKEYS', KEYS[8])}
+        head[2] and due_score(head[2]) or false, read(0, 'HLEN', KEYS[7]), lag, truncated, read({}, 'HKEYS', KEYS[8])}
