@@ -132,14 +132,15 @@ class Collector:
         quarantined.add_metric([], stats["quarantined"])
         yield from (buckets, tasks, waiting, ready, overall_lag, lag, quarantined, paused, parked)
 
-        runs = CounterMetricFamily("delayd_runs", "runs whose outcome was recorded", labels=["topic", "outcome"])
+        runs = CounterMetricFamily("delayd_runs", "runs whose outcome was recorded (defer: not sent, the URL's "
+                                   "circuit was open; no run counted)", labels=["topic", "outcome"])
         starts = CounterMetricFamily("delayd_runs_started", "runs handed to a worker", labels=["topic"])
         lapsed = CounterMetricFamily("delayd_leases_lapsed", "runs whose lease lapsed (worker died or hung); "
                                      "the task runs again", labels=["topic"])
         lateness = HistogramMetricFamily("delayd_lateness_seconds", "start time minus due time of each run, by "
                                          "Redis's clock", labels=["topic"])
         for topic, events in stats["totals"].items():
-            for outcome in stats_mod.OUTCOMES:
+            for outcome in stats_mod.SHOWN:
                 runs.add_metric([topic, outcome], events[outcome])
             starts.add_metric([topic], events["started"])
             lapsed.add_metric([topic], events["lapsed"])

@@ -17,7 +17,9 @@ LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 3000
 WINDOW_MS = 10_000   # one hash of recent runs per 10 s (lua/_lib.lua: WINDOW_MS)
 WINDOWS = 7          # "the last minute": the current window and the six before it (60-70 s)
 SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due time
-OUTCOMES = ("ok", "failed", "retry", "quarantine")
+OUTCOMES = ("ok", "failed", "retry", "quarantine")  # of runs made (tasks/s counts these)
+DEFER = "defer"  # a run not made: its URL's circuit was open, the task waits for the probe (no run counted)
+SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome
 STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "running", "ok", "failed", "deleted")
 
 
@@ -48,7 +50,7 @@ def _new_counts() -> dict[str, int]:
 
 
 def new_events() -> dict[str, int]:
-    return {**dict.fromkeys(OUTCOMES, 0), "started": 0, "lapsed": 0, "lateness_ms": 0,
+    return {**dict.fromkeys(SHOWN, 0), "started": 0, "lapsed": 0, "lateness_ms": 0,
             **{f"le:{b}": 0 for b in (*LATENESS_MS, "inf")}}
 
 
@@ -103,7 +105,7 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
         "parked": counts["parked"],
         "oldest_due_at": oldest_due,
         "oldest_due_lag": round(max(0.0, now - oldest_due), 3) if oldest_due is not None else 0.0,
-        "runs_last_minute": {**{o: recent[o] for o in OUTCOMES}, "started": recent["started"],
+        "runs_last_minute": {**{o: recent[o] for o in SHOWN}, "started": recent["started"],
                              "lapsed": recent["lapsed"]},
         "tasks_per_s": round(finished / span_s, 3),
         "lateness": {"p50": quantile(recent, 0.5), "p99": quantile(recent, 0.99), "runs": recent["started"]},

@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import time
 from collections import Counter
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from daemon_helper import delayd
+from delayd import config as config_mod
+from delayd import metrics
 from delayd import stats as stats_mod
-from delayd.store import PRIORITIES, SCRIPTS, Store
+from delayd.store import PRIORITIES, SCRIPTS, Finish, Store
 from delayd.task import Task, TaskError
 from test_store import client_of
 
@@ -167,8 +172,8 @@ def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
             store.finish(b, results, DAY_MS)
     stats = client.stats()
     late, now = stats["topics"]["late"], stats["topics"]["now"]
-    assert late["runs_last_minute"] == {"ok": 2, "failed": 0, "retry": 0, "quarantine": 0, "started": 2,
-                                        "lapsed": 0}
+    assert late["runs_last_minute"] == {"ok": 2, "failed": 0, "retry": 0, "quarantine": 0, "defer": 0,
+                                        "started": 2, "lapsed": 0}
     assert now["runs_last_minute"]["retry"] == 1 and now["counts"]["delayed"] == 1
     assert 2.5 <= late["lateness"]["p50"] <= 5 and late["lateness"]["runs"] == 2
     assert now["lateness"]["p99"] < 2.5  # started at once, far from the 3 s of the late ones
@@ -178,6 +183,30 @@ def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
     assert late["tasks_per_s"] == pytest.approx(2 / stats["window_s"], abs=0.001)
     assert stats["totals"]["late"]["ok"] == 2 and stats["totals"]["late"]["le:5000"] == 2
     assert stats["counts"]["ok"] == 2
+
+
+def test_deferred_runs_are_shown_by_stats_text_json_and_metrics(client, r):
+    """A run deferred by an open circuit (finish's `defer`) is counted apart from the runs made."""
+    store = client.store
+    client.add_many([{"topic": "hook", "id": i, "url": "http://127.0.0.1:9/notify"} for i in range(3)])
+    for b in range(store.buckets):
+        store.promote(b, 1000, DAY_MS)
+        results = [Finish(t.member, t.claim, "defer" if t.member != "hook:0" else "retry", 1000,
+                          "circuit open for http://127.0.0.1:9", wait_ms=60_000)
+                   for t in store.claim(b, (5, 3, 2), 10, 60_000, DAY_MS, url=True).tasks]
+        if results:
+            store.finish(b, results, DAY_MS)
+    stats = client.stats()
+    assert stats["runs_last_minute"]["defer"] == 2 and stats["runs_last_minute"]["retry"] == 1
+    assert stats["topics"]["hook"]["runs_last_minute"]["defer"] == 2 and stats["totals"]["hook"]["defer"] == 2
+    assert stats["tasks_per_s"] == pytest.approx(1 / stats["window_s"], abs=0.001)  # a deferral is no run
+    assert json.loads(delayd("stats", "--json").stdout)["runs_last_minute"]["defer"] == 2
+    assert "retry=1 quarantine=0 defer=2" in delayd("stats").stdout
+    registry = CollectorRegistry()
+    registry.register(metrics.Collector(config_mod.load(), lambda: []))
+    text = generate_latest(registry).decode()
+    assert 'delayd_runs_total{outcome="defer",topic="hook"} 2.0' in text
+    assert 'delayd_runs_total{outcome="retry",topic="hook"} 1.0' in text
 
 
 def test_old_windows_leave_the_last_minute(client, r):

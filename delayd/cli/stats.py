@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from ..clock import local_time as fmt_time
+from ..stats import OUTCOMES
 from .common import Verb, client_for, fmt_ms, verb_parser
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -22,9 +23,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"due      oldest {fmt_time(stats['oldest_due_at'])} (lag {stats['oldest_due_lag']:.3f} s"
           f"{'' if stats['oldest_due_exact'] else ', per-topic lags approximate'})  "
           f"next {fmt_time(stats['next_due_at'])}")
-    print(f"runs     last {stats['window_s']:.0f} s: {sum(runs[o] for o in ('ok', 'failed', 'retry', 'quarantine'))} "
+    print(f"runs     last {stats['window_s']:.0f} s: {sum(runs[o] for o in OUTCOMES)} "
           f"({stats['tasks_per_s']:.2f}/s)  ok={runs['ok']} failed={runs['failed']} retry={runs['retry']} "
-          f"quarantine={runs['quarantine']} lapsed={runs['lapsed']}  "
+          f"quarantine={runs['quarantine']} defer={runs['defer']} lapsed={runs['lapsed']}  "
           f"lateness p50={fmt_ms(late['p50'])} ms p99={fmt_ms(late['p99'])} ms ({late['runs']} starts)")
     if stats["topics"]:
         print()
@@ -52,5 +53,5 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     verb_parser(sub, common, "stats", "counts, lag, tasks/s and lateness, per topic and overall",
                 "Per topic and overall: tasks delayed (waiting, ready per priority), running, "
                 "ok/failed/deleted (retained), the oldest due lag, runs and tasks/s over the "
-                "last minute, and the lateness (start minus due) p50/p99 of those runs. "
+                "last minute (defer: URL runs not sent because the host's circuit was open), and the lateness (start minus due) p50/p99 of those runs. "
                 "Read from counters in Redis that every daemon keeps, so any host sees all.")
