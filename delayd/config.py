@@ -24,47 +24,56 @@ class ConfigError(ValueError):
     """A configuration that cannot be used. The message is one line."""
 
 
+def option(default: Any, help: str, **kwargs: Any) -> Any:
+    """A Config field with its one-line help (shown by `delayd start --help`)."""
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
 @dataclass
 class Config:
-    """Every option, with its default. `etc/delayd.toml` documents each one."""
+    """Every option, with its default and help: the one table that the environment
+    variables, the file's keys and `delayd start --help` come from (`etc/delayd.toml`
+    documents each one at length)."""
 
-    redis_url: str | None = None            # unset: the embedded Redis of state_dir
-    state_dir: str = ""                     # pidfile, log, embedded Redis data
-    prefix: str = "delayd:"
-    name: str = ""                          # shown in process titles when several daemons share a host
-    buckets: int = 4
-    queues: int = 2
-    concurrency: int = 32                   # tasks one queue process runs at once
-    priority_weights: tuple = (5, 3, 2)     # claims per round for priority 3, 2, 1
-    allowed_modules: tuple = ("delayd.examples",)
-    preload: tuple = ()                     # modules queue processes import at start (must be allowed)
-    lease: float | None = None              # seconds a claim stays leased (renewed while running);
-                                            # None: default_lease(task_timeout)
-    task_timeout: float = 30.0              # seconds a handler may run before it is abandoned
-    url_timeout: float = 10.0               # default per-request timeout of url tasks
-    max_response_bytes: int = 65536         # how much of a URL's answer is read
-    url_concurrency: int = 1000             # URL requests in flight per queue process (its event loop)
-    url_host_concurrency: int = 16          # of which at most this many per scheme+host+port
-    url_breaker_failures: int = 5           # consecutive connection errors/timeouts that open a host's circuit
-    url_breaker_cooldown: float = 30.0      # seconds an open circuit sends nothing, then one probe
-    url_retry_after_max: float = 3600.0     # cap on a 429/503 answer's Retry-After
-    url_signing_secret: str = field(default="", repr=False)  # Standard Webhooks secret (base64, whsec_ optional)
-    url_deny_private: bool = False          # refuse URLs resolving to loopback/private/link-local addresses
-    attempts_kept: int = 10                 # runs kept in a task's delivery log (get: attempts)
-    graceful_timeout: float = 30.0          # seconds a stop waits for tasks in hand
-    heartbeat_timeout: float = 30.0         # a child silent this long is killed and replaced
-    retention: float = 604800.0             # seconds finished tasks stay readable
-    params_limit: int = 65536               # bytes of JSON params a task may carry
-    pidfile: str = ""                       # default: state_dir/delayd.pid
-    log_file: str = ""                      # default when daemonized: state_dir/delayd.log
-    log_level: str = "INFO"
-    log_format: str = "kv"                  # kv or json
-    metrics_port: int | None = None
-    metrics_bind: str = "127.0.0.1"
-    web_port: int | None = None             # the dashboard, supervised as `delayd: web`; unset = off
-    web_bind: str = "127.0.0.1"
-    web_token: str = ""                     # required for a non-loopback web_bind
-    web_readonly: bool = False              # the dashboard shows, but every action is refused (403)
+    redis_url: str | None = option(None, "Redis URL; unset: the embedded Redis of state_dir")
+    state_dir: str = option("", "pidfile, status, log and embedded Redis data; unset: ~/.local/state/delayd")
+    prefix: str = option("delayd:", "prefix of every key in Redis")
+    name: str = option("", "shown in process titles when several daemons share a host")
+    buckets: int = option(4, "bucket processes (fixed for a store once tasks exist)")
+    queues: int = option(2, "queue processes")
+    concurrency: int = option(32, "call and push tasks one queue process runs at once")
+    priority_weights: tuple = option((5, 3, 2), "claims per round for priority 3, 2, 1")
+    allowed_modules: tuple = option(("delayd.examples",), "module prefixes call/callback targets may name")
+    preload: tuple = option((), "modules queue processes import at start (must be allowed)")
+    lease: float | None = option(None, "seconds a claim stays leased (renewed while running); "
+                                       "unset: task_timeout + max(30 s, 20 %)")
+    task_timeout: float = option(30.0, "seconds a handler may run before it is abandoned")
+    url_timeout: float = option(10.0, "default per-request timeout of url tasks (seconds)")
+    max_response_bytes: int = option(65536, "how much of a URL's answer is read (bytes)")
+    url_concurrency: int = option(1000, "URL requests in flight per queue process (its event loop)")
+    url_host_concurrency: int = option(16, "of which at most this many per scheme+host+port")
+    url_breaker_failures: int = option(5, "consecutive connection errors/timeouts that open a host's circuit")
+    url_breaker_cooldown: float = option(30.0, "seconds an open circuit sends nothing, then one probe")
+    url_retry_after_max: float = option(3600.0, "cap on a 429/503 answer's Retry-After (seconds)")
+    url_signing_secret: str = option("", "Standard Webhooks secret (base64, whsec_ optional); unset: "
+                                         "requests are not signed", repr=False)
+    url_deny_private: bool = option(False, "refuse URLs resolving to loopback/private/link-local addresses")
+    attempts_kept: int = option(10, "runs kept in a task's delivery log (get: attempts)")
+    graceful_timeout: float = option(30.0, "seconds a stop waits for tasks in hand")
+    heartbeat_timeout: float = option(30.0, "a child silent this long (seconds) is killed and replaced")
+    retention: float = option(604800.0, "seconds finished tasks stay readable")
+    params_limit: int = option(65536, "bytes of JSON params a task may carry")
+    pidfile: str = option("", "pidfile of the master; unset: state_dir/delayd.pid")
+    log_file: str = option("", "log file; unset: state_dir/delayd.log when daemonized, else stderr")
+    log_level: str = option("INFO", "DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    log_format: str = option("kv", "kv or json")
+    metrics_port: int | None = option(None, "port of the Prometheus endpoint /metrics; unset: off")
+    metrics_bind: str = option("127.0.0.1", "address the metrics endpoint binds to")
+    web_port: int | None = option(None, "port of the dashboard, supervised as `delayd: web`; unset: off")
+    web_bind: str = option("127.0.0.1", "address the dashboard binds to")
+    web_token: str = option("", "token the dashboard asks for; required for a non-loopback web_bind",
+                            repr=False)
+    web_readonly: bool = option(False, "the dashboard shows, but every action is refused (403)")
     source: str = field(default="", compare=False)  # the file read, if any
     explicit: frozenset = field(default=frozenset(), compare=False, repr=False)  # options set by file/env/flag
     warnings: tuple = field(default=(), compare=False, repr=False)  # one line each: unknown DELAYD_* variables
@@ -160,9 +169,33 @@ def env_var(option: str) -> str:
 
 
 _ENV = {env_var(name): name for name in OPTIONS}
+
+
+def _default_text(value: Any) -> str:
+    """A default as the environment variable would spell it."""
+    if value is None or value == "":
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "empty"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def options_help() -> str:
+    """Every option with its variable, default and help, from the Config table (defaults only:
+    a configured value, a secret's above all, is never shown)."""
+    lines = ["options (config file key, environment variable, default; etc/delayd.toml says more):"]
+    for f in fields(Config):
+        if f.name in OPTIONS:
+            lines.append(f"  {f.name}  {env_var(f.name)}  (default {_default_text(f.default)})")
+            lines.append(f"      {f.metadata['help']}")
+    return "\n".join(lines)
+
+
 HELP = ("Configuration: defaults < config file (-c FILE, $DELAYD_CONFIG or /etc/delayd/delayd.toml; every option "
         "is documented in etc/delayd.toml) < environment < flags. Every option NAME has the variable "
-        f"DELAYD_<NAME>: {', '.join(_ENV)}.")
+        f"DELAYD_<NAME>: {', '.join(_ENV)}. `delayd start --help` lists them with their defaults.")
 
 
 def closest(word: str, choices: list[str], spell: Callable[[str], str] = str) -> str:

@@ -90,3 +90,20 @@ def test_a_signing_secret_that_is_not_base64_is_refused_without_being_quoted(sec
 def test_the_signing_secret_is_not_in_the_config_repr():
     loaded = config_mod.load(None, env={"DELAYD_URL_SIGNING_SECRET": "whsec_c2VjcmV0LXNpZ25pbmcta2V5"})
     assert "c2VjcmV0" not in repr(loaded)
+
+
+def test_start_help_lists_every_option_with_its_variable_and_never_a_configured_secret():
+    """`delayd start --help` (and restart, reload) list the options from the Config table itself."""
+    secret, token = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "t0ken-never-shown"
+    env = {"PATH": "/usr/bin:/bin", "DELAYD_URL_SIGNING_SECRET": secret, "DELAYD_WEB_TOKEN": token}
+    for verb in ("start", "restart", "reload"):
+        out = subprocess.run([sys.executable, "-m", "delayd.cli", verb, "--help"], env=env, capture_output=True,
+                             text=True, timeout=60).stdout
+        listed = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and
+                  not line.startswith("   ") and len(line.split()) >= 3 and line.split()[1].startswith("DELAYD_")}
+        assert set(listed) == set(config_mod.OPTIONS), (verb, set(config_mod.OPTIONS) ^ set(listed))
+        for name, line in listed.items():
+            assert line.split()[1] == config_mod.env_var(name)
+        assert "url_host_concurrency  DELAYD_URL_HOST_CONCURRENCY  (default 16)" in out
+        assert "attempts_kept  DELAYD_ATTEMPTS_KEPT  (default 10)" in out
+        assert secret not in out and secret.removeprefix("whsec_") not in out and token not in out

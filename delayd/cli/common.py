@@ -86,8 +86,14 @@ def non_negative(text: str) -> float:
 
 
 def verb_parser(sub: Any, common: argparse.ArgumentParser, name: str, help: str,
-                description: str | None = None) -> argparse.ArgumentParser:
-    return sub.add_parser(name, parents=[common], help=help, description=description or help)
+                description: str | None = None, **options: Any) -> argparse.ArgumentParser:
+    return sub.add_parser(name, parents=[common], help=help, description=description or help, **options)
+
+
+def with_options(sub: Any, common: argparse.ArgumentParser, name: str, help: str) -> argparse.ArgumentParser:
+    """A verb that reads the daemon's configuration: its --help lists every option (config.options_help)."""
+    return verb_parser(sub, common, name, help, epilog=config_mod.options_help(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def task_verb(sub: Any, common: argparse.ArgumentParser, name: str, help: str) -> argparse.ArgumentParser:

@@ -7,7 +7,8 @@ import json
 import time
 from typing import Any
 
-from .common import Verb, client_for, config_loader, emit, fail, load_config, non_negative, verb_parser
+from .common import Verb, client_for, config_loader, emit, fail, load_config, non_negative, verb_parser, \
+    with_options
 
 
 STARTING_EXIT = 4  # `status` of a master that is starting: neither running (0) nor not running (3)
@@ -107,14 +108,14 @@ VERBS: dict[str, Verb] = {"start": cmd_start, "stop": cmd_stop, "restart": cmd_r
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = verb_parser(sub, common, "start", "start the daemon")
+    p = with_options(sub, common, "start", "start the daemon")
     p.add_argument("--foreground", action="store_true", help="do not detach (systemd, containers, tests)")
-    for name, help in (("stop", "stop the daemon and wait until it is gone"),
-                       ("restart", "stop, then start the daemon")):
-        p = verb_parser(sub, common, name, help)
+    for name, help, make in (("stop", "stop the daemon and wait until it is gone", verb_parser),
+                             ("restart", "stop, then start the daemon", with_options)):
+        p = make(sub, common, name, help)
         p.add_argument("--timeout", type=non_negative, metavar="S",
                        help="seconds to wait (default graceful_timeout + 15)")
-    verb_parser(sub, common, "reload", "reread the config and replace the workers (SIGHUP)")
+    with_options(sub, common, "reload", "reread the config and replace the workers (SIGHUP)")
     p = verb_parser(sub, common, "status", "show the master and its children (exit 3: not running, 4: starting)")
     p.add_argument("--cluster", action="store_true",
                    help="every live daemon on this Redis store, on any host (exit 3: none)")
