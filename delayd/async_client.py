@@ -9,15 +9,17 @@ Validation, the key layout, the scripts and reply decoding are Client's own
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import connection
 from .client_base import BaseClient, Built
 from .client_errors import redis_errors
+from .listing import Walk
 from .steps import Steps, run_async
 from .store import SCRIPTS, BucketKeys, Store
+from .task import Task
 
 
 def _awaitable(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:
@@ -31,11 +33,11 @@ def _awaitable(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:
 
 
 class AsyncClient(BaseClient):
-    """Client for asyncio applications: the same methods and errors, each awaitable
-    (Redis Cluster and Sentinel URLs are not supported yet)."""
+    """Client for asyncio applications: the same methods, URLs (Redis Cluster and Sentinel too)
+    and errors, each awaitable."""
 
     def connect(self, url: str) -> Any:
-        return connection.connect_async(url)
+        return connection.connect(url, connection.ASYNC)
 
     @property
     def on_cluster(self) -> bool:
@@ -87,6 +89,27 @@ class AsyncClient(BaseClient):
         written = sum(sum(r) for r in results)
         self.unconfirmed(wait, reply, written)
         return written
+
+    @redis_errors
+    async def iter_tasks(self, topic: str | None = None, status: str | None = None,
+                         progress: Callable[[int, int, int], None] | None = None) -> AsyncIterator[Task]:
+        """Client.iter_tasks as an async iterator: `async for task in c.iter_tasks(...)`."""
+        walk = Walk(await self.get_store(), topic, status)
+        while not walk.done:
+            if progress:
+                progress(walk.bucket, walk.store.buckets, walk.read)
+            for task in await run_async(self.redis, walk.page_steps()):
+                yield task
+
+    async def list(self, topic: str | None = None, status: str | None = None, limit: int = 100,
+                   offset: int = 0, progress: Callable[[int, int, int], None] | None = None) -> list[Task]:
+        """Client.list, awaitable: a page of tasks, filtered by topic and status."""
+        tasks: list[Task] = []
+        async for task in self.iter_tasks(topic, status, progress):
+            if len(tasks) >= offset + limit:
+                break
+            tasks.append(task)
+        return tasks[offset:]
 
     delete = _awaitable(BaseClient.delete_steps)
     retry = _awaitable(BaseClient.retry_steps)

@@ -17,9 +17,10 @@ from . import stats as stats_mod
 from .client_base import ADD_BATCH, TASK_FIELDS, BaseClient, Built, to_ms
 from .client_errors import (AddInterrupted, DelaydError, DurabilityError, RedisUnavailable, counting_adds,
                             redis_errors, refusal)
+from .listing import Walk
 from .steps import Steps, run
 from .store import SCRIPTS, BucketKeys
-from .task import FINISHED, Task, TaskError
+from .task import Task
 
 __all__ = ["Client", "DelaydError", "DurabilityError", "RedisUnavailable", "AddInterrupted", "ADD_BATCH",
            "TASK_FIELDS", "to_ms", "refusal"]
@@ -118,65 +119,20 @@ class Client(BaseClient):
         the last minute, lateness p50/p99: overall, per topic and per bucket (see delayd.stats)."""
         return stats_mod.collect(self.redis, self.store)
 
-    def _members(self, keys: BucketKeys, status: str | None) -> Iterator[str]:
-        """Members of one bucket with a status (None: all), from the bucket's own indexes."""
-        sources: list[tuple[str, str]] = []
-        if status in (None, "delayed"):
-            sources += [("list", key) for key in (*keys.ready, *keys.ready_url)] + [("zset", keys.delayed)]
-            sources += [("zset", keys.parked(topic)) for topic in self.redis.hkeys(keys.paused)]
-        if status in (None, "running"):
-            sources.append(("zset", keys.leases))
-        sources += [("zset", keys.done(s)) for s in FINISHED if status in (None, s)]
-        seen: set[str] = set()
-        for kind, key in sources:
-            for start in itertools.count(0, 500):
-                try:
-                    if kind == "list":
-                        page = self.redis.lrange(key, start, start + 499)
-                    else:
-                        page = self.redis.zrange(key, start, start + 499)
-                except redis.exceptions.ResponseError:  # WRONGTYPE: the scripts set it aside
-                    break
-                for member in page:
-                    if member not in seen:
-                        seen.add(member)
-                        yield member
-                if len(page) < 500:
-                    break
-
     @redis_errors
     def iter_tasks(self, topic: str | None = None, status: str | None = None,
                    progress: Callable[[int, int, int], None] | None = None) -> Iterator[Task]:
-        """Every task (of a topic, with a status), bucket by bucket.
+        """Every task (of a topic, with a status), bucket by bucket (delayd.listing).
 
         A corrupt record is listed too, as `Task.unreadable`: no target, and a last_error
         that says what is wrong (quarantined ones: the quarantine reason).
 
-        `progress(bucket, buckets, records_read)` is called before each batch of reads."""
-        read = 0
-        for keys in self.store.keys:
-            members = (m for m in self._members(keys, status) if topic is None or m.rpartition(":")[0] == topic)
-            while batch := list(itertools.islice(members, 200)):
-                if progress:
-                    progress(keys.bucket, self.store.buckets, read)
-                read += len(batch)
-                pipe = self.redis.pipeline(transaction=False)
-                for member in batch:
-                    pipe.hgetall(keys.task(member))
-                for member, record in zip(batch, pipe.execute(raise_on_error=False)):
-                    if isinstance(record, redis.exceptions.ResponseError):  # WRONGTYPE
-                        task = Task.unreadable(member, {}, "its key is not a hash")
-                    elif isinstance(record, Exception):
-                        raise record
-                    elif not record:
-                        continue  # expired or removed since the index was read
-                    else:
-                        try:
-                            task = Task.from_record(member, record)
-                        except TaskError as exc:  # shown, with the reason, rather than hidden
-                            task = Task.unreadable(member, record, str(exc))
-                    if status is None or task.status == status:
-                        yield task
+        `progress(bucket, buckets, records_read)` is called before each page of reads."""
+        walk = Walk(self.store, topic, status)
+        while not walk.done:
+            if progress:
+                progress(walk.bucket, walk.store.buckets, walk.read)
+            yield from run(self.redis, walk.page_steps())
 
     def list(self, topic: str | None = None, status: str | None = None, limit: int = 100,
              offset: int = 0, progress: Callable[[int, int, int], None] | None = None) -> list[Task]:

@@ -94,7 +94,7 @@ def refusal(exc: Exception) -> str:
 
 def redis_errors(method):
     """Turn redis-py connection errors into RedisUnavailable naming host and port
-    (for plain methods, generators and coroutines)."""
+    (for plain methods, generators, coroutines and async generators)."""
     if inspect.isgeneratorfunction(method):
         # A generator's body runs while it is iterated, not when it is called.
         @functools.wraps(method)
@@ -102,6 +102,14 @@ def redis_errors(method):
             with translated(self):
                 yield from method(self, *args, **kwargs)
         return gen_wrapper
+
+    if inspect.isasyncgenfunction(method):
+        @functools.wraps(method)
+        async def async_gen_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with translated(self):
+                async for item in method(self, *args, **kwargs):
+                    yield item
+        return async_gen_wrapper
 
     if inspect.iscoroutinefunction(method):
         @functools.wraps(method)

@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
@@ -62,39 +64,44 @@ def _is_cluster(parts: Any, query: dict[str, str]) -> bool:
         query.get("cluster", "").lower() in ("1", "true", "yes")
 
 
-def connect(url: str, **options: Any) -> Any:
-    """A redis-py client for `url` (Redis, RedisCluster, or a Sentinel-managed master)."""
+class Flavour(NamedTuple):
+    """redis-py's client classes of one kind: blocking (SYNC) or redis.asyncio (ASYNC)."""
+
+    redis: Any
+    cluster: Any
+    node: Any
+    sentinel: Any
+
+
+SYNC = Flavour(redis.Redis, RedisCluster, ClusterNode, Sentinel)
+ASYNC = Flavour(redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster, redis.asyncio.cluster.ClusterNode,
+                redis.asyncio.sentinel.Sentinel)
+
+
+def connect(url: str, flavour: Flavour = SYNC, **options: Any) -> Any:
+    """A redis-py client for `url` (Redis, RedisCluster, or a Sentinel-managed master); with
+    flavour=ASYNC the same of redis.asyncio."""
     opts = {**SOCKET_OPTIONS, **options}
     parts = urlsplit(url)
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     scheme = parts.scheme
     if _is_cluster(parts, query):
         user, password, netloc = _split_auth(parts.netloc)
-        nodes = [ClusterNode(h, p) for h, p in _hosts(netloc, 6379)]
+        nodes = [flavour.node(h, p) for h, p in _hosts(netloc, 6379)]
         opts.pop("health_check_interval", None)  # not a RedisCluster option
-        return RedisCluster(startup_nodes=nodes, username=user, password=password,
-                            ssl=scheme.startswith("rediss"), **opts)
+        return flavour.cluster(startup_nodes=nodes, username=user, password=password,
+                               ssl=scheme.startswith("rediss"), **opts)
     if scheme == "redis+sentinel":
         user, password, netloc = _split_auth(parts.netloc)
         path = [p for p in parts.path.split("/") if p]
         if not path:
             raise RedisURLError("a sentinel URL needs a service name: redis+sentinel://host:26379/mymaster/0")
         service, db = path[0], int(path[1]) if len(path) > 1 and path[1].isdigit() else 0
-        sentinel = Sentinel(_hosts(netloc, 26379), sentinel_kwargs={"socket_timeout": 5.0,
-                                                                    "password": query.get("sentinel_password")},
-                            username=user, password=password, db=db, **opts)
+        sentinel = flavour.sentinel(_hosts(netloc, 26379), sentinel_kwargs={
+            "socket_timeout": 5.0, "password": query.get("sentinel_password")},
+            username=user, password=password, db=db, **opts)
         return sentinel.master_for(service)
-    return _plain(redis.Redis, url, opts)
-
-
-def connect_async(url: str, **options: Any) -> Any:
-    """A redis.asyncio client for `url`, with connect()'s options: plain, TLS and unix-socket
-    URLs only (Cluster and Sentinel are not supported by the AsyncClient yet)."""
-    parts = urlsplit(url)
-    if _is_cluster(parts, {k: v[-1] for k, v in parse_qs(parts.query).items()}) or parts.scheme == "redis+sentinel":
-        raise RedisURLError(f"AsyncClient supports redis://, rediss:// and unix:// URLs, not yet Redis Cluster "
-                            f"or Sentinel ({redact(url)}): use Client there")
-    return _plain(redis.asyncio.Redis, url, {**SOCKET_OPTIONS, **options})
+    return _plain(flavour.redis, url, opts)
 
 
 def _plain(factory: Any, url: str, opts: dict[str, Any]) -> Any:

@@ -1,7 +1,7 @@
 """Redis operations written once for the sync Client and the AsyncClient (sans-I/O).
 
-An operation is a generator: it yields the Redis requests it needs (a `Command`, or a
-`ScriptCall` of a store.Script), receives each reply (or has the request's exception
+An operation is a generator: it yields the Redis requests it needs (a `Command`, a `Batch`
+of commands in one round trip, or a `ScriptCall` of a store.Script), receives each reply (or has the request's exception
 raised at the `yield`), and returns its result. `run` drives it on a redis-py client,
 `run_async` on a redis.asyncio one: validation, key layout and reply decoding exist once.
 """
@@ -42,6 +42,25 @@ class ScriptCall(NamedTuple):
 
     async def call_async(self, client: Any) -> Any:
         return await self.script.call_async(client, self.keys, self.args)
+
+
+class Batch(NamedTuple):
+    """Commands sent in one round trip (a pipeline, no transaction); the reply is the list of
+    their replies, an error reply in its place as an exception (not raised)."""
+
+    commands: list[Command]
+
+    def _pipeline(self, client: Any) -> Any:
+        pipe = client.pipeline(transaction=False)
+        for c in self.commands:
+            pipe.execute_command(*c.args, **c.options)
+        return pipe
+
+    def call(self, client: Any) -> Any:
+        return self._pipeline(client).execute(raise_on_error=False)
+
+    async def call_async(self, client: Any) -> Any:
+        return await self._pipeline(client).execute(raise_on_error=False)
 
 
 def run(client: Any, steps: Steps[T]) -> T:

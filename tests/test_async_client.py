@@ -116,10 +116,8 @@ def test_errors_of_the_same_classes_as_clients(redis_url, r, tmp_path):
     r.hset("delayd:meta", "buckets", "many")
     with pytest.raises(DelaydError, match="not a bucket count"):
         asyncio.run(app(redis_url))
-    for url in ("redis+cluster://127.0.0.1:7000/", f"redis://127.0.0.1:{port}/?cluster=true",
-                "redis+sentinel://127.0.0.1:26379/mymaster"):
-        with pytest.raises(RedisURLError, match="not yet Redis Cluster or Sentinel"):
-            AsyncClient.from_url(url)
+    with pytest.raises(RedisURLError, match="unsupported Redis URL scheme"):
+        AsyncClient.from_url("http://127.0.0.1/")
 
 
 async def _durable_add(url: str, n: int) -> tuple[bool, int]:
@@ -148,3 +146,90 @@ def test_a_task_added_by_the_async_client_runs_in_the_daemon(redis_url, r, tmp_p
         client = Client.from_url(redis_url)
         wait_for(lambda: client.get("hook", 1).status == "ok", 15, message="recorded ok")
         client.close()
+
+
+def test_every_public_client_method_is_on_the_async_client_awaitable():
+    import inspect
+    own = {name for name in vars(Client) if not name.startswith("_")}
+    not_awaited = {"connect", "on_cluster", "store"}  # the connection's factory, a flag; get_store() for store
+    for name in sorted(own - not_awaited):
+        method = getattr(AsyncClient, name, None)
+        assert method is not None, f"AsyncClient has no {name}"
+        assert inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method), name
+    assert inspect.iscoroutinefunction(AsyncClient.get_store)
+
+
+def test_list_and_iter_tasks_as_clients_own(redis_url, r):
+    client = Client()
+    client.add_many([{"topic": "a", "id": i, "call": "delayd.examples:noop", "delay": 60} for i in range(5)])
+    client.add_many([{"topic": "many", "id": i, "push": "out", "delay": 60} for i in range(1200)])  # > a page
+    client.delete("a", 4)
+    member = "a:3"
+    key = client.store.keys_for(member).task(member)
+    r.delete(key)
+    r.set(key, "not a hash")  # a corrupt record: listed, saying what is wrong
+    queries = [((), {}), (("a",), {}), (("a", "delayed"), {}), ((None, "deleted"), {}), (("many",), {"limit": 2000}),
+               (("a",), {"limit": 2, "offset": 1}), (("nope",), {})]
+
+    def shown(tasks) -> list[tuple]:
+        return [(t.key, t.status, t.last_error) for t in tasks]
+
+    sync = [shown(client.list(*args, **kw)) for args, kw in queries]
+    sync_progress: list = []
+    sync_all = shown(client.iter_tasks(progress=lambda *p: sync_progress.append(p)))
+    client.close()
+
+    async def app() -> tuple[list, list, list]:
+        async with AsyncClient() as c:
+            progress: list = []
+            every = shown([t async for t in c.iter_tasks(progress=lambda *p: progress.append(p))])
+            return [shown(await c.list(*args, **kw)) for args, kw in queries], every, progress
+
+    listed, every, progress = asyncio.run(app())
+    assert listed == sync and every == sync_all and progress == sync_progress
+    assert len(sync_all) == 1205 and len(sync[4]) == 1200
+    assert sorted(k for k, _, _ in sync[2]) == ["a:0", "a:1", "a:2"]
+    [corrupt] = [row for row in sync[1] if row[0] == "a:3"]
+    assert "not a hash" in corrupt[2]
+    assert [row[:2] for row in sync[3]] == [("a:4", "deleted")]
+    assert sync[5] == sync[1][1:3] and sync[6] == []
+
+
+async def _round_trip(url: str) -> dict:
+    """What an application does with AsyncClient, on `url`."""
+    async with AsyncClient.from_url(url) as c:
+        seen = {"add": await c.add("mail", 0, call="delayd.examples:noop", delay=60)}
+        seen["add_many"] = await c.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 60}
+                                             for i in range(1, 451)])  # several batches, every bucket
+        seen["get"] = (await c.get("mail", 7)).push
+        seen["run_now"] = await c.run_now("mail", 8)
+        seen["pause"] = (await c.pause("mail"), await c.paused(), await c.resume("mail"))
+        seen["delete"] = await c.delete("mail", 9)
+        seen["stats"] = (await c.stats())["topics"]["mail"]["counts"]
+        seen["listed"] = sorted(t.key for t in await c.list("mail", "delayed", limit=1000))
+        seen["deleted"] = [t.key async for t in c.iter_tasks(status="deleted")]
+        seen["daemons"] = await c.daemons()
+        return seen
+
+
+def _expected(seen: dict, url: str) -> None:
+    assert seen["add"] is True and seen["add_many"] == 450 and seen["get"] == "out" and seen["run_now"] is True
+    assert seen["pause"] == (0, ["mail"], 0) and seen["delete"] is True
+    assert seen["stats"]["delayed"] == 450 and seen["stats"]["deleted"] == 1
+    assert len(seen["listed"]) == 450 and "mail:9" not in seen["listed"]
+    assert seen["deleted"] == ["mail:9"] and seen["daemons"] == []
+    client = Client.from_url(url)  # the same store as Client's
+    assert client.stats()["topics"]["mail"]["counts"] == seen["stats"]
+    client.close()
+
+
+def test_round_trip_on_redis_cluster():
+    from cluster_helper import Cluster
+    with Cluster(3) as cluster:
+        _expected(asyncio.run(_round_trip(cluster.url)), cluster.url)
+
+
+def test_round_trip_behind_sentinel():
+    from cluster_helper import SentinelSet
+    with SentinelSet() as sentinels:
+        _expected(asyncio.run(_round_trip(sentinels.url)), sentinels.url)
