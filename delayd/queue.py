@@ -17,8 +17,6 @@ on the same event queue, so the main thread sleeps in one place.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import functools
 import importlib
 import itertools
 import logging
@@ -76,7 +74,7 @@ class Run:
     claimed: float = 0.0     # monotonic time of the claim …
     claimed_ms: int = 0      # … and Redis's clock then (ms): the attempt's start time from both
     url: bool = False        # on the event loop (URL target), not in the thread pool
-    future: concurrent.futures.Future | None = field(default=None, repr=False)
+    delivery: Any = field(default=None, repr=False)  # (URL) the run on the event loop, set by the engine
     abandoned: bool = False  # given up at its timeout; its thread retires when the handler returns
     returned: bool = False   # the handler returned in time; its result is on the way
     result: tuple[Outcome, str] | None = field(default=None, repr=False)
@@ -145,7 +143,6 @@ class QueueWorker:
         self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self.pool = Pool(config.concurrency, self.execute, self.completed)
         self.in_hand: dict[str, Run] = {}
-        self.url_in_hand = 0
         self.finished: dict[int, list[tuple[Run, Finish]]] = {}
         # Buckets that may have ready tasks, per kind (False: call/push, True: URL)
         self.candidates: dict[bool, set[int]] = {False: set(range(config.buckets)), True: set(range(config.buckets))}
@@ -167,13 +164,6 @@ class QueueWorker:
     def completed(self, run: Run, result: tuple[Outcome, str]) -> None:
         run.result = result
         self.events.put(("done", run))
-
-    def delivered(self, run: Run, future: concurrent.futures.Future) -> None:
-        """On the event loop's thread: a URL run ended (a cancelled one was settled already)."""
-        if not future.cancelled():
-            exc = future.exception()
-            self.completed(run, future.result() if exc is None else
-                           (Outcome("retry", f"internal error in delayd: {type(exc).__name__}: {exc}"), ""))
 
     # -- main thread ---------------------------------------------------------------
     def run(self) -> None:
@@ -246,19 +236,16 @@ class QueueWorker:
                 buckets.update(range(self.config.buckets))
 
     def free_slots(self, url: bool) -> int:
-        """Tasks of a kind to claim now. URL tasks waiting for a saturated host take no slot
-        (they hold back no other host), but at most url_concurrency of them are kept."""
-        if not url:
-            return self.config.concurrency - (len(self.in_hand) - self.url_in_hand)
-        held = self.engine.held
-        if held >= self.config.url_concurrency:
-            return 0
-        return self.config.url_concurrency - (self.url_in_hand - held)
+        """Tasks of a kind to claim now: URL tasks as the engine has room (Engine.room); call
+        and push tasks up to `concurrency` (URL runs that ended but are not settled yet count
+        as call runs until they are: never more than `concurrency` are claimed)."""
+        if url:
+            return self.engine.room()
+        return self.config.concurrency - (len(self.in_hand) - self.engine.in_hand)
 
     def settle(self, run: Run, outcome: Outcome, callback_error: str = "") -> None:
         """Turn a run's outcome into a finish entry (sent with the next batch)."""
         del self.in_hand[run.task.key]
-        self.url_in_hand -= run.url
         task = run.task
         kind, gap_ms, error, next_due = outcome.kind, 0, outcome.error, ""
         if kind == "ok":
@@ -297,8 +284,11 @@ class QueueWorker:
     def abandon_overdue(self) -> None:
         now = time.monotonic()
         for run in [r for r in self.in_hand.values() if r.deadline <= now]:
-            if run.future.cancel() if run.url else self.pool.abandon(run):
-                self.settle(run, Outcome("retry", f"timeout: still running after {run.limit:g} s, abandoned"))
+            if run.url and run.result is None:
+                self.engine.cancel(run)
+            elif run.url or not self.pool.abandon(run):
+                continue  # its result is on the way
+            self.settle(run, Outcome("retry", f"timeout: still running after {run.limit:g} s, abandoned"))
         if self.pool.hung > HUNG_PER_SLOT * self.config.concurrency and not self.stopping:
             event(log, "too_many_hung_handlers", logging.ERROR, hung=self.pool.hung)
             self.handle(("stop", None))  # exit so the master starts a fresh process
@@ -394,6 +384,7 @@ class QueueWorker:
         """Hand the claimed tasks to the pool or the event loop; a record that does not parse
         is quarantined."""
         at = time.monotonic()
+        urls: list[Run] = []
         for row in claimed.tasks:
             try:
                 task = row.task(claimed.now)
@@ -409,11 +400,11 @@ class QueueWorker:
             run = Run(task, bucket, at, math.inf if url else at + limit, limit, at, claimed.now, url)
             self.in_hand[task.key] = run
             if url:
-                self.url_in_hand += 1
-                run.future = self.engine.deliver(run)
-                run.future.add_done_callback(functools.partial(self.delivered, run))
+                urls.append(run)
             else:
                 self.pool.jobs.put(run)
+        if urls:
+            self.engine.start(urls, self.completed)  # one wake-up of the event loop per claim
 
 
 def main(config: Config, index: int, heartbeat: Heartbeat) -> None:

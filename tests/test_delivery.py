@@ -17,7 +17,7 @@ from daemon_helper import Daemon, delayd
 from delayd import Task
 from delayd.url import answer
 from redis_server import free_port, wait_for
-from url_helper import Ticket, _Handler, http, make_engine  # noqa: F401  (fixtures)
+from url_helper import _Handler, http, make_engine  # noqa: F401  (fixtures)
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -35,7 +35,7 @@ def task_to(url: str, id=1, runs=1, **kw) -> Task:
 
 
 def submit(deliver, tasks):
-    return [deliver.engine.deliver(Ticket(t)) for t in tasks]
+    return [deliver.begin(t) for t in tasks]
 
 
 # -- per-host isolation ------------------------------------------------------------------
@@ -51,6 +51,23 @@ def test_the_host_cap_is_observed_at_the_server_and_holds_back_no_other_host(htt
     assert any(not f.done() for f in slow), "the other host's task had to wait for the slow host's backlog"
     assert [f.result(10)[0].kind for f in slow] == ["ok"] * 12
     assert http.peak == 3
+
+
+def test_room_counts_requests_in_flight_not_tasks_waiting_for_their_host(http, make_engine):
+    """Engine.room(), what the queue claims for URL slots: url_concurrency less the requests in
+    flight; tasks waiting for a saturated host hold back no other host, until url_concurrency wait."""
+    deliver = make_engine(url_concurrency=4, url_host_concurrency=1)
+    engine = deliver.engine
+    first = submit(deliver, [task_to(f"{http.base}/busy?seconds=1", id=i) for i in range(3)])
+    assert engine.in_hand == 3  # counted at once, before the loop even starts them
+    wait_for(lambda: engine.hosts.held == 2, 5, message="1 in flight, 2 waiting for the host")
+    assert engine.room() == 3
+    more = submit(deliver, [task_to(f"{http.base}/busy?seconds=1", id=i) for i in range(3, 6)])
+    wait_for(lambda: engine.hosts.held == 5, 5, message="5 waiting")
+    assert engine.room() == 0
+    assert [f.result(20)[0].kind for f in first + more] == ["ok"] * 6 and http.peak == 1
+    wait_for(lambda: engine.in_hand == 0, 5, message="every run ended")
+    assert engine.room() == 4
 
 
 def test_the_breaker_opens_defers_and_closes_after_a_probe(make_engine):
@@ -134,6 +151,19 @@ def test_deny_private_refuses_loopback_after_resolution(http, make_engine, host)
 def test_redirects_are_not_followed(http, make_engine):
     outcome = make_engine()(task_to(f"{http.base}/redirect"))
     assert outcome.kind == "retry" and outcome.status == 302 and len(http.requests) == 1
+
+
+# -- proxies from the environment ---------------------------------------------------------
+
+def test_http_proxy_from_the_environment_is_used_and_no_proxy_bypasses_it(http, make_engine, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", http.base)  # the test server as the proxy: it sees the target's Host
+    monkeypatch.setenv("NO_PROXY", "direct.invalid")
+    deliver = make_engine()
+    assert deliver(task_to("http://merchant.invalid/success")).kind == "ok"
+    assert [r["headers"]["host"] for r in http.requests] == ["merchant.invalid"]
+    direct = deliver(task_to("http://direct.invalid/success"))  # NO_PROXY: resolved itself, and fails
+    assert direct.kind == "retry" and "connection failed: direct.invalid" in direct.error
+    assert len(http.requests) == 1
 
 
 # -- through the daemon -------------------------------------------------------------------

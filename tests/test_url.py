@@ -15,7 +15,7 @@ import delayd
 from delayd import Task
 from delayd.handlers import Outcome
 from redis_server import free_port, wait_for
-from url_helper import Ticket, http, make_engine  # noqa: F401  (fixtures)
+from url_helper import http, make_engine  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -218,7 +218,7 @@ def test_fifty_concurrent_runs_share_one_pool(http, make_engine):
     deliver = make_engine(url_host_concurrency=100)
     tasks = [url_task(http, "/slow?seconds=0.5", id=n, timeout=8) for n in range(50)]
     start = time.monotonic()
-    futures = [deliver.engine.deliver(Ticket(task)) for task in tasks]
+    futures = [deliver.begin(task) for task in tasks]
     outcomes = [f.result(30)[0].kind for f in futures]
     elapsed = time.monotonic() - start
     assert outcomes == ["ok"] * 50

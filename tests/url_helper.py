@@ -2,6 +2,7 @@
 engines that deliver a task and return its Outcome (the `make_engine` fixture)."""
 from __future__ import annotations
 
+import concurrent.futures
 import email.utils
 import math
 import threading
@@ -24,11 +25,20 @@ class Ticket:
 
     def __init__(self, task: Task, limit: float = 60.0):
         self.task, self.limit, self.started, self.deadline = task, limit, 0.0, math.inf
+        self.delivery = None
+
+
+def begin(engine: Engine, task: Task) -> concurrent.futures.Future:
+    """Start `task`'s run on `engine`: a Future of (Outcome, callback error)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    engine.start([Ticket(task)], lambda ticket, result: future.set_result(result))
+    return future
 
 
 @pytest.fixture
 def make_engine():
-    """make_engine(**config options) -> deliver(task) -> Outcome (callback errors: deliver.full)."""
+    """make_engine(**config options) -> deliver(task) -> Outcome (callback errors: deliver.full;
+    deliver.begin(task): a Future of both, without waiting)."""
     engines = []
 
     def make(**options):
@@ -37,10 +47,11 @@ def make_engine():
         engines.append(engine)
 
         def deliver(task: Task) -> Outcome:
-            return engine.deliver(Ticket(task)).result(60)[0]
+            return begin(engine, task).result(60)[0]
 
         deliver.engine = engine
-        deliver.full = lambda task: engine.deliver(Ticket(task)).result(60)
+        deliver.begin = lambda task: begin(engine, task)
+        deliver.full = lambda task: begin(engine, task).result(60)
         return deliver
 
     yield make

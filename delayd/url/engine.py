@@ -1,23 +1,29 @@
 """The event loop of a queue process: URL deliveries (and async targets) on one thread.
 
-`Engine.deliver(ticket)` runs one URL task's run on the loop and returns a
-concurrent Future of (Outcome, callback error). A delivery first waits for a slot on
-its host (`hosts`: per-host cap and circuit breaker; an open circuit answers at once
-with a `defer` outcome), then for one of `url_concurrency` slots, and only then sends:
-the ticket's `started` and `deadline` are set at that moment, so the task timeout
-counts from the request, not from the claim. The request itself has one total
-deadline (task timeout or url_timeout) for connecting, sending and reading, so a
-server that dribbles its answer cannot stretch it. aiohttp's session pools
-connections per host; redirects are never followed, cookies never kept.
+`Engine.start(tickets, done)` runs each URL task's run on the loop (one wake-up of the
+loop per batch) and calls `done(ticket, (Outcome, callback error))` on the loop's
+thread when a run ends. A delivery first waits for a slot on its host (`hosts`: per-host
+cap and circuit breaker; an open circuit answers at once with a `defer` outcome), and
+only then sends: the ticket's `started` and `deadline` are set at that moment, so the
+task timeout counts from the request, not from the claim. The request itself has one
+total deadline (task timeout or url_timeout) for connecting, sending and reading, so a
+server that dribbles its answer cannot stretch it. aiohttp's session pools connections
+per host; redirects are never followed, cookies never kept.
+
+The cap of `url_concurrency` requests in flight is kept in one place: `room()`, which
+the queue asks before it claims URL tasks. Tasks waiting for a saturated host are not
+in flight (they hold back no other host), but at most url_concurrency of them are taken
+on, so a process holds fewer than 2 x url_concurrency URL tasks.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
 import threading
 import time
-from typing import Protocol
+from typing import Any, Callable, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -26,19 +32,23 @@ from yarl import URL
 from ..config import Config
 from ..handlers import Outcome, Runner, clip, describe_exception
 from ..task import Task
-from . import answer, guard, request, signing
+from . import answer, guard, proxy, request, signing
 from .hosts import Hosts
 
 GRACE = 5.0  # seconds past a request's own deadline before the queue gives up on it (a backstop)
 
 
 class Ticket(Protocol):
-    """What the queue hands over: the task, and two times the engine sets when it sends."""
+    """What the queue hands over: the task, and what the engine sets on it."""
 
     task: Task
     limit: float      # seconds the whole run (request and callback) may take once sent
     started: float    # monotonic time the request was sent
     deadline: float   # started + limit: past it, the queue abandons the run
+    delivery: asyncio.Task | None  # the run on the loop (set there): what cancel() cancels
+
+
+Done = Callable[[Any, tuple[Outcome, str]], None]
 
 
 class Engine:
@@ -53,27 +63,42 @@ class Engine:
             max_workers=max(1, config.concurrency), thread_name_prefix="url-callback"))
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="url-loop")
         self.thread.start()
-        self.session, self.slots = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
+        self.proxies = proxy.Proxies.from_env()
+        self.size = int(config.url_concurrency)
+        self.given = 0  # tickets started (written by the caller's thread only) …
+        self.ended = 0  # … and runs ended (the loop's thread only): given - ended are in hand
+        self.session = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
         if runner is not None:
             runner.loop = self.loop
 
-    async def _open(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
-        size = int(self.config.url_concurrency)
-        connector = aiohttp.TCPConnector(limit=size, limit_per_host=0, ttl_dns_cache=10,
+    async def _open(self) -> aiohttp.ClientSession:
+        # No connection limit of aiohttp's own: room() and the host caps bound what is in flight.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=10,
                                          resolver=guard.GuardedResolver() if self.config.url_deny_private else None)
-        session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
-                                        headers={"User-Agent": request.USER_AGENT}, trust_env=True)
-        return session, asyncio.Semaphore(size)
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                     headers={"User-Agent": request.USER_AGENT})
 
-    # -- any thread ---------------------------------------------------------------------
+    # -- the caller's thread (one thread: the queue's main thread) ---------------------------
     @property
-    def held(self) -> int:
-        """Tasks waiting for a slot on a saturated (or probing) host."""
-        return self.hosts.held
+    def in_hand(self) -> int:
+        """Runs started and not ended yet (in flight, waiting for their host, or about to start)."""
+        return self.given - self.ended
 
-    def deliver(self, ticket: Ticket) -> concurrent.futures.Future:
-        """Run one URL task's run on the loop: a Future of (Outcome, callback error)."""
-        return asyncio.run_coroutine_threadsafe(self._deliver(ticket), self.loop)
+    def room(self) -> int:
+        """URL tasks to take on now: url_concurrency less the runs in flight; tasks waiting for
+        a saturated host do not count, but no more are taken while url_concurrency wait."""
+        waiting = self.hosts.held
+        return 0 if waiting >= self.size else max(0, self.size - (self.in_hand - waiting))
+
+    def start(self, tickets: list[Ticket], done: Done) -> None:
+        """Run each ticket's run on the loop; `done(ticket, (Outcome, callback error))` is called
+        on the loop's thread when it ends, unless it was cancelled."""
+        self.given += len(tickets)
+        self.loop.call_soon_threadsafe(self._start, tickets, done)
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Give up `ticket`'s run (its host slot is released; `done` is not called)."""
+        self.loop.call_soon_threadsafe(self._cancel, ticket)
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the session and stop the loop (runs still going are cancelled)."""
@@ -92,6 +117,24 @@ class Engine:
         await self.session.close()
 
     # -- the loop -----------------------------------------------------------------------
+    def _start(self, tickets: list[Ticket], done: Done) -> None:
+        for ticket in tickets:
+            ticket.delivery = self.loop.create_task(self._deliver(ticket))
+            ticket.delivery.add_done_callback(functools.partial(self._ended, ticket, done))
+
+    def _cancel(self, ticket: Ticket) -> None:
+        if ticket.delivery is not None:  # (None: it ended meanwhile)
+            ticket.delivery.cancel()
+
+    def _ended(self, ticket: Ticket, done: Done, delivery: asyncio.Task) -> None:
+        self.ended += 1
+        ticket.delivery = None
+        if delivery.cancelled():
+            return
+        exc = delivery.exception()
+        done(ticket, delivery.result() if exc is None else
+             (Outcome("retry", f"internal error in delayd: {describe_exception(exc)}"), ""))
+
     async def _deliver(self, ticket: Ticket) -> tuple[Outcome, str]:
         task = ticket.task
         host = request.origin(task.url or "")
@@ -101,10 +144,9 @@ class Engine:
                            wait=wait), ""
         reachable: bool | None = None
         try:
-            async with self.slots:
-                ticket.started = time.monotonic()
-                ticket.deadline = ticket.started + ticket.limit + GRACE
-                outcome, reachable = await self._request(task)
+            ticket.started = time.monotonic()
+            ticket.deadline = ticket.started + ticket.limit + GRACE
+            outcome, reachable = await self._request(task)
         finally:
             self.hosts.release(host, reachable)
         callback_error = ""
@@ -125,8 +167,9 @@ class Engine:
             if self.config.url_deny_private:
                 guard.check_literal(urlsplit(req.url).hostname or "")
             async with asyncio.timeout(timeout):
-                async with self.session.request(req.method, URL(req.url, encoded=True), data=req.body or None,
-                                                headers=headers, allow_redirects=False) as resp:
+                url = URL(req.url, encoded=True)
+                async with self.session.request(req.method, url, data=req.body or None, headers=headers,
+                                                allow_redirects=False, **self.proxies.for_url(url)) as resp:
                     answered = True
                     body, over = await _read(resp, cap)
         except guard.Refused as exc:
