@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterable, Iterator
 
-import redis
 from redis.cluster import RedisCluster
 
 from . import connection, held
