@@ -161,7 +161,8 @@ class QueueWorker:
         callback_error = self.runner.run_callback(task) if outcome.kind == "ok" else ""
         return outcome, callback_error
 
-    def completed(self, run: Run, result: tuple[Outcome, str]) -> None:
+    def completed(self, run: Run, result: tuple[Outcome, str] | None) -> None:
+        """A run ended (in a pool thread or on the event loop); None: a URL run was cancelled."""
         run.result = result
         self.events.put(("done", run))
 
@@ -223,7 +224,7 @@ class QueueWorker:
         elif kind == "done":
             run: Run = value
             if self.in_hand.get(run.task.key) is run:
-                outcome, callback_error = run.result
+                outcome, callback_error = run.result or (self.abandoned(run), "")  # None: a URL run cancelled
                 self.settle(run, outcome, callback_error)
         elif kind == "stop" and not self.stopping:
             self.stopping = True
@@ -284,14 +285,18 @@ class QueueWorker:
     def abandon_overdue(self) -> None:
         now = time.monotonic()
         for run in [r for r in self.in_hand.values() if r.deadline <= now]:
-            if run.url and run.result is None:
+            if run.url:  # settled when the engine says it ended (its result, if it came first)
+                run.deadline = math.inf
                 self.engine.cancel(run)
-            elif run.url or not self.pool.abandon(run):
-                continue  # its result is on the way
-            self.settle(run, Outcome("retry", f"timeout: still running after {run.limit:g} s, abandoned"))
+            elif self.pool.abandon(run):
+                self.settle(run, self.abandoned(run))
         if self.pool.hung > HUNG_PER_SLOT * self.config.concurrency and not self.stopping:
             event(log, "too_many_hung_handlers", logging.ERROR, hung=self.pool.hung)
             self.handle(("stop", None))  # exit so the master starts a fresh process
+
+    @staticmethod
+    def abandoned(run: Run) -> Outcome:
+        return Outcome("retry", f"timeout: still running after {run.limit:g} s, abandoned")
 
     def timeout_of(self, task: Task) -> float:
         if task.url and task.timeout:

@@ -188,6 +188,22 @@ def test_a_url_backlog_never_blocks_call_tasks_nor_the_reverse(run_daemon, clien
     wait_for(lambda: client.get("hook", "fast").status == "ok", 15, message="a URL task ran while the pool was full")
 
 
+def test_a_url_run_past_its_deadline_is_abandoned_and_frees_its_slot(run_daemon, client, http, tmp_path):
+    """The queue's backstop: a URL run still going past the task timeout (and the engine's
+    GRACE), here its callback, is cancelled and recorded as a timeout; with url_concurrency 1
+    the next URL task is delivered only once that slot is free again."""
+    run_daemon(DELAYD_TASK_TIMEOUT="1", DELAYD_URL_CONCURRENCY="1")
+    client.add("hook", "hung", url=f"{http.base}/success", callback="handlers_fixture:slow_touch",
+               params={"seconds": 60, "path": str(tmp_path / "never")}, persistent=False)
+    wait_for(lambda: len(http.requests) == 1, 10, message="the first request sent")
+    client.add("hook", "next", url=f"{http.base}/success")
+    wait_for(lambda: client.get("hook", "next").status == "ok", 30, message="the next task delivered")
+    hung = client.get("hook", "hung")
+    assert hung.status == "failed" and "timeout: still running after 1 s, abandoned" in hung.last_error
+    assert [a["outcome"] for a in hung.attempts] == ["failed"] and hung.runs == 1
+    assert len(http.requests) == 2 and not (tmp_path / "never").exists()
+
+
 def test_a_url_task_without_the_url_flag_is_still_delivered(run_daemon, client, http):
     """A URL task written before add flagged URL records (`url`) is claimed through the call
     lists, and still delivered on the event loop."""

@@ -2,7 +2,7 @@
 
 `Engine.start(tickets, done)` runs each URL task's run on the loop (one wake-up of the
 loop per batch) and calls `done(ticket, (Outcome, callback error))` on the loop's
-thread when a run ends. A delivery first waits for a slot on its host (`hosts`: per-host
+thread when a run ends (None when it was cancelled). A delivery first waits for a slot on its host (`hosts`: per-host
 cap and circuit breaker; an open circuit answers at once with a `defer` outcome), and
 only then sends: the ticket's `started` and `deadline` are set at that moment, so the
 task timeout counts from the request, not from the claim. The request itself has one
@@ -48,7 +48,7 @@ class Ticket(Protocol):
     delivery: asyncio.Task | None  # the run on the loop (set there): what cancel() cancels
 
 
-Done = Callable[[Any, tuple[Outcome, str]], None]
+Done = Callable[[Any, tuple[Outcome, str] | None], None]
 
 
 class Engine:
@@ -92,12 +92,14 @@ class Engine:
 
     def start(self, tickets: list[Ticket], done: Done) -> None:
         """Run each ticket's run on the loop; `done(ticket, (Outcome, callback error))` is called
-        on the loop's thread when it ends, unless it was cancelled."""
+        on the loop's thread when it ends, `done(ticket, None)` if it was cancelled (always after
+        `in_hand` stopped counting it)."""
         self.given += len(tickets)
         self.loop.call_soon_threadsafe(self._start, tickets, done)
 
     def cancel(self, ticket: Ticket) -> None:
-        """Give up `ticket`'s run (its host slot is released; `done` is not called)."""
+        """Give up `ticket`'s run (its host slot is released): `done(ticket, None)`, or its result
+        if it ended first."""
         self.loop.call_soon_threadsafe(self._cancel, ticket)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -130,6 +132,7 @@ class Engine:
         self.ended += 1
         ticket.delivery = None
         if delivery.cancelled():
+            done(ticket, None)
             return
         exc = delivery.exception()
         done(ticket, delivery.result() if exc is None else
