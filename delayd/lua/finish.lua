@@ -9,12 +9,14 @@
 --       attempt (one line for the delivery log, or '')
 -- A next due time (a recurring task's next run, ok or retry) puts the task back
 -- to `delayed` at that time and keeps the due time this run was for in `last_due`;
--- it is (again) in the `recurring` index, which 'end' or a quarantine leaves.
+-- 'end' or a quarantine takes it out of the `recurring` index (add puts it in).
 -- `defer` is a run that was never made (its URL's circuit is open): the task goes
 -- back to `delayed` at now + wait and gives back the run number claim counted.
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted), or
 -- whose record is no longer a hash, changes nothing. Returns one 1 (applied) or
 -- 0 (stale) per run.
+-- Each run's record gets one HSET of every field it changes; the bucket process is
+-- woken once per batch, if a run went back to `delayed` ahead of its head.
 local now = now_ms()
 local prefix, retention, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local kept = tonumber(ARGV[5]) or 0
@@ -23,6 +25,8 @@ expect('hash', KEYS[5])
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = retention}
 local schedules = recurring_index(KEYS[8])
 local applied = {}
+local head_due = nil     -- the head of `delayed` before this call (read at the first re-queue)
+local earliest = math.huge
 
 -- Append `line` to the delivery log `log` (lines oldest first), keeping the last `kept`:
 -- the oldest lines are cut off the log before the one concatenation.
@@ -38,6 +42,19 @@ local function logged(log, line)
   return log .. '\n' .. line
 end
 
+-- The run's task waits again, in `delayed` at `due`; `fields` (for the one HSET) says so.
+local function requeue(member, topic, due, fields)
+  if head_due == nil then
+    head_due = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or math.huge)
+  end
+  zadd_counted(KEYS[1], due, member, 'waiting', topic)
+  if due < earliest then earliest = due end
+  fields[#fields + 1] = 'status'
+  fields[#fields + 1] = 'delayed'
+  fields[#fields + 1] = 'due'
+  fields[#fields + 1] = due
+end
+
 for i = 6, #ARGV, 8 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
@@ -46,55 +63,53 @@ for i = 6, #ARGV, 8 do
   if r and r[1] == claim and r[2] == 'running' then
     local topic = topic_of(member)
     local not_before = now + wait
+    local fields = {}
     zrem_counted(KEYS[2], member, 'running', topic)
     tally(outcome, topic)
-    local record_error = true
     if outcome == 'defer' then
       local runs = (int_of(r[5]) or 1) - 1
-      if runs > 0 then redis.call('HSET', task_key, 'runs', runs) else redis.call('HDEL', task_key, 'runs') end
-      redis.call('HSET', task_key, 'status', 'delayed', 'due', not_before)
-      zadd_counted(KEYS[1], not_before, member, 'waiting', topic)
-      wake_if_head(KEYS[1], member, channel, not_before)
+      if runs > 0 then
+        fields = {'runs', runs}
+      else
+        redis.call('HDEL', task_key, 'runs')
+      end
+      requeue(member, topic, not_before, fields)
     elseif next_due and (outcome == 'ok' or outcome == 'retry') then
       if next_due < not_before then next_due = not_before end
-      redis.call('HSET', task_key, 'status', 'delayed', 'due', next_due, 'last_due', r[3] or now)
-      schedules.add(member)  -- a no-op but for a task added before the index existed
-      zadd_counted(KEYS[1], next_due, member, 'waiting', topic)
-      wake_if_head(KEYS[1], member, channel, next_due)
+      fields = {'last_due', r[3] or now}
+      requeue(member, topic, next_due, fields)
     elseif outcome == 'retry' then
       -- Next run counts from the previous due time; if that is past (or
       -- unreadable), from now.
       local due = (int_of(r[3]) or now) + gap
       if due < now then due = now + gap end
       if due < not_before then due = not_before end
-      redis.call('HSET', task_key, 'status', 'delayed', 'due', due)
-      zadd_counted(KEYS[1], due, member, 'waiting', topic)
-      wake_if_head(KEYS[1], member, channel, due)
-    elseif outcome == 'ok' then
-      redis.call('HSET', task_key, 'status', 'ok')
-      index_finished(member, KEYS[3], now, task_key, retention, 'ok', topic)
-    elseif outcome == 'failed' then
-      redis.call('HSET', task_key, 'status', 'failed')
-      index_finished(member, KEYS[4], now, task_key, retention, 'failed', topic)
+      requeue(member, topic, due, fields)
+    elseif outcome == 'ok' or outcome == 'failed' then
+      fields = {'status', outcome}
+      index_finished(member, KEYS[outcome == 'ok' and 3 or 4], now, task_key, retention, outcome, topic)
     else
       quarantine(aside, task_key, member, err)  -- writes its own error
-      record_error = false
     end
     if ARGV[i + 5] == 'end' or outcome == 'quarantine' then schedules.remove(member) end
-    if record_error then
-      if err == '' then
-        if r[4] then redis.call('HDEL', task_key, 'error') end
-      else
-        redis.call('HSET', task_key, 'error', err)
+    if outcome ~= 'quarantine' then
+      if err ~= '' then
+        fields[#fields + 1] = 'error'
+        fields[#fields + 1] = err
+      elseif r[4] then
+        redis.call('HDEL', task_key, 'error')
       end
     end
     if attempt ~= '' and kept > 0 then
-      redis.call('HSET', task_key, 'attempts', logged(r[6], attempt))
+      fields[#fields + 1] = 'attempts'
+      fields[#fields + 1] = logged(r[6], attempt)
     end
+    if #fields > 0 then redis.call('HSET', task_key, unpack(fields)) end
     applied[#applied + 1] = 1
   else
     applied[#applied + 1] = 0
   end
 end
+if earliest < (head_due or math.huge) then redis.call('PUBLISH', channel, earliest) end
 flush_stats(KEYS[6], KEYS[7], ARGV[4], now)
 return applied
