@@ -36,7 +36,7 @@ class HeldConnection:
             if self.conn is None or self.pid != os.getpid():  # never a socket inherited across fork()
                 self.conn, self.pid = self.client.connection_pool.get_connection(), os.getpid()
             conn = self.conn
-            _drop_if_stale(conn)
+            drop_if_stale(conn)
             packed = conn.pack_command(*args)
             try:
                 return conn.retry.call_with_retry(lambda: self._round_trip(conn, packed),
@@ -53,7 +53,7 @@ class HeldConnection:
         return conn.read_response()
 
 
-def _drop_if_stale(conn: Any) -> None:
+def drop_if_stale(conn: Any) -> None:
     """Disconnect `conn` if the server closed it while it sat idle (a Redis restart) or it has
     unread data, as the pool's checkout does (one poll()); the next send reconnects."""
     try:

@@ -1,22 +1,24 @@
 """A queue process: claims ready tasks and runs them, call and push targets up to
-`concurrency` at once in a pool of threads, URL targets up to `url_concurrency` at once
-on an event loop (delayd.url.engine).
+`concurrency` at once in a pool of threads (delayd.pool), URL targets up to
+`url_concurrency` at once on an event loop (delayd.url.engine).
 
-One main thread owns all Redis state changes and batches them: it claims up to
-the free slots of each kind in one script call per bucket (URL tasks wait in ready
-lists of their own, so a backlog of one kind never holds back the other), records
-every finished run of a loop turn in one finish call per bucket, and renews the
-leases of every run in hand. A handler past the task timeout is abandoned: its
+One main thread owns all Redis state changes and batches them: each loop turn sends
+its finishes (one call per bucket, every run that ended since the last turn), lease
+renewals and claims (up to the free slots of each kind: URL tasks wait in ready lists
+of their own, so a backlog of one kind never holds back the other) in one round trip
+(delayd.link). A handler past the task timeout is abandoned: its
 slot is freed at once and the run is recorded as a timeout; its thread is
 replaced, and left to finish (or not) on its own. A URL run's timeout counts from
 the moment its request is sent (it may first wait for its host: delayd.url.hosts).
 
 Wake-ups: a listener thread is subscribed to the ready channel, on which bucket
-processes announce "bucket N has ready tasks"; completions and signals arrive
-on the same event queue, so the main thread sleeps in one place.
+processes announce "bucket N has ready tasks"; the pool's results (one event for a
+batch of them) and signals arrive on the same event queue, so the main thread
+sleeps in one place.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import logging
@@ -26,13 +28,16 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import attempts, connection
 from . import log as log_mod
 from .config import Config
 from .handlers import Outcome, Runner
+from .link import Link
 from .log import event
+from .pool import Pool
+from .steps import ScriptCall
 from .store import PRIORITIES, SCHEDULE_ENDS, Claimed, Finish, Store, ready_channel
 from .task import Task, TaskError
 from .url.engine import Engine
@@ -75,57 +80,10 @@ class Run:
     claimed_ms: int = 0      # … and Redis's clock then (ms): the attempt's start time from both
     url: bool = False        # on the event loop (URL target), not in the thread pool
     delivery: Any = field(default=None, repr=False)  # (URL) the run on the event loop, set by the engine
+    taken: bool = False      # a pool thread started its handler
     abandoned: bool = False  # given up at its timeout; its thread retires when the handler returns
     returned: bool = False   # the handler returned in time; its result is on the way
     result: tuple[Outcome, str] | None = field(default=None, repr=False)
-
-
-class Pool:
-    """Threads that run handlers; a thread whose run was abandoned retires when it returns.
-
-    `hung` counts the abandoned handlers still running (not every timeout there ever
-    was): only they say that the process is filling up with stuck threads.
-    """
-
-    def __init__(self, size: int, execute, done):
-        self.jobs: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
-        self.execute, self.done = execute, done
-        self.live = 0
-        self.hung = 0
-        self.lock = threading.Lock()
-        for _ in range(size):
-            self.add_thread()
-
-    def add_thread(self) -> None:
-        with self.lock:
-            self.live += 1
-        threading.Thread(target=self.loop, daemon=True, name="handler").start()
-
-    def loop(self) -> None:
-        while (run := self.jobs.get()) is not None:
-            result = self.execute(run.task)
-            with self.lock:
-                if run.abandoned:
-                    self.hung -= 1
-                    break  # a replacement thread took this one's place
-                run.returned = True
-            self.done(run, result)
-        with self.lock:
-            self.live -= 1
-
-    def abandon(self, run: Run) -> bool:
-        """Stop waiting for `run` and start a thread in its place; False if its handler just returned."""
-        with self.lock:
-            if run.returned:
-                return False
-            run.abandoned = True
-            self.hung += 1
-        self.add_thread()  # keep `concurrency` threads free for new work
-        return True
-
-    def stop(self) -> None:
-        for _ in range(self.live):
-            self.jobs.put(None)
 
 
 class QueueWorker:
@@ -141,7 +99,8 @@ class QueueWorker:
         self.engine = Engine(config, self.runner)  # also runs async def targets for the pool's threads
         self.health = RedisHealth(log, config.redis_url)
         self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
-        self.pool = Pool(config.concurrency, self.execute, self.completed)
+        self.link = Link(self.redis)
+        self.pool = Pool(config.concurrency, self.execute, lambda: self.events.put(("results", None)))
         self.in_hand: dict[str, Run] = {}
         self.finished: dict[int, list[tuple[Run, Finish]]] = {}
         # Buckets that may have ready tasks, per kind (False: call/push, True: URL)
@@ -162,7 +121,7 @@ class QueueWorker:
         return outcome, callback_error
 
     def completed(self, run: Run, result: tuple[Outcome, str] | None) -> None:
-        """A run ended (in a pool thread or on the event loop); None: a URL run was cancelled."""
+        """On the event loop: a URL run ended; None: it was cancelled (past its deadline)."""
         run.result = result
         self.events.put(("done", run))
 
@@ -183,6 +142,7 @@ class QueueWorker:
                 except queue_mod.Empty:
                     break
             self.abandon_overdue()
+            self.pool.wake_stalled(time.monotonic())
             if time.monotonic() >= self.retry_at:
                 self.sync()
             if self.stopping and time.monotonic() > self.stop_deadline:
@@ -205,10 +165,13 @@ class QueueWorker:
             timeout = min(timeout, max(0.0, self.retry_at - now))
         if self.stopping:
             timeout = min(timeout, max(0.0, self.stop_deadline - now))
+        stalled = self.pool.stalled_at()
+        if stalled is not None:
+            timeout = min(timeout, max(0.0, stalled - now))
         try:
             return self.events.get(timeout=timeout)
-        except queue_mod.Empty:
-            return ("tick", None)
+        except queue_mod.Empty:  # a quiet spell ("tick": look at every bucket), or a timer of this loop's
+            return ("tick", None) if timeout == WAIT_CAP else ("timer", None)
 
     def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
@@ -221,11 +184,11 @@ class QueueWorker:
                     buckets.update(range(self.config.buckets))
                 else:
                     buckets.add(bucket)
-        elif kind == "done":
-            run: Run = value
-            if self.in_hand.get(run.task.key) is run:
-                outcome, callback_error = run.result or (self.abandoned(run), "")  # None: a URL run cancelled
-                self.settle(run, outcome, callback_error)
+        elif kind == "done":  # a URL run
+            self.returned(value, value.result or (self.abandoned(value), ""))  # None: it was cancelled
+        elif kind == "results":  # the pool's
+            for run, result in self.pool.take_results():
+                self.returned(run, result)
         elif kind == "stop" and not self.stopping:
             self.stopping = True
             self.stop_deadline = time.monotonic() + self.config.graceful_timeout - self.final_flush()
@@ -235,6 +198,11 @@ class QueueWorker:
         elif kind == "tick":
             for buckets in self.candidates.values():
                 buckets.update(range(self.config.buckets))
+
+    def returned(self, run: Run, result: tuple[Outcome, str]) -> None:
+        if self.in_hand.get(run.task.key) is run:
+            outcome, callback_error = result
+            self.settle(run, outcome, callback_error)
 
     def free_slots(self, url: bool) -> int:
         """Tasks of a kind to claim now: URL tasks as the engine has room (Engine.room); call
@@ -331,65 +299,98 @@ class QueueWorker:
             time.sleep(min(pause, left, 0.5))
 
     def sync(self) -> None:
-        """All Redis work of one turn: finishes, lease renewals, claims."""
+        """All Redis work of one turn: finishes, lease renewals, claims, in one round trip
+        (delayd.link); more claims follow only while a bucket fills every free slot."""
         try:
-            self.flush_finished()
+            calls = self.finish_calls()
             if self.in_hand and time.monotonic() >= self.next_renew:
-                self.renew()
-            if not self.stopping:
-                self.claim()
+                calls += self.renew_calls()
+            tried = {False: 0, True: 0}
+            while True:
+                if not self.stopping:
+                    calls += self.claim_calls(tried)
+                if not calls:
+                    break
+                self.send(calls)
+                calls = []
             self.health.ok()
         except REDIS_ERRORS as exc:
             self.retry_at = time.monotonic() + self.health.failed(exc)
 
-    def flush_finished(self) -> None:
-        for bucket in list(self.finished):
-            entries = self.finished[bucket]
-            applied = self.store.finish(bucket, [entry for _, entry in entries], self.config.retention_ms,
-                                        self.config.attempts_kept)
-            del self.finished[bucket]
-            for (run, entry), ok in zip(entries, applied):
-                if not ok:
-                    event(log, "result_fenced", logging.WARNING, task=run.task.key, run=run.task.runs,
-                          outcome=entry.outcome, reason="lease lapsed, task replaced or deleted")
+    def send(self, calls: list[tuple[ScriptCall, Callable[[Any], None]]]) -> None:
+        """Run script calls in one round trip, each reply handed to its call's function.
+        Raises the first error, once the replies before it were handled."""
+        replies: list[Any] = []
+        try:
+            self.link.run([call for call, _ in calls], replies)
+        finally:
+            for (_, then), reply in zip(calls, replies):
+                if isinstance(reply, Exception):
+                    break
+                then(reply)
 
-    def renew(self) -> None:
+    def finish_calls(self) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        return [(self.store.finish_call(bucket, [entry for _, entry in entries], self.config.retention_ms,
+                                        self.config.attempts_kept), functools.partial(self.finish_sent, bucket))
+                for bucket, entries in self.finished.items()]
+
+    def finish_sent(self, bucket: int, reply: Any) -> None:
+        for (run, entry), ok in zip(self.finished.pop(bucket), self.store.flags(reply)):
+            if not ok:
+                event(log, "result_fenced", logging.WARNING, task=run.task.key, run=run.task.runs,
+                      outcome=entry.outcome, reason="lease lapsed, task replaced or deleted")
+
+    def flush_finished(self) -> None:
+        self.send(self.finish_calls())
+
+    def renew_calls(self) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
         by_bucket: dict[int, list[Run]] = {}
         for run in self.in_hand.values():
             by_bucket.setdefault(run.bucket, []).append(run)
-        for bucket, runs in by_bucket.items():
-            renewed = self.store.renew(bucket, [(r.task.key, r.task.claim) for r in runs], self.config.lease_ms)
-            for run, ok in zip(runs, renewed):
-                if not ok:
-                    event(log, "lease_lost", logging.WARNING, task=run.task.key, run=run.task.runs)
         self.next_renew = time.monotonic() + self.renew_every
+        return [(self.store.renew_call(bucket, [(r.task.key, r.task.claim) for r in runs], self.config.lease_ms),
+                 functools.partial(self.renew_sent, runs)) for bucket, runs in by_bucket.items()]
 
-    def claim(self) -> None:
+    def renew_sent(self, runs: list[Run], reply: Any) -> None:
+        for run, ok in zip(runs, self.store.flags(reply)):
+            if not ok:
+                event(log, "lease_lost", logging.WARNING, task=run.task.key, run=run.task.runs)
+
+    def claim_calls(self, tried: dict[bool, int]) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        """A claim of each kind that has free slots, from its next candidate bucket; a bucket
+        that fills every slot asked for is asked again (it may have more), the others are
+        not again before they announce ready tasks."""
+        calls = []
         for url in (False, True):
             candidates = self.candidates[url]
-            tried = 0
-            while (free := self.free_slots(url)) > 0 and candidates and tried < self.config.buckets:
+            while (free := self.free_slots(url)) > 0 and candidates and tried[url] < self.config.buckets:
                 bucket = next(self.next_bucket)
-                tried += 1
-                if bucket not in candidates:
-                    continue
-                n = min(free, 200)
-                quotas = [0, 0, 0]
-                for priority in itertools.islice(self.cycle, n):
-                    quotas[PRIORITIES.index(priority)] += 1
-                claimed = self.store.claim(bucket, tuple(quotas), n, self.config.lease_ms, self.config.retention_ms,
-                                           url)
-                self.dispatch(bucket, claimed)
-                if len(claimed.tasks) < n:
-                    candidates.discard(bucket)
-                else:
-                    tried -= 1  # this bucket may have more: stay on it
+                tried[url] += 1
+                if bucket in candidates:
+                    n = min(free, 200)
+                    quotas = [0, 0, 0]
+                    for priority in itertools.islice(self.cycle, n):
+                        quotas[PRIORITIES.index(priority)] += 1
+                    calls.append((self.store.claim_call(bucket, tuple(quotas), n, self.config.lease_ms,
+                                                        self.config.retention_ms, url),
+                                  functools.partial(self.claim_sent, bucket, url, n, tried)))
+                    break
+        return calls
+
+    def claim_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
+        claimed = self.store.claimed(reply)
+        self.dispatch(bucket, claimed)
+        if len(claimed.tasks) < n:
+            self.candidates[url].discard(bucket)
+        else:
+            tried[url] -= 1  # this bucket may have more: stay on it
 
     def dispatch(self, bucket: int, claimed: Claimed) -> None:
         """Hand the claimed tasks to the pool or the event loop; a record that does not parse
         is quarantined."""
         at = time.monotonic()
         urls: list[Run] = []
+        handed: list[Run] = []
         for row in claimed.tasks:
             try:
                 task = row.task(claimed.now)
@@ -407,7 +408,9 @@ class QueueWorker:
             if url:
                 urls.append(run)
             else:
-                self.pool.jobs.put(run)
+                handed.append(run)
+        if handed:
+            self.pool.put(handed, at)
         if urls:
             self.engine.start(urls, self.completed)  # one wake-up of the event loop per claim
 

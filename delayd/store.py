@@ -238,40 +238,48 @@ class Script:
 
     def stream(self, conn: Any, calls: Iterable[tuple[Sequence[str], Sequence[Any]]],
                window: int = STREAM_WINDOW, reload: bool = True, replies: list[Any] | None = None) -> list[Any]:
-        """Run many calls on `conn` (a connection checked out for the caller alone), `window`
-        calls ahead of the replies: Redis runs call k while Python packs the next ones, where
-        a pipeline packs all, then waits for all. Calls are produced lazily from `calls`.
+        """Run many calls of this script on `conn`: see `stream`."""
+        return stream(conn, (ScriptCall(self, keys, args) for keys, args in calls), window, reload, replies)
 
-        A call refused with NOSCRIPT (Redis lost its script cache) is sent again, once, after
-        a SCRIPT LOAD. After an error reply nothing more is sent; the first error is raised
-        once the replies in flight are read. Connection errors leave `conn` to be dropped.
-        The replies are read into `replies` if given, so that a caller knows what the calls
-        before an error did.
-        """
-        sent: list[tuple[Sequence[str], Sequence[Any]]] = []
-        replies = [] if replies is None else replies
-        errors: list[Exception] = []
-        for keys, args in calls:
-            conn.send_packed_command(conn.pack_command("EVALSHA", self.sha, len(keys), *keys, *args))
-            sent.append((keys, args))
-            if len(sent) - len(replies) > window:
-                replies.append(_read_reply(conn, errors))
-            if errors:
-                break
-        while len(replies) < len(sent):
+
+def stream(conn: Any, calls: Iterable[ScriptCall], window: int = STREAM_WINDOW, reload: bool = True,
+           replies: list[Any] | None = None) -> list[Any]:
+    """Run script calls (of any scripts) on `conn` (a connection checked out for the caller
+    alone), `window` calls ahead of the replies: Redis runs call k while Python packs the
+    next ones, where a pipeline packs all, then waits for all. Calls are produced lazily.
+
+    A call refused with NOSCRIPT (Redis lost its script cache) is sent again, once, after
+    a SCRIPT LOAD of its script. After an error reply nothing more is sent; the first error
+    is raised once the replies in flight are read. Connection errors leave `conn` to be
+    dropped. The replies are read into `replies` if given, so that a caller knows what the
+    calls before an error did.
+    """
+    sent: list[ScriptCall] = []
+    replies = [] if replies is None else replies
+    errors: list[Exception] = []
+    for call in calls:
+        conn.send_packed_command(conn.pack_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                                                   *call.args))
+        sent.append(call)
+        if len(sent) - len(replies) > window:
             replies.append(_read_reply(conn, errors))
-        noscript = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
-        if noscript and not errors and reload:
-            conn.send_command("SCRIPT", "LOAD", self.source)
-            conn.read_response()
-            for i, reply in zip(noscript, self.stream(conn, [sent[i] for i in noscript], window, reload=False)):
-                replies[i] = reply
         if errors:
-            raise errors[0]
-        for reply in replies:
-            if isinstance(reply, Exception):  # NOSCRIPT again, just after the load
-                raise reply
-        return replies
+            break
+    while len(replies) < len(sent):
+        replies.append(_read_reply(conn, errors))
+    noscript = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+    if noscript and not errors and reload:
+        for script in {sent[i].script.name: sent[i].script for i in noscript}.values():
+            conn.send_command("SCRIPT", "LOAD", script.source)
+            conn.read_response()
+        for i, reply in zip(noscript, stream(conn, [sent[i] for i in noscript], window, reload=False)):
+            replies[i] = reply
+    if errors:
+        raise errors[0]
+    for reply in replies:
+        if isinstance(reply, Exception):  # NOSCRIPT again, just after the load
+            raise reply
+    return replies
 
 
 def _read_reply(conn: Any, errors: list[Exception]) -> Any:
@@ -444,40 +452,58 @@ class Store:
         return Promoted(moved, reaped, next_due, next_lease, now, bool(full))
 
     # -- queue process ---------------------------------------------------------------
+    # (Each transition as a ScriptCall, for the queue's one round trip per turn, and its reply decoded.)
+    def claim_call(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
+                   url: bool = False) -> ScriptCall:
+        keys = self.keys[bucket]
+        return ScriptCall(SCRIPTS["claim"],
+                          [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
+                           keys.done("failed"), keys.quarantine],
+                          [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix,
+                           retention_ms])
+
+    @staticmethod
+    def claimed(reply: list[Any]) -> Claimed:
+        return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
+                                  for i in range(1, len(reply), CLAIMED_FIELDS)])
+
     def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
               url: bool = False) -> Claimed:
         """Lease up to n ready tasks of a bucket: URL tasks if `url`, else call and push tasks
         (corrupt entries are quarantined by the script)."""
-        keys = self.keys[bucket]
-        reply = SCRIPTS["claim"](
-            self.redis, [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
-                         keys.done("failed"), keys.quarantine],
-            [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix, retention_ms],
-        )
-        return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
-                                  for i in range(1, len(reply), CLAIMED_FIELDS)])
+        return self.claimed(self.claim_call(bucket, quotas, n, lease_ms, retention_ms, url).call(self.redis))
 
-    def finish(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> list[bool]:
-        """Record outcomes, one Finish (or a tuple of its first fields) per run; a next due time
-        (recurring tasks) reschedules the task whatever the outcome but failed, and SCHEDULE_ENDS
-        in its place marks a recurring task's last run. False where the run was fenced off."""
+    def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]
         args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept]
         for entry in results:
             member, claim, outcome, gap_ms, error, next_due, wait_ms, attempt = (
                 entry if len(entry) == FINISH_FIELDS else Finish(*entry))
             args += (wire(member), claim, outcome, gap_ms, wire(error), next_due, wait_ms, wire(attempt))
-        return [bool(applied) for applied in SCRIPTS["finish"](
-            self.redis, [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.quarantine,
-                         keys.counts, keys.totals, keys.recurring], args)]
+        return ScriptCall(SCRIPTS["finish"], [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
+                                              keys.quarantine, keys.counts, keys.totals, keys.recurring], args)
 
-    def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
-        """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
+    @staticmethod
+    def flags(reply: list[Any]) -> list[bool]:
+        """finish's and renew's reply: per run, False where it was fenced off."""
+        return [bool(flag) for flag in reply]
+
+    def finish(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> list[bool]:
+        """Record outcomes, one Finish (or a tuple of its first fields) per run; a next due time
+        (recurring tasks) reschedules the task whatever the outcome but failed, and SCHEDULE_ENDS
+        in its place marks a recurring task's last run. False where the run was fenced off."""
+        return self.flags(self.finish_call(bucket, results, retention_ms, attempts_kept).call(self.redis))
+
+    def renew_call(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> ScriptCall:
         keys = self.keys[bucket]
         args: list[Any] = [keys.task_prefix, lease_ms]
         for member, claim in runs:
             args += [wire(member), claim]
-        return [bool(renewed) for renewed in SCRIPTS["renew"](self.redis, [keys.leases], args)]
+        return ScriptCall(SCRIPTS["renew"], [keys.leases], args)
+
+    def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
+        """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
+        return self.flags(self.renew_call(bucket, runs, lease_ms).call(self.redis))
 
     # -- the dashboard (reads only) ------------------------------------------------------
     def browse(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str, prefix: str,
