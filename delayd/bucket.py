@@ -55,9 +55,10 @@ class BucketWorker:
         wake_at = min((t for t in (done.next_due, done.next_lease) if t >= 0), default=None)
         if wake_at is None:
             return WAIT_CAP
-        # `now` was read before the reply left Redis, so after (wake_at - now) ms Redis's clock
-        # reads at least wake_at (ms, floored): the member due then is promotable, not early.
-        return min(WAIT_CAP, max(0.0, (wake_at - done.now) / 1000.0))
+        # The clock was read before the reply left Redis, so after (wake_at ms - clock) Redis's
+        # clock reads at least wake_at: the member due then is promotable, not early. (In µs:
+        # from the clock's ms, the sleep would end up to a whole ms late.)
+        return min(WAIT_CAP, max(0.0, (wake_at * 1000 - done.clock_us) / 1e6))
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds` or until woken; drain what is waiting. False: stop."""

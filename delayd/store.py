@@ -167,7 +167,7 @@ class Promoted(NamedTuple):
     reaped: int      # lapsed leases put back to run again
     next_due: int    # ms, the earliest due time still in `delayed`; -1 if none
     next_lease: int  # ms, the earliest lease expiry; -1 if none
-    now: int         # ms, Redis's clock during the call
+    clock_us: int    # µs, Redis's clock during the call
     full: bool       # a batch hit the limit: call again at once
 
 
@@ -443,13 +443,13 @@ class Store:
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:
         keys = self.keys[bucket]
-        moved, reaped, next_due, next_lease, now, full = SCRIPTS["promote"](
+        moved, reaped, next_due, next_lease, clock_us, full = SCRIPTS["promote"](
             self.redis,
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix],
         )
-        return Promoted(moved, reaped, next_due, next_lease, now, bool(full))
+        return Promoted(moved, reaped, next_due, next_lease, clock_us, bool(full))
 
     # -- queue process ---------------------------------------------------------------
     # (Each transition as a ScriptCall, for the queue's one round trip per turn, and its reply decoded.)

@@ -6,6 +6,12 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The same clock in microseconds (for a process that sleeps until a due time).
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- Stored data is not under our control: anyone with access to Redis can write
 -- it, and Redis does not roll a script back when it fails half-way. So nothing a
 -- script reads may make it fail: numbers are read with `int_of(x) or default`,

@@ -7,8 +7,9 @@
 -- A member whose record is missing or corrupt (not a hash, a status or priority it
 -- cannot have there) is quarantined: set aside as a failed task with the reason.
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
---          now (ms), 1 if a batch was full (call again at once) else 0}
-local now = now_ms()
+--          Redis's clock (µs), 1 if a batch was full (call again at once) else 0}
+local clock = now_us()
+local now = math.floor(clock / 1000)
 local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 expect('zset', KEYS[1], KEYS[2], KEYS[6], KEYS[7], KEYS[8])
 expect('list', KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15])
@@ -169,4 +170,4 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local full = 0
 if #due == limit or #lapsed == limit then full = 1 end
-return {moved, reaped, tonumber(head[2] or -1), tonumber(lease[2] or -1), now, full}
+return {moved, reaped, tonumber(head[2] or -1), tonumber(lease[2] or -1), clock, full}
