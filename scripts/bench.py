@@ -233,15 +233,32 @@ def url_figures(runs: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness")  # --only's names
+
+
+def parts(text: str) -> set[str]:
+    """--only's value: names of PARTS, comma-separated."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = names - set(PARTS)
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown)) or '(none)'}; "
+                                         f"choose from {', '.join(PARTS)}")
+    return names
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--big", action="store_true", help="also 1M pending and 1M due at once")
     ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     ap.add_argument("--url", action="store_true", help="only the URL delivery figures (scripts/bench_url.py), printed")
+    ap.add_argument("--only", type=parts, default=None, metavar="NAME[,NAME]",
+                    help=f"run just these parts ({', '.join(PARTS)}; the Redis ceiling always), print the "
+                         "table and write no BENCHMARKS.md")
     args = ap.parse_args()
     if args.url:
         return url_figures(args.runs)
+    want = (lambda part: True) if args.only is None else args.only.__contains__
 
     work = Path(tempfile.mkdtemp(prefix="delayd-bench-"))
     server = RedisServer(str(work / "redis")).start()
@@ -291,46 +308,51 @@ def main() -> None:
             figs["luam"].add(calls * 100)
             r.flushall()
             client = Client.from_url(server.url)
-            print(f"run {run + 1}/{args.runs}: enqueue", flush=True)
-            r.flushall()
-            figs["add"].add(enqueue_single(client, r))
-            figs["addpct"].add(100 * figs["add"].values[-1] / figs["zadd1"].values[-1])
-            r.flushall()
-            figs["many"].add(enqueue_many(client, r))
-            figs["manypct"].add(100 * figs["many"].values[-1] / figs["zaddp"].values[-1])
-            figs["mem"].add(memory_per_task(client, r, N))
+            if want("add"):
+                print(f"run {run + 1}/{args.runs}: add", flush=True)
+                figs["add"].add(enqueue_single(client, r))
+                figs["addpct"].add(100 * figs["add"].values[-1] / figs["zadd1"].values[-1])
+                r.flushall()
+            if want("add_many"):
+                print(f"run {run + 1}/{args.runs}: add_many", flush=True)
+                figs["many"].add(enqueue_many(client, r))
+                figs["manypct"].add(100 * figs["many"].values[-1] / figs["zaddp"].values[-1])
+            if want("mem"):
+                figs["mem"].add(memory_per_task(client, r, N))
             r.flushall()
             client = Client.from_url(server.url)
-            for queues in (1, 2):
+            for queues in (1, 2) if want("drain") else ():
                 print(f"run {run + 1}/{args.runs}: drain with {queues} queue process(es)", flush=True)
                 with Daemon(server.url, work / f"state{queues}", buckets=4, queues=queues):
                     figs[f"drain{queues}"].add(drain(client, r))
                 r.flushall()
                 client = Client.from_url(server.url)
-            print(f"run {run + 1}/{args.runs}: drain with a handler doing one RPUSH", flush=True)
-            with Daemon(server.url, work / "stateio", buckets=4, queues=2, **handler_env(server.url)):
-                figs["drainio"].add(drain(client, r, call=RPUSH))
-            if r.llen("bench:pushed") < N:
-                raise SystemExit(f"the RPUSH handler pushed {r.llen('bench:pushed')} of {N}")
-            r.flushall()
-            client = Client.from_url(server.url)
-            for shards in (1, 3):
+            if want("drainio"):
+                print(f"run {run + 1}/{args.runs}: drain with a handler doing one RPUSH", flush=True)
+                with Daemon(server.url, work / "stateio", buckets=4, queues=2, **handler_env(server.url)):
+                    figs["drainio"].add(drain(client, r, call=RPUSH))
+                if r.llen("bench:pushed") < N:
+                    raise SystemExit(f"the RPUSH handler pushed {r.llen('bench:pushed')} of {N}")
+                r.flushall()
+                client = Client.from_url(server.url)
+            for shards in (1, 3) if want("cluster") else ():
                 print(f"run {run + 1}/{args.runs}: drain on a {shards}-shard Redis Cluster", flush=True)
                 with Cluster(shards) as cluster:
                     cc = Client.from_url(cluster.url)
                     with Daemon(cluster.url, work / f"cluster{shards}", buckets=4, queues=2):
                         figs[f"shard{shards}"].add(drain(cc, cc.redis))
                     cc.close()
-            print(f"run {run + 1}/{args.runs}: lateness and idle CPU (default settings)", flush=True)
-            with Daemon(server.url, work / "state", buckets=4, queues=2) as d:
-                client_ok_base[0] = client.stats()["counts"]["ok"]
-                p50, p99, mx, early = lateness(client, r)
-                figs["p50"].add(p50)
-                figs["p99"].add(p99)
-                figs["max"].add(mx)
-                figs["early"].add(early)
-                figs["idle"].add(idle_cpu(d))
-            r.flushall()
+            if want("lateness"):
+                print(f"run {run + 1}/{args.runs}: lateness and idle CPU (default settings)", flush=True)
+                with Daemon(server.url, work / "state", buckets=4, queues=2) as d:
+                    client_ok_base[0] = client.stats()["counts"]["ok"]
+                    p50, p99, mx, early = lateness(client, r)
+                    figs["p50"].add(p50)
+                    figs["p99"].add(p99)
+                    figs["max"].add(mx)
+                    figs["early"].add(early)
+                    figs["idle"].add(idle_cpu(d))
+                r.flushall()
         if args.big:
             client = Client.from_url(server.url)
             print("big: 1,000,000 pending", flush=True)
@@ -381,12 +403,13 @@ def main() -> None:
         "",
         "| figure | median | min–max | unit | target |",
         "| --- | --- | --- | --- | --- |",
-        *[f.row() for f in figs.values()],
+        *[f.row() for f in figs.values() if f.values or args.only is None],
         "",
     ]
     text = "\n".join(lines)
     print(text)
-    Path(args.out).write_text(text)
+    if args.only is None:
+        Path(args.out).write_text(text)
 
 
 if __name__ == "__main__":
