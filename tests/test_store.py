@@ -179,6 +179,22 @@ def test_readd_resets_a_finished_or_running_task(r, store, keys):
     assert record(r, store, "t:2")["status"] == "delayed"
 
 
+
+def test_a_replacement_sets_aside_index_keys_of_the_wrong_type(r, store, keys):
+    """add.lua checks the keys only a replacement touches at the first replacement of a call,
+    after the fresh tasks before it were written: a wrong type is renamed aside, nothing fails."""
+    add(store, "t", 1)
+    r.delete(keys.leases, keys.done("ok"), keys.quarantine)
+    r.set(keys.leases, "x")
+    r.rpush(keys.done("ok"), "x")
+    r.rpush(keys.quarantine, "x")
+    batch = [(task_of("t", i), "delay", 0) for i in (0, 1, 2)]  # fresh, replacement, fresh
+    assert store.add(keys, batch, False) == [1, 1, 1]
+    assert r.type(f"{keys.leases}:corrupt") == "string" and r.type(f"{keys.done('ok')}:corrupt") == "list"
+    assert r.type(f"{keys.quarantine}:corrupt") == "list"
+    assert sorted(r.zrange(keys.delayed, 0, -1)) == ["t:0", "t:1", "t:2"]
+    assert r.hget(keys.counts, "waiting|t") == "3"
+
 # -- promote -----------------------------------------------------------------------
 def test_promote_moves_only_due_tasks_never_early(r, store, keys):
     base = now_ms(r)

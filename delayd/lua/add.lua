@@ -7,16 +7,24 @@
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns one 1 (written) or 0 (exists, nx) per task.
+-- Redis work per call is what a single add (a web request) waits for, so a fresh task
+-- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
+-- replacement touches are type-checked at the first replacement (a RENAME aside cannot
+-- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
+-- type is checked by reading its head with pcall, before any write.
 local now = now_ms()
 local prefix, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
 local states = {nil, 'running', 'ok', 'failed', 'deleted'}
 local relative = {delay = true, ['delay*'] = true}
 local recurring = {['delay*'] = true, ['at*'] = true}
 local schedules = recurring_index(KEYS[9])
-expect('zset', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-expect('hash', KEYS[7], KEYS[8])
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head['err'] then
+  expect('zset', KEYS[1])
+  head = {}
+end
 local head_due = tonumber(head[2] or math.huge)
+local replacing = false  -- the replacement's keys were checked
 local earliest = math.huge
 local written = {}
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
@@ -37,6 +45,11 @@ for i = 4, #ARGV, 5 do
     if relative[mode] then due = now + value end
     local topic = topic_of(member)
     if exists then  -- a replacement: clear the old record and its index entries
+      if not replacing then
+        expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+        expect('hash', KEYS[8])
+        replacing = true
+      end
       old = old or {}
       -- A live ready-list entry of the old record goes stale with it.
       if old[2] == '1' then count_ready(old[3], topic, -1) end
