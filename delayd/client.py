@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 
 from . import connection, held
 from . import stats as stats_mod
-from .client_base import ADD_BATCH, TASK_FIELDS, BaseClient, Built, to_ms
+from .client_base import ADD_BATCH, NEXT_CRON, TASK_FIELDS, BaseClient, Built, to_ms
 from .client_errors import (AddInterrupted, DelaydError, DurabilityError, RedisUnavailable, counting_adds,
                             redis_errors, refusal)
 from .listing import Walk
@@ -59,11 +59,15 @@ class Client(BaseClient):
         durable=True returns only once the write is on a replica or on disk (see delayd.durable);
         DurabilityError when this Redis cannot confirm that (then nothing is written).
         """
-        store, (item,) = run(self.redis, self.prepared_steps([self.build(topic, id, **fields)]))
+        item = self.build(topic, id, **fields)
+        store = self._store
+        if store is None or item[1] == NEXT_CRON:  # else prepared_steps would need no request
+            store, (item,) = run(self.redis, self.prepared_steps([item]))
+        keys = store.keys_for(item[0].key)
         if durable:
             wait = run(self.redis, self.durable_steps())
-            return bool(self._add_calls([(store.keys_for(item[0].key), [item])], nx, wait))
-        return bool(store.add(store.keys_for(item[0].key), [item], nx, client=self._held)[0])
+            return bool(self._add_calls([(keys, [item])], nx, wait))
+        return bool(store.add(keys, [item], nx, held=self._held)[0])
 
     @redis_errors
     def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False, durable: bool = False) -> int:

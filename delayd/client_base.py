@@ -99,7 +99,7 @@ class BaseClient:
         return f"{type(self).__name__}({connection.redact(self.url)!r}, prefix={self.prefix!r})"
 
     # -- validation (pure) -------------------------------------------------------------
-    def build(self, topic: Any, id: Any, *, delay: float | None = None, at: Any = None,
+    def build(self, topic: Any = None, id: Any = None, *, delay: float | None = None, at: Any = None,
               **fields: Any) -> Built:
         """Validate one add's arguments: (task, 'delay'|'at', ms). Raises TaskError."""
         unknown = fields.keys() - TASK_FIELDS
@@ -127,12 +127,12 @@ class BaseClient:
     def build_many(self, items: Iterable[dict[str, Any]]) -> list[Built]:
         """Validate add_many's items (each named by its index in an error), before anything is written."""
         built: list[Built] = []
+        build, append = self.build, built.append
         for n, item in enumerate(items):
             if not isinstance(item, dict):
                 raise TaskError(f"item {n}: expected a dict of add() arguments")
-            item = dict(item)
             try:
-                built.append(self.build(item.pop("topic", None), item.pop("id", None), **item))
+                append(build(**item))  # (a missing topic or id is None: refused as such)
             except TaskError as exc:
                 raise TaskError(f"item {n}: {exc}") from None
         return built

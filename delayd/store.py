@@ -16,6 +16,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import redis
 from redis.cluster import RedisCluster
 
+from . import resp
 from .config import MAX_BUCKETS
 from .held import checked_out
 from .steps import Steps, ScriptCall, command, run
@@ -236,6 +237,20 @@ class Script:
         with checked_out(client) as conn:
             return self.stream(conn, calls, window=len(calls))
 
+    def head(self, keys: Sequence[Any], args: Sequence[Any]) -> resp.Head:
+        """EVALSHA of this script with `keys` and leading `args`, packed once: head.pack(more_args)
+        is a whole call (see delayd.resp)."""
+        return resp.Head("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    def request(self, held: Any, packed: bytes) -> Any:
+        """One call packed by head() on `held` (a delayd.held.HeldConnection); after NOSCRIPT,
+        SCRIPT LOAD and the same call again (the SHA does not change)."""
+        try:
+            return held.request(packed)
+        except redis.exceptions.NoScriptError:
+            held.request(resp.pack(("SCRIPT", "LOAD", self.source)))
+            return held.request(packed)
+
     def stream(self, conn: Any, calls: Iterable[tuple[Sequence[str], Sequence[Any]]],
                window: int = STREAM_WINDOW, reload: bool = True, replies: list[Any] | None = None) -> list[Any]:
         """Run many calls of this script on `conn`: see `stream`."""
@@ -362,6 +377,7 @@ class Store:
         self.prefix = prefix
         self.buckets = buckets
         self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
+        self._add_heads: dict[tuple[int, bool], resp.Head] = {}
 
     def keys_for(self, member: str) -> BucketKeys:
         return self.keys[bucket_of(member, self.buckets)]
@@ -381,9 +397,20 @@ class Store:
                  keys.paused, keys.quarantine, keys.recurring],
                 [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)])
 
-    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool, client: Any = None) -> Any:
-        """Write tasks of one bucket in one script call; returns 1/0 per task."""
-        return SCRIPTS["add"](client or self.redis, *self.add_call(keys, tasks, nx))
+    def add_packed(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> bytes:
+        """add_call as one packed EVALSHA (the part that is the same for every call of a bucket
+        is packed once)."""
+        head = self._add_heads.get((keys.bucket, nx))
+        if head is None:
+            head = self._add_heads[keys.bucket, nx] = SCRIPTS["add"].head(*self.add_call(keys, [], nx))
+        return head.pack(self.add_args(tasks))
+
+    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool, held: Any = None) -> Any:
+        """Write tasks of one bucket in one script call; returns 1/0 per task. `held`: a
+        delayd.held.HeldConnection to send it on instead of the store's client."""
+        if held is not None:
+            return SCRIPTS["add"].request(held, self.add_packed(keys, tasks, nx))
+        return SCRIPTS["add"](self.redis, *self.add_call(keys, tasks, nx))
 
     def delete_steps(self, member: str, hard: bool, retention_ms: int) -> Steps[bool]:
         keys = self.keys_for(member)

@@ -29,6 +29,10 @@ TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode
+_json_text = json.encoder.encode_basestring_ascii  # a str as JSON, as json.dumps writes it
+
+
 class TaskError(ValueError):
     """A task that fails validation. The message is one line, fit for a user."""
 
@@ -68,6 +72,11 @@ def parse_intervals(value: Any) -> list[float]:
 
 
 def _check_name(what: str, value: Any) -> str:
+    if type(value) is int:  # digits (and a sign): only the length can be wrong
+        text = str(value)
+        if len(text) > MAX_NAME:
+            raise TaskError(f"{what} is longer than {MAX_NAME} characters")
+        return text
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise TaskError(f"{what} must be a string or an integer")
     text = str(value)
@@ -77,10 +86,11 @@ def _check_name(what: str, value: Any) -> str:
         raise TaskError(f"{what} is longer than {MAX_NAME} characters")
     if _BAD_NAME_CHARS.search(text):
         raise TaskError(f"{what} must not contain spaces or control characters")
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise TaskError(f"{what} is not valid UTF-8 text") from None
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise TaskError(f"{what} is not valid UTF-8 text") from None
     return text
 
 
@@ -183,8 +193,7 @@ class Task:
         id = _check_name("id", id)
         if ":" in id:
             raise TaskError("id must not contain ':' (the key is topic:id)")
-        targets = [name for name, value in (("call", call), ("url", url), ("push", push)) if value]
-        if len(targets) != 1:
+        if (not call) + (not url) + (not push) != 2:
             raise TaskError("give exactly one of call, url or push")
         if call is not None:
             check_target("call", call)
@@ -199,7 +208,7 @@ class Task:
                 raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
         if push is not None:
             push = _check_name("push list", push)
-        if not isinstance(method, str) or method.upper() not in METHODS:
+        if method != "GET" and (not isinstance(method, str) or method.upper() not in METHODS):
             raise TaskError(f"method must be GET or POST, got {method!r}")
         if body not in BODIES:
             raise TaskError(f"body must be 'form' or 'json', got {body!r}")
@@ -215,9 +224,9 @@ class Task:
             if len(encoded.encode()) > params_limit:
                 raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
             params = json.loads(encoded)
-        if not isinstance(persistent, bool):
+        if persistent is not True and persistent is not False:
             raise TaskError("persistent must be true or false")
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 3:
+        if priority not in (1, 2, 3) or isinstance(priority, bool) or not isinstance(priority, int):
             raise TaskError(f"priority must be 1, 2 or 3, got {priority!r}")
         if callback is not None:
             check_target("callback", callback)
@@ -228,7 +237,7 @@ class Task:
             every, cron, tz = _check_schedule(intervals, every, cron, tz)
         return cls(
             topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
-            params=params, intervals=parse_intervals(intervals), persistent=persistent,
+            params=params, intervals=[0] if intervals is None else parse_intervals(intervals), persistent=persistent,
             priority=priority, callback=callback, timeout=timeout, every=every, cron=cron, tz=tz,
         )
 
@@ -238,27 +247,33 @@ class Task:
 
         Topic and id are not in it: they are the record's member (`topic:id`), which
         the key and every index already hold, so a record always runs as the task
-        its key names."""
-        spec: dict[str, Any] = {}
-        for name in ("call", "url", "push", "callback", "timeout", "every", "cron"):
+        its key names. Written piece by piece (the same text as json.dumps with compact
+        separators; every add pays for it), the target first: add.lua flags a URL
+        task by its spec starting `{"url":`."""
+        spec = []
+        for name in ("call", "url", "push", "callback"):
             value = getattr(self, name)
             if value is not None:
-                spec[name] = value
+                spec.append(f'"{name}":{_json_text(value)}')
+        for name in ("timeout", "every", "cron"):
+            value = getattr(self, name)
+            if value is not None:
+                spec.append(f'"{name}":{_compact_json(value)}')
         # method and body matter only for url tasks, but are kept if given so that
         # a task reads back exactly as it was added.
         if self.url or self.method != "GET":
-            spec["method"] = self.method
+            spec.append(f'"method":{_json_text(self.method)}')
         if self.body != "form":
-            spec["body"] = self.body
+            spec.append(f'"body":{_json_text(self.body)}')
         if self.params:
-            spec["params"] = self.params
+            spec.append(f'"params":{_compact_json(self.params)}')
         if self.intervals != [0]:
-            spec["intervals"] = self.intervals
+            spec.append(f'"intervals":{_compact_json(self.intervals)}')
         if not self.persistent:
-            spec["persistent"] = False
+            spec.append('"persistent":false')
         if self.tz is not None and self.tz != "UTC":
-            spec["tz"] = self.tz
-        return json.dumps(spec, separators=(",", ":"))
+            spec.append(f'"tz":{_json_text(self.tz)}')
+        return "{" + ",".join(spec) + "}"
 
     @classmethod
     def from_record(cls, member: str, record: dict[str, Any]) -> "Task":

@@ -364,3 +364,35 @@ def test_fractional_repeat_gap_is_kept():
     task = new(intervals=[0, 0.25])
     task.runs = 1
     assert task.next_gap() == 0.25
+
+
+SPEC_CASES = [
+    dict(call="shop.tasks:cancel"),
+    dict(url="https://ex.example/é?x=\"1\"", method="post", body="json", params={"a": [1, 2.5, None], "é": "ü"}),
+    dict(push="out:list", intervals=[0, 1.5, 30], persistent=False, priority=3, callback="a.b:c", timeout=2.5),
+    dict(call="a:b", every=90),
+    dict(call="a:b", cron="*/5 * * * *", tz="Europe/Paris"),
+    dict(call="a:b", cron="0 3 * * *", method="POST"),
+]
+
+
+@pytest.mark.parametrize("fields", SPEC_CASES)
+def test_spec_json_is_the_compact_json_of_the_spec(fields):
+    """spec_json writes its text piece by piece: the same text json.dumps writes for the same dict."""
+    task = Task.new("t", 1, **fields)
+    expected = {name: getattr(task, name) for name in ("call", "url", "push", "callback", "timeout", "every", "cron")
+                if getattr(task, name) is not None}
+    if task.url or task.method != "GET":
+        expected["method"] = task.method
+    if task.body != "form":
+        expected["body"] = task.body
+    if task.params:
+        expected["params"] = task.params
+    if task.intervals != [0]:
+        expected["intervals"] = task.intervals
+    if not task.persistent:
+        expected["persistent"] = False
+    if task.tz not in (None, "UTC"):
+        expected["tz"] = task.tz
+    assert task.spec_json() == json.dumps(expected, separators=(",", ":"))
+    assert Task.from_record("t:1", {"spec": task.spec_json(), "priority": str(task.priority)}) == task

@@ -1,0 +1,81 @@
+"""The held connection of single adds (delayd/held.py): its own socket reads, against a real Redis."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from delayd import Client, RedisUnavailable
+from redis_server import RedisServer
+
+
+def client_ids(r) -> set[int]:
+    return {c["id"] for c in r.client_list()}
+
+
+def test_an_add_after_the_server_closed_the_idle_connection_writes_once(client, r):
+    client.add("t", 1, call="a:b")
+    mine = client_ids(r) - {r.client_id()}
+    for cid in mine:
+        r.client_kill_filter(_id=cid)
+    assert client.add("t", 2, call="a:b") is True
+    assert client.add("t", 2, call="a:b", nx=True) is False  # written once
+    assert client.get("t", 2).status == "delayed"
+
+
+def test_an_error_reply_leaves_the_held_connection_in_step(client, r):
+    """An error reply (OOM) is raised once; the next add reads its own reply, not a stale one."""
+    client.add("seed", 1, call="a:b")
+    r.config_set("maxmemory", 1)  # noeviction: every write is refused
+    try:
+        with pytest.raises(RedisUnavailable, match="OOM"):
+            client.add("t", 1, call="a:b")
+    finally:
+        r.config_set("maxmemory", 0)
+    assert client.add("t", 1, call="a:b", nx=True) is True
+    assert client.add("t", 1, call="a:b", nx=True) is False
+
+
+def test_threads_share_a_client(client, r):
+    """A thread that finds the held connection busy takes a pooled one: every add is answered."""
+    results: list[bool] = []
+
+    def adder(n: int) -> None:
+        results.extend(client.add("t", f"{n}-{i}", call="a:b", nx=True) for i in range(200))
+
+    threads = [threading.Thread(target=adder, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [True] * 800
+    assert client.stats()["counts"]["delayed"] == 800
+
+
+def test_an_add_after_a_redis_restart(tmp_path):
+    server = RedisServer(str(tmp_path)).start()
+    try:
+        client = Client.from_url(server.url)
+        client.add("t", 1, call="a:b")
+        server.restart()
+        assert client.add("t", 2, call="a:b") is True
+        assert client.get("t", 2) is not None
+    finally:
+        server.kill()
+    with pytest.raises(RedisUnavailable, match=str(server.port)):
+        client.add("t", 3, call="a:b")
+
+
+def test_a_forked_child_adds_on_a_connection_of_its_own(client, r):
+    client.add("t", 0, call="a:b")
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 if its add was answered
+        try:
+            os._exit(0 if client.add("t", "child", call="a:b", nx=True) is True else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert client.add("t", 1, call="a:b", nx=True) is True  # the parent's connection is still in step
+    assert client.get("t", "child") is not None
