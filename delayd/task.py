@@ -112,7 +112,7 @@ def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
     return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     """One delayed or recurring task, as handlers and the Client see it.
 

@@ -63,22 +63,27 @@ for i = 4, #ARGV, 5 do
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
     -- already that high (bumped more than once a ms), which must still go up.
-    local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
-    -- A URL task is flagged `url=1`, so promote picks its ready list without reading the spec.
-    if is_url(spec) then
-      fields[#fields + 1] = 'url'
-      fields[#fields + 1] = '1'
-    end
-    if priority ~= DEFAULT_PRIORITY then
-      fields[#fields + 1] = 'priority'
-      fields[#fields + 1] = priority
-    end
     local token = exists and claim_token(old[4], old[5]) + 1 or now
-    if token > now then
-      fields[#fields + 1] = 'claim'
-      fields[#fields + 1] = token
+    local url = is_url(spec)
+    if not url and priority == DEFAULT_PRIORITY and token <= now then  -- the usual case: no table to build
+      redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now, 'due', due)
+    else
+      local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
+      -- A URL task is flagged `url=1`, so promote picks its ready list without reading the spec.
+      if url then
+        fields[#fields + 1] = 'url'
+        fields[#fields + 1] = '1'
+      end
+      if priority ~= DEFAULT_PRIORITY then
+        fields[#fields + 1] = 'priority'
+        fields[#fields + 1] = priority
+      end
+      if token > now then
+        fields[#fields + 1] = 'claim'
+        fields[#fields + 1] = token
+      end
+      redis.call('HSET', task_key, unpack(fields))
     end
-    redis.call('HSET', task_key, unpack(fields))
     local scores = by_topic[topic]
     if not scores then
       scores = {}
