@@ -15,10 +15,10 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import connection
 from .client_base import BaseClient, Built
-from .client_errors import redis_errors
+from .client_errors import counting_adds, redis_errors
 from .listing import Walk
 from .steps import Steps, run_async
-from .store import SCRIPTS, BucketKeys, Store
+from .store import SCRIPTS, BucketKeys
 from .task import Task
 
 
@@ -58,7 +58,7 @@ class AsyncClient(BaseClient):
     async def add(self, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
         """Client.add, awaitable."""
         store, (item,) = await run_async(self.redis, self.prepared_steps([self.build(topic, id, **fields)]))
-        return bool(await self._write([(store.keys_for(item[0].key), [item])], store, nx, durable))
+        return bool(await self._write([(store.keys_for(item[0].key), [item])], nx, durable))
 
     @redis_errors
     async def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False, durable: bool = False) -> int:
@@ -69,26 +69,26 @@ class AsyncClient(BaseClient):
     async def add_built(self, built: list[Built], nx: bool = False, durable: bool = False) -> int:
         """Client.add_built, awaitable."""
         store, built = await run_async(self.redis, self.prepared_steps(built))
-        return await self._write(self.batches(store, built), store, nx, durable)
+        return await self._write(self.batches(store, built), nx, durable)
 
-    async def _write(self, calls: list[tuple[BucketKeys, list[Built]]], store: Store, nx: bool,
-                     durable: bool) -> int:
-        """add.lua calls; durable: in one pipeline (one connection) ended by WAIT/WAITAOF."""
+    async def _write(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool, durable: bool) -> int:
+        """add.lua calls streamed on one connection, as Client's (BaseClient.write_steps)."""
         wait = await run_async(self.redis, self.durable_steps()) if durable else ()
-        script = SCRIPTS["add"]
-        if not wait:
-            return sum([sum(await script.call_async(self.redis, *store.add_call(keys, entries, nx)))
-                        for keys, entries in calls])
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.execute_command("SCRIPT LOAD", script.source)  # so that no EVALSHA below meets NOSCRIPT
-        for keys, entries in calls:
-            call_keys, args = store.add_call(keys, entries, nx)
-            pipe.execute_command("EVALSHA", script.sha, len(call_keys), *call_keys, *args)
-        pipe.execute_command(*wait)
-        _, *results, reply = await pipe.execute()
-        written = sum(sum(r) for r in results)
-        self.unconfirmed(wait, reply, written)
-        return written
+        if self.on_cluster:  # one call per batch, as Client's (durable_steps refused durable=True)
+            with counting_adds(self, sum(len(entries) for _, entries in calls)) as replies:
+                for keys, entries in calls:
+                    call = self._store.add_call(keys, entries, nx)
+                    replies.append(await SCRIPTS["add"].call_async(self.redis, *call))
+                return sum(sum(reply) for reply in replies)
+        pool = self.redis.connection_pool
+        conn = await pool.get_connection()
+        try:
+            return await run_async(conn, self.write_steps(calls, nx, wait))
+        except BaseException:
+            await conn.disconnect()  # dropped rather than returned with replies in flight
+            raise
+        finally:
+            await pool.release(conn)
 
     @redis_errors
     async def iter_tasks(self, topic: str | None = None, status: str | None = None,

@@ -18,7 +18,7 @@ from .client_errors import (AddInterrupted, DelaydError, DurabilityError, RedisU
                             redis_errors, refusal)
 from .listing import Walk
 from .steps import Steps, run
-from .store import SCRIPTS, BucketKeys
+from .store import BucketKeys
 from .task import Task
 
 __all__ = ["Client", "DelaydError", "DurabilityError", "RedisUnavailable", "AddInterrupted", "ADD_BATCH",
@@ -82,28 +82,19 @@ class Client(BaseClient):
     def add_built(self, built: list[Built], nx: bool = False, durable: bool = False) -> int:
         """Write tasks already validated by build() (what add_many does after validating)."""
         store, built = run(self.redis, self.prepared_steps(built))
-        wait = run(self.redis, self.durable_steps()) if durable else None
+        wait = run(self.redis, self.durable_steps()) if durable else ()
         return self._add_calls(self.batches(store, built), nx, wait)
 
     def _add_calls(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
-                   wait: tuple[Any, ...] | None = None) -> int:
-        # A batch that fails raises AddInterrupted, counting what the replies before it wrote.
-        with counting_adds(self, sum(len(entries) for _, entries in calls)) as replies:
-            if self.on_cluster:
-                # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
+                   wait: tuple[Any, ...] = ()) -> int:
+        if self.on_cluster:
+            # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
+            # A batch that fails raises AddInterrupted, counting what the replies before it wrote.
+            with counting_adds(self, sum(len(entries) for _, entries in calls)) as replies:
                 replies += (self.store.add(keys, entries, nx) for keys, entries in calls)
                 return sum(sum(reply) for reply in replies)
-            with held.checked_out(self.redis) as conn:
-                # Packed lazily: Redis runs one batch while the next is packed (Script.stream).
-                results = SCRIPTS["add"].stream(
-                    conn, (self.store.add_call(keys, entries, nx) for keys, entries in calls), replies=replies)
-                reply = None
-                if wait:  # on the same connection: WAIT/WAITAOF count that connection's writes
-                    conn.send_command(*wait)
-                    reply = conn.read_response()
-        written = sum(sum(r) for r in results)
-        self.unconfirmed(wait or (), reply, written)
-        return written
+        with held.checked_out(self.redis) as conn:
+            return run(conn, self.write_steps(calls, nx, wait))
 
     delete = _sync(BaseClient.delete_steps)
     retry = _sync(BaseClient.retry_steps)

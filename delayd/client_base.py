@@ -4,6 +4,7 @@ own connection (redis-py or redis.asyncio)."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -13,8 +14,9 @@ from . import config as config_mod
 from . import connection, embedded, registry, schedule
 from . import durable as durable_mod
 from . import stats as stats_mod
-from .client_errors import DelaydError, DurabilityError
-from .steps import ScriptCall, Steps, command
+from .client_errors import REDIS_FAILURES, DelaydError, DurabilityError, interrupted, refusal
+from .resp import pack
+from .steps import Read, ScriptCall, Send, Steps, command
 from .store import SCRIPTS, BucketKeys, Store, StoreError, bucket_count, bucket_of
 from .task import Task, TaskError, check_topic, module_allowed
 
@@ -83,6 +85,7 @@ class BaseClient:
         self.allowed_modules = tuple(allowed_modules) if allowed_modules is not None else None
         self.redis = self.connect(self.url)
         self._store: Store | None = None
+        self._durable_plan: tuple[float, tuple[Any, ...]] | None = None  # (until, WAIT or WAITAOF): see durable_steps
 
     def connect(self, url: str) -> Any:
         raise NotImplementedError
@@ -148,9 +151,36 @@ class BaseClient:
 
     def unconfirmed(self, wait: tuple[Any, ...], reply: Any, written: int) -> None:
         """Raise DurabilityError if `reply` to `wait` does not confirm the write."""
-        if wait and not durable_mod.confirmed(wait, reply):
+        if wait and (isinstance(reply, Exception) or not durable_mod.confirmed(wait, reply)):
+            answer = f" ({refusal(reply)})" if isinstance(reply, Exception) else ""
             raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "
-                                  f"{self.durable_timeout:g} s: they may be lost if Redis fails now")
+                                  f"{self.durable_timeout:g} s{answer}: they may be lost if Redis fails now")
+
+    def write_steps(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
+                    wait: tuple[Any, ...] = ()) -> Steps[int]:
+        """The add.lua calls of validated tasks on one connection (Send/Read: the caller's alone),
+        streamed (Script.stream_steps), then `wait` (durable: WAIT/WAITAOF count that connection's
+        writes). Returns how many were written; AddInterrupted if a call fails midway."""
+        store = self._store
+        results: list[Any] = []
+        try:
+            yield from SCRIPTS["add"].stream_steps((store.add_packed(keys, entries, nx) for keys, entries in calls),
+                                                   results=results)
+            reply = None
+            if wait:
+                yield Send(pack(wait))
+                try:
+                    reply = yield Read()
+                except redis.exceptions.ResponseError as exc:  # WAITAOF on a Redis whose AOF was turned off
+                    reply = exc
+            written = sum(sum(r) for r in results)
+            self.unconfirmed(wait, reply, written)
+            return written
+        except BaseException as exc:
+            self._durable_plan = None  # asked again next time: a failure may mean Redis changed
+            if isinstance(exc, REDIS_FAILURES):
+                raise interrupted(self, exc, results, sum(len(entries) for _, entries in calls)) from None
+            raise
 
     # -- steps (run by each flavour on its connection) ---------------------------------
     def store_steps(self) -> Steps[Store]:
@@ -182,18 +212,27 @@ class BaseClient:
         return store, out
 
     def durable_steps(self) -> Steps[tuple[Any, ...]]:
-        """How this Redis confirms a write now (WAIT, WAITAOF or nothing needed); DurabilityError if it cannot."""
+        """How this Redis confirms a write now (WAIT, WAITAOF or nothing needed); DurabilityError if it cannot.
+
+        A WAIT or WAITAOF plan is kept for durable_mod.PLAN_TTL seconds (and forgotten after any
+        failed write): its own reply says whether the write was confirmed, so a stale plan can
+        fail an add (DurabilityError, written but not confirmed) but never claim what is not true.
+        `appendfsync always` (nothing to wait for) is asked for at every add."""
         if self.on_cluster:
             raise DurabilityError("durable=True is not supported on Redis Cluster; nothing was written")
+        if self._durable_plan is not None and time.monotonic() < self._durable_plan[0]:
+            return self._durable_plan[1]
         info = yield command("INFO")
         try:
             appendfsync = (yield command("CONFIG GET", "appendfsync")).get("appendfsync")
         except redis.exceptions.ResponseError:  # CONFIG renamed or refused (managed Redis)
             appendfsync = None
         try:
-            return durable_mod.command(info, appendfsync, int(self.durable_timeout * 1000))
+            wait = durable_mod.command(info, appendfsync, int(self.durable_timeout * 1000))
         except durable_mod.Unconfirmable as exc:
             raise DurabilityError(f"Redis at {connection.where(self.url)}: {exc}; nothing was written") from None
+        self._durable_plan = (time.monotonic() + durable_mod.PLAN_TTL, wait) if wait else None
+        return wait
 
     def delete_steps(self, topic: Any, id: Any, hard: bool = False) -> Steps[bool]:
         """Mark a task deleted (it never runs again); hard=True removes every trace."""

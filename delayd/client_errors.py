@@ -77,12 +77,17 @@ def counting_adds(client: Any, total: int) -> Iterator[list[Any]]:
     try:
         yield replies
     except REDIS_FAILURES as exc:
-        error = unavailable(client, exc)
-        if error is None:
-            raise
-        written = sum(sum(reply) for reply in replies if isinstance(reply, list))
-        raise AddInterrupted(str(error), written, total, exact=isinstance(exc, redis.exceptions.ResponseError)) \
-            from None
+        raise interrupted(client, exc, replies, total) from None
+
+
+def interrupted(client: Any, exc: Exception, replies: list[Any], total: int) -> Exception:
+    """add_many's failure `exc` as AddInterrupted, counting what `replies` (add.lua's, read before
+    it; None for a call not answered) wrote; `exc` itself if it is not about Redis."""
+    error = unavailable(client, exc)
+    if error is None:
+        return exc
+    written = sum(sum(reply) for reply in replies if isinstance(reply, list))
+    return AddInterrupted(str(error), written, total, exact=isinstance(exc, redis.exceptions.ResponseError))
 
 
 def refusal(exc: Exception) -> str:

@@ -14,8 +14,12 @@ anything is written:
 4. else it cannot be confirmed (no replica, and no AOF, or an AOF with `everysec` on a
    Redis older than 7.2): the add raises DurabilityError and writes nothing.
 
-The wait is sent in the same pipeline as the write: WAIT and WAITAOF count the
-writes of their own connection. If the wait times out, DurabilityError says that
+The wait is sent on the same connection as the write, after it: WAIT and WAITAOF
+count the writes of their own connection. A client keeps a WAIT or WAITAOF plan for
+PLAN_TTL seconds instead of sending INFO and CONFIG GET before every add: their reply
+still decides (a replica gone or an AOF turned off makes the add fail as unconfirmed,
+and the plan is asked for again); `appendfsync always`, which nothing confirms
+afterwards, is checked before every add. If the wait times out, DurabilityError says that
 the tasks were written but not confirmed (they are in Redis and will most likely
 run; they are not known to survive a crash of Redis).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 DEFAULT_TIMEOUT = 5.0  # seconds a durable add waits for the confirmation
+PLAN_TTL = 10.0  # seconds a client keeps a WAIT / WAITAOF plan before asking INFO and CONFIG again
 
 
 class Unconfirmable(Exception):

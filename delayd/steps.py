@@ -1,7 +1,8 @@
 """Redis operations written once for the sync Client and the AsyncClient (sans-I/O).
 
 An operation is a generator: it yields the Redis requests it needs (a `Command`, a `Batch`
-of commands in one round trip, or a `ScriptCall` of a store.Script), receives each reply (or has the request's exception
+of commands in one round trip, a `ScriptCall` of a store.Script, or `Send`/`Read` on a
+checked-out connection), receives each reply (or has the request's exception
 raised at the `yield`), and returns its result. `run` drives it on a redis-py client,
 `run_async` on a redis.asyncio one: validation, key layout and reply decoding exist once.
 """
@@ -61,6 +62,29 @@ class Batch(NamedTuple):
 
     async def call_async(self, client: Any) -> Any:
         return await self._pipeline(client).execute(raise_on_error=False)
+
+
+class Send(NamedTuple):
+    """Send one packed command (delayd.resp) on a connection the caller has checked out; its
+    reply is read by a later Read: several requests can be in flight (Script.stream_steps)."""
+
+    packed: bytes
+
+    def call(self, conn: Any) -> None:
+        conn.send_packed_command([self.packed])  # (a list of chunks: bytes alone would be iterated)
+
+    async def call_async(self, conn: Any) -> None:
+        await conn.send_packed_command([self.packed])
+
+
+class Read(NamedTuple):
+    """Read the next reply on that connection (an error reply is raised at the yield)."""
+
+    def call(self, conn: Any) -> Any:
+        return conn.read_response()
+
+    async def call_async(self, conn: Any) -> Any:
+        return await conn.read_response()
 
 
 def run(client: Any, steps: Steps[T]) -> T:

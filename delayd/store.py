@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import math
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -19,7 +20,7 @@ from redis.cluster import RedisCluster
 from . import resp
 from .config import MAX_BUCKETS
 from .held import checked_out
-from .steps import Steps, ScriptCall, command, run
+from .steps import Read, ScriptCall, Send, Steps, command, run
 from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
@@ -250,6 +251,61 @@ class Script:
         except redis.exceptions.NoScriptError:
             held.request(resp.pack(("SCRIPT", "LOAD", self.source)))
             return held.request(packed)
+
+    def stream_steps(self, calls: Iterable[bytes], window: int = STREAM_WINDOW,
+                     results: list[Any] | None = None) -> Steps[list[Any]]:
+        """Run many calls packed by head() on one connection (the caller's alone), `window` calls
+        ahead of the replies: Redis runs call k while Python packs the next ones, where a pipeline
+        packs all, then waits for all. Calls are produced lazily. Returns one reply per call;
+        `results`, if given, is that list as it fills: None for a call sent and not answered
+        (what is known if the connection fails).
+
+        The first call refused with NOSCRIPT (Redis lost its script cache) is followed at once
+        by a SCRIPT LOAD, and each refused call is sent again, once, in its order. After an error
+        reply nothing more is sent; the first error is raised once the replies in flight are read.
+        Connection errors leave the connection to be dropped.
+        """
+        results = [] if results is None else results
+        sent: list[bytes] = []
+        pending: deque[int | None] = deque()  # what each reply in flight answers: a call, or the SCRIPT LOAD
+        again: set[int] = set()
+        errors: list[Exception] = []
+
+        def read() -> Steps[None]:
+            n = pending.popleft()
+            try:
+                reply = yield Read()
+            except redis.exceptions.NoScriptError as exc:
+                if n is None or n in again or errors:  # (after an error nothing more is sent)
+                    errors.append(exc)
+                    return
+                if not again:
+                    yield Send(resp.pack(("SCRIPT", "LOAD", self.source)))
+                    pending.append(None)
+                again.add(n)
+                yield Send(sent[n])
+                pending.append(n)
+                return
+            except redis.exceptions.ResponseError as exc:
+                errors.append(exc)
+                return
+            if n is not None:
+                results[n] = reply
+
+        for call in calls:
+            if errors:
+                break
+            sent.append(call)
+            results.append(None)
+            yield Send(call)
+            pending.append(len(sent) - 1)
+            while len(pending) > window:
+                yield from read()
+        while pending:
+            yield from read()
+        if errors:
+            raise errors[0]
+        return results
 
     def stream(self, conn: Any, calls: Iterable[tuple[Sequence[str], Sequence[Any]]],
                window: int = STREAM_WINDOW, reload: bool = True, replies: list[Any] | None = None) -> list[Any]:

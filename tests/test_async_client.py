@@ -120,6 +120,28 @@ def test_errors_of_the_same_classes_as_clients(redis_url, r, tmp_path):
         AsyncClient.from_url("http://127.0.0.1/")
 
 
+def test_add_many_streams_its_calls_and_loads_the_script_again(redis_url, r):
+    """Many add.lua calls in flight on one connection (not one awaited after the other), a
+    NOSCRIPT answered by one SCRIPT LOAD, and bad input (the last item) writing nothing."""
+    items = [{"topic": "bulk", "id": i, "call": "a:b"} for i in range(5000)]
+
+    async def app() -> tuple[int, int]:
+        async with AsyncClient.from_url(redis_url) as c:
+            await c.add("seed", 1, call="a:b")
+            keys = r.dbsize()
+            with pytest.raises(TaskError, match="item 4999"):
+                await c.add_many(items[:-1] + [{**items[-1], "priority": 7}])
+            assert r.dbsize() == keys
+            r.script_flush()
+            r.config_resetstat()
+            return await c.add_many(items), await c.add_many(items[:10], nx=True)
+
+    assert asyncio.run(app()) == (5000, 0)
+    stats = r.info("commandstats")
+    assert stats["cmdstat_script"]["calls"] == 1  # one SCRIPT LOAD for every call refused
+    assert Client.from_url(redis_url).stats()["counts"]["delayed"] == 5001
+
+
 async def _durable_add(url: str, n: int) -> tuple[bool, int]:
     async with AsyncClient.from_url(url) as c:
         one = await c.add("d", 0, call="delayd.examples:noop", durable=True)

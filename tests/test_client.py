@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import tempfile
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from delayd import Client, RedisUnavailable, Task, TaskError
+from delayd import AddInterrupted, Client, RedisUnavailable, Task, TaskError
 from delayd import config as config_mod
 from delayd.store import meta_key
-from redis_server import RedisServer, free_port
+from redis_server import RedisServer, free_port, wait_for
 
 
 def now_s(r) -> float:
@@ -184,11 +185,43 @@ def test_add_many_validates_everything_before_writing(client, r):
     with pytest.raises(TaskError, match="item 550"):
         client.add_many(items)
     assert r.dbsize() == 0
+    many = [{"topic": "bulk", "id": i, "call": "a:b"} for i in range(5000)]  # more calls than the stream's window
+    many[-1]["priority"] = 7
+    with pytest.raises(TaskError, match="item 4999"):
+        client.add_many(many)
+    assert r.dbsize() == 0
     for bad in (["not a dict"], [{"id": 1, "call": "a:b"}], [{"topic": "t", "id": 1, "call": "a:b", "bogus": 1}],
                 [{"topic": "t", "id": 1, "call": "a:b", "at": "whenever"}]):
         with pytest.raises(TaskError, match="item 0"):
             client.add_many(bad)
     assert r.dbsize() == 0
+
+
+def test_a_connection_lost_midway_says_how_many_were_written(client, r):
+    """Killed while calls are streamed (several in flight): AddInterrupted counts the tasks of the
+    replies read ("at least": a call in flight may have been written too)."""
+    items = [{"topic": "lost", "id": i, "call": "a:b"} for i in range(200_000)]
+    outcome: dict = {}
+
+    def add_many() -> None:
+        try:
+            outcome["written"] = client.add_many(items)
+        except AddInterrupted as exc:
+            outcome["error"] = exc
+
+    adder = threading.Thread(target=add_many)
+    adder.start()
+    keys = client.store.keys
+    wait_for(lambda: sum(r.zcard(k.delayed) for k in keys) > 0 or not adder.is_alive(), 60,
+             message="the first calls to be written")
+    r.client_kill_filter(_type="normal", skipme=True)
+    adder.join()
+    error = outcome.get("error")
+    assert error is not None, f"add_many finished before the kill: {outcome}"
+    in_redis = sum(r.zcard(k.delayed) for k in keys)
+    assert error.written <= in_redis < len(items) and error.total == len(items) and not error.exact
+    assert "\n" not in str(error) and f"(after at least {error.written} of {len(items)} tasks" in str(error)
+    assert client.add("after", 1, call="a:b") is True  # the client reconnects
 
 
 def test_add_many_accepts_a_generator(client):
@@ -227,7 +260,6 @@ def test_add_many_error_reply_leaves_the_client_usable(client, r):
 def test_add_many_refused_part_way_says_how_many_were_written(client, r):
     """Redis refuses the batches after its memory filled up (maxmemory, noeviction): the error said
     only that, not how many tasks the batches before it had written."""
-    from delayd import AddInterrupted
     client.add("seed", 1, call="a:b")
     items = [{"topic": "t", "id": i, "call": "a:b", "params": {"pad": "x" * 100}} for i in range(5000)]
     r.config_set("maxmemory", r.info("memory")["used_memory"] + 400_000)  # room for a few batches of 200

@@ -126,14 +126,27 @@ def test_durable_waits_for_a_replica(primary_and_replica):
     assert c.add_many(items, durable=True) == 2000
     assert sum(rr.zcard(k.delayed) for k in c.store.keys) == 2001
 
+    # The plan (WAIT) is kept: durable adds do not ask INFO and CONFIG each time.
+    p = primary.client()
+    p.config_resetstat()
+    for i in range(5):
+        assert c.add("d", f"again{i}", call="delayd.examples:noop", durable=True)
+    assert "cmdstat_info" not in p.info("commandstats")
+
     # A replica that does not answer: the add is written, but the error says it is not confirmed.
     replica.proc.send_signal(signal.SIGSTOP)
     try:
         c.durable_timeout = 0.3
+        c._durable_plan = None  # (asked again: its timeout is part of the plan)
         with pytest.raises(DurabilityError, match="written but not confirmed by WAIT"):
             c.add("d", "late", call="delayd.examples:noop", durable=True)
         assert c.get("d", "late") is not None
+        p.config_resetstat()
+        with pytest.raises(DurabilityError, match="written but not confirmed by WAIT"):
+            c.add("d", "late2", call="delayd.examples:noop", durable=True)
+        assert p.info("commandstats")["cmdstat_info"]["calls"] == 1  # the failure made it ask again
     finally:
         replica.proc.send_signal(signal.SIGCONT)
+    p.close()
     rr.close()
     c.close()
