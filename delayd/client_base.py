@@ -85,7 +85,7 @@ class BaseClient:
         self.allowed_modules = tuple(allowed_modules) if allowed_modules is not None else None
         self.redis = self.connect(self.url)
         self._store: Store | None = None
-        self._durable_plan: tuple[float, tuple[Any, ...]] | None = None  # (until, WAIT or WAITAOF): see durable_steps
+        self._durable_plan: tuple[float, tuple[Any, Any]] | None = None  # (until, (INFO, appendfsync)): durable_steps
 
     def connect(self, url: str) -> Any:
         raise NotImplementedError
@@ -220,18 +220,23 @@ class BaseClient:
         `appendfsync always` (nothing to wait for) is asked for at every add."""
         if self.on_cluster:
             raise DurabilityError("durable=True is not supported on Redis Cluster; nothing was written")
-        if self._durable_plan is not None and time.monotonic() < self._durable_plan[0]:
-            return self._durable_plan[1]
-        info = yield command("INFO")
-        try:
-            appendfsync = (yield command("CONFIG GET", "appendfsync")).get("appendfsync")
-        except redis.exceptions.ResponseError:  # CONFIG renamed or refused (managed Redis)
-            appendfsync = None
+        kept = self._durable_plan
+        if kept is not None and time.monotonic() < kept[0]:
+            info, appendfsync = kept[1]
+        else:
+            info = yield command("INFO")
+            try:
+                appendfsync = (yield command("CONFIG GET", "appendfsync")).get("appendfsync")
+            except redis.exceptions.ResponseError:  # CONFIG renamed or refused (managed Redis)
+                appendfsync = None
+            kept = (time.monotonic() + durable_mod.PLAN_TTL, (info, appendfsync))
+        self._durable_plan = None
         try:
             wait = durable_mod.command(info, appendfsync, int(self.durable_timeout * 1000))
         except durable_mod.Unconfirmable as exc:
             raise DurabilityError(f"Redis at {connection.where(self.url)}: {exc}; nothing was written") from None
-        self._durable_plan = (time.monotonic() + durable_mod.PLAN_TTL, wait) if wait else None
+        if wait:  # (a plan whose reply confirms the write: safe to keep)
+            self._durable_plan = kept
         return wait
 
     def delete_steps(self, topic: Any, id: Any, hard: bool = False) -> Steps[bool]:
