@@ -57,16 +57,18 @@ def unavailable(client: Any, exc: Exception) -> RedisUnavailable | None:
 REDIS_FAILURES = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 
+def translation(client: Any, exc: Exception) -> Exception:
+    """`exc` (one of REDIS_FAILURES) as RedisUnavailable (see `unavailable`), or itself."""
+    return unavailable(client, exc) or exc
+
+
 @contextlib.contextmanager
 def translated(client: Any) -> Iterator[None]:
     """redis-py's errors as RedisUnavailable (see `unavailable`)."""
     try:
         yield
     except REDIS_FAILURES as exc:
-        error = unavailable(client, exc)
-        if error is None:
-            raise
-        raise error from None
+        raise translation(client, exc) from None
 
 
 @contextlib.contextmanager
@@ -125,6 +127,8 @@ def redis_errors(method):
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with translated(self):
+        try:  # (not `with translated`: a single add is on the hot path)
             return method(self, *args, **kwargs)
+        except REDIS_FAILURES as exc:
+            raise translation(self, exc) from None
     return wrapper
