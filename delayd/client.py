@@ -74,6 +74,8 @@ class Client(BaseClient):
         """Add many tasks (dicts of add()'s keyword arguments) in one round trip per batch.
 
         Every item is validated before anything is written; returns how many were written.
+        AddInterrupted (a RedisUnavailable) if a call is refused or the connection fails midway:
+        it says how many were written (adding them again with nx=True skips those).
         durable=True: as for add(), each batch is confirmed on a replica or on disk.
         """
         return self.add_built(self.build_many(items), nx, durable)
