@@ -13,7 +13,10 @@ each other here.
 Before each request the socket is polled once: a server that closed it while it sat
 idle (a Redis restart) gets a fresh connection, as the pool's checkout does. Any error
 or interruption drops the connection, so a half-read reply is never read as the next
-request's.
+request's. On Linux a plain TCP or unix socket is switched to blocking mode with the
+kernel enforcing redis-py's socket timeout (SO_SNDTIMEO/SO_RCVTIMEO): Python polls a
+socket that has a timeout before every send and receive, two system calls of the four
+a request would make (~1.4 us of CPU per round trip here).
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import contextlib
 import os
 import select
 import socket
+import struct
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -79,7 +84,7 @@ class HeldConnection:
                     raise redis.exceptions.ConnectionError("Connection closed by server.")
                 reader.feed(data)
                 reply = reader.gets()
-        except socket.timeout:
+        except (socket.timeout, BlockingIOError):  # (BlockingIOError: the kernel's timeout, see _kernel_timeouts)
             raise redis.exceptions.TimeoutError("Timeout reading from socket") from None
         except OSError as exc:
             raise redis.exceptions.ConnectionError(f"Error while talking to Redis: {exc}") from None
@@ -101,7 +106,20 @@ class HeldConnection:
             self.poller = select.poll()
             self.poller.register(conn._sock, select.POLLIN)
             self.sock = conn._sock
+            _kernel_timeouts(self.sock)
         return self.sock
+
+
+def _kernel_timeouts(sock: Any) -> None:
+    """A plain socket with a timeout, on Linux: blocking, the kernel timing out sends and receives."""
+    timeout = sock.gettimeout()
+    if sys.platform != "linux" or type(sock) is not socket.socket or not timeout:
+        return
+    seconds = int(timeout)
+    timeval = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.settimeout(None)
 
 
 def _pooled_request(client: redis.Redis, packed: bytes) -> Any:

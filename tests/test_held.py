@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import pytest
@@ -79,3 +80,29 @@ def test_a_forked_child_adds_on_a_connection_of_its_own(client, r):
     assert os.waitstatus_to_exitcode(status) == 0
     assert client.add("t", 1, call="a:b", nx=True) is True  # the parent's connection is still in step
     assert client.get("t", "child") is not None
+
+
+def test_a_stopped_redis_times_out_as_the_socket_timeout_says(tmp_path):
+    """The held socket is blocking with the kernel timing it out (on Linux): a Redis that
+    stops answering still ends the add with RedisUnavailable, not a hang."""
+    server = RedisServer(str(tmp_path)).start()
+    outcome: dict = {}
+    try:
+        client = Client.from_url(server.url + "?socket_timeout=0.3")
+        client.add("t", 1, call="a:b")
+        server.proc.send_signal(signal.SIGSTOP)
+
+        def add() -> None:
+            try:
+                outcome["added"] = client.add("t", 2, call="a:b")
+            except RedisUnavailable as exc:
+                outcome["error"] = str(exc)
+
+        adder = threading.Thread(target=add, daemon=True)
+        adder.start()
+        adder.join(60)
+        assert "error" in outcome, outcome or "the add did not return within 60 s"
+        assert "Timeout" in outcome["error"] and str(server.port) in outcome["error"]
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+        server.kill()
