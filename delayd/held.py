@@ -33,8 +33,6 @@ import hiredis
 import redis
 from redis._parsers import BaseParser  # redis-py's mapping of error replies to its exceptions
 
-from .resp import pack
-
 READ_SIZE = 65536
 
 
@@ -50,10 +48,6 @@ class HeldConnection:
         self.sock: Any = None  # conn's socket when the reader and poller below were made for it
         self.reader: Any = None
         self.poller: Any = None
-
-    def execute_command(self, *args: Any) -> Any:
-        """A command, as redis-py's execute_command (for replies it does not post-process)."""
-        return self.request(pack(args))
 
     def request(self, packed: bytes) -> Any:
         """Send one packed command, return its reply (raise an error reply as redis-py does)."""
