@@ -396,3 +396,16 @@ def test_spec_json_is_the_compact_json_of_the_spec(fields):
         expected["tz"] = task.tz
     assert task.spec_json() == json.dumps(expected, separators=(",", ":"))
     assert Task.from_record("t:1", {"spec": task.spec_json(), "priority": str(task.priority)}) == task
+
+
+def test_topics_and_targets_found_good_are_remembered_within_a_bound():
+    """check_topic/check_target remember good names (add_many repeats them); never a bad one."""
+    from delayd import task as task_mod
+    for i in range(3 * task_mod._GOOD_MAX):
+        Task.new(f"topic{i}", 1, call=f"m{i}:f")
+    assert len(task_mod._GOOD_TOPICS) <= task_mod._GOOD_MAX and len(task_mod._GOOD_TARGETS) <= task_mod._GOOD_MAX
+    Task.new("seen", 1, call="a.b:c")
+    for bad in ({"topic": "se en"}, {"topic": ""}, {"call": "a.b:c d"}, {"call": "a.b"}):
+        with pytest.raises(TaskError):
+            Task.new(bad.get("topic", "seen"), 1, call=bad.get("call", "a.b:c"))
+    assert "se en" not in task_mod._GOOD_TOPICS and "a.b:c d" not in task_mod._GOOD_TARGETS
