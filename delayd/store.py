@@ -24,7 +24,7 @@ from .steps import Read, ScriptCall, Send, Steps, command, run
 from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
-STREAM_WINDOW = 4  # script calls sent ahead of their replies by Script.stream_steps
+STREAM_WINDOW = 4  # script calls sent ahead of their replies by stream and Script.stream_steps
 
 
 def bucket_of(member: str, buckets: int) -> int:
