@@ -159,13 +159,13 @@ class BaseClient:
     def write_steps(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
                     wait: tuple[Any, ...] = ()) -> Steps[int]:
         """The add.lua calls of validated tasks on one connection (Send/Read: the caller's alone),
-        streamed (Script.stream_steps), then `wait` (durable: WAIT/WAITAOF count that connection's
+        streamed (store.stream_steps), then `wait` (durable: WAIT/WAITAOF count that connection's
         writes). Returns how many were written; AddInterrupted if a call fails midway."""
         store = self._store
         results: list[Any] = []
         try:
             yield from SCRIPTS["add"].stream_steps((store.add_packed(keys, entries, nx) for keys, entries in calls),
-                                                   results=results)
+                                                   replies=results)
             reply = None
             if wait:
                 yield Send(pack(wait))

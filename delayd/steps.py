@@ -66,7 +66,7 @@ class Batch(NamedTuple):
 
 class Send(NamedTuple):
     """Send one packed command (delayd.resp) on a connection the caller has checked out; its
-    reply is read by a later Read: several requests can be in flight (Script.stream_steps)."""
+    reply is read by a later Read: several requests can be in flight (store.stream_steps)."""
 
     packed: bytes
 

@@ -24,7 +24,7 @@ from .steps import Read, ScriptCall, Send, Steps, command, run
 from .task import Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
-STREAM_WINDOW = 4  # script calls sent ahead of their replies by stream and Script.stream_steps
+STREAM_WINDOW = 4  # script calls sent ahead of their replies by stream_steps
 
 
 def bucket_of(member: str, buckets: int) -> int:
@@ -253,115 +253,91 @@ class Script:
             return held.request(packed)
 
     def stream_steps(self, calls: Iterable[bytes], window: int = STREAM_WINDOW,
-                     results: list[Any] | None = None) -> Steps[list[Any]]:
-        """Run many calls packed by head() on one connection (the caller's alone), `window` calls
-        ahead of the replies: Redis runs call k while Python packs the next ones, where a pipeline
-        packs all, then waits for all. Calls are produced lazily. Returns one reply per call;
-        `results`, if given, is that list as it fills: None for a call sent and not answered
-        (what is known if the connection fails).
-
-        The first call refused with NOSCRIPT (Redis lost its script cache) is followed at once
-        by a SCRIPT LOAD, and each refused call is sent again, once, in its order. After an error
-        reply nothing more is sent; the first error is raised once the replies in flight are read.
-        Connection errors leave the connection to be dropped.
-        """
-        results = [] if results is None else results
-        sent: list[bytes] = []
-        pending: deque[int | None] = deque()  # what each reply in flight answers: a call, or the SCRIPT LOAD
-        again: set[int] = set()
-        errors: list[Exception] = []
-
-        def read() -> Steps[None]:
-            n = pending.popleft()
-            try:
-                reply = yield Read()
-            except redis.exceptions.NoScriptError as exc:
-                if n is None or n in again or errors:  # (after an error nothing more is sent)
-                    errors.append(exc)
-                    return
-                if not again:
-                    yield Send(resp.pack(("SCRIPT", "LOAD", self.source)))
-                    pending.append(None)
-                again.add(n)
-                yield Send(sent[n])
-                pending.append(n)
-                return
-            except redis.exceptions.ResponseError as exc:
-                errors.append(exc)
-                return
-            if n is not None:
-                results[n] = reply
-
-        for call in calls:
-            if errors:
-                break
-            sent.append(call)
-            results.append(None)
-            yield Send(call)
-            pending.append(len(sent) - 1)
-            while len(pending) > window:
-                yield from read()
-        while pending:
-            yield from read()
-        if errors:
-            raise errors[0]
-        return results
+                     replies: list[Any] | None = None) -> Steps[list[Any]]:
+        """Many calls of this script packed by head(), streamed: see `stream_steps`."""
+        return stream_steps(((self, call) for call in calls), window, replies)
 
     def stream(self, conn: Any, calls: Iterable[tuple[Sequence[str], Sequence[Any]]],
-               window: int = STREAM_WINDOW, reload: bool = True, replies: list[Any] | None = None) -> list[Any]:
-        """Run many calls of this script on `conn`: see `stream`."""
-        return stream(conn, (ScriptCall(self, keys, args) for keys, args in calls), window, reload, replies)
+               window: int = STREAM_WINDOW, replies: list[Any] | None = None) -> list[Any]:
+        """Many calls of this script on `conn`: see `stream`."""
+        return stream(conn, (ScriptCall(self, keys, args) for keys, args in calls), window, replies)
 
 
-def stream(conn: Any, calls: Iterable[ScriptCall], window: int = STREAM_WINDOW, reload: bool = True,
-           replies: list[Any] | None = None) -> list[Any]:
-    """Run script calls (of any scripts) on `conn` (a connection checked out for the caller
-    alone), `window` calls ahead of the replies: Redis runs call k while Python packs the
-    next ones, where a pipeline packs all, then waits for all. Calls are produced lazily.
+def stream_steps(calls: Iterable[tuple[Script, bytes]], window: int = STREAM_WINDOW,
+                 replies: list[Any] | None = None) -> Steps[list[Any]]:
+    """Run script calls (each a Script and its packed EVALSHA, of any scripts) on one connection
+    (the caller's alone), `window` calls ahead of the replies: Redis runs call k while Python
+    packs the next ones, where a pipeline packs all, then waits for all. Calls are produced
+    lazily. Returns one reply per call.
 
-    A call refused with NOSCRIPT (Redis lost its script cache) is sent again, once, after
-    a SCRIPT LOAD of its script. After an error reply nothing more is sent; the first error
-    is raised once the replies in flight are read. Connection errors leave `conn` to be
-    dropped. The replies are read into `replies` if given, so that a caller knows what the
-    calls before an error did.
+    `replies`, if given, fills as the calls are answered, in order: after a failure it holds
+    the replies of the calls answered before the first unanswered one (an error reply as its
+    exception), so that a caller knows what they did.
+
+    A call refused with NOSCRIPT (Redis lost its script cache) is followed at once by a SCRIPT
+    LOAD of its script (once per script) and sent again, once; the calls in flight behind it
+    are refused too and sent again in their order, so the calls still run in order. After an
+    error reply nothing more is sent; the first error is raised once the replies in flight are
+    read. Connection errors leave the connection to be dropped.
     """
-    sent: list[ScriptCall] = []
     replies = [] if replies is None else replies
+    sent: list[tuple[Script, bytes]] = []
+    answers: dict[int, Any] = {}           # replies read ahead of an earlier call's (sent again)
+    pending: deque[int | None] = deque()   # what each reply in flight answers: a call, or a SCRIPT LOAD
+    loaded: set[str] = set()
+    again: set[int] = set()
     errors: list[Exception] = []
+
+    def read() -> Steps[None]:
+        n = pending.popleft()
+        try:
+            reply = yield Read()
+        except redis.exceptions.NoScriptError as exc:
+            script = sent[n][0] if n is not None else None
+            if n is None or n in again or errors:  # (after an error nothing more is sent)
+                errors.append(exc)
+                reply = exc
+            else:
+                if script.name not in loaded:
+                    loaded.add(script.name)
+                    yield Send(resp.pack(("SCRIPT", "LOAD", script.source)))
+                    pending.append(None)
+                again.add(n)
+                yield Send(sent[n][1])
+                pending.append(n)
+                return
+        except redis.exceptions.ResponseError as exc:
+            errors.append(exc)
+            reply = exc
+        if n is not None:
+            answers[n] = reply
+            while len(replies) in answers:
+                replies.append(answers.pop(len(replies)))
+
     for call in calls:
-        conn.send_packed_command(conn.pack_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                                                   *call.args))
-        sent.append(call)
-        if len(sent) - len(replies) > window:
-            replies.append(_read_reply(conn, errors))
         if errors:
             break
-    while len(replies) < len(sent):
-        replies.append(_read_reply(conn, errors))
-    noscript = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
-    if noscript and not errors and reload:
-        for script in {sent[i].script.name: sent[i].script for i in noscript}.values():
-            conn.send_command("SCRIPT", "LOAD", script.source)
-            conn.read_response()
-        for i, reply in zip(noscript, stream(conn, [sent[i] for i in noscript], window, reload=False)):
-            replies[i] = reply
+        sent.append(call)
+        yield Send(call[1])
+        pending.append(len(sent) - 1)
+        while len(pending) > window:
+            yield from read()
+    while pending:
+        yield from read()
     if errors:
         raise errors[0]
-    for reply in replies:
-        if isinstance(reply, Exception):  # NOSCRIPT again, just after the load
-            raise reply
     return replies
 
 
-def _read_reply(conn: Any, errors: list[Exception]) -> Any:
-    """One reply; an error reply is returned (a NOSCRIPT) or also kept in `errors` (any other)."""
-    try:
-        return conn.read_response()
-    except redis.exceptions.NoScriptError as exc:
-        return exc
-    except redis.exceptions.ResponseError as exc:
-        errors.append(exc)
-        return exc
+def stream(conn: Any, calls: Iterable[ScriptCall], window: int = STREAM_WINDOW,
+           replies: list[Any] | None = None) -> list[Any]:
+    """stream_steps on a redis-py connection (checked out for the caller alone), the calls
+    packed as redis-py packs them."""
+    def packed() -> Iterable[tuple[Script, bytes]]:
+        for call in calls:
+            yield call.script, b"".join(conn.pack_command("EVALSHA", call.script.sha, len(call.keys),
+                                                          *call.keys, *call.args))
+    return run(conn, stream_steps(packed(), window, replies))
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",

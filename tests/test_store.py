@@ -921,3 +921,26 @@ def test_the_delivery_log_keeps_the_last_attempts(r, store, keys):
     assert [a["run"] for a in task.attempts] == [3, 4, 5]
     assert task.attempts[-1] == {"run": 5, "at": 5.0, "ms": 1.5, "outcome": "retry", "status": 500,
                                  "error": "HTTP 500: oops\nnext line"}
+
+
+def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keeps_the_order(r, store):
+    """store.stream (the queue's one round trip per turn): calls of two scripts after Redis lost
+    its script cache get the replies they get with a warm cache, in order, with one SCRIPT LOAD
+    per script."""
+    from delayd.held import checked_out
+    from delayd.steps import ScriptCall
+    from delayd.store import SCRIPTS, stream
+    calls = [store.claim_call(0, (5, 3, 2), 4, 10_000, DAY_MS) if i % 2 else
+             ScriptCall(SCRIPTS["retry"], *store.retry_call(f"t:{i}")) for i in range(10)]
+    with checked_out(r) as conn:
+        warm = stream(conn, calls, window=4)
+        r.script_flush()
+        r.config_resetstat()
+        replies: list = []
+        cold = stream(conn, calls, window=4, replies=replies)
+    assert cold is replies and len(cold) == len(calls)
+
+    def without_clock(rows: list) -> list:  # (a claim's reply starts with Redis's time)
+        return [row[1:] if isinstance(row, list) else row for row in rows]
+    assert without_clock(cold) == without_clock(warm)
+    assert r.info("commandstats")["cmdstat_script"]["calls"] == 2
