@@ -19,6 +19,22 @@ from delayd.url.engine import Engine
 
 BIG = 10 * 1024 * 1024
 
+# Paths answered the same way every time: (status, body[, headers]).
+FIXED_ANSWERS: dict[str, tuple] = {
+    "/success": (200, "success"),
+    "/echo": (200, "success"),
+    "/padded": (200, "  SUCCESS \r\n"),
+    "/bom": (200, "\ufeffsuccess\n"),
+    "/fail": (200, "FAIL\n"),
+    "/garbage": (200, "ok, thanks!"),
+    "/empty": (200, ""),
+    "/error": (500, "internal oops\n" + "y" * 1000),
+    "/fail500": (500, "fail"),
+    "/redirect": (302, "moved", {"Location": "/success"}),
+    "/cookie": (200, "success", {"Set-Cookie": "session=s3cret; Path=/"}),
+    "/long-success": (200, "success" + " " * 100),
+}
+
 
 class Ticket:
     """What the queue hands the engine (delayd.url.engine.Ticket)."""
@@ -101,28 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
             srv.ports.append(self.client_address[1])
         path = parts.path
         seconds = float(query.get("seconds", ["0.3"])[0])
-        if path in ("/success", "/echo"):
-            self._answer(200, "success")
-        elif path == "/padded":
-            self._answer(200, "  SUCCESS \r\n")
-        elif path == "/bom":
-            self._answer(200, "\ufeffsuccess\n")
-        elif path == "/fail":
-            self._answer(200, "FAIL\n")
-        elif path == "/garbage":
-            self._answer(200, "ok, thanks!")
-        elif path == "/empty":
-            self._answer(200, "")
-        elif path == "/error":
-            self._answer(500, "internal oops\n" + "y" * 1000)
-        elif path == "/fail500":
-            self._answer(500, "fail")
-        elif path == "/redirect":
-            self._answer(302, "moved", {"Location": "/success"})
-        elif path == "/cookie":
-            self._answer(200, "success", {"Set-Cookie": "session=s3cret; Path=/"})
-        elif path == "/long-success":
-            self._answer(200, "success" + " " * 100)
+        if path in FIXED_ANSWERS:
+            self._answer(*FIXED_ANSWERS[path])
         elif path == "/hang":
             srv.stop.wait(10)  # far past any timeout used below
             self._answer(200, "success")
