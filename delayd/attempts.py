@@ -37,8 +37,9 @@ def decode(text: str | None) -> list[dict[str, Any]]:
             continue
         if isinstance(values, list) and len(values) == len(FIELDS):
             entry = dict(zip(FIELDS, values))
-            if isinstance(entry["at"], (int, float)):
-                entry["at"] = entry["at"] / 1000.0
+            at = entry["at"]
+            if isinstance(at, (int, float)):  # ms; a time no clock can show (or no float can hold) is unknown
+                entry["at"] = at / 1000.0 if abs(at) < 2 ** 53 else None
             out.append(entry)
     return out
 

@@ -442,4 +442,11 @@ def printable(text: str) -> str:
 
 
 def _seconds(ms: str | None) -> float | None:
-    return None if ms in (None, "") else int(ms) / 1000.0
+    """A stored time (ms) in seconds; ValueError for one that is not a time (even one too large
+    for a float: it would raise OverflowError, which readers of records do not expect)."""
+    if ms in (None, ""):
+        return None
+    try:
+        return int(ms) / 1000.0
+    except OverflowError:
+        raise ValueError("a time out of range") from None

@@ -158,6 +158,8 @@ def corrupt(r, store: Store, member: str, field: str, value) -> None:
 READY_CASES = [
     ("due", "soon", "record does not parse"),
     ("due", b"\xff\xfe", "record does not parse"),
+    ("due", "9" * 400, "record does not parse"),  # an integer too large for a float
+    ("created", "-" + "9" * 400, "record does not parse"),
     ("error", b"\xff", "field 'error' is not UTF-8"),
     ("created", "yesterday", "record does not parse"),
     ("priority", "9", "priority must be 1, 2 or 3"),
