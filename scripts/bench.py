@@ -7,6 +7,7 @@ import argparse
 import datetime
 import platform
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -81,11 +82,77 @@ def zadd_ceiling(server: RedisServer, pipeline: int) -> float:
                           for i in range(n)).encode()
         start = time.perf_counter()
         subprocess.run([cli, "-p", str(server.port), "--pipe"], input=payload, capture_output=True, check=True)
-    else:
+        return n / (time.perf_counter() - start)
+    return cli_round_trips(server, n)
+
+
+def socket_round_trips(server: RedisServer, n: int) -> float:
+    """ZADD ops/s, one at a time, from Python on a bare socket (no client library, no parsing
+    beyond the reply's end): the fastest sequential round trip a Python client can make."""
+    command = b"*4\r\n$4\r\nZADD\r\n$4\r\nceil\r\n$1\r\n1\r\n$1\r\nm\r\n"
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         start = time.perf_counter()
-        subprocess.run([cli, "-p", str(server.port), "-r", str(n), "ZADD", "ceil", "1", "m"],
-                       capture_output=True, check=True)
+        for _ in range(n):
+            sock.sendall(command)
+            reply = sock.recv(64)
+            while not reply.endswith(b"\r\n"):
+                reply += sock.recv(64)
+        return n / (time.perf_counter() - start)
+
+
+def cli_round_trips(server: RedisServer, n: int, cpus: set[int] | None = None) -> float:
+    """ZADD ops/s, one at a time, from redis-cli (-r), on `cpus` if given."""
+    start = time.perf_counter()
+    subprocess.run([redis_tool("redis-cli"), "-p", str(server.port), "-r", str(n), "ZADD", "ceil", "1", "m"],
+                   capture_output=True, check=True,
+                   preexec_fn=(lambda: psutil.Process().cpu_affinity(sorted(cpus))) if cpus else None)
     return n / (time.perf_counter() - start)
+
+
+class Placement:
+    """Pins this process and Redis to given vCPUs for a measurement, then undoes it.
+
+    On a VM, waking a process on another idle vCPU costs tens of µs (an IPI through the
+    hypervisor): a one-client round trip takes ~60 µs here when client and server sit on
+    different vCPUs and ~15 µs when they share one. Left to the scheduler, a run lands on
+    either, so a ratio of two figures taken at different moments swings by 3x. Pinning
+    both sides makes `add` and the round trip it is compared with pay the same wake-ups.
+    """
+
+    def __init__(self, server: RedisServer, client_cpu: int, server_cpu: int):
+        self.me, self.redis = psutil.Process(), psutil.Process(server.proc.pid)
+        self.cpus = ({client_cpu}, {server_cpu})
+
+    def __enter__(self) -> "Placement":
+        self.saved = self.me.cpu_affinity(), self.redis.cpu_affinity()
+        self.me.cpu_affinity(sorted(self.cpus[0]))
+        self.redis.cpu_affinity(sorted(self.cpus[1]))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.me.cpu_affinity(self.saved[0])
+        self.redis.cpu_affinity(self.saved[1])
+
+
+def add_against_round_trip(server: RedisServer, client: Client, r, figs: dict, first: int,
+                           rounds: int = 5, n: int = 4_000) -> None:
+    """`add` beside the one-client round trip, client and Redis pinned to different vCPUs
+    (as a web application and its Redis are), in alternating rounds so that both see the
+    same machine; the ratio is taken per round. Also the round trip on one shared vCPU,
+    which shows what the wake-ups cost."""
+    ratios, socket_rt, cli_rt, adds, shared = [], [], [], [], []
+    with Placement(server, 0, 1):
+        for k in range(rounds):
+            socket_rt.append(socket_round_trips(server, n))
+            cli_rt.append(cli_round_trips(server, n, {0}))
+            adds.append(enqueue_single(client, r, n, first=first + k * n))
+            ratios.append(100 * adds[-1] / max(socket_rt[-1], cli_rt[-1]))
+    with Placement(server, 0, 0):
+        shared.append(socket_round_trips(server, n))
+    for name, values in (("rt_socket", socket_rt), ("rt_cli", cli_rt), ("add_pinned", adds),
+                         ("addpct", ratios), ("rt_shared", shared)):
+        figs[name].add(statistics.median(values))
 
 
 def lua_move_ceiling(server: RedisServer) -> float:
@@ -265,12 +332,19 @@ def main() -> None:
     r = server.client()
     version = r.info("server")["redis_version"]
     figs = {k: Figure(*v) for k, v in {
-        "zadd1": ("Redis ZADD, no pipelining (one client's sequential round trip)", "ops/s"),
+        "zadd1": ("Redis ZADD, no pipelining (one client's sequential round trip; placement left to the scheduler)",
+                  "ops/s"),
         "zaddp": ("Redis ZADD, pipelined", "ops/s"),
         "lua": ("Redis Lua move of 100 members (calls/s)", "calls/s"),
         "luam": ("Redis Lua move of 100 members (members/s)", "members/s"),
         "add": ("enqueue: `add`, one at a time, awaited", "tasks/s", ">= 8,000"),
-        "addpct": ("enqueue: `add` as % of one-client ZADD round trips", "%", ">= 75 %"),
+        "rt_socket": ("one-client ZADD round trip, Python bare socket, client and Redis pinned to 2 vCPUs",
+                      "ops/s"),
+        "rt_cli": ("… the same with redis-cli", "ops/s"),
+        "add_pinned": ("enqueue: `add`, one at a time, placed the same way (rounds alternating with the two above)",
+                       "tasks/s"),
+        "addpct": ("enqueue: `add` as % of the faster of those round trips (per round)", "%", ">= 75 %"),
+        "rt_shared": ("one-client ZADD round trip, Python bare socket, client and Redis on 1 vCPU", "ops/s"),
         "many": ("enqueue: `add_many`", "tasks/s", ">= 100,000"),
         "manypct": ("enqueue: `add_many` as % of pipelined ZADD", "%", ">= 35 %"),
         "drain1": ("drain 20,000 due at once, 1 queue process", "tasks/s"),
@@ -311,7 +385,8 @@ def main() -> None:
             if want("add"):
                 print(f"run {run + 1}/{args.runs}: add", flush=True)
                 figs["add"].add(enqueue_single(client, r))
-                figs["addpct"].add(100 * figs["add"].values[-1] / figs["zadd1"].values[-1])
+                if psutil.cpu_count() >= 2:
+                    add_against_round_trip(server, client, r, figs, first=N)
                 r.flushall()
             if want("add_many"):
                 print(f"run {run + 1}/{args.runs}: add_many", flush=True)
