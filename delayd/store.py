@@ -17,7 +17,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import redis
 from redis.cluster import RedisCluster
 
-from . import resp
+from . import lua_lib, resp
 from .config import MAX_BUCKETS
 from .held import checked_out
 from .steps import Read, ScriptCall, Send, Steps, command, run
@@ -213,7 +213,8 @@ class Script:
 
     def __init__(self, name: str):
         self.name = name
-        self.source = self._lib + "\n" + resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
+        body = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
+        self.source = lua_lib.prelude(self._lib, body) + "\n" + body  # the helpers of _lib.lua it uses
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:

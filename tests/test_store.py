@@ -944,3 +944,25 @@ def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keep
         return [row[1:] if isinstance(row, list) else row for row in rows]
     assert without_clock(cold) == without_clock(warm)
     assert r.info("commandstats")["cmdstat_script"]["calls"] == 2
+
+
+def test_each_script_gets_the_lib_helpers_it_uses_and_loads(r):
+    """A script's prelude is the _lib.lua definitions it names, and those they name (lua_lib):
+    every script still compiles in Redis, and one that needs little carries little."""
+    from delayd import lua_lib
+    from delayd.store import SCRIPTS, Script
+
+    def defined(source: str) -> set[str]:
+        """The lib's names that `source` defines."""
+        return {d for defs in lua_lib.definitions(source) for d in defs.names} & lib_names
+
+    lib_names = {d for defs in lua_lib.definitions(Script._lib) for d in defs.names}
+    for script in SCRIPTS.values():
+        assert r.script_load(script.source) == script.sha
+    assert defined(SCRIPTS["browse"].source) == {"key_type"}
+    assert {"recurring_index", "expect", "key_type", "now_ms"} <= defined(SCRIPTS["add"].source)
+    assert "tally_lateness" not in defined(SCRIPTS["add"].source)
+    lib = "-- header\n\nlocal A = 1\n-- b's note\nlocal function b() return A end\nlocal c, d = {}, {}\n" \
+          "local function e() return d.b end  -- 'b' is a field here\n"
+    assert lua_lib.prelude(lib, "return b() -- not c") == "local A = 1\n-- b's note\nlocal function b() return A end\n"
+    assert lua_lib.prelude(lib, "return e()") == "local c, d = {}, {}\nlocal function e() return d.b end  -- 'b' is a field here\n"
