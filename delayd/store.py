@@ -426,9 +426,7 @@ class Store:
 
     def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one add.lua call writing `tasks` of one bucket."""
-        return ([keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"), keys.counts,
-                 keys.paused, keys.quarantine, keys.recurring],
-                [keys.task_prefix, int(nx), keys.wake_channel, *self.add_args(tasks)])
+        return [keys.delayed], [keys.tag, int(nx), keys.wake_channel, *self.add_args(tasks)]
 
     def add_packed(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> bytes:
         """add_call as one packed EVALSHA (the part that is the same for every call of a bucket

@@ -1,6 +1,6 @@
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, done:deleted, counts, paused, quarantine, recurring
--- ARGV: task-key prefix, nx (1/0), wake channel, then per task 5 values:
+-- KEYS: delayed (which names the bucket's slot)
+-- ARGV: the bucket's key tag (`P{N}:`), nx (1/0), wake channel, then per task 5 values:
 --       member (topic:id), spec JSON, priority, mode, value (ms)
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
 -- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index.
@@ -11,20 +11,20 @@
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a RENAME aside cannot
 -- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
--- type is checked by reading its head with pcall, before any write.
+-- type is checked by reading its head with pcall, before any write. The bucket's other
+-- keys are named here, from the tag, when a task needs them: every argument costs Redis
+-- ~0.25 us per call (parsed, then pushed into KEYS or ARGV), a third of add's arguments.
 local now = now_ms()
-local prefix, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
-local states = {nil, 'running', 'ok', 'failed', 'deleted'}
-local relative = {delay = true, ['delay*'] = true}
-local recurring = {['delay*'] = true, ['at*'] = true}
-local schedules = recurring_index(KEYS[9])
+local tag, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
+local prefix = tag .. 't:'
+local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
 local head = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head['err'] then
   expect('zset', KEYS[1])
   head = {}
 end
 local head_due = tonumber(head[2] or math.huge)
-local replacing = false  -- the replacement's keys were checked
+local quarantine_key, paused_key  -- set (and the replacement's keys checked) at the first replacement
 local earliest = math.huge
 local written = {}
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
@@ -36,29 +36,36 @@ for i = 4, #ARGV, 5 do
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
-  local old = {}
+  local old  -- the old record's fields; nil when there is none, or the key is not a hash
   if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created') end
-  if nx and old and exists then
+  local recurs = mode == 'delay*' or mode == 'at*'
+  if nx and old then
     written[#written + 1] = 0
   else
     local due = value
-    if relative[mode] then due = now + value end
+    if mode == 'delay' or mode == 'delay*' then due = now + value end
     local topic = topic_of(member)
     if exists then  -- a replacement: clear the old record and its index entries
-      if not replacing then
-        expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-        expect('hash', KEYS[8])
-        replacing = true
+      if not quarantine_key then
+        expect('zset', tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed', tag .. 'done:deleted')
+        quarantine_key, paused_key = tag .. 'quarantine', tag .. 'paused'
+        expect('hash', quarantine_key)
       end
       old = old or {}
       -- A live ready-list entry of the old record goes stale with it.
       if old[2] == '1' then count_ready(old[3], topic, -1) end
-      redis.call('HDEL', KEYS[8], member)  -- a quarantine reason belongs to the old record
+      redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
       redis.call('DEL', task_key)
-      for k = 2, 5 do zrem_counted(KEYS[k], member, states[k], topic) end
-      expect('zset', parked_key(KEYS[7], topic))
-      zrem_counted(parked_key(KEYS[7], topic), member, 'parked', topic)
-      if not recurring[mode] then schedules.remove(member) end
+      zrem_counted(tag .. 'leases', member, 'running', topic)
+      zrem_counted(tag .. 'done:ok', member, 'ok', topic)
+      zrem_counted(tag .. 'done:failed', member, 'failed', topic)
+      zrem_counted(tag .. 'done:deleted', member, 'deleted', topic)
+      expect('zset', parked_key(paused_key, topic))
+      zrem_counted(parked_key(paused_key, topic), member, 'parked', topic)
+      if not recurs then
+        schedules = schedules or recurring_index(tag .. 'recurring')
+        schedules.remove(member)
+      end
     end
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
@@ -91,7 +98,10 @@ for i = 4, #ARGV, 5 do
     end
     scores[#scores + 1] = due
     scores[#scores + 1] = member
-    if recurring[mode] then schedules.add(member) end
+    if recurs then
+      schedules = schedules or recurring_index(tag .. 'recurring')
+      schedules.add(member)
+    end
     if due < earliest then earliest = due end
     written[#written + 1] = 1
   end
@@ -101,5 +111,5 @@ for topic, scores in pairs(by_topic) do
 end
 -- The bucket process is woken once per batch, if the batch moved its head earlier.
 if earliest < head_due then redis.call('PUBLISH', channel, earliest) end
-flush_stats(KEYS[6])
+flush_stats(tag .. 'counts')
 return written
