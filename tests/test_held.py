@@ -70,10 +70,12 @@ def test_an_add_after_a_redis_restart(tmp_path):
 
 def test_a_forked_child_adds_on_a_connection_of_its_own(client, r):
     client.add("t", 0, call="a:b")
+    parent_port = client._held.sock.getsockname()[1]
     pid = os.fork()
-    if pid == 0:  # the child: exit status 0 if its add was answered
+    if pid == 0:  # the child: exit status 0 if its add was answered on a socket of its own
         try:
-            os._exit(0 if client.add("t", "child", call="a:b", nx=True) is True else 1)
+            added = client.add("t", "child", call="a:b", nx=True)
+            os._exit(0 if added is True and client._held.sock.getsockname()[1] != parent_port else 1)
         except BaseException:
             os._exit(2)
     _, status = os.waitpid(pid, 0)
