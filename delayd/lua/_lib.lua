@@ -1,4 +1,6 @@
--- Shared helpers, prepended to every script when it is loaded (see store.py).
+-- Shared helpers: a script is loaded with the ones it uses in front of it (delayd/lua_lib.py).
+-- Each top-level definition starts at column 0 (`local function name`, `local a, b =`),
+-- with its comment lines just above it; Redis runs them on every call of the script.
 
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
