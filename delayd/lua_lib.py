@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-# A top-level definition starts at column 0: `local function f(`, or `local a, b =`.
-_DEFINITION = re.compile(r"^local\s+(?:function\s+(\w+)|([\w\s,]+?)\s*=)", re.M)
+# A top-level definition starts at column 0: `local function f(`, `local a, b =` or `local a`.
+_DEFINITION = re.compile(r"^local[ \t]+(?:function[ \t]+(\w+)|([\w \t,]+?)[ \t]*(?:=|$))", re.M)
 # What a reference can hide in: long strings and comments, comments, quoted strings; else a name
 # (not a field: `t.name`, `t:name`).
 _TOKEN = re.compile(r"""--\[(=*)\[.*?\]\1\]|\[(=*)\[.*?\]\2\]|--[^\n]*|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|"""
