@@ -18,7 +18,7 @@ from . import log as log_mod
 from .config import Config
 from .master import Master
 from .preflight import StartError, preflight
-from .pidfile import AlreadyRunning, PidFile, locked, read_pid, running_master, wait_unlocked
+from .pidfile import AlreadyRunning, PidFile, locked, read_pid, running_master, wait_started, wait_unlocked
 
 START_TIMEOUT = 60.0
 
@@ -42,7 +42,7 @@ def start(config: Config, reread: Callable[[], Config], foreground: bool) -> int
     read_end, write_end = os.pipe()
     if os.fork():  # the launcher: wait until the daemon says it is up (or why not)
         os.close(write_end)
-        os.close(pidfile.lock_fd)
+        pidfile.close()
         answer = read_answer(read_end)
         if answer == "ok":
             print(f"delayd started (pid {read_pid(config.pid_path)}, log {config.log_path})")
@@ -57,7 +57,7 @@ def start(config: Config, reread: Callable[[], Config], foreground: bool) -> int
         stream = handler.stream
         context = daemon.DaemonContext(
             detach_process=True, umask=0o027, working_directory=config.state_dir,
-            files_preserve=[write_end, pidfile.lock_fd, stream.fileno()],
+            files_preserve=[write_end, *pidfile.descriptors(), stream.fileno()],
             stdout=stream, stderr=stream,
             signal_map={},  # the master installs its own handlers (no SIGTERM -> SystemExit)
         )
@@ -98,11 +98,19 @@ def signal_master(config: Config, sig: int) -> int | None:
 
 
 def stop(config: Config, timeout: float | None) -> int:
+    """SIGTERM to the master and wait until it is gone; a master still starting (its lock
+    held, its pidfile not written yet) is waited for first, then stopped alike."""
+    timeout = config.graceful_timeout + 15 if timeout is None else timeout
     pid = signal_master(config, signal.SIGTERM)
+    if not pid and locked(config.pid_path):
+        if not wait_started(config.pid_path, timeout):
+            print(f"delayd: error: the master is still starting after {timeout:g} s (no pidfile yet); "
+                  "not stopped", file=sys.stderr)
+            return 1
+        pid = signal_master(config, signal.SIGTERM)
     if not pid:
         print("delayd is not running")
         return 0
-    timeout = config.graceful_timeout + 15 if timeout is None else timeout
     # The master has stopped when its lock is free, even if it is a zombie nobody reaped yet.
     if not wait_unlocked(config.pid_path, timeout):
         print(f"delayd: error: the master (pid {pid}) did not stop within {timeout:g} s", file=sys.stderr)

@@ -8,6 +8,10 @@ has let go of it even while it is a zombie its parent has not reaped yet, so
 `stop`, `status`, `restart` and `start` ask the lock, not the process table.
 Others test it with a shared lock (`locked`, `wait_unlocked`), which never blocks
 a master's exclusive one for longer than the test itself.
+A second lock, on `<pidfile>.starting`, covers the starting window: a master takes it
+before the main lock and lets go of it once its pidfile is written (or when it dies),
+so `stop` can wait for a starting master to say who it is (`wait_started`) and then
+stop it, instead of finding nothing to signal.
 The pidfile itself is written atomically (temp file + rename), so a reader never
 sees it half-written, and it is removed only while it still holds our pid.
 """
@@ -52,16 +56,20 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def _open_lock(path: Path) -> int | None:
+def starting_path(path: Path) -> Path:
+    return path.with_name(path.name + ".starting")
+
+
+def _open_lock(lock: Path) -> int | None:
     try:
-        return os.open(lock_path(path), os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
 
 
 def locked(path: Path) -> bool:
     """True while a master holds the lock of this pidfile."""
-    fd = _open_lock(path)
+    fd = _open_lock(lock_path(path))
     if fd is None:
         return False
     try:
@@ -74,11 +82,22 @@ def locked(path: Path) -> bool:
 
 
 def wait_unlocked(path: Path, timeout: float) -> bool:
-    """Block until no master holds the lock (True), or `timeout` seconds pass (False).
+    """Block until no master holds the lock (True), or `timeout` seconds pass (False)."""
+    return _wait_free(lock_path(path), timeout)
 
-    The kernel wakes a blocked flock the moment the holder exits: no polling. The
-    wait runs in a daemon thread, so that a timeout can leave it behind."""
-    fd = _open_lock(path)
+
+def wait_started(path: Path, timeout: float) -> bool:
+    """Block until no master is in its starting window (True: it wrote its pidfile, or
+    died), or `timeout` seconds pass (False)."""
+    return _wait_free(starting_path(path), timeout)
+
+
+def _wait_free(lock: Path, timeout: float) -> bool:
+    """Block until nobody holds `lock` exclusively (True), or `timeout` seconds pass (False).
+
+    The kernel wakes a blocked flock the moment the holder lets go or exits: no polling.
+    The wait runs in a daemon thread, so that a timeout can leave it behind."""
+    fd = _open_lock(lock)
     if fd is None:
         return True
     free = threading.Event()
@@ -105,38 +124,63 @@ class PidFile:
         self.path = Path(path)
         self.lock_path = lock_path(self.path)
         self.lock_fd: int | None = None
+        self.starting_fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock, or raise AlreadyRunning naming the running master."""
+        """Take the starting lock, then the lock, or raise AlreadyRunning naming the running master."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        for attempt in range(PROBE_RETRIES):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt + 1 == PROBE_RETRIES or not _only_probes(fd):
-                    os.close(fd)
-                    pid = read_pid(self.path)
-                    raise AlreadyRunning(f"delayd is already running (pid {pid or '?'}, pidfile {self.path})") \
-                        from None
-                time.sleep(0.01)  # a `status` or `stop` is testing the lock for a moment
-        self.lock_fd = fd
+        self.starting_fd = _take(starting_path(self.path))
+        self.lock_fd = _take(self.lock_path) if self.starting_fd is not None else None
+        if self.starting_fd is None or self.lock_fd is None:
+            self.close()
+            pid = read_pid(self.path)
+            raise AlreadyRunning(f"delayd is already running (pid {pid or '?'}, pidfile {self.path})")
         # The lock is ours, so any pidfile left behind is stale (its master is dead).
 
+    def descriptors(self) -> list[int]:
+        """The locks' descriptors, which a daemonized master must keep."""
+        return [fd for fd in (self.lock_fd, self.starting_fd) if fd is not None]
+
+    def close(self) -> None:
+        """Close our descriptors without unlocking: the launcher's copies, after the fork
+        (the daemon's copies keep the locks)."""
+        for fd in self.descriptors():
+            os.close(fd)
+        self.lock_fd = self.starting_fd = None
+
     def write(self, pid: int | None = None) -> None:
+        """Write the pidfile; this ends the starting window (the starting lock is let go)."""
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         with open(tmp, "w") as fh:
             fh.write(f"{pid or os.getpid()}\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
+        if self.starting_fd is not None:
+            fcntl.flock(self.starting_fd, fcntl.LOCK_UN)  # for every copy of it, the launcher's too
+            os.close(self.starting_fd)
+            self.starting_fd = None
 
     def release(self) -> None:
         """Remove the pidfile. The lock stays until this process exits, so that a
         `delayd stop` waiting on it returns only once the master is gone."""
         if read_pid(self.path) == os.getpid():
             self.path.unlink(missing_ok=True)
+
+
+def _take(lock: Path) -> int | None:
+    """An open descriptor holding `lock` exclusively, or None if a master holds it."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    for attempt in range(PROBE_RETRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if attempt + 1 == PROBE_RETRIES or not _only_probes(fd):
+                break
+            time.sleep(0.01)  # a `status` or `stop` is testing the lock for a moment
+    os.close(fd)
+    return None
 
 
 def _only_probes(fd: int) -> bool:

@@ -11,8 +11,10 @@ import time
 
 import psutil
 
-from daemon_helper import Daemon, delayd
-from redis_server import free_port, wait_for
+import pytest
+
+from daemon_helper import DELAYD, Daemon, delayd
+from redis_server import RedisServer, free_port, wait_for
 
 
 def test_stop_returns_when_the_master_exited_even_unreaped(redis_url, tmp_path):
@@ -54,6 +56,50 @@ def test_status_while_the_lock_is_held_before_the_pidfile_says_starting(redis_ur
         os.close(fd)
     out = delayd("status", env=env)
     assert out.returncode == 3 and "not running" in out.stdout
+
+
+def blocked_on_a_lock(pid: int) -> bool:
+    """Whether process `pid` waits for a flock (a `->` line of /proc/locks)."""
+    with open("/proc/locks") as fh:
+        return any(line.split()[1] == "->" and line.split()[5] == str(pid) for line in fh)
+
+
+@pytest.mark.parametrize("foreground", [True, False], ids=["foreground", "daemonized"])
+def test_stop_while_the_master_starts_waits_for_it_and_stops_it(tmp_path, foreground):
+    """`systemctl start delayd; delayd stop`: the stop came while the master held its lock but had
+    not written its pidfile (its start-up checks wait on a Redis that does not answer: a
+    SIGSTOPped one); stop said "not running" and the daemon came up anyway."""
+    with RedisServer(str(tmp_path / "redis")) as server:
+        state = tmp_path / "state"
+        env = {**os.environ, "DELAYD_REDIS_URL": server.url, "DELAYD_STATE_DIR": str(state), "DELAYD_BUCKETS": "1",
+               "DELAYD_QUEUES": "1", "DELAYD_ALLOWED_MODULES": "delayd.examples"}
+        server.proc.send_signal(signal.SIGSTOP)
+        start = subprocess.Popen([*DELAYD, "start", *(["--foreground"] if foreground else [])], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stop = None
+        try:
+            wait_for(lambda: delayd("status", env=env).returncode == 4, 30, message="status says starting")
+            out = delayd("stop", "--timeout", "0.5", env=env)
+            assert out.returncode == 1 and "still starting after 0.5 s" in out.stderr, (out.stdout, out.stderr)
+            stop = subprocess.Popen([*DELAYD, "stop", "--timeout", "60"], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            wait_for(lambda: stop.poll() is not None or blocked_on_a_lock(stop.pid), 30, message="stop waiting")
+            assert stop.poll() is None, ("stop returned while the master was starting", stop.communicate())
+            server.proc.send_signal(signal.SIGCONT)  # the start-up checks go on; the master comes up
+            out, err = stop.communicate(timeout=90)
+            assert stop.returncode == 0 and out.startswith("delayd stopped (pid"), (out, err)
+            master = int(out.split("pid ")[1].rstrip(")\n"))
+            assert not psutil.pid_exists(master) or psutil.Process(master).status() == psutil.STATUS_ZOMBIE
+            start.wait(60)
+            assert delayd("status", env=env).returncode == 3
+            assert not [p for p in psutil.process_iter(["environ", "status"]) if (p.info["environ"] or {}).get(
+                "DELAYD_STATE_DIR") == str(state) and p.info["status"] != psutil.STATUS_ZOMBIE]
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+            for proc in (start, stop):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+            delayd("stop", "--timeout", "30", env=env)
 
 
 def test_a_long_task_timeout_alone_gets_a_longer_lease(redis_url, tmp_path):
