@@ -96,9 +96,9 @@ def descriptors() -> list[int]:
 
 
 def reopen() -> bool:
-    """Reopen the log file (SIGUSR1, after logrotate moved it); True if it was reopened. If it
-    cannot be opened (its directory removed, permissions changed), logging goes on to the old
-    file, with a warning there, and False."""
+    """Reopen the log file (SIGUSR1, after logrotate moved it), and stdout/stderr where they wrote
+    to it; True if it was reopened. If it cannot be opened (its directory removed, permissions
+    changed), logging goes on to the old file, with a warning there, and False."""
     if not isinstance(_handler, logging.FileHandler):
         return False
     try:
@@ -113,5 +113,21 @@ def reopen() -> bool:
     finally:
         _handler.release()
     if old is not None:
+        _follow(old.fileno(), stream.fileno())
         old.close()
     return True
+
+
+def _follow(old: int, new: int) -> None:
+    """Point stdout and stderr at the new log file if they wrote to the old one (as a daemonized
+    process's do), so that what uvicorn, warnings and tracebacks write there follows the rotation."""
+    was = os.fstat(old)
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        try:
+            if not os.path.samestat(os.fstat(fd), was):
+                continue
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # closed, or not a file
+            continue
+        os.dup2(new, fd)

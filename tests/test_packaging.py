@@ -388,6 +388,43 @@ def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, 
     assert "proc=queue.0" in log.read_text() and "proc=bucket.0" in log.read_text()
 
 
+def test_after_a_log_reopen_what_a_daemonized_process_writes_to_stderr_goes_to_the_new_log(redis_url, tmp_path):
+    """A daemonized process's stderr is the log file open at start. SIGUSR1 reopened the log handler
+    only, so after logrotate uvicorn's warnings (and any traceback) went on into delayd.log.1."""
+    from redis_server import free_port, wait_for
+
+    state = tmp_path / "state"
+    log = state / "delayd.log"
+    port = free_port()
+    env = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": str(state), "DELAYD_BUCKETS": "1",
+           "DELAYD_QUEUES": "1", "DELAYD_WEB_PORT": str(port)}
+    env.pop("DELAYD_LOG_FILE", None)
+    out = subprocess.run([*delayd_command(), "start"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "started" in out.stdout, out.stderr
+    master = psutil.Process(int((state / "delayd.pid").read_text()))
+    try:
+        wait_for(lambda: len(master.children()) == 3 and "event=web_started" in log.read_text(), 30,
+                 message="bucket, queue and web children up")
+        processes = [master, *master.children()]
+        log.rename(log.with_suffix(".log.1"))
+        master.send_signal(signal.SIGUSR1)
+
+        def has_new_log(proc: psutil.Process) -> bool:
+            return any(f.path == str(log) for f in proc.open_files())
+        wait_for(lambda: log.exists() and all(has_new_log(p) for p in processes), 15,
+                 message="every process reopened its log")
+        with socket.create_connection(("127.0.0.1", port)) as sock:  # uvicorn warns on stderr
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            sock.recv(1024)
+        wait_for(lambda: "Invalid HTTP request received" in log.read_text()
+                 + log.with_suffix(".log.1").read_text(), 15, message="uvicorn's warning")
+        assert "Invalid HTTP request received" in log.read_text(), "uvicorn's warning went to the rotated log"
+        assert all(os.readlink(f"/proc/{p.pid}/fd/2") == str(log) for p in processes)
+    finally:
+        master.send_signal(signal.SIGTERM)
+        psutil.wait_procs([master], timeout=30)
+
+
 def test_a_log_file_that_cannot_be_reopened_keeps_the_old_one_and_every_process(redis_url, tmp_path):
     """SIGUSR1 after the log's directory was removed: the master crashed (master_crashed, every child
     stopped). Now each process warns in the old file and goes on writing there."""
