@@ -49,6 +49,7 @@ def test_non_loopback_bind_without_a_token_refuses_to_start(redis_url):
 def test_non_loopback_bind_with_a_token_serves(redis_url):
     with Web(redis_url, "--bind", "0.0.0.0", DELAYD_WEB_TOKEN=TOKEN) as server:
         assert server.client().get("/api/stats").status_code == 401
+    assert server.proc.returncode == 0, "SIGTERM is a graceful stop: exit 0"
 
 
 def test_api_refuses_without_or_with_a_wrong_token(web):
@@ -265,6 +266,9 @@ def test_master_supervises_a_web_child(redis_url, tmp_path):
     finally:
         daemon.stop()
     assert not answers(base), "stopped with the master"
+    # A graceful stop, not a kill (uvicorn re-raised the SIGTERM it stopped on: "killed by SIGTERM").
+    stopped = [line for line in daemon.log().splitlines() if "event=child_stopped child=web " in line]
+    assert len(stopped) == 1 and 'how="exited with status 0"' in stopped[0], stopped
 
 
 def test_the_web_child_reopens_its_log_on_sigusr1(redis_url, tmp_path):

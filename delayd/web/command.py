@@ -42,8 +42,13 @@ def listen(config: Config) -> socket.socket:
 
 
 def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
-    """Run the dashboard on `sock` until SIGTERM/SIGINT (uvicorn's graceful shutdown)."""
+    """Run the dashboard on `sock` until SIGTERM/SIGINT (uvicorn's graceful shutdown).
+
+    After a graceful shutdown uvicorn raises the signal it stopped on again, for the handler
+    that was there before it: with the default one, a clean stop ended "killed by SIGTERM".
+    Ours exits 0 (and a SIGTERM before uvicorn is up exits 0 at once)."""
     import asyncio
+    import signal
 
     import uvicorn
 
@@ -52,11 +57,17 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
     server = uvicorn.Server(uvicorn.Config(create(config), log_level="warning", access_log=False,
                                            server_header=False, proxy_headers=False))
 
+    signal.signal(signal.SIGTERM, _exit_stopped)
+
     async def main() -> None:
         if on_started is not None:
             asyncio.get_running_loop().create_task(on_started())
         await server.serve(sockets=[sock])
     asyncio.run(main())
+
+
+def _exit_stopped(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
