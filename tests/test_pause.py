@@ -3,17 +3,22 @@ command, and real daemons (in-flight runs, restarts, due order on resume)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import threading
 import time
 
 import pytest
 
-from daemon_helper import Daemon
+from daemon_helper import DELAYD, Daemon
 from redis_server import wait_for
 from test_cli import delayd, one_line_error
 from test_recurring import bucket_of_task, pushed
-from test_store import claim, now_ms, promote_all
+from test_store import DAY_MS, claim, now_ms, promote_all
 
 from delayd import steps
+from delayd.store import SCRIPTS
 from delayd.task import TaskError
 
 
@@ -171,3 +176,47 @@ def test_a_resume_in_batches_keeps_due_order(client, r):
     assert client.resume("mail") == 8 and client.paused() == []
     promote_all(client.store, 0)
     assert [run["member"] for run in claim(client.store, 0)] == [f"mail:{i}" for i in range(3, 10)] + ["mail:late"]
+
+
+def test_a_resume_killed_part_way_leaves_the_topic_paused_and_a_second_resume_finishes_it(redis_url, client, r):
+    """A real interruption: `delayd resume` SIGKILLed as Redis runs its second batch. What it moved
+    waits in `delayed`, what it did not stays parked under the pause flag (the topic still reads as
+    paused: nothing is marked resumed while tasks are parked), and `delayd resume` again moves the
+    rest: every task waits once, none lost, none left parked."""
+    n = 30_000  # 30 batches or more: the kill lands long before the last one
+    base = now_ms(r) - 10 * n
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "at": (base + 10 * i) / 1000} for i in range(n)])
+    client.pause("mail")
+    for bucket in range(client.store.buckets):
+        while client.store.promote(bucket, 1000, DAY_MS).full:
+            pass
+    assert all_counts(client)["mail"]["parked"] == n
+    env = {**os.environ, "DELAYD_REDIS_URL": redis_url}
+    seen = threading.Event()
+
+    def watch(monitor) -> None:  # MONITOR shows each command as Redis runs it
+        calls = 0
+        for command in monitor.listen():
+            calls += SCRIPTS["resume"].sha in command["command"]
+            if calls == 2:
+                seen.set()
+                return
+
+    with r.monitor() as monitor:
+        threading.Thread(target=watch, args=(monitor,), daemon=True).start()
+        resume = subprocess.Popen([*DELAYD, "resume", "mail"], env=env, stdout=subprocess.DEVNULL)
+        try:
+            assert seen.wait(30), "no resume batch seen"
+            resume.send_signal(signal.SIGKILL)
+        finally:
+            resume.wait(30)
+    parked = all_counts(client)["mail"]["parked"]
+    assert 0 < parked < n, f"the resume was not interrupted part-way ({parked} of {n} parked)"
+    flags = {r.hget(f"delayd:{{{b}}}:paused", "mail") for b in range(client.store.buckets)}
+    assert "r" in flags and client.paused() == ["mail"], flags  # killed within a bucket's batches
+    assert json.loads(delayd("resume", "mail", "--json", env=env).stdout)["tasks"] == parked
+    assert client.paused() == [] and r.keys("delayd:{*}:paused*") == []
+    waiting = [m for b in range(client.store.buckets) for m in r.zrange(f"delayd:{{{b}}}:delayed", 0, -1)]
+    assert sorted(waiting) == sorted(f"mail:{i}" for i in range(n))
+    counts = all_counts(client)["mail"]
+    assert counts["parked"] == 0 and counts["waiting"] == n and counts["delayed"] == n
