@@ -209,6 +209,22 @@ def test_deferred_runs_are_shown_by_stats_text_json_and_metrics(client, r):
     assert 'delayd_runs_total{outcome="retry",topic="hook"} 1.0' in text
 
 
+def test_window_and_minute_hashes_always_expire(client, r):
+    """Only the call that makes a window (or minute) hash sets its expiry; every one has one,
+    whichever script wrote it first and however many wrote to it since."""
+    store = client.store
+    client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(40)])
+    for b in range(store.buckets):
+        store.promote(b, 1000, DAY_MS)
+        while tasks := store.claim(b, (1, 1, 1), 1, 60_000, DAY_MS).tasks:
+            store.finish(b, [(tasks[0].member, tasks[0].claim, "ok", 0, "")], DAY_MS)
+    windows = [key for keys in store.keys for key in r.keys(keys.window_prefix + "*")]
+    assert any(":m:" in key for key in windows) and any(":m:" not in key for key in windows)
+    for key in windows:
+        limit = stats_mod.WINDOW_MS * 13 if ":m:" not in key else 3_900_000
+        assert 0 < r.pttl(key) <= limit, key
+
+
 def test_old_windows_leave_the_last_minute(client, r):
     """Runs of a window older than the last minute are in the totals only."""
     store = client.store

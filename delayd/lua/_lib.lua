@@ -18,7 +18,8 @@ end
 -- it, and Redis does not roll a script back when it fails half-way. So nothing a
 -- script reads may make it fail: numbers are read with `int_of(x) or default`,
 -- records through `read_record` (a key that is not a hash reads as nil), and the
--- bucket's own keys are checked with `expect` before anything is written.
+-- bucket's own keys are checked with `expect` before anything is written, or each
+-- command on them is sent through `on`.
 
 -- A stored count, time (ms) or token as an integer, or nil. tonumber alone also reads
 -- nan, inf, 1e400, fractions and exponents: ZADD refuses a nan score (failing the script
@@ -42,6 +43,19 @@ local function expect(kind, ...)
     local t = key_type(key)
     if t ~= kind and t ~= 'none' then redis.call('RENAME', key, key .. ':corrupt') end
   end
+end
+
+-- `cmd` on the bucket's own key `key` (of type `kind`), its reply. A key of another type
+-- makes the command fail (WRONGTYPE) before it changes anything: the key is then set aside
+-- (expect) and the command runs on the empty key instead. One command where a TYPE check
+-- before each key used would be two: a script pays only for the keys it touches.
+local function on(kind, cmd, key, ...)
+  local reply = redis.pcall(cmd, key, ...)
+  if type(reply) == 'table' and reply['err'] then
+    expect(kind, key)
+    reply = redis.call(cmd, key, ...)
+  end
+  return reply
 end
 
 -- HMGET of a task record; nil when the key holds something other than a hash.
@@ -183,11 +197,39 @@ end
 
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
-  if redis.call('ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+  if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
 end
 
 local function zadd_counted(zset, score, member, state, topic)
-  if redis.call('ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
+  if on('zset', 'ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
+end
+
+-- The same for many members at once: one ZADD (or ZREM) per zset and topic per call instead
+-- of one per task. `batch_add(batch, zset, topic, member, score)` notes a member in the table
+-- `batch` (with a score: to add; without: to remove); `flush_counted` then writes them all.
+local function batch_add(batch, zset, topic, member, score)
+  local by_key = batch[zset]
+  if not by_key then
+    by_key = {}
+    batch[zset] = by_key
+  end
+  local args = by_key[topic]
+  if not args then
+    args = {}
+    by_key[topic] = args
+  end
+  if score then args[#args + 1] = score end
+  args[#args + 1] = member
+end
+
+-- `states[zset]`: the state counted for that zset's members; `sign` 1 to add, -1 to remove.
+local function flush_counted(batch, states, sign)
+  for zset, by_key in pairs(batch) do
+    for topic, args in pairs(by_key) do
+      local changed = on('zset', sign > 0 and 'ZADD' or 'ZREM', zset, unpack(args))
+      if changed ~= 0 then count(states[zset], topic, sign * changed) end
+    end
+  end
 end
 
 -- HINCRBY that cannot fail on stored data: a counter that is not an integer starts
@@ -216,16 +258,19 @@ local function flush_stats(counts_key, totals_key, window_prefix, now)
   if totals_key and next(runs) then
     local window = window_prefix .. math.floor(now / WINDOW_MS)
     local minute = window_prefix .. 'm:' .. math.floor(now / MINUTE_MS)
+    -- The script that makes a window or minute hash sees a counter equal to its change
+    -- and sets its expiry; later scripts (counters already there) leave it as it is.
+    local new_window, new_minute = false, false
     for topic, t in pairs(runs) do
       for name, delta in pairs(t) do
         local field = name .. '|' .. topic
         hincrby(totals_key, field, delta)
-        hincrby(window, field, delta)
-        hincrby(minute, field, delta)
+        if hincrby(window, field, delta) == delta then new_window = true end
+        if hincrby(minute, field, delta) == delta then new_minute = true end
       end
     end
-    redis.call('PEXPIRE', window, WINDOW_TTL_MS)
-    redis.call('PEXPIRE', minute, MINUTE_TTL_MS)
+    if new_window then redis.call('PEXPIRE', window, WINDOW_TTL_MS) end
+    if new_minute then redis.call('PEXPIRE', minute, MINUTE_TTL_MS) end
   end
 end
 
@@ -244,6 +289,6 @@ end
 local function quarantine(aside, task_key, member, reason)
   if key_type(task_key) ~= 'hash' then redis.call('DEL', task_key) end
   redis.call('HSET', task_key, 'status', 'failed', 'queued', '0', 'error', 'quarantined: ' .. reason)
-  redis.call('HSET', aside.quarantine, member, reason)
+  on('hash', 'HSET', aside.quarantine, member, reason)
   index_finished(member, aside.failed, aside.now, task_key, aside.retention, 'failed', topic_of(member))
 end

@@ -14,13 +14,11 @@
 local now = now_ms()
 local prefix, n, lease = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6])
 local quota = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
-expect('list', KEYS[1], KEYS[2], KEYS[3])
-expect('zset', KEYS[4], KEYS[7])
-expect('hash', KEYS[8])
 local aside = {failed = KEYS[7], quarantine = KEYS[8], now = now, retention = tonumber(ARGV[9])}
 local out = {now}
 local taken = 0
-local lease_head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+local lease_head = on('zset', 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+local leased = {}  -- the leases, one ZADD per topic (batch_add)
 
 -- Why the record `r` of a popped entry cannot be claimed, or nil.
 local function defect(r, task_key, member)
@@ -30,9 +28,12 @@ local function defect(r, task_key, member)
   if not string.find(member, ':', 1, true) then return 'member is not topic:id' end
 end
 
+local emptied = {}  -- lists this call found short: the second pass skips them
+
 local function take(list, want)
-  if want <= 0 then return end
-  local members = redis.call('LPOP', list, want)
+  if want <= 0 or emptied[list] then return end
+  local members = on('list', 'LPOP', list, want)
+  if not members or #members < want then emptied[list] = true end
   if not members then return end
   for _, member in ipairs(members) do
     local task_key = prefix .. member
@@ -53,7 +54,7 @@ local function take(list, want)
         redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
           'claim', claim, 'runs', runs, 'last_run', now)
         count_ready(r[9], topic, -1)
-        zadd_counted(KEYS[4], now + lease, member, 'running', topic)
+        batch_add(leased, KEYS[4], topic, member, now + lease)
         tally('started', topic)
         tally_lateness(topic, now - (int_of(r[6]) or now))
         for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY}) do
@@ -67,6 +68,7 @@ end
 
 for p = 1, 3 do take(KEYS[p], math.min(quota[p], n - taken)) end
 for p = 1, 3 do take(KEYS[p], n - taken) end
+flush_counted(leased, {[KEYS[4]] = 'running'}, 1)
 
 -- The bucket process sleeps until its next due time or lease expiry; tell it
 -- when this claim made a lease the earliest one.

@@ -20,13 +20,14 @@
 local now = now_ms()
 local prefix, retention, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local kept = tonumber(ARGV[5]) or 0
-expect('zset', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-expect('hash', KEYS[5])
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = retention}
 local schedules = recurring_index(KEYS[8])
 local applied = {}
 local head_due = nil     -- the head of `delayed` before this call (read at the first re-queue)
 local earliest = math.huge
+-- Leases taken out and tasks indexed as finished, one ZREM / ZADD per topic (batch_add).
+local unleased, indexed = {}, {}
+local index_states = {[KEYS[3]] = 'ok', [KEYS[4]] = 'failed'}
 
 -- Append `line` to the delivery log `log` (lines oldest first), keeping the last `kept`:
 -- the oldest lines are cut off the log before the one concatenation.
@@ -45,7 +46,7 @@ end
 -- The run's task waits again, in `delayed` at `due`; `fields` (for the one HSET) says so.
 local function requeue(member, topic, due, fields)
   if head_due == nil then
-    head_due = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or math.huge)
+    head_due = tonumber(on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or math.huge)
   end
   zadd_counted(KEYS[1], due, member, 'waiting', topic)
   if due < earliest then earliest = due end
@@ -64,7 +65,7 @@ for i = 6, #ARGV, 8 do
     local topic = topic_of(member)
     local not_before = now + wait
     local fields = {}
-    zrem_counted(KEYS[2], member, 'running', topic)
+    batch_add(unleased, KEYS[2], topic, member)
     tally(outcome, topic)
     if outcome == 'defer' then
       local runs = (int_of(r[5]) or 1) - 1
@@ -87,7 +88,8 @@ for i = 6, #ARGV, 8 do
       requeue(member, topic, due, fields)
     elseif outcome == 'ok' or outcome == 'failed' then
       fields = {'status', outcome}
-      index_finished(member, KEYS[outcome == 'ok' and 3 or 4], now, task_key, retention, outcome, topic)
+      batch_add(indexed, KEYS[outcome == 'ok' and 3 or 4], topic, member, now)
+      redis.call('PEXPIRE', task_key, retention)
     else
       quarantine(aside, task_key, member, err)  -- writes its own error
     end
@@ -110,6 +112,8 @@ for i = 6, #ARGV, 8 do
     applied[#applied + 1] = 0
   end
 end
+flush_counted(unleased, {[KEYS[2]] = 'running'}, -1)
+flush_counted(indexed, index_states, 1)
 if earliest < (head_due or math.huge) then redis.call('PUBLISH', channel, earliest) end
 flush_stats(KEYS[6], KEYS[7], ARGV[4], now)
 return applied

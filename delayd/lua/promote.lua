@@ -11,9 +11,6 @@
 local clock = now_us()
 local now = math.floor(clock / 1000)
 local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-expect('zset', KEYS[1], KEYS[2], KEYS[6], KEYS[7], KEYS[8])
-expect('list', KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15])
-expect('hash', KEYS[9], KEYS[12])
 local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
 local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
 -- Due tasks pushed per ready list (in due order), and the kinds of list that got
@@ -41,7 +38,7 @@ end
 -- being resumed ('r', see resume.lua) parks only what is due after its earliest
 -- task still parked, so that the batches of a resume keep due order.
 local paused = nil
-local flags = redis.call('HGETALL', KEYS[12])
+local flags = on('hash', 'HGETALL', KEYS[12])
 for i = 1, #flags, 2 do
   local key = parked_key(KEYS[12], flags[i])
   expect('zset', key)
@@ -62,7 +59,7 @@ end
 -- Members of a zset at scores no script writes (past 2^53 ms: inf, 1e300): such an entry
 -- would never come due, lapse or expire, and would be counted as waiting forever.
 local function timeless(key)
-  return redis.call('ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+  return on('zset', 'ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
 end
 
 -- Due tasks go to the back of their kind's and priority's ready list, in due order:
@@ -71,14 +68,14 @@ end
 local moved = 0
 local due, scores = nil, {}
 if paused then
-  local pairs_ = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+  local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
   due = {}
   for i = 1, #pairs_, 2 do
     due[#due + 1] = pairs_[i]
     scores[pairs_[i]] = pairs_[i + 1]
   end
 else
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+  due = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 end
 for _, member in ipairs(due) do
   local task_key = prefix .. member
@@ -102,7 +99,7 @@ for _, member in ipairs(due) do
   end
 end
 for _, list in ipairs({KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15]}) do
-  if pushes[list] then redis.call('RPUSH', list, unpack(pushes[list])) end
+  if pushes[list] then on('list', 'RPUSH', list, unpack(pushes[list])) end
 end
 if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 local never = timeless(KEYS[1])
@@ -117,7 +114,7 @@ end
 -- A lease of a task that finished meanwhile is simply dropped.
 local finished = {ok = true, failed = true, deleted = true}
 local reaped = 0
-local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local lapsed = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 local endless = timeless(KEYS[2])  -- a lease that would never lapse: as lapsed now
 for i = 1, #endless, 2 do lapsed[#lapsed + 1] = endless[i] end
 for _, member in ipairs(lapsed) do
@@ -139,7 +136,7 @@ for _, member in ipairs(lapsed) do
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
       local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
       kinds[kind] = true
-      redis.call('LPUSH', list, member)
+      on('list', 'LPUSH', list, member)
       count_ready(r[2], topic, 1)
       tally('lapsed', topic)
       reaped = reaped + 1
@@ -153,12 +150,12 @@ if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
 -- keeps a reason for as long as its task is in done:failed.
 local states = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
 for k = 6, 8 do
-  local old = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', 0, limit)
+  local old = on('zset', 'ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', 0, limit)
   local kept = timeless(KEYS[k])  -- finished at a time that never comes: past retention too
   for i = 1, #kept, 2 do old[#old + 1] = kept[i] end
   if #old > 0 then
     redis.call('ZREM', KEYS[k], unpack(old))
-    if k == 7 then redis.call('HDEL', KEYS[9], unpack(old)) end
+    if k == 7 then on('hash', 'HDEL', KEYS[9], unpack(old)) end
     for _, member in ipairs(old) do count(states[k], topic_of(member), -1) end
   end
 end
