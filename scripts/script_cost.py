@@ -42,6 +42,7 @@ def measured(r, action) -> dict[str, tuple[int, int]]:
     got = stats(r)
     got.pop("config", None)
     got.pop("info", None)
+    got.pop("slowlog", None)
     return got
 
 

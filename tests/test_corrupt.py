@@ -284,10 +284,10 @@ def test_a_bucket_key_of_the_wrong_type_is_set_aside(r, store, name):
 def test_counters_that_are_not_integers_start_again(r, store):
     keys = store.keys[0]
     r.hset(keys.counts, mapping={"waiting|good": "many", "ready:2|good": "x"})
-    r.hset(keys.totals, "started|good", "lots")
+    r.hset(keys.totals, "ok|good", "lots")
     add_amid_good(store)
     assert_good_ran_once(r, store, run_everything(store))
-    assert r.hget(keys.totals, "started|good") == str(len(GOOD))  # started again from the first claim
+    assert r.hget(keys.totals, "ok|good") == str(len(GOOD))  # started again from the first finish
 
 
 def test_non_utf8_member_names_round_trip(r, store):
@@ -531,7 +531,7 @@ def test_the_dashboard_error_page_renders(web):
 def test_the_dashboard_reads_minute_counters_that_are_not_integers(web, client, r):
     keys = client.store.keys[0]
     minute = now_ms(r) // 60_000
-    r.hset(f"{keys.window_prefix}m:{minute}", mapping={"ok|c": "x", "started|c": "2"})
+    r.hset(f"{keys.window_prefix}m:{minute}", mapping={"ok|c": "x", "le:1|c": "2"})
     write_wrong(r, f"{keys.window_prefix}m:{minute - 1}", "list")
     answer = web.get("/api/stats")
     assert answer.status_code == 200 and answer.json()["last_hour"][-1]["started"] == 2

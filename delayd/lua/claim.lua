@@ -2,7 +2,8 @@
 -- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine
 -- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
 --       window-key prefix, retention (ms)
--- Counts each start and its lateness (now - due) for the statistics.
+-- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
+-- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
 -- and, unless the task is being re-run after a lapsed lease, its run number.
 -- An entry whose record cannot be a ready task (not a hash, a `queued` flag that is
@@ -55,7 +56,6 @@ local function take(list, want)
           'claim', claim, 'runs', runs, 'last_run', now)
         count_ready(r[9], topic, -1)
         batch_add(leased, KEYS[4], topic, member, now + lease)
-        tally('started', topic)
         tally_lateness(topic, now - (int_of(r[6]) or now))
         for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY}) do
           out[#out + 1] = v
