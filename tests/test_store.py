@@ -322,6 +322,20 @@ def test_finish_ok(r, store, keys):
     assert 0 < r.pttl(keys.task("t:1")) <= DAY_MS
 
 
+def test_claim_and_finish_of_thousands_of_runs_of_one_topic_in_one_call(r, store, keys, client):
+    """Leases and done:ok are written with one command per topic per call: a call of more runs
+    than Lua can unpack at once (~4,000 pairs) is split, not failed half-way."""
+    n = 5_000
+    assert client.add_many([{"topic": "t", "id": i, "call": "delayd.examples:noop"} for i in range(n)]) == n
+    while store.promote(0, 1000, DAY_MS).moved:
+        pass
+    runs = claim(store, n=n)
+    assert len(runs) == n and r.zcard(keys.leases) == n
+    assert store.finish(0, [(run["member"], run["claim"], "ok", 0, "") for run in runs], DAY_MS) == [1] * n
+    assert r.zcard(keys.leases) == 0 and r.zcard(keys.done("ok")) == n
+    assert client.stats()["counts"]["ok"] == n
+
+
 def test_finish_failed_keeps_the_error(r, store, keys):
     run = claimed(r, store)
     assert store.finish(0, [("t:1", run["claim"], "failed", 0, "handler said fail")], 5000) == [1]

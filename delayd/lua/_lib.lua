@@ -222,12 +222,20 @@ local function batch_add(batch, zset, topic, member, score)
   args[#args + 1] = member
 end
 
+-- Arguments per command when a list of them is unpacked: Lua's unpack fails beyond
+-- ~8,000 values (LUAI_MAXCSTACK), and a call's batch is not bounded below that (a queue
+-- process finishes every run that ended since its last turn, thousands after an outage).
+local UNPACK_MAX = 2000
+
 -- `states[zset]`: the state counted for that zset's members; `sign` 1 to add, -1 to remove.
 local function flush_counted(batch, states, sign)
+  local cmd = sign > 0 and 'ZADD' or 'ZREM'
   for zset, by_key in pairs(batch) do
     for topic, args in pairs(by_key) do
-      local changed = on('zset', sign > 0 and 'ZADD' or 'ZREM', zset, unpack(args))
-      if changed ~= 0 then count(states[zset], topic, sign * changed) end
+      for i = 1, #args, UNPACK_MAX do  -- (even: a ZADD's score and member stay together)
+        local changed = on('zset', cmd, zset, unpack(args, i, math.min(i + UNPACK_MAX - 1, #args)))
+        if changed ~= 0 then count(states[zset], topic, sign * changed) end
+      end
     end
   end
 end
