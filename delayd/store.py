@@ -133,22 +133,35 @@ def meta_key(prefix: str) -> str:
     return f"{prefix}meta"
 
 
+# The version of the layout in docs/redis-layout.md, kept in the meta hash: any change that a
+# delayd of another layout would misread (a key, a field, a format) comes with a new number, so
+# that such a delayd refuses the store in one line instead of misreading it or writing into it.
+LAYOUT = 1
+
+
 def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
-    """The bucket count recorded in Redis for `prefix`; records `default` on first use."""
+    """The bucket count recorded in Redis for `prefix`; records `default` on first use.
+    Refuses (StoreError) a store of another layout version."""
     return run(redis_client, bucket_count(prefix, default))
 
 
 def bucket_count(prefix: str, default: int) -> Steps[int]:
-    """recorded_buckets as steps (see delayd.steps)."""
+    """recorded_buckets as steps (see delayd.steps): one round trip once the store is in use."""
     key = meta_key(prefix)
     try:
-        stored = yield command("HGET", key, "buckets")
-        if stored is None:
-            yield command("HSETNX", key, "buckets", default)
-            stored = yield command("HGET", key, "buckets")
+        stored, layout = yield command("HMGET", key, "buckets", "layout")
+        if stored is None or layout is None:  # first use (or a store from before the layout field)
+            if stored is None:
+                yield command("HSETNX", key, "buckets", default)
+            yield command("HSETNX", key, "layout", LAYOUT)
+            stored, layout = yield command("HMGET", key, "buckets", "layout")
     except redis.exceptions.ResponseError:  # WRONGTYPE: not a hash
         raise StoreError(f"{key} in Redis is not a hash; it should hold the bucket count "
                          f"(buckets {default}?)") from None
+    if layout != str(LAYOUT):
+        shown = repr(layout[:40]) + ("..." if len(layout) > 40 else "")
+        raise StoreError(f"{key} in Redis says layout = {shown}; this delayd reads layout {LAYOUT} (a store "
+                         "written by another version of delayd: use that version, or another prefix)")
     # (At most MAX_BUCKETS, as the configuration: a huge count would allocate keys for every bucket.)
     count = int(stored) if stored.isascii() and stored.isdigit() and len(stored) <= 5 else 0
     if not 0 < count <= MAX_BUCKETS:

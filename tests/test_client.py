@@ -1,6 +1,8 @@
 """The Client: connecting, adding (one and many), reading, listing, counting."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 import threading
 from datetime import datetime, timedelta, timezone
@@ -8,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from delayd import AddInterrupted, Client, RedisUnavailable, Task, TaskError
+from delayd import AddInterrupted, Client, DelaydError, RedisUnavailable, Task, TaskError
 from delayd import config as config_mod
-from delayd.store import meta_key
+from delayd.store import LAYOUT, meta_key
 from redis_server import RedisServer, free_port, wait_for
 
 
@@ -274,7 +276,28 @@ def test_add_many_refused_part_way_says_how_many_were_written(client, r):
     assert str(error).endswith(f"(after {error.written} of 5000 tasks were written)")
 
 
-# -- the bucket count --------------------------------------------------------------
+# -- the bucket count and the layout version -------------------------------------------
+def test_the_layout_version_is_recorded_and_a_store_of_another_is_refused(redis_url, r):
+    key = meta_key("delayd:")
+    c = Client.from_url(redis_url)
+    c.add("t", 1, call="a:b")
+    assert r.hget(key, "layout") == str(LAYOUT)
+    # A store written before the field existed (same layout) gets it on first use.
+    r.hdel(key, "layout")
+    assert Client.from_url(redis_url).get("t", 1) is not None and r.hget(key, "layout") == str(LAYOUT)
+    # A store of another layout (a newer delayd's) is refused by every reader, and nothing is written.
+    for other in ("2", "x" * 100):
+        r.hset(key, "layout", other)
+        before = sorted(r.keys("*"))
+        with pytest.raises(DelaydError, match=f"this delayd reads layout {LAYOUT}"):
+            Client.from_url(redis_url).add("t", 2, call="a:b")
+        assert sorted(r.keys("*")) == before
+    proc = subprocess.run([sys.executable, "-m", "delayd.cli", "stats", "--redis", redis_url],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "says layout = 'xxxx" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_bucket_count_is_recorded_and_reused(redis_url, r):
     first = Client.from_url(redis_url, config=config_mod.load(buckets=3))
     first.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(50)])
