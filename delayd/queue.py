@@ -2,6 +2,14 @@
 `concurrency` at once in a pool of threads (delayd.pool), URL targets up to
 `url_concurrency` at once on an event loop (delayd.url.engine).
 
+Claiming ahead: a thread whose handler returns would otherwise wait a whole claim round
+trip for its next run, and with short handlers (one Redis call: ~1 ms) that wait is as
+long as the run. So the process claims, beyond `concurrency`, the runs its threads will
+finish during one round trip (concurrency x round trip / average handler time, at most
+`concurrency`); they wait in the pool for the next free thread. Long handlers get none
+ahead (a claimed run never waits long behind them, and other processes can take it); a
+run's task timeout counts from the moment a thread takes it.
+
 One main thread owns all Redis state changes and batches them: each loop turn sends
 its finishes (one call per bucket, every run that ended since the last turn), lease
 renewals and claims (up to the free slots of each kind: URL tasks wait in ready lists
@@ -69,12 +77,19 @@ def priority_cycle(weights: tuple[int, int, int]) -> list[int]:
     return picks
 
 
+def timeout_at(run: "Run", now: float) -> float:
+    """When a call/push run will have had its task timeout in a handler: the timeout counts
+    from the moment a thread takes the run (one claimed ahead may wait for a thread first),
+    so a run is never given up before its handler had `limit` seconds."""
+    return (run.started if run.taken else now) + run.limit
+
+
 @dataclass(eq=False)
 class Run:
     task: Task
     bucket: int
-    started: float           # monotonic: handed to a thread, or (URL) the request sent
-    deadline: float          # past it the run is abandoned (a URL run: infinite until sent)
+    started: float           # monotonic: taken by a thread (set by the pool), or (URL) the request sent
+    deadline: float          # check the timeout then (a URL run: infinite until sent)
     limit: float = 0.0       # the task timeout (seconds) that `deadline` adds to `started`
     claimed: float = 0.0     # monotonic time of the claim …
     claimed_ms: int = 0      # … and Redis's clock then (ms): the attempt's start time from both
@@ -112,6 +127,7 @@ class QueueWorker:
         self.stopping = False
         self.stop_deadline = 0.0
         self.retry_at = 0.0  # after a Redis error, no Redis calls before this time
+        self.round_trip = 0.0  # moving average of a turn's Redis round trip (s)
 
     # -- threads -------------------------------------------------------------------
     def execute(self, task: Task) -> tuple[Outcome, str]:
@@ -206,11 +222,18 @@ class QueueWorker:
 
     def free_slots(self, url: bool) -> int:
         """Tasks of a kind to claim now: URL tasks as the engine has room (Engine.room); call
-        and push tasks up to `concurrency` (URL runs that ended but are not settled yet count
-        as call runs until they are: never more than `concurrency` are claimed)."""
+        and push tasks up to `concurrency` and the runs claimed ahead (URL runs that ended but
+        are not settled yet count as call runs until they are)."""
         if url:
             return self.engine.room()
-        return self.config.concurrency - (len(self.in_hand) - self.engine.in_hand)
+        return self.config.concurrency + self.ahead() - (len(self.in_hand) - self.engine.in_hand)
+
+    def ahead(self) -> int:
+        """Runs to claim beyond `concurrency`: those the threads finish during one round trip."""
+        spent = self.pool.handler_time
+        if not spent:
+            return 0  # nothing known yet
+        return min(self.config.concurrency, int(self.config.concurrency * self.round_trip / spent))
 
     def settle(self, run: Run, outcome: Outcome, callback_error: str = "") -> None:
         """Turn a run's outcome into a finish entry (sent with the next batch)."""
@@ -256,6 +279,8 @@ class QueueWorker:
             if run.url:  # settled when the engine says it ended (its result, if it came first)
                 run.deadline = math.inf
                 self.engine.cancel(run)
+            elif (deadline := timeout_at(run, now)) > now:
+                run.deadline = deadline  # claimed ahead: it waited for a thread
             elif self.pool.abandon(run):
                 self.settle(run, self.abandoned(run))
         if self.pool.hung > HUNG_PER_SLOT * self.config.concurrency and not self.stopping:
@@ -321,8 +346,10 @@ class QueueWorker:
         """Run script calls in one round trip, each reply handed to its call's function.
         Raises the first error, once the replies before it were handled."""
         replies: list[Any] = []
+        began = time.monotonic()
         try:
             self.link.run([call for call, _ in calls], replies)
+            self.round_trip += (time.monotonic() - began - self.round_trip) / 8
         finally:
             for (_, then), reply in zip(calls, replies):
                 if isinstance(reply, Exception):

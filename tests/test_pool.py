@@ -16,6 +16,7 @@ from delayd.pool import Pool
 @dataclass(eq=False)
 class FakeRun:
     task: str
+    started: float = 0.0
     taken: bool = False
     returned: bool = False
     abandoned: bool = False
@@ -25,8 +26,9 @@ class Harness:
     """A pool whose handlers block until their task's gate opens (tasks not gated return at once),
     with the main thread's part played by `pump` (results, and the stall timer)."""
 
-    def __init__(self, size: int, gated: set[str]):
+    def __init__(self, size: int, gated: set[str], barrier: threading.Barrier | None = None):
         self.gates = {task: threading.Event() for task in gated}
+        self.barrier = barrier  # tasks named "b…" wait for each other there
         self.started: set[str] = set()
         self.notified: queue.SimpleQueue = queue.SimpleQueue()
         self.results: dict[str, str] = {}
@@ -36,12 +38,16 @@ class Harness:
         self.started.add(task)
         if task in self.gates:
             self.gates[task].wait(30)
+        if task.startswith("b") and self.barrier:
+            self.barrier.wait(10)  # BrokenBarrierError unless all of them run at the same time
+        if task.startswith("io"):
+            time.sleep(0.005)  # a handler that waits on I/O
         return f"done {task}"
 
-    def pump(self) -> bool:
+    def pump(self, stall_timer: bool = True) -> bool:
         """One turn of the main thread: wake threads for stalled runs, collect results."""
         stalled = self.pool.stalled_at()
-        if stalled is not None and stalled <= time.monotonic():
+        if stall_timer and stalled is not None and stalled <= time.monotonic():
             self.pool.wake_stalled(time.monotonic())
         for run, result in self.pool.take_results():
             self.results[run.task] = result
@@ -101,4 +107,35 @@ def test_a_run_abandoned_before_it_started_never_runs():
     h.gates["first"].set()
     wait_for(lambda: h.pump() and "first" in h.results, 10, message="first finished")
     assert "second" not in h.started
+    h.pool.stop()
+
+
+def test_io_bound_handlers_of_one_batch_run_side_by_side():
+    """A put wakes one thread while handlers are short (they run one after the other on it);
+    once handlers take longer than FAN_OUT on average, a put wakes a thread per run. Here
+    four runs of one put must all be in their handlers at once to get past a barrier (no
+    stall timer is pumped: one thread would leave the other three waiting)."""
+    h = Harness(size=4, gated=set(), barrier=threading.Barrier(4))
+    h.pool.put([FakeRun(f"io{i}") for i in range(8)], time.monotonic())  # 5 ms each: the average
+    wait_for(lambda: h.pump() and len(h.results) == 8, 10, message="the I/O runs finished")
+    assert h.pool.handler_time > 0.001
+    h.pool.put([FakeRun(f"b{i}") for i in range(4)], time.monotonic())
+    wait_for(lambda: h.pump(stall_timer=False) and len(h.results) == 12, 20,
+             message="the four runs met at the barrier")
+    assert not h.barrier.broken
+    h.pool.stop()
+
+
+def test_a_run_is_timed_from_the_moment_a_thread_takes_it():
+    """`started` is set when a thread takes the run, not when it was put (a run claimed
+    ahead may wait for a thread): the queue's task timeout counts from it."""
+    h = Harness(size=1, gated={"first"})
+    first, second = FakeRun("first"), FakeRun("second")
+    put_at = time.monotonic()
+    h.pool.put([first, second], put_at)
+    wait_for(lambda: first.taken, 10, message="first started")
+    opened = time.monotonic()
+    h.gates["first"].set()
+    wait_for(lambda: h.pump() and "second" in h.results, 10, message="second ran")
+    assert put_at <= first.started <= opened <= second.started
     h.pool.stop()

@@ -248,3 +248,33 @@ def test_a_timed_out_run_counts_and_the_next_run_has_the_next_number(redis_url, 
         wait_for(lambda: ran.exists() and len(ran.read_text().splitlines()) == 2, 20, interval=0.1,
                  message="both abandoned handlers finished")
     assert sorted(ran.read_text().splitlines()) == ["t:1:1", "t:1:2"]
+
+
+def test_a_run_claimed_ahead_is_timed_from_its_start_not_its_claim(redis_url, tmp_path, client):
+    """With short handlers a queue process claims runs ahead of its threads (they wait in the
+    pool for the next free thread); a run's task timeout counts from the moment a thread
+    takes it. Here B is claimed with A, waits 0.7 s behind it on the only thread, then runs
+    0.7 s: 1.4 s after its claim, under a 1 s timeout, and it still ends ok."""
+    with Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONCURRENCY="1", DELAYD_TASK_TIMEOUT="1",
+                DELAYD_LEASE="5"):
+        client.add_many([{"topic": "quick", "id": i, "call": "delayd.examples:noop"} for i in range(50)])
+        wait_for(lambda: client.stats()["counts"]["ok"] == 50, 30, interval=0.05, message="the quick runs")
+        client.add_many([{"topic": "t", "id": name, "call": "delayd.examples:slow", "params": {"seconds": 0.7},
+                          "persistent": False, "delay": 0.5} for name in ("a", "b")])
+        wait_for(lambda: all(client.get("t", name).status == "ok" for name in ("a", "b")), 30, interval=0.05,
+                 message="both slow runs ended")
+        a, b = client.get("t", "a"), client.get("t", "b")
+        assert abs(b.last_run_at - a.last_run_at) < 0.5, "claimed together: b waited for the thread"
+        assert a.runs == b.runs == 1 and not a.last_error and not b.last_error
+
+
+def test_long_handlers_get_nothing_claimed_ahead(redis_url, tmp_path, client):
+    """Handlers far longer than a round trip: a process holds no more runs than threads, so a
+    claimed run never waits behind a long handler (another process may take it)."""
+    with Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONCURRENCY="2", DELAYD_TASK_TIMEOUT="5",
+                DELAYD_LEASE="10"):
+        client.add_many([{"topic": "t", "id": i, "call": "delayd.examples:slow", "params": {"seconds": 0.4},
+                          "persistent": False, "delay": 0.3} for i in range(6)])
+        wait_for(lambda: client.stats()["counts"]["ok"] == 6, 30, interval=0.05, message="six slow runs")
+        claimed = sorted(client.get("t", i).last_run_at for i in range(6))
+        assert all(later - earlier >= 0.35 for earlier, later in zip(claimed, claimed[2:])), claimed
