@@ -6,6 +6,13 @@ one file of top-level definitions (`local function name` and `local a, b = ...`,
 with the comment lines just above it); a script's prelude is the definitions its body
 names, and those that they name, transitively, in the lib's order (which is an order
 Lua accepts: a local is defined before it is used).
+
+A script's function that only a rare path calls (add.lua's replacement of an existing
+task) can hold the line `--[[lib]]`: the lib *functions* that only such a function
+needs are defined there, inside it, so a call that never enters it never builds them.
+The function runs from its `local function` line at column 0 to the next `end` at
+column 0. Other definitions (tables, constants) always go in front of the script: a
+table defined inside a function would be a new one on each call of it.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ class Definition(NamedTuple):
     names: frozenset[str]
     source: str      # with the comment lines just above it
     uses: frozenset[str]
+    function: bool   # `local function name`, not a table or constant
 
 
 def names_in(source: str) -> frozenset[str]:
@@ -37,23 +45,50 @@ def definitions(lib: str) -> list[Definition]:
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
-    starts: list[tuple[int, frozenset[str]]] = []
+    starts: list[tuple[int, frozenset[str], bool]] = []
     for m in _DEFINITION.finditer(lib):
         line = lib.count("\n", 0, m.start())
         while line > 0 and lines[line - 1].startswith("--"):  # its comment goes with it
             line -= 1
         names = m.group(1) or m.group(2)
-        starts.append((offsets[line], frozenset(n.strip() for n in names.split(","))))
-    ends = [start for start, _ in starts[1:]] + [len(lib)]
-    return [Definition(names, lib[start:end], names_in(lib[start:end]) - names)
-            for (start, names), end in zip(starts, ends)]
+        starts.append((offsets[line], frozenset(n.strip() for n in names.split(",")), bool(m.group(1))))
+    ends = [start for start, _, _ in starts[1:]] + [len(lib)]
+    return [Definition(names, lib[start:end], names_in(lib[start:end]) - names, function)
+            for (start, names, function), end in zip(starts, ends)]
 
 
-def prelude(lib: str, script: str) -> str:
-    """The definitions of `lib` that `script` uses, directly or through others, in lib order."""
-    defs = definitions(lib)
-    wanted = set(names_in(script))
+LIB_HERE = "--[[lib]]"
+# A `--[[lib]]` line and the script function around it (column-0 `local function` ... `end`).
+_RARE_FUNCTION = re.compile(r"^local function [^\n]*\n(?:(?!end\b)[^\n]*\n)*?[ \t]*--\[\[lib\]\][ \t]*\n"
+                            r"(?:(?!end\b)[^\n]*\n)*end\b", re.M)
+
+
+def _needed(defs: list[Definition], source: str) -> list[Definition]:
+    """The definitions `source` uses, directly or through others, in lib order."""
+    wanted = set(names_in(source))
     for d in reversed(defs):  # a definition uses only those above it
         if d.names & wanted:
             wanted |= d.uses
-    return "".join(d.source for d in defs if d.names & wanted)
+    return [d for d in defs if d.names & wanted]
+
+
+def source(lib: str, script: str) -> str:
+    """`script` as Redis runs it: the lib definitions it uses in front of it, except the
+    functions that only its `--[[lib]]` functions use, which are defined at that line."""
+    defs = definitions(lib)
+    rare = list(_RARE_FUNCTION.finditer(script))
+    if script.count(LIB_HERE) != len(rare):
+        raise ValueError(f"{LIB_HERE} outside a column-0 `local function ... end`")
+    bounds = [0, *(i for m in rare for i in m.span()), len(script)]
+    outside = "".join(script[start:end] for start, end in zip(bounds[::2], bounds[1::2]))
+    data = "".join(d.source for m in rare for d in _needed(defs, m.group()) if not d.function)
+    front = _needed(defs, outside + data)
+    parts, at = [], 0
+    for m in rare:
+        marker = script.index(LIB_HERE, m.start())
+        line = script.rindex("\n", 0, marker) + 1  # the marker's line is replaced
+        inside = [d for d in _needed(defs, m.group()) if d not in front]
+        parts += [script[at:line], "".join(d.source for d in inside)]
+        at = script.index("\n", marker) + 1
+    parts.append(script[at:])
+    return "".join(d.source for d in front) + "\n" + "".join(parts)

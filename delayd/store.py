@@ -227,7 +227,7 @@ class Script:
     def __init__(self, name: str):
         self.name = name
         body = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
-        self.source = lua_lib.prelude(self._lib, body) + "\n" + body  # the helpers of _lib.lua it uses
+        self.source = lua_lib.source(self._lib, body)  # with the helpers of _lib.lua it uses
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:

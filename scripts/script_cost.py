@@ -70,7 +70,7 @@ def versions(other: Path) -> list[dict[str, tuple[str, str]]]:
     theirs = {}
     for name in ("claim", "finish", "promote"):
         body = (other / f"delayd/lua/{name}.lua").read_text()
-        source = lua_lib.prelude(lib, body) + "\n" + body
+        source = lua_lib.source(lib, body)
         theirs[name] = (source, hashlib.sha1(source.encode()).hexdigest())
     return [{name: (SCRIPTS[name].source, SCRIPTS[name].sha) for name in theirs}, theirs]
 

@@ -978,5 +978,18 @@ def test_each_script_gets_the_lib_helpers_it_uses_and_loads(r):
     assert "tally_lateness" not in defined(SCRIPTS["add"].source)
     lib = "-- header\n\nlocal A = 1\n-- b's note\nlocal function b() return A end\nlocal c, d = {}, {}\n" \
           "local function e() return d.b end  -- 'b' is a field here\n"
-    assert lua_lib.prelude(lib, "return b() -- not c") == "local A = 1\n-- b's note\nlocal function b() return A end\n"
-    assert lua_lib.prelude(lib, "return e()") == "local c, d = {}, {}\nlocal function e() return d.b end  -- 'b' is a field here\n"
+    assert lua_lib.source(lib, "return b() -- not c") == \
+        "local A = 1\n-- b's note\nlocal function b() return A end\n\nreturn b() -- not c"
+    assert lua_lib.source(lib, "return e()") == \
+        "local c, d = {}, {}\nlocal function e() return d.b end  -- 'b' is a field here\n\nreturn e()"
+    # A --[[lib]] function gets the lib functions only it uses; tables and constants stay in front.
+    rare = "local function r()\n  --[[lib]]\n  return b(), e()\nend\nreturn A"
+    assert lua_lib.source(lib, rare) == (
+        "local A = 1\nlocal c, d = {}, {}\n\nlocal function r()\n-- b's note\nlocal function b() return A end\n"
+        "local function e() return d.b end  -- 'b' is a field here\n  return b(), e()\nend\nreturn A")
+    with pytest.raises(ValueError):
+        lua_lib.source(lib, "--[[lib]]\nreturn b()")
+    # add.lua builds the helpers only a replacement uses inside `replacing`.
+    add = SCRIPTS["add"].source
+    assert add.index("local function zrem_counted") > add.index("local function replacing()")
+    assert add.index("local function hincrby") < add.index("local function replacing()")

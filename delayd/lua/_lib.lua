@@ -250,11 +250,10 @@ local function hincrby(key, field, delta)
   return delta
 end
 
--- Write what the script counted: state counts to `counts_key`; run events to the
--- lifetime totals and to the 10-second window of `now` (which expires).
--- A state count never goes below 0: an index entry someone else wrote (never counted
--- in) that a script takes out would make it negative; it stops at 0 instead (gone).
-local function flush_stats(counts_key, totals_key, window_prefix, now)
+-- Write the state counts the script changed to `counts_key`. A state count never goes
+-- below 0: an index entry someone else wrote (never counted in) that a script takes out
+-- would make it negative; it stops at 0 instead (gone).
+local function flush_counts(counts_key)
   for topic, t in pairs(counts) do
     for state, delta in pairs(t) do
       local field = state .. '|' .. topic
@@ -263,7 +262,13 @@ local function flush_stats(counts_key, totals_key, window_prefix, now)
       end
     end
   end
-  if totals_key and next(runs) then
+end
+
+-- Write what the script counted: state counts (flush_counts); run events to the
+-- lifetime totals and to the 10-second window of `now` (which expires).
+local function flush_stats(counts_key, totals_key, window_prefix, now)
+  flush_counts(counts_key)
+  if next(runs) then
     local window = window_prefix .. math.floor(now / WINDOW_MS)
     local minute = window_prefix .. 'm:' .. math.floor(now / MINUTE_MS)
     -- The script that makes a window or minute hash sees a counter equal to its change

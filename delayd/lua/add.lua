@@ -16,7 +16,7 @@
 -- ~0.25 us per call (parsed, then pushed into KEYS or ARGV), a third of add's arguments.
 local now = now_ms()
 local tag, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
-local prefix = tag .. 't:'
+local prefix, counts_key = tag .. 't:', tag .. 'counts'
 local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
 local head = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head['err'] then
@@ -24,7 +24,36 @@ if head['err'] then
   head = {}
 end
 local head_due = tonumber(head[2] or math.huge)
-local quarantine_key, paused_key  -- set (and the replacement's keys checked) at the first replacement
+
+-- What replacing a task takes, made at the first replacement of a call: the keys only a
+-- replacement touches are type-checked then, and the lib helpers only it uses are defined
+-- here (lua_lib), so a call that writes fresh tasks never builds them. The function it
+-- returns clears the old record and its index entries, and gives the new record's token.
+local function replacing()
+  --[[lib]]
+  expect('zset', tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed', tag .. 'done:deleted')
+  local quarantine_key, paused_key = tag .. 'quarantine', tag .. 'paused'
+  expect('hash', quarantine_key)
+  return function(task_key, member, topic, recurs, old)
+    -- A live ready-list entry of the old record goes stale with it.
+    if old[2] == '1' then count_ready(old[3], topic, -1) end
+    redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
+    redis.call('DEL', task_key)
+    zrem_counted(tag .. 'leases', member, 'running', topic)
+    zrem_counted(tag .. 'done:ok', member, 'ok', topic)
+    zrem_counted(tag .. 'done:failed', member, 'failed', topic)
+    zrem_counted(tag .. 'done:deleted', member, 'deleted', topic)
+    expect('zset', parked_key(paused_key, topic))
+    zrem_counted(parked_key(paused_key, topic), member, 'parked', topic)
+    if not recurs then
+      schedules = schedules or recurring_index(tag .. 'recurring')
+      schedules.remove(member)
+    end
+    return claim_token(old[4], old[5]) + 1
+  end
+end
+
+local replace  -- replacing()'s function, once a task of this call replaces one
 local earliest = math.huge
 local written = {}
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
@@ -45,32 +74,14 @@ for i = 4, #ARGV, 5 do
     local due = value
     if mode == 'delay' or mode == 'delay*' then due = now + value end
     local topic = topic_of(member)
-    if exists then  -- a replacement: clear the old record and its index entries
-      if not quarantine_key then
-        expect('zset', tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed', tag .. 'done:deleted')
-        quarantine_key, paused_key = tag .. 'quarantine', tag .. 'paused'
-        expect('hash', quarantine_key)
-      end
-      old = old or {}
-      -- A live ready-list entry of the old record goes stale with it.
-      if old[2] == '1' then count_ready(old[3], topic, -1) end
-      redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
-      redis.call('DEL', task_key)
-      zrem_counted(tag .. 'leases', member, 'running', topic)
-      zrem_counted(tag .. 'done:ok', member, 'ok', topic)
-      zrem_counted(tag .. 'done:failed', member, 'failed', topic)
-      zrem_counted(tag .. 'done:deleted', member, 'deleted', topic)
-      expect('zset', parked_key(paused_key, topic))
-      zrem_counted(parked_key(paused_key, topic), member, 'parked', topic)
-      if not recurs then
-        schedules = schedules or recurring_index(tag .. 'recurring')
-        schedules.remove(member)
-      end
-    end
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
     -- already that high (bumped more than once a ms), which must still go up.
-    local token = exists and claim_token(old[4], old[5]) + 1 or now
+    local token = now
+    if exists then
+      replace = replace or replacing()
+      token = replace(task_key, member, topic, recurs, old or {})
+    end
     local url = is_url(spec)
     if not url and priority == DEFAULT_PRIORITY and token <= now then  -- the usual case: no table to build
       redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now, 'due', due)
@@ -106,10 +117,13 @@ for i = 4, #ARGV, 5 do
     written[#written + 1] = 1
   end
 end
+-- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
+-- counts go through `counts` (flush_counts).
 for topic, scores in pairs(by_topic) do
-  count('waiting', topic, redis.call('ZADD', KEYS[1], unpack(scores)))
+  local added = redis.call('ZADD', KEYS[1], unpack(scores))
+  if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end
 end
 -- The bucket process is woken once per batch, if the batch moved its head earlier.
 if earliest < head_due then redis.call('PUBLISH', channel, earliest) end
-flush_stats(tag .. 'counts')
+if replace then flush_counts(counts_key) end
 return written

@@ -31,5 +31,5 @@ else
   redis.call('HSET', KEYS[1], 'status', 'deleted', 'queued', '0', 'claim', claim_token(old[3], old[4]) + 1)
   index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
 end
-flush_stats(KEYS[8])
+flush_counts(KEYS[8])
 return 1

@@ -27,5 +27,5 @@ for _, k in ipairs({2, 3, 4, 6, 7, 8}) do
     end
   end
 end
-flush_stats(KEYS[5])
+flush_counts(KEYS[5])
 return moved

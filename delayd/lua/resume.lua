@@ -29,5 +29,5 @@ if left == 0 then
 else
   redis.call('HSET', KEYS[1], topic, 'r')
 end
-flush_stats(KEYS[3])
+flush_counts(KEYS[3])
 return {moved, left}

@@ -17,5 +17,5 @@ local topic = topic_of(member)
 zrem_counted(KEYS[3], member, 'failed', topic)
 zadd_counted(KEYS[2], now, member, 'waiting', topic)
 wake_if_head(KEYS[2], member, ARGV[2], now)
-flush_stats(KEYS[4])
+flush_counts(KEYS[4])
 return 1

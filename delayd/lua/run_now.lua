@@ -20,5 +20,5 @@ if redis.call('ZSCORE', parked, member) then
 end
 zadd_counted(KEYS[2], now, member, 'waiting', topic)
 wake_if_head(KEYS[2], member, channel, now)
-flush_stats(KEYS[4])
+flush_counts(KEYS[4])
 return {1, r[1]}
