@@ -181,6 +181,21 @@ def test_add_many_writes_every_task(client, r):
     assert client.add_many([]) == 0
 
 
+def test_add_many_with_a_task_given_twice_treats_the_second_as_existing(client, r):
+    """A member that comes twice in one add.lua call finds its first copy there (nx keeps it;
+    otherwise it is replaced), as it would in two calls: a shortcut such as one EXISTS for
+    a whole batch must not miss it."""
+    twice = [{"topic": "dup", "id": 1, "call": "a:b", "params": {"n": n}} for n in (1, 2)]
+    others = [{"topic": "dup", "id": f"other{i}", "call": "a:b"} for i in range(3)]
+    assert client.add_many(twice + others, nx=True) == 4
+    assert client.get("dup", 1).params == {"n": 1}
+    assert client.add_many([{"topic": "dup", "id": 2, "call": "a:b", "params": {"n": n}} for n in (1, 2)]) == 2
+    assert client.get("dup", 2).params == {"n": 2}
+    record = r.hgetall(client.store.keys_for("dup:2").task("dup:2"))
+    assert int(record["claim"]) > int(record["created"])  # replaced: its token went up
+    assert sum(int(r.hget(k.counts, "waiting|dup") or 0) for k in client.store.keys) == 5
+
+
 def test_add_many_validates_everything_before_writing(client, r):
     items = [{"topic": "bulk", "id": i, "call": "a:b"} for i in range(600)]
     items[550] = {"topic": "bulk", "id": 550, "call": "a:b", "intervals": "0,x"}
