@@ -101,6 +101,7 @@ def stop(config: Config, timeout: float | None) -> int:
     """SIGTERM to the master and wait until it is gone; a master still starting (its lock
     held, its pidfile not written yet) is waited for first, then stopped alike."""
     timeout = config.graceful_timeout + 15 if timeout is None else timeout
+    deadline = time.monotonic() + timeout  # one timeout for the start-up wait and the stop
     pid = signal_master(config, signal.SIGTERM)
     if not pid and locked(config.pid_path):
         if not wait_started(config.pid_path, timeout):
@@ -112,7 +113,7 @@ def stop(config: Config, timeout: float | None) -> int:
         print("delayd is not running")
         return 0
     # The master has stopped when its lock is free, even if it is a zombie nobody reaped yet.
-    if not wait_unlocked(config.pid_path, timeout):
+    if not wait_unlocked(config.pid_path, max(0.0, deadline - time.monotonic())) and locked(config.pid_path):
         print(f"delayd: error: the master (pid {pid}) did not stop within {timeout:g} s", file=sys.stderr)
         return 1
     print(f"delayd stopped (pid {pid})")

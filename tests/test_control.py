@@ -102,6 +102,45 @@ def test_stop_while_the_master_starts_waits_for_it_and_stops_it(tmp_path, foregr
             delayd("stop", "--timeout", "30", env=env)
 
 
+# A stand-in for a master whose start-up checks take `start_s` seconds and that then ignores
+# SIGTERM: it holds the locks a master holds, has a master's title, writes its pidfile late.
+SLOW_MASTER = """
+import fcntl, os, signal, sys, time
+import setproctitle
+setproctitle.setproctitle("delayd: master (test stand-in)")
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+state, start_s = sys.argv[1], float(sys.argv[2])
+starting = os.open(os.path.join(state, "delayd.pid.starting"), os.O_RDWR | os.O_CREAT)
+fcntl.flock(starting, fcntl.LOCK_EX)
+lock = os.open(os.path.join(state, "delayd.pid.lock"), os.O_RDWR | os.O_CREAT)
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(start_s)  # its start-up checks
+with open(os.path.join(state, "delayd.pid"), "w") as fh:
+    fh.write(f"{os.getpid()}\\n")
+fcntl.flock(starting, fcntl.LOCK_UN)
+time.sleep(600)
+"""
+
+
+def test_stop_timeout_covers_the_start_up_wait_and_the_stop_together(tmp_path):
+    """`stop --timeout T` on a master still starting waited up to T for its start, then up to T
+    again for it to stop: 2T in all. One deadline now covers both."""
+    state = tmp_path / "state"
+    state.mkdir()
+    master = subprocess.Popen([sys.executable, "-c", SLOW_MASTER, str(state), "4"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert master.stdout.readline() == "locked\n"
+        began = time.monotonic()
+        out = delayd("stop", "--timeout", "6", env={**os.environ, "DELAYD_STATE_DIR": str(state)})
+        took = time.monotonic() - began
+        assert out.returncode == 1 and f"(pid {master.pid}) did not stop within 6 s" in out.stderr, out
+        assert took < 9, f"stop took {took:.1f} s with --timeout 6 (a 4 s start, then up to 6 s more before)"
+    finally:
+        master.kill()
+        master.wait()
+
+
 def test_a_long_task_timeout_alone_gets_a_longer_lease(redis_url, tmp_path):
     d = Daemon(redis_url, tmp_path / "d", DELAYD_TASK_TIMEOUT="300").start()
     try:

@@ -114,7 +114,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                              ("restart", "stop, then start the daemon", with_options)):
         p = make(sub, common, name, help)
         p.add_argument("--timeout", type=non_negative, metavar="S",
-                       help="seconds to wait (default graceful_timeout + 15)")
+                       help="seconds to wait in all, for a starting master too (default graceful_timeout + 15)")
     with_options(sub, common, "reload", "reread the config and replace the workers (SIGHUP)")
     p = verb_parser(sub, common, "status", "show the master and its children (exit 3: not running, 4: starting)")
     p.add_argument("--cluster", action="store_true",
