@@ -3,10 +3,12 @@ read or transition written once as steps (delayd.steps), which each flavour runs
 own connection (redis-py or redis.asyncio)."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import redis
 
@@ -28,6 +30,25 @@ ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call
 log = logging.getLogger("delayd.client")
 
 Built = tuple[Task, str, int]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON, ms)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while many tasks are validated and kept.
+
+    A collection starts every ~700 container allocations and scans the young objects, now
+    and then the old ones too: with tens of thousands of validated tasks alive (a Task, its
+    lists and the caller's dicts), add_many spent ~2 of the ~5 us per task in collections
+    that freed nothing. Reference counting frees everything else as usual meanwhile, and the
+    collector is switched back on after (left off if the application had switched it off).
+    The idiom is Mercurial's `util.nogc`, for the same reason."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def to_ms(at: Any) -> int:
@@ -131,13 +152,14 @@ class BaseClient:
         """Validate add_many's items (each named by its index in an error), before anything is written."""
         built: list[Built] = []
         build, append = self.build, built.append
-        for n, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise TaskError(f"item {n}: expected a dict of add() arguments")
-            try:
-                append(build(**item))  # (a missing topic or id is None: refused as such)
-            except TaskError as exc:
-                raise TaskError(f"item {n}: {exc}") from None
+        with gc_paused():
+            for n, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise TaskError(f"item {n}: expected a dict of add() arguments")
+                try:
+                    append(build(**item))  # (a missing topic or id is None: refused as such)
+                except TaskError as exc:
+                    raise TaskError(f"item {n}: {exc}") from None
         return built
 
     @staticmethod

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import attempts
 from ..client import ADD_BATCH, AddInterrupted, Client
+from ..client_base import gc_paused
 from ..clock import local_time as fmt_time
 from ..task import STATUSES, TaskError
 from .common import (Progress, Verb, client_for, emit, fail, non_negative, positive_int, task_verb,
@@ -27,7 +28,7 @@ def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, i
         raise TaskError(f"cannot read {source}: {exc.strerror}") from None
     name = "stdin" if source == "-" else source
     built, errors, number = [], [], 0
-    with handle:
+    with handle, gc_paused():
         try:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
