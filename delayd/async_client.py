@@ -94,7 +94,7 @@ class AsyncClient(BaseClient):
     async def iter_tasks(self, topic: str | None = None, status: str | None = None,
                          progress: Callable[[int, int, int], None] | None = None) -> AsyncIterator[Task]:
         """Client.iter_tasks as an async iterator: `async for task in c.iter_tasks(...)`."""
-        walk = Walk(await self.get_store(), topic, status)
+        walk = Walk(await self.get_store(), topic, status, self.config.retries)
         while not walk.done:
             if progress:
                 progress(walk.bucket, walk.store.buckets, walk.read)

@@ -124,7 +124,7 @@ class Client(BaseClient):
         that says what is wrong (quarantined ones: the quarantine reason).
 
         `progress(bucket, buckets, records_read)` is called before each page of reads."""
-        walk = Walk(self.store, topic, status)
+        walk = Walk(self.store, topic, status, self.config.retries)
         while not walk.done:
             if progress:
                 progress(walk.bucket, walk.store.buckets, walk.read)

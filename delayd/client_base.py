@@ -23,7 +23,7 @@ from .store import SCRIPTS, BucketKeys, Store, StoreError, bucket_count, bucket_
 from .task import Task, TaskError, check_topic, module_allowed
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
-                         "priority", "callback", "timeout", "every", "cron", "tz"})  # add()'s keywords but delay/at
+                         "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
 ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
 
@@ -319,7 +319,7 @@ class BaseClient:
         if not record:
             return None
         try:
-            return Task.from_record(member, record)
+            return Task.from_record(member, record, self.config.retries)
         except TaskError as exc:
             raise TaskError(f"{member}: corrupt record: {exc}") from None
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .task import DEFAULT_RETRIES, MAX_RETRIES
+
 MAX_BUCKETS = 1024  # the most buckets a store may have (each is a set of keys and a bucket process)
 
 SYSTEM_CONFIG = Path("/etc/delayd/delayd.toml")
@@ -48,6 +50,9 @@ class Config:
     lease: float | None = option(None, "seconds a claim stays leased (renewed while running); "
                                        "unset: task_timeout + max(30 s, 20 %)")
     task_timeout: float = option(30.0, "seconds a handler may run before it is abandoned")
+    retries: int = option(DEFAULT_RETRIES, "retries (backoff 1, 2, 4 … s) of a task added without intervals/every/cron "
+                              "or retries of its own")
+    retry_max_delay: float = option(3600.0, "cap on the backoff between those retries (seconds)")
     url_timeout: float = option(10.0, "default per-request timeout of url tasks (seconds)")
     max_response_bytes: int = option(65536, "how much of a URL's answer is read (bytes)")
     url_concurrency: int = option(1000, "URL requests in flight per queue process (its event loop)")
@@ -95,8 +100,10 @@ class Config:
         for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096), ("url_concurrency", 100_000),
                             ("url_host_concurrency", 100_000), ("url_breaker_failures", 1_000_000)):
             positive(name, limit)
-        for name in ("url_breaker_cooldown", "url_retry_after_max"):
+        for name in ("url_breaker_cooldown", "url_retry_after_max", "retry_max_delay"):
             positive(name)
+        if not 0 <= self.retries <= MAX_RETRIES:
+            raise ConfigError(f"retries must be >= 0 and <= {MAX_RETRIES}, got {self.retries!r}")
         if not 0 <= self.attempts_kept <= 1000:
             raise ConfigError(f"attempts_kept must be >= 0 and <= 1000, got {self.attempts_kept!r}")
         if self.url_signing_secret:

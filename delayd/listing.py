@@ -15,16 +15,19 @@ import redis
 
 from .steps import Batch, Steps, command
 from .store import BucketKeys, Store
-from .task import FINISHED, Task, TaskError
+from .task import DEFAULT_RETRIES, FINISHED, Task, TaskError
 
 PAGE = 500  # members of one index read per round trip
 
 
 class Walk:
-    """Where a listing is. `page_steps` moves it on; `done` once every bucket was read."""
+    """Where a listing is. `page_steps` moves it on; `done` once every bucket was read.
+    `default_retries`: the reader's `retries` setting, for tasks that give none."""
 
-    def __init__(self, store: Store, topic: str | None = None, status: str | None = None):
+    def __init__(self, store: Store, topic: str | None = None, status: str | None = None,
+                 default_retries: int = DEFAULT_RETRIES):
         self.store, self.topic, self.status = store, topic, status
+        self.default_retries = default_retries
         self.bucket = 0
         self.read = 0                 # records read so far (for a progress report)
         self.done = store.buckets == 0
@@ -70,10 +73,10 @@ class Walk:
         self.read += len(members)
         records = yield Batch([command("HGETALL", keys.task(m)) for m in members])
         return [task for member, record in zip(members, records)
-                if (task := _task(member, record)) is not None and self.status in (None, task.status)]
+                if (task := _task(member, record, self.default_retries)) is not None and self.status in (None, task.status)]
 
 
-def _task(member: str, record: Any) -> Task | None:
+def _task(member: str, record: Any, default_retries: int) -> Task | None:
     """The task of an HGETALL reply (None: removed since the index was read)."""
     if isinstance(record, redis.exceptions.ResponseError):  # WRONGTYPE
         return Task.unreadable(member, {}, "its key is not a hash")
@@ -82,6 +85,6 @@ def _task(member: str, record: Any) -> Task | None:
     if not record:
         return None
     try:
-        return Task.from_record(member, record)
+        return Task.from_record(member, record, default_retries)
     except TaskError as exc:  # shown, with the reason, rather than hidden
         return Task.unreadable(member, record, str(exc))

@@ -32,6 +32,7 @@ import itertools
 import logging
 import math
 import queue as queue_mod
+import random
 import signal
 import threading
 import time
@@ -47,7 +48,7 @@ from .log import event
 from .pool import Pool
 from .steps import ScriptCall
 from .store import PRIORITIES, SCHEDULE_ENDS, Claimed, Finish, Store, ready_channel
-from .task import Task, TaskError
+from .task import RETRY_JITTER, Task, TaskError
 from .url.engine import Engine
 from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
 
@@ -239,7 +240,7 @@ class QueueWorker:
         """Turn a run's outcome into a finish entry (sent with the next batch)."""
         del self.in_hand[run.task.key]
         task = run.task
-        kind, gap_ms, error, next_due = outcome.kind, 0, outcome.error, ""
+        kind, gap_ms, error, next_due, wait = outcome.kind, 0, outcome.error, "", outcome.wait
         if kind == "ok":
             error = callback_error
         if kind == "defer":
@@ -252,6 +253,13 @@ class QueueWorker:
                 next_due = found
             elif kind == "retry":
                 kind, error = "failed", f"the schedule has no next time; last error: {error}"
+        elif kind == "retry" and task.backoff:
+            # The retry's delay counts from the run's end: finish.lua puts it at now + wait (gap 0).
+            delay = task.retry_delay(self.config.retry_max_delay, random.random() * RETRY_JITTER)
+            if delay is None:
+                kind, error = "failed", f"no retries left (retries={task.retry_limit}); last error: {error}"
+            else:
+                wait = max(wait, delay)
         elif kind == "retry":
             gap = task.next_gap()
             if gap is None:
@@ -269,7 +277,7 @@ class QueueWorker:
         attempt = "" if kind == "defer" or not self.config.attempts_kept else attempts.encode(
             task.runs, run.claimed_ms + round((run.started - run.claimed) * 1000), elapsed_ms, kind, outcome.status,
             error or outcome.answer)
-        wait_ms = round(outcome.wait * 1000) if outcome.wait else 0
+        wait_ms = math.ceil(wait * 1000) if wait else 0  # (up, never earlier)
         self.finished.setdefault(run.bucket, []).append((run, Finish(
             task.key, task.claim, kind, gap_ms, error, next_due, wait_ms, attempt)))
 
@@ -420,7 +428,7 @@ class QueueWorker:
         handed: list[Run] = []
         for row in claimed.tasks:
             try:
-                task = row.task(claimed.now)
+                task = row.task(claimed.now, self.config.retries)
             except TaskError as exc:
                 topic, _, id = row.member.rpartition(":")
                 self.finished.setdefault(bucket, []).append(

@@ -21,7 +21,7 @@ from . import lua_lib, resp
 from .config import MAX_BUCKETS
 from .held import checked_out
 from .steps import Read, ScriptCall, Send, Steps, command, run
-from .task import Task, is_utf8
+from .task import DEFAULT_RETRIES, Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
 STREAM_WINDOW = 4  # script calls sent ahead of their replies by stream_steps
@@ -201,11 +201,13 @@ class ClaimedTask(NamedTuple):
     error: str
     priority: str
 
-    def task(self, now_ms: int) -> Task:
-        """The task as its handler sees it; raises TaskError for a corrupt record."""
+    def task(self, now_ms: int, default_retries: int = DEFAULT_RETRIES) -> Task:
+        """The task as its handler sees it (`default_retries`: the daemon's `retries` setting);
+        raises TaskError for a corrupt record."""
         return Task.from_record(self.member, {
             "spec": self.spec, "priority": self.priority, "status": "running", "created": self.created,
-            "due": self.due, "last_run": now_ms, "runs": self.runs, "claim": self.claim, "error": self.error})
+            "due": self.due, "last_run": now_ms, "runs": self.runs, "claim": self.claim, "error": self.error},
+            default_retries)
 
 
 class Claimed(NamedTuple):

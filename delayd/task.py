@@ -22,6 +22,9 @@ FINISHED = ("ok", "failed", "deleted")
 METHODS = ("GET", "POST")
 BODIES = ("form", "json")
 DEFAULT_PARAMS_LIMIT = 64 * 1024
+DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
+MAX_RETRIES = 10_000
+RETRY_JITTER = 0.1  # a backoff delay is up to this much (a fraction) longer, never shorter
 MAX_NAME = 512
 # A target is `package.module:function` (dotted identifiers on both sides).
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -155,6 +158,10 @@ class Task:
     every: float | None = None
     cron: str | None = None
     tz: str | None = None
+    # No intervals, every or cron given: a run that neither succeeds nor fails is retried with
+    # exponential backoff, at most `retries` times (SPEC 8; None: the reader's `default_retries`).
+    backoff: bool = True
+    retries: int | None = None
     status: str = "delayed"
     created_at: float | None = None
     due_at: float | None = None
@@ -165,6 +172,8 @@ class Task:
     attempts: list = field(default_factory=list)  # the delivery log: the last runs, newest last
     # The fencing token of the claim this copy was read under (internal).
     claim: int = field(default=0, repr=False, compare=False)
+    # `retries` when the task gives none: the reader's (the daemon's, a client's) setting (internal).
+    default_retries: int = field(default=DEFAULT_RETRIES, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -200,6 +209,7 @@ class Task:
         every: Any = None,
         cron: Any = None,
         tz: Any = None,
+        retries: Any = None,
         params_limit: int | None = DEFAULT_PARAMS_LIMIT,
     ) -> "Task":
         """Validate user input and build a task; raise TaskError with one clear line.
@@ -253,10 +263,14 @@ class Task:
                 raise TaskError(f"timeout must be a number of seconds in (0, 86400], got {timeout!r}")
         if every is not None or cron is not None or tz is not None:
             every, cron, tz = _check_schedule(intervals, every, cron, tz)
+        backoff = intervals is None and every is None and cron is None
+        if retries is not None:
+            _check_retries(retries, backoff, persistent, intervals, every)
         return cls(
             topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
             params=params, intervals=[0] if intervals is None else parse_intervals(intervals), persistent=persistent,
             priority=priority, callback=callback, timeout=timeout, every=every, cron=cron, tz=tz,
+            backoff=backoff, retries=retries,
         )
 
     # -- storage ---------------------------------------------------------------------
@@ -273,7 +287,7 @@ class Task:
             value = getattr(self, name)
             if value is not None:
                 spec.append(f'"{name}":{_json_text(value)}')
-        for name in ("timeout", "every", "cron"):
+        for name in ("timeout", "every", "cron", "retries"):
             value = getattr(self, name)
             if value is not None:
                 spec.append(f'"{name}":{_compact_json(value)}')
@@ -285,7 +299,7 @@ class Task:
             spec.append(f'"body":{_json_text(self.body)}')
         if self.params:
             spec.append(f'"params":{_compact_json(self.params)}')
-        if self.intervals != [0]:
+        if not (self.backoff or self.recurring):  # given, even as [0]: no intervals means backoff
             spec.append(f'"intervals":{_compact_json(self.intervals)}')
         if not self.persistent:
             spec.append('"persistent":false')
@@ -294,8 +308,9 @@ class Task:
         return "{" + ",".join(spec) + "}"
 
     @classmethod
-    def from_record(cls, member: str, record: dict[str, Any]) -> "Task":
+    def from_record(cls, member: str, record: dict[str, Any], default_retries: int = DEFAULT_RETRIES) -> "Task":
         """Rebuild task `member` (`topic:id`) from its Redis hash; raise TaskError if corrupt.
+        `default_retries`: the reader's `retries` setting, for a task that gives none.
 
         Bytes that are not UTF-8 reach us as lone surrogates (connections decode with
         surrogateescape, see delayd.connection): a spec or error holding any is corrupt
@@ -316,8 +331,9 @@ class Task:
                 persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
                 callback=spec.get("callback"), timeout=spec.get("timeout"),
                 every=spec.get("every"), cron=spec.get("cron"), tz=spec.get("tz"),
-                params_limit=None,
+                retries=spec.get("retries"), params_limit=None,
             )
+            task.default_retries = default_retries
             status = record.get("status", "delayed")
             if status not in STATUSES:
                 raise TaskError(f"unknown status {status!r}")
@@ -360,7 +376,8 @@ class Task:
             "push": self.push, "method": self.method, "body": self.body, "params": self.params,
             "intervals": self.intervals, "persistent": self.persistent, "priority": self.priority,
             "callback": self.callback, "timeout": self.timeout, "every": self.every, "cron": self.cron,
-            "tz": self.tz, "status": self.status, "created_at": self.created_at, "due_at": self.due_at,
+            "tz": self.tz, "retries": self.retry_limit, "status": self.status, "created_at": self.created_at,
+            "due_at": self.due_at,
             "last_run_at": self.last_run_at, "last_due_at": self.last_due_at, "runs": self.runs,
             "last_error": self.last_error, "attempts": self.attempts,
         }
@@ -374,6 +391,37 @@ class Task:
         """An `every` or `cron` task: it runs at each due time whatever the outcome."""
         return self.every is not None or self.cron is not None
 
+    @property
+    def retry_limit(self) -> int | None:
+        """How many times a run that neither succeeds nor fails is retried (persistent=False: none);
+        None for a task with a schedule (intervals, every or cron), which follows it instead."""
+        if not self.backoff:
+            return None
+        if not self.persistent:
+            return 0
+        return self.default_retries if self.retries is None else self.retries
+
+    def retry_delay(self, max_delay: float, jitter: float) -> float | None:
+        """Seconds from the end of this run (number `runs`) to the retry that follows it, or None
+        when no retry is left: retry k comes 2^(k-1) s after the run before it, `jitter` (a
+        fraction in [0, RETRY_JITTER)) later, capped at `max_delay`."""
+        limit = self.retry_limit
+        if limit is None or self.runs > limit:
+            return None
+        exponent = min(max(self.runs, 1) - 1, 64)  # (2^64 s is past any cap: no float overflow)
+        return min(2.0 ** exponent * (1 + jitter), max_delay)
+
+    def describe_retries(self, now: float) -> str | None:
+        """Retries used, and when the next one comes (`now`: Unix seconds), for `delayd get` and
+        the dashboard; None for a task with a schedule."""
+        limit = self.retry_limit
+        if limit is None:
+            return None
+        if self.status == "delayed" and self.runs >= 1 and self.due_at is not None:
+            wait = max(self.due_at - now, 0.0)
+            return f"retry {self.runs} of {limit}, next in {wait:.{1 if wait < 10 else 0}f} s"
+        return f"{max(self.runs - 1, 0)} of {limit} used"
+
     def describe_schedule(self) -> str:
         """The schedule in words, for `delayd get`."""
         once = "" if self.persistent else ", one run"
@@ -381,6 +429,11 @@ class Task:
             return f"every {self.every:g} s{once}"
         if self.cron is not None:
             return f"cron '{self.cron}' in {self.tz}{once}"
+        if self.backoff:
+            limit = self.retry_limit
+            return "once when due" + (f"; on error retried with backoff (1, 2, 4 … s) up to {limit} "
+                                      f"time{'s' if limit != 1 else ''}, then failed" if limit else
+                                      ", no retries")
         until = "then every last interval" if self.persistent else "then failed"
         return f"intervals {','.join(f'{i:g}' for i in self.intervals)} until success ({until})"
 
@@ -423,6 +476,17 @@ def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any
         return None, schedule.check_cron(cron), tz
     except schedule.ScheduleError as exc:
         raise TaskError(str(exc)) from None
+
+
+def _check_retries(retries: Any, backoff: bool, persistent: Any, intervals: Any, every: Any) -> None:
+    """`retries` is for a task without a schedule, and says what persistent=False says otherwise."""
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+        raise TaskError(f"retries must be an integer from 0 to {MAX_RETRIES}, got {retries!r}")
+    if not backoff:
+        given = "intervals" if intervals is not None else "every" if every is not None else "cron"
+        raise TaskError(f"retries is for a task without a schedule: give retries or {given}, not both")
+    if persistent is False:
+        raise TaskError("give retries or persistent=False (one run, no retries), not both")
 
 
 def is_utf8(text: str) -> bool:

@@ -345,6 +345,65 @@ def test_zero_repeat_gap_is_raised_to_one_second():
     assert task.next_gap() is None
 
 
+# -- retries when no schedule is given (SPEC 8) ---------------------------------------
+def test_backoff_doubles_from_one_second_with_jitter_up_to_the_cap_then_no_retry_is_left():
+    task = new(retries=3)
+    delays = []
+    for runs in (1, 2, 3, 4):
+        task.runs = runs
+        delays.append(task.retry_delay(3600, 0.0))
+    assert delays == [1, 2, 4, None]  # after run 4 (the 3rd retry) the task fails
+    task.runs = 3
+    assert task.retry_delay(3600, 0.0999) == pytest.approx(4 * 1.0999)  # later, never earlier
+    assert task.retry_delay(3, 0.05) == 3  # capped
+    task = new(retries=10_000)
+    task.runs = 10_000
+    assert task.retry_delay(3600, 0.05) == 3600  # no float overflow far past the cap
+
+
+def test_the_retry_limit_follows_the_schedule_and_persistent():
+    assert new().retry_limit == 20 and new(retries=0).retry_limit == 0
+    assert new(persistent=False).retry_limit == 0  # one run, as before
+    for schedule in ({"intervals": 0}, {"intervals": [0, 5]}, {"every": 5}, {"cron": "* * * * *"}):
+        task = new(**schedule)
+        task.runs = 1
+        assert task.retry_limit is None and task.retry_delay(3600, 0) is None and not task.backoff
+
+
+def test_explicit_intervals_are_stored_even_as_zero_and_retries_only_when_given():
+    assert json.loads(new(intervals=0).spec_json()) == {"call": "shop.tasks:cancel", "intervals": [0]}
+    assert json.loads(new(intervals=[0]).spec_json())["intervals"] == [0]
+    assert json.loads(new(retries=5).spec_json()) == {"call": "shop.tasks:cancel", "retries": 5}
+    for task in (new(), new(intervals=0), new(retries=0), new(retries=7)):
+        assert Task.from_record(task.key, record_of(task)) == task
+
+
+def test_a_record_without_a_schedule_retries_by_the_readers_setting():
+    """Records written before `retries` existed (no intervals: `{"call": ...}`) read as tasks without
+    a schedule; the reader's `retries` (the daemon's, at run time) applies to any that gives none."""
+    old = {"spec": '{"call":"a:b"}', "status": "delayed", "created": "1", "due": "1"}
+    task = Task.from_record("t:1", old, default_retries=5)
+    assert task.backoff and task.retries is None and task.retry_limit == 5 and task.to_dict()["retries"] == 5
+    assert Task.from_record("t:1", old).retry_limit == 20
+    given = {**old, "spec": '{"call":"a:b","retries":2}'}
+    assert Task.from_record("t:1", given, default_retries=5).retry_limit == 2
+    seed = Task.from_record("t:1", {**old, "spec": '{"call":"a:b","intervals":[0]}'}, default_retries=5)
+    assert not seed.backoff and seed.retry_limit is None and seed.to_dict()["retries"] is None
+    with pytest.raises(TaskError, match="retries must be an integer"):
+        Task.from_record("t:1", {**old, "spec": '{"call":"a:b","retries":"x"}'})
+
+
+def test_describe_retries():
+    task = new(retries=3)
+    assert task.describe_retries(0) == "0 of 3 used"
+    task.runs, task.status, task.due_at = 2, "delayed", 108.0
+    assert task.describe_retries(100.0) == "retry 2 of 3, next in 8.0 s"
+    task.runs, task.status = 4, "failed"
+    assert task.describe_retries(100.0) == "3 of 3 used"
+    assert new(intervals=5).describe_retries(0) is None
+    assert new(persistent=False).describe_schedule() == "once when due, no retries"
+
+
 # -- the allowlist -----------------------------------------------------------------
 @pytest.mark.parametrize("target, allowed", [
     ("shop.tasks:f", True), ("shop.tasks.refunds:f", True), ("shop.tasks.a.b:f", True),

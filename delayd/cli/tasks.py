@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from .. import attempts
@@ -14,8 +15,8 @@ from ..task import STATUSES, TaskError
 from .common import (Progress, Verb, client_for, emit, fail, non_negative, positive_int, task_verb,
                      verb_parser)
 
-ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "once", "priority", "params",
-              "method", "body", "timeout", "callback")
+ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",
+              "params", "method", "body", "timeout", "callback")
 
 
 def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
@@ -95,7 +96,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     fields = dict(call=args.call, url=args.url, push=args.push, params=params, intervals=args.intervals,
                   persistent=not args.once, priority=args.priority, callback=args.callback,
                   method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at,
-                  every=args.every, cron=args.cron, tz=args.tz)
+                  every=args.every, cron=args.cron, tz=args.tz, retries=args.retries)
     client = client_for(args)
     written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
     task = client.get(args.topic, args.id)
@@ -116,9 +117,11 @@ def cmd_get(args: argparse.Namespace) -> int:
     data = task.to_dict()
     print(f"{'schedule':12} {task.describe_schedule()}")
     for name, value in data.items():
-        if value is None or name in ("key", "attempts"):
+        if value is None or name in ("key", "attempts") or (name == "intervals" and task.backoff):
             continue
-        if name.endswith("_at"):
+        if name == "retries":
+            value = task.describe_retries(time.time())
+        elif name.endswith("_at"):
             value = f"{fmt_time(value)} ({value:.3f})"
         elif isinstance(value, (dict, list)):
             value = json.dumps(value)
@@ -187,12 +190,17 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
     when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
     schedule = p.add_mutually_exclusive_group()
-    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds (default 0)")
+    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds (the seed's "
+                                                                    "schedule; without it: --retries)")
     schedule.add_argument("--every", type=float, metavar="S", help="recurring: every S seconds (>= 1), whatever "
                                                                   "the outcome; first run after S unless --delay/--at")
     schedule.add_argument("--cron", metavar="EXPR", help="recurring: at the times of 'm h dom mon dow' in --tz")
+    schedule.add_argument("--retries", type=int, metavar="N",
+                          help="no schedule: retry a run that neither succeeds nor fails at most N times, "
+                               "with backoff 1, 2, 4 … s (default: the daemon's retries, 20; 0 = one run)")
     p.add_argument("--tz", metavar="ZONE", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
-    p.add_argument("--once", action="store_true", help="end as failed after the last interval (persistent=false)")
+    p.add_argument("--once", action="store_true", help="end as failed after the last interval, or "
+                                                           "after one run without a schedule (persistent=false)")
     p.add_argument("--priority", type=int, choices=(1, 2, 3), help="1-3, 3 highest (default 2)")
     p.add_argument("--params", metavar="JSON", help="JSON object handed to the handler or sent to the URL")
     p.add_argument("--method", type=str.upper, choices=("GET", "POST"), help="HTTP method of a url task")

@@ -21,7 +21,7 @@ import math
 from typing import NamedTuple
 
 from ..store import BucketKeys, Score, Store
-from ..task import Task, TaskError
+from ..task import DEFAULT_RETRIES, Task, TaskError
 
 # (status, index of a bucket, order): the statuses a list without one walks, in this order
 SOURCES: tuple[tuple[str, str], ...] = (("running", "desc"), ("delayed", "asc"), ("failed", "desc"),
@@ -135,16 +135,17 @@ def find(store: Store, status: str | None, topic: str = "", prefix: str = "", cu
 
 
 def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
-         limit: int = 50, budget: int = BUDGET) -> Page:
+         limit: int = 50, budget: int = BUDGET, default_retries: int = DEFAULT_RETRIES) -> Page:
     """One page of tasks with `status` (None: every status, running first) of `topic` whose id starts
     with `prefix`. Reads at most about `budget` index entries."""
     found = find(store, status, topic, prefix, cursor, limit, budget)
-    return Page(read_tasks(store, found.hits), found.cursor, found.examined, found.indexed, found.problems)
+    return Page(read_tasks(store, found.hits, default_retries), found.cursor, found.examined, found.indexed,
+                found.problems)
 
 
-def read_tasks(store: Store, hits: list[tuple[str, Score, int]]) -> list[Row]:
+def read_tasks(store: Store, hits: list[tuple[str, Score, int]], default_retries: int = DEFAULT_RETRIES) -> list[Row]:
     """The records of the members found, in one pipelined round trip; a record that is
-    corrupt (or not a hash) is a row with the reason."""
+    corrupt (or not a hash) is a row with the reason. `default_retries`: the reader's `retries`."""
     if not hits:
         return []
     pipe = store.redis.pipeline(transaction=False)
@@ -155,14 +156,15 @@ def read_tasks(store: Store, hits: list[tuple[str, Score, int]]) -> list[Row]:
         status = SOURCES[source][0]
         if not record:
             continue  # expired or removed since the index was read
-        rows.append(row_of(member, score, status, record))
+        rows.append(row_of(member, score, status, record, default_retries))
     return rows
 
 
-def row_of(member: str, score: Score, status: str, record: dict[str, str] | Exception) -> Row:
+def row_of(member: str, score: Score, status: str, record: dict[str, str] | Exception,
+           default_retries: int = DEFAULT_RETRIES) -> Row:
     if isinstance(record, Exception):
         return Row(member, score, status, None, "the record's key is not a hash")
     try:
-        return Row(member, score, status, Task.from_record(member, record), None)
+        return Row(member, score, status, Task.from_record(member, record, default_retries), None)
     except TaskError as exc:
         return Row(member, score, status, None, str(exc))

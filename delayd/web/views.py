@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 import redis
@@ -44,7 +45,7 @@ def listing(client: Client, topic: str, status: str | None, q: str, cursor: str 
     """GET /api/tasks: one page, and the task named exactly topic:q if there is one."""
     if status is not None and status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}")
-    found = browse.page(client.store, status, topic, q, cursor, limit)
+    found = browse.page(client.store, status, topic, q, cursor, limit, default_retries=client.config.retries)
     exact = None
     if topic and q and not cursor:
         try:
@@ -78,14 +79,16 @@ def detail(client: Client, topic: str, id: str) -> dict[str, Any] | None:
     except redis.exceptions.ResponseError:
         quarantine = None  # the quarantine hash is not a hash: the scripts set it aside on their next write
     try:
-        task, error = task_dict(Task.from_record(member, record)), None
+        read = Task.from_record(member, record, client.config.retries)
+        task, error, retries = task_dict(read), None, read.describe_retries(time.time())
     except TaskError as exc:
-        task, error = None, str(exc)
+        task, error, retries = None, str(exc), None
     raw = dict(sorted(record.items()))
     if task and task.get("url") and "spec" in raw:
         raw["spec"] = json.dumps({**json.loads(raw["spec"]), "url": task["url"]}, separators=(",", ":"))
     return {"topic": topic, "id": id, "key": member, "task": task, "corrupt": error, "record": raw,
-            "quarantined": quarantine, "bucket": keys.bucket, "ttl_s": _ttl(client, keys.task(member))}
+            "quarantined": quarantine, "bucket": keys.bucket, "ttl_s": _ttl(client, keys.task(member)),
+            "_retries": retries}
 
 
 def _ttl(client: Client, key: str) -> float | None:
