@@ -287,7 +287,7 @@ class Task:
             value = getattr(self, name)
             if value is not None:
                 spec.append(f'"{name}":{_json_text(value)}')
-        for name in ("timeout", "every", "cron", "retries"):
+        for name in ("timeout", "every", "cron"):
             value = getattr(self, name)
             if value is not None:
                 spec.append(f'"{name}":{_compact_json(value)}')
@@ -303,6 +303,8 @@ class Task:
             spec.append(f'"intervals":{_compact_json(self.intervals)}')
         if not self.persistent:
             spec.append('"persistent":false')
+        if self.retries is not None:
+            spec.append(f'"retries":{self.retries}')
         if self.tz is not None and self.tz != "UTC":
             spec.append(f'"tz":{_json_text(self.tz)}')
         return "{" + ",".join(spec) + "}"

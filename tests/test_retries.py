@@ -18,7 +18,8 @@ from test_store import DAY_MS, claim, promote_all
 from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
-from delayd import AsyncClient
+from delayd import AsyncClient, config
+from delayd.config import ConfigError
 from delayd.store import Finish
 from delayd.task import TaskError
 
@@ -203,3 +204,11 @@ def test_cli_add_retries(client):
     out = delayd("add", "t", "1", "--call", "a:b", "--retries", "0", "--json")
     assert json.loads(out.stdout)["task"]["retries"] == 0
     assert client.get("t", 1).describe_schedule() == "once when due, no retries"
+
+
+@pytest.mark.parametrize("env, says", [({"DELAYD_RETRIES": "-1"}, "retries must be >= 0 and <= 10000"),
+                                       ({"DELAYD_RETRIES": "2.5"}, "DELAYD_RETRIES: retries = '2.5' is not valid"),
+                                       ({"DELAYD_RETRY_MAX_DELAY": "0"}, "retry_max_delay must be > 0")])
+def test_bad_retry_settings_are_refused(env, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        config.load(env=env)
