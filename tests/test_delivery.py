@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from http.server import ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 from standardwebhooks import Webhook
@@ -101,6 +102,14 @@ def test_retry_after_in_seconds_or_as_a_date_capped(http, make_engine, after, st
     outcome = make_engine(url_retry_after_max=60)(task_to(f"{http.base}/429?after={after}&status={status}"))
     assert outcome.kind == "retry" and outcome.status == status
     assert low <= outcome.wait <= high
+
+
+@pytest.mark.parametrize("after", ["²", "٣", "1.5", "-3", "7 s", "Wed, 99 Oct 99999 07:28:00 GMT"])
+def test_a_retry_after_that_is_not_a_number_or_a_date_is_ignored(http, make_engine, after):
+    """Only ASCII digits or an HTTP date (issue 24: `²` passed isdigit() and broke float())."""
+    outcome = make_engine()(task_to(f"{http.base}/429?after={quote(after)}&status=503"))
+    assert outcome.kind == "retry" and outcome.status == 503 and outcome.wait == 0
+    assert outcome.error == "HTTP 503: slow down"
 
 
 def test_retry_after_is_ignored_on_other_statuses():

@@ -133,11 +133,12 @@ class _Handler(BaseHTTPRequestHandler):
             with srv.lock:
                 srv.active -= 1
             self._answer(200, "success")
-        elif path == "/429":  # Retry-After as given: ?after=SECONDS or ?after=date:SECONDS (an HTTP date)
+        elif path == "/429":  # Retry-After as given (sent UTF-8): ?after=SECONDS or ?after=date:SECONDS (an HTTP date)
             after = query["after"][0]
             if after.startswith("date:"):
                 after = email.utils.formatdate(time.time() + float(after[5:]), usegmt=True)
-            self._answer(int(query.get("status", ["429"])[0]), "slow down", {"Retry-After": after})
+            self._answer(int(query.get("status", ["429"])[0]), "slow down",
+                         {"Retry-After": after.encode().decode("latin-1")})  # (send_header writes latin-1)
         elif path == "/drip":  # a byte every 0.2 s: no single read ever times out
             self.send_response(200)
             self.send_header("Content-Length", "100")
