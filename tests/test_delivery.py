@@ -4,6 +4,7 @@ HTTP servers; and, through a real daemon and Redis, the separate slots of URL an
 tasks, deferring without counting a run, and the delivery log."""
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -17,6 +18,7 @@ from standardwebhooks import Webhook
 from daemon_helper import Daemon, delayd
 from delayd import Task
 from delayd.url import answer
+from delayd.url.hosts import Hosts
 from redis_server import free_port, wait_for
 from url_helper import _Handler, http, make_engine  # noqa: F401  (fixtures)
 
@@ -92,6 +94,82 @@ def test_the_breaker_opens_defers_and_closes_after_a_probe(make_engine):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_breaker_table_stays_bounded_over_many_failing_hosts(make_engine):
+    """Hosts that failed once and went idle are forgotten past a bound (issue 24): 300 distinct
+    hosts (closed ports), real connection errors, a table kept to 50 idle hosts."""
+    deliver = make_engine(url_timeout=2.0)
+    deliver.engine.hosts.keep = 50
+    closed = [socket.socket() for _ in range(300)]  # bound, never listening: connection refused
+    for sock in closed:
+        sock.bind(("127.0.0.1", 0))
+    try:
+        tasks = [task_to(f"http://127.0.0.1:{sock.getsockname()[1]}/", id=i) for i, sock in enumerate(closed)]
+        outcomes = [f.result(30)[0] for f in submit(deliver, tasks)]
+    finally:
+        for sock in closed:
+            sock.close()
+    assert {o.kind for o in outcomes} == {"retry"} and all("connection failed" in o.error for o in outcomes)
+    assert len(deliver.engine.hosts.hosts) <= 50
+
+
+def on_a_loop(hosts_test):
+    """Run `hosts_test(hosts, clock)` (a coroutine function) against a Hosts with a hand-set clock."""
+    def run():
+        now = [1000.0]
+        hosts = Hosts(cap=2, failures=3, cooldown=30.0, clock=lambda: now[0], keep=100)
+        asyncio.run(hosts_test(hosts, now))
+    return run
+
+
+async def fail(hosts: Hosts, host: str) -> float | None:
+    """One request to `host` that fails to connect; what acquire answered (None: it was sent)."""
+    wait = await hosts.acquire(host)
+    if wait is None:
+        hosts.release(host, False)
+    return wait
+
+
+@on_a_loop
+async def test_idle_hosts_that_failed_are_forgotten_past_the_bound(hosts, now):
+    for i in range(10_000):
+        assert await fail(hosts, f"http://h{i}:80") is None
+        now[0] += 0.001
+    assert len(hosts.hosts) == 100
+    assert set(hosts.hosts) == {f"http://h{i}:80" for i in range(9_900, 10_000)}  # the least recent went
+
+
+@on_a_loop
+async def test_hosts_in_use_are_never_forgotten(hosts, now):
+    assert await hosts.acquire("http://busy:80") is None  # in flight throughout
+    for _ in range(3):
+        assert await fail(hosts, "http://down:80") is None
+    assert await hosts.acquire("http://down:80") == 30.0  # open
+    for i in range(500):
+        await fail(hosts, f"http://h{i}:80")
+    assert "http://busy:80" in hosts.hosts and len(hosts.hosts) <= 101
+    hosts.release("http://busy:80", True)
+    assert "http://busy:80" not in hosts.hosts  # no failure to remember
+
+
+@on_a_loop
+async def test_failures_are_forgotten_a_cooldown_after_the_last_one(hosts, now):
+    for _ in range(2):
+        assert await fail(hosts, "http://flaky:80") is None
+    now[0] += 29.0
+    assert await fail(hosts, "http://flaky:80") is None  # 3 within a cooldown of each other: open
+    assert await hosts.acquire("http://flaky:80") == pytest.approx(30.0)
+    now[0] += 30.0  # the probe fails: open again
+    assert await fail(hosts, "http://flaky:80") is None
+    assert await hosts.acquire("http://flaky:80") == pytest.approx(30.0)
+    for _ in range(2):
+        now[0] += 31.0  # (probe time, then a cooldown idle past it)
+    assert await fail(hosts, "http://flaky:80") is None  # forgotten: a first failure again
+    assert await fail(hosts, "http://flaky:80") is None
+    now[0] += 30.0
+    assert [await fail(hosts, "http://flaky:80") for _ in range(3)] == [None, None, None]
+    assert hosts.hosts["http://flaky:80"].open_until  # the last 3 were consecutive
 
 
 # -- Retry-After -------------------------------------------------------------------------
