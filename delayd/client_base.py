@@ -100,6 +100,7 @@ class BaseClient:
             warn_once(cfg.warnings)
         self.config = cfg
         self.url = url or cfg.redis_url or embedded.url(cfg.state_dir)
+        self.embedded = not (url or cfg.redis_url)  # the daemon's own Redis: up only while the daemon is
         self.prefix = prefix or cfg.prefix
         if allowed_modules is None and "allowed_modules" in cfg.explicit:
             allowed_modules = cfg.allowed_modules

@@ -34,9 +34,10 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_reload(args: argparse.Namespace) -> int:
     import signal
     from .. import control
-    pid = control.signal_master(load_config(args), signal.SIGHUP)
+    config = load_config(args)
+    pid = control.signal_master(config, signal.SIGHUP)
     if not pid:
-        return fail("delayd is not running")
+        return fail(f"delayd is not running ({control.looked_in(config)})")
     print(f"reload requested (pid {pid})")
     return 0
 
@@ -82,9 +83,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .. import control
     if args.cluster:
         return cluster_status(args)
-    state = control.status(load_config(args))
+    config = load_config(args)
+    state = control.status(config)
     if state is None:
-        emit(args, {"running": False}, "delayd is not running")
+        emit(args, {"running": False, "state_dir": config.state_dir},
+             f"delayd is not running ({control.looked_in(config)})")
         return 3
     if state.get("starting"):
         emit(args, state, "delayd is starting (its master holds the lock but has not written its pidfile yet)")
