@@ -91,7 +91,7 @@ def read_answer(fd: int) -> str:
 
 
 def looked_in(config: Config) -> str:
-    """Where stop, status and reload looked for the master, for their "not running" message: a
+    """Where stop and status looked for the master, for their "not running" message: a
     DELAYD_STATE_DIR set after the start (or not set for it) is the usual reason."""
     return f"pidfile {config.pidfile}" if config.pidfile else f"state directory {config.state_dir}"
 

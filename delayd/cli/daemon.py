@@ -34,10 +34,9 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_reload(args: argparse.Namespace) -> int:
     import signal
     from .. import control
-    config = load_config(args)
-    pid = control.signal_master(config, signal.SIGHUP)
+    pid = control.signal_master(load_config(args), signal.SIGHUP)
     if not pid:
-        return fail(f"delayd is not running ({control.looked_in(config)})")
+        return fail("delayd is not running")
     print(f"reload requested (pid {pid})")
     return 0
 
