@@ -340,9 +340,10 @@ class BaseClient:
         if topic is None:
             replies = yield Batch([command("HGETALL", keys.counts) for keys in store.keys])
         else:
-            fields = [f"{state}|{check_topic(topic)}" for state in stats_mod.STATES]
-            replies = [dict(zip(fields, reply)) if isinstance(reply, list) else reply
-                       for reply in (yield Batch([command("HMGET", keys.counts, *fields) for keys in store.keys]))]
+            topic = check_topic(topic)
+            fields = [f"{state}|{topic}" for state in stats_mod.STATES]
+            values = yield Batch([command("HMGET", keys.counts, *fields) for keys in store.keys])
+            replies = [dict(zip(fields, reply)) if isinstance(reply, list) else reply for reply in values]
         return sum(stats_mod.task_count(reply, status) for reply in replies if isinstance(reply, dict))
 
     def daemons_steps(self) -> Steps[list[dict[str, Any]]]:
