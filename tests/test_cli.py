@@ -129,8 +129,8 @@ def test_ls_says_on_stderr_how_many_more_and_how_to_page(redis_url, client):
     keys = [json.loads(line)["key"] for line in every.stdout.splitlines()]
     assert sorted(keys) == sorted([f"a:{i}" for i in range(250)] + [f"b:{i}" for i in range(10)]) and every.stderr == ""
     pages = delayd_many([["ls", "--json", "--topic", "a", "--offset", str(n)] for n in (0, 100, 200)])
-    assert [p.stderr.split(",")[1] if p.stderr else "" for p in pages] == [" 150 more: --offset 100 for the next page",
-                                                                            " 50 more: --offset 200 for the next page", ""]
+    assert [p.stderr.split(",")[1] if p.stderr else "" for p in pages] == [
+        " 150 more: --offset 100 for the next page", " 50 more: --offset 200 for the next page", ""]
     paged = [json.loads(line)["key"] for p in pages for line in p.stdout.splitlines()]
     assert sorted(paged) == sorted(f"a:{i}" for i in range(250))  # each once
     last = delayd("ls", "--topic", "b", "--limit", "10")

@@ -40,7 +40,8 @@ def test_without_the_daemon_a_command_says_the_embedded_redis_needs_it(tmp_path)
     env.pop("DELAYD_REDIS_URL", None)
     out = delayd("add", "t", "1", "--call", "delayd.examples:noop", env=env)
     assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
-    assert out.stderr.startswith(f"delayd: error: cannot reach the embedded Redis of state directory {tmp_path / 's'}: ")
+    where = tmp_path / "s"
+    assert out.stderr.startswith(f"delayd: error: cannot reach the embedded Redis of state directory {where}: ")
     assert out.stderr.rstrip().endswith("start the daemon (delayd start) or set DELAYD_REDIS_URL")
     out = delayd("add", "t", "1", "--call", "delayd.examples:noop", "--redis", "unix:///nonexistent.sock", env=env)
     assert out.returncode == 1 and "cannot reach Redis at /nonexistent.sock" in out.stderr

@@ -65,7 +65,8 @@ def test_the_readme_tour_works_as_written(tmp_path):
         assert code == 0, (stdout, stderr)
         assert "Traceback" not in stderr and "error" not in stderr and "warning" not in stderr, stderr
         assert "delayd started (pid" in stdout and "delayd is running (pid" in stdout
-        assert json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))["key"] == "order:cancel:42"
+        got = next(line for line in stdout.splitlines() if line.startswith("{"))  # get order:cancel 42 --json
+        assert json.loads(got)["key"] == "order:cancel:42"
         assert "added 1 task" in stdout and "paused order:notify" in stdout and "report:daily:1 is due now" in stdout
         assert stdout.rstrip().splitlines()[-1].startswith("delayd stopped (pid")
         assert (place / "state" / "delayd.log").exists()  # the state directory the tour exported
