@@ -289,9 +289,9 @@ def memory_per_task(client: Client, r, n: int) -> float:
     return used / n
 
 
-def pause_cost(client: Client, r, backlog: int) -> tuple[float, float, int]:
-    """Pause a topic of 10 ready tasks behind `backlog` ready tasks of another topic: the
-    slowest script call (SLOWLOG, ms), the pause's wall time (ms) and its script calls."""
+def pause_cost(client: Client, r, backlog: int) -> tuple[float, float, float, int]:
+    """Pause a topic of 10 ready tasks behind `backlog` ready tasks of another topic: its script
+    calls' median and slowest Redis time (SLOWLOG, ms), the pause's wall time (ms) and its calls."""
     r.flushall()
     for i in range(0, backlog, 20_000):
         client.add_many([{"topic": "backlog", "id": j, "call": NOOP, "delay": 0}
@@ -309,7 +309,7 @@ def pause_cost(client: Client, r, backlog: int) -> tuple[float, float, int]:
     calls = [e["duration"] / 1000 for e in r.slowlog_get(100_000) if e["command"].startswith(b"EVALSHA")]
     r.config_set("slowlog-log-slower-than", 10_000)
     r.flushall()
-    return max(calls), wall, len(calls)
+    return statistics.median(calls), max(calls), wall, len(calls)
 
 
 def url_figures(runs: int) -> None:
@@ -382,8 +382,9 @@ def main() -> None:
         "early": ("early starts (of 1,000)", "count", "0"),
         "idle": ("idle CPU, all delayd processes, 10 s", "% of one core", "< 0.5 %"),
         "mem": ("Redis memory per pending minimal task (20,000)", "bytes", "<= 300"),
-        "pause": ("`pause` of a topic behind 1,000,000 ready tasks of another: slowest script call (SLOWLOG)",
-                  "ms", "<= 5 ms"),
+        "pause": ("`pause` of a topic behind 1,000,000 ready tasks of another: median script call (SLOWLOG)",
+                  "ms"),
+        "pausemax": ("… its slowest script call", "ms", "<= 5 ms"),
         "pausewall": ("… that pause's wall time, every bucket", "ms"),
         "pausecalls": ("… its script calls", "count"),
     }.items()}
@@ -457,8 +458,9 @@ def main() -> None:
                 r.flushall()
             if want("pause"):
                 print(f"run {run + 1}/{args.runs}: pause behind 1,000,000 ready tasks", flush=True)
-                slowest, wall, calls = pause_cost(client, r, 1_000_000)
-                figs["pause"].add(slowest)
+                median, slowest, wall, calls = pause_cost(client, r, 1_000_000)
+                figs["pause"].add(median)
+                figs["pausemax"].add(slowest)
                 figs["pausewall"].add(wall)
                 figs["pausecalls"].add(calls)
         if args.big:
