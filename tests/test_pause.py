@@ -241,6 +241,28 @@ def test_a_resume_that_begins_while_a_pause_flags_the_buckets_wins_on_every_buck
     other.close()
 
 
+@pytest.mark.parametrize("value", ["1", "r", "x", "999999999999999", "8000000000000000"])
+def test_a_flag_of_an_earlier_version_or_a_damaged_one_reads_as_the_oldest_pause(client, r, value):
+    """'1' (earlier versions), 'r', a value that is no integer, a past one and one far ahead of
+    Redis's clock (on every bucket but the first, where a resume takes its generation): a resume
+    lifts them all, and a pause replaces them."""
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 0} for i in range(20)])
+
+    def flag_all() -> None:
+        for keys in client.store.keys:
+            r.hset(keys.paused, "mail", "1" if keys is client.store.keys[0] else value)
+    flag_all()
+    promote_everything(client)
+    assert client.paused() == ["mail"]
+    client.resume("mail")
+    assert client.paused() == [] and all_counts(client)["mail"]["parked"] == 0
+    flag_all()
+    client.pause("mail")
+    assert len(set(flags(r, client, "mail"))) == 1 and value not in flags(r, client, "mail")
+    client.resume("mail")
+    assert client.paused() == []
+
+
 def test_two_operators_and_two_daemons_the_pause_wins(redis_url, client, r, tmp_path):
     """With two daemons running, a pause issued while a resume runs: after the pause returns, no task
     of the topic starts (those the resume's first batch had released may run before it)."""
