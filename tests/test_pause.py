@@ -31,13 +31,15 @@ def all_counts(client) -> dict:
             for topic, t in stats["topics"].items()}
 
 
-def after_call(script: str, n: int):
-    """A test of a request: true for the n-th call of the named script."""
+def calls_of(script: str, n: int | None = None):
+    """A test of a request: true for each call of the named script, or for its n-th only."""
     seen = [0]
 
     def test(request) -> bool:
-        seen[0] += isinstance(request, ScriptCall) and request.script is SCRIPTS[script]
-        return seen[0] == n and isinstance(request, ScriptCall) and request.script is SCRIPTS[script]
+        if not (isinstance(request, ScriptCall) and request.script is SCRIPTS[script]):
+            return False
+        seen[0] += 1
+        return n is None or seen[0] == n
     return test
 
 
@@ -210,7 +212,7 @@ def test_a_pause_issued_while_a_resume_runs_wins_on_every_bucket(redis_url, clie
     other = Client.from_url(redis_url)
     with pytest.raises(Overtaken, match=r"^the resume of mail was overtaken by a pause issued meanwhile: the topic "
                                         r"stays paused \(1000 due tasks had gone back; they wait for the next resume\)$"):
-        interleaved(r, client.resume_steps("mail"), after_call("resume", 1), lambda: other.pause("mail"))
+        interleaved(r, client.resume_steps("mail"), calls_of("resume", 1), lambda: other.pause("mail"))
     assert client.paused() == ["mail"] and None not in flags(r, client, "mail") and "r" not in flags(r, client, "mail")
     promote_everything(client)
     assert [run for bucket in range(client.store.buckets) for run in claim(client.store, bucket)] == []
@@ -227,7 +229,7 @@ def test_a_resume_that_begins_while_a_pause_flags_the_buckets_wins_on_every_buck
     other = Client.from_url(redis_url)
     with pytest.raises(Overtaken, match="^the pause of mail was overtaken by a resume issued meanwhile: "
                                         "the topic is not paused$"):
-        interleaved(r, client.pause_steps("mail"), after_call("pause", 1), lambda: other.resume("mail"))
+        interleaved(r, client.pause_steps("mail"), calls_of("pause", 1), lambda: other.resume("mail"))
     assert client.paused() == [] and flags(r, client, "mail") == [None] * client.store.buckets
     taken = []
     for bucket in range(client.store.buckets):
@@ -275,7 +277,7 @@ def test_two_operators_and_two_daemons_the_pause_wins(redis_url, client, r, tmp_
         wait_for(lambda: all_counts(client)["mail"]["parked"] == n, 30, message="all parked")
         other = Client.from_url(redis_url)
         with pytest.raises(Overtaken):
-            interleaved(r, client.resume_steps("mail"), after_call("resume", 1), lambda: other.pause("mail"))
+            interleaved(r, client.resume_steps("mail"), calls_of("resume", 1), lambda: other.pause("mail"))
         other.close()
         wait_for(lambda: all_counts(client)["mail"]["running"] == 0, 10, message="runs in flight finish")
         started = r.llen("out")
@@ -306,9 +308,7 @@ def test_pause_walks_the_ready_lists_a_bounded_chunk_per_call_and_misses_none(cl
         client.add_many([{"topic": "big", "id": next(more), "push": "out", "delay": 0} for _ in range(5)])
         promote_all(client.store, 0)
 
-    walks = []
-    parked = interleaved(r, client.pause_steps("tiny"), lambda request: walks.append(request) or
-                         request.script is SCRIPTS["park"], workers)
+    parked = interleaved(r, client.pause_steps("tiny"), calls_of("park"), workers)
     log = r.slowlog_get(100_000)
     r.config_set("slowlog-log-slower-than", 10_000)
     looked = [e["command"].split() for e in log if e["command"].startswith(b"LRANGE")]
