@@ -210,8 +210,9 @@ def test_a_pause_issued_while_a_resume_runs_wins_on_every_bucket(redis_url, clie
     promote_everything(client)
     assert all_counts(client)["mail"]["parked"] == n and client.store.buckets > 1
     other = Client.from_url(redis_url)
-    with pytest.raises(Overtaken, match=r"^the resume of mail was overtaken by a pause issued meanwhile: the topic "
-                                        r"stays paused \(1000 due tasks had gone back; they wait for the next resume\)$"):
+    with pytest.raises(Overtaken, match=r"^the resume of mail was overtaken by a pause issued meanwhile: the "
+                                        r"topic stays paused \(1000 due tasks had gone back; they wait for the "
+                                        r"next resume\)$"):
         interleaved(r, client.resume_steps("mail"), calls_of("resume", 1), lambda: other.pause("mail"))
     assert client.paused() == ["mail"] and None not in flags(r, client, "mail") and "r" not in flags(r, client, "mail")
     promote_everything(client)
