@@ -16,7 +16,7 @@ from . import config as config_mod
 from . import connection, embedded, registry, schedule
 from . import durable as durable_mod
 from . import stats as stats_mod
-from .client_errors import REDIS_FAILURES, DelaydError, DurabilityError, interrupted, refusal
+from .client_errors import REDIS_FAILURES, DelaydError, DurabilityError, Overtaken, interrupted, refusal
 from .resp import pack
 from .steps import Batch, Read, ScriptCall, Send, Steps, command
 from .store import SCRIPTS, BucketKeys, Store, StoreError, bucket_count, bucket_of
@@ -290,16 +290,27 @@ class BaseClient:
 
     def pause_steps(self, topic: Any) -> Steps[int]:
         """Start no task of `topic` until resume() (runs in flight finish); kept in Redis, so it
-        holds for every daemon and across restarts. Returns how many ready tasks were set aside."""
+        holds for every daemon and across restarts. Returns how many ready tasks were set aside.
+        Raises Overtaken if a resume that began after this pause has undone it."""
         topic = check_topic(topic)
         store = yield from self.store_steps()
-        return (yield from store.pause_steps(topic))
+        paused = yield from store.pause_steps(topic)
+        if paused.overtaken:
+            raise Overtaken(f"the pause of {topic} was overtaken by a resume issued meanwhile: "
+                            "the topic is not paused")
+        return paused.parked
 
     def resume_steps(self, topic: Any) -> Steps[int]:
-        """Start the tasks of `topic` again; its due tasks start in due order. Returns how many waited."""
+        """Start the tasks of `topic` again; its due tasks start in due order. Returns how many waited.
+        Raises Overtaken if a pause issued meanwhile holds the topic (the pause wins)."""
         topic = check_topic(topic)
         store = yield from self.store_steps()
-        return (yield from store.resume_steps(topic))
+        resumed = yield from store.resume_steps(topic)
+        if resumed.overtaken:
+            raise Overtaken(f"the resume of {topic} was overtaken by a pause issued meanwhile: the topic "
+                            f"stays paused ({resumed.moved} due task{'s' if resumed.moved != 1 else ''} "
+                            "had gone back; they wait for the next resume)")
+        return resumed.moved
 
     def paused_steps(self) -> Steps[list[str]]:
         """The topics paused now."""

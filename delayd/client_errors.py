@@ -20,6 +20,10 @@ class DurabilityError(DelaydError):
     """durable=True cannot be honoured by this Redis (nothing written), or the wait timed out (written)."""
 
 
+class Overtaken(DelaydError):
+    """A pause or resume of a topic lost to the other, issued meanwhile (the later one to begin wins)."""
+
+
 class RedisUnavailable(DelaydError):
     """Redis cannot be reached or refused us."""
 

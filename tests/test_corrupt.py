@@ -458,7 +458,7 @@ def test_a_due_time_that_is_no_integer_when_a_run_is_retried(r, store):
 
 
 def test_a_due_time_that_is_no_integer_when_its_topic_is_paused(r, store, redis_url):
-    """pause.lua parks a ready task at its due time: a nan one failed the script half-way."""
+    """A pause parks a ready task at its due time (park.lua): a nan one failed the script half-way."""
     add_amid_good(store)
     store.promote(0, 1000, DAY_MS)
     corrupt(r, store, BAD, "due", "nan")

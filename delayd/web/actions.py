@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..client import Client
+from ..client_errors import Overtaken
 from ..task import TaskError
 from . import browse
 
@@ -43,7 +44,10 @@ def task_action(client: Client, topic: str, id: str, action: str, hard: bool = F
 
 def topic_action(client: Client, topic: str, action: str, cursor: str | None = None) -> dict[str, Any]:
     if action in ("pause", "resume"):
-        (client.pause if action == "pause" else client.resume)(topic)
+        try:
+            (client.pause if action == "pause" else client.resume)(topic)
+        except Overtaken as exc:
+            raise ActionError(409, str(exc)) from None
         return {"result": f"{action}d", "message": f"topic {topic} {action}d"}
     if action == "retry-failed":
         return retry_failed(client, topic, cursor)
