@@ -357,7 +357,8 @@ def stream(conn: Any, calls: Iterable[ScriptCall], window: int = STREAM_WINDOW,
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
-                                           "stats", "register", "pause", "resume", "run_now", "browse")}
+                                           "stats", "register", "pause", "park", "resume", "run_now",
+                                           "browse")}
 
 
 # finish's next due time for a recurring task's last run (ended by its outcome): it leaves `recurring`.
@@ -365,13 +366,28 @@ SCHEDULE_ENDS = "end"
 
 # Parked tasks moved back per resume.lua call: ~2.5 ms of Redis time (100k in one call took ~100 ms).
 RESUME_BATCH = 1000
+# Ready-list entries park.lua looks at per call (a pause walks every ready list this many at a time).
+PARK_CHUNK = 1000
 
 
 class Resumed(NamedTuple):
-    """resume.lua's answer: tasks moved back to `delayed`, and how many are still parked."""
+    """resume.lua's answer: tasks moved back to `delayed`, how many are still parked, the
+    resume's generation, and whether a pause that began after the resume holds the bucket."""
 
     moved: int
     left: int
+    generation: int = 0
+    overtaken: bool = False
+
+
+class Paused(NamedTuple):
+    """A pause's outcome: the ready tasks it parked, its generation, and whether a resume that
+    began after it reached the first bucket before the pause had flagged them all (the pause
+    then finished that resume: the topic is not paused)."""
+
+    parked: int
+    generation: int
+    overtaken: bool
 
 
 class RunNow(NamedTuple):
@@ -487,31 +503,56 @@ class Store:
                                                              keys.counts], [wire(member), keys.wake_channel])
         return RunNow(int(code), status)
 
-    def pause_steps(self, topic: str) -> Steps[int]:
-        """Pause `topic` in every bucket; returns how many ready tasks were parked."""
+    def pause_steps(self, topic: str) -> Steps[Paused]:
+        """Pause `topic`: flag it in every bucket (one generation for all, taken on the first),
+        then park the topic's tasks already in the ready lists, PARK_CHUNK entries per call.
+        The first bucket's walk also checks that the pause still holds there: if a resume that
+        began after it has resumed the topic, that resume may have passed buckets before they
+        were flagged, so the pause finishes it (for its own generation and older only)."""
+        generation = ""
+        for keys in self.keys:
+            generation = int((yield ScriptCall(SCRIPTS["pause"], [keys.paused], [topic, generation])))
         parked = 0
         for keys in self.keys:
-            parked += yield ScriptCall(SCRIPTS["pause"], [keys.paused, *keys.ready, keys.counts, *keys.ready_url],
-                                       [keys.task_prefix, topic])
-        return parked
+            for ready in (*keys.ready, *keys.ready_url):
+                position = 0
+                while position >= 0:
+                    moved, position = yield ScriptCall(
+                        SCRIPTS["park"], [keys.paused, ready, keys.counts],
+                        [keys.task_prefix, topic, generation, position, PARK_CHUNK])
+                    parked, position = parked + int(moved), int(position)
+                if position == -2:  # resumed here by a later resume
+                    if keys is self.keys[0]:
+                        yield from self.resume_steps(topic, generation + 1)
+                        return Paused(parked, generation, True)
+                    break
+        return Paused(parked, generation, False)
 
-    def resume_batch_steps(self, bucket: int, topic: str, batch: int = RESUME_BATCH) -> Steps[Resumed]:
-        """Move the earliest `batch` parked tasks of `topic` back to wait for their turn."""
+    def resume_batch_steps(self, bucket: int, topic: str, batch: int = RESUME_BATCH,
+                           generation: int | None = None) -> Steps[Resumed]:
+        """Move the earliest `batch` parked tasks of `topic` back to wait for their turn, unless a
+        pause of `generation` or later holds the bucket (None: a new resume, its generation taken here)."""
         keys = self.keys[bucket]
-        moved, left = yield ScriptCall(SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts],
-                                       [topic, keys.wake_channel, batch])
-        return Resumed(int(moved), int(left))
+        moved, left, generation, overtaken = yield ScriptCall(
+            SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts],
+            [topic, keys.wake_channel, batch, "" if generation is None else generation])
+        return Resumed(int(moved), int(left), int(generation), bool(overtaken))
 
-    def resume_steps(self, topic: str) -> Steps[int]:
-        """Resume `topic` in every bucket, a batch per call; returns how many parked tasks went back."""
+    def resume_steps(self, topic: str, generation: int | None = None) -> Steps[Resumed]:
+        """Resume `topic` in every bucket, a batch per call: the pauses before `generation`
+        (None: a new resume, which takes its generation on the first bucket). Stops at a bucket
+        that a later pause holds (`overtaken`: the pause wins); `moved` counts the parked tasks
+        that went back."""
         moved = 0
         for bucket in range(self.buckets):
             while True:
-                step = yield from self.resume_batch_steps(bucket, topic)
-                moved += step.moved
+                step = yield from self.resume_batch_steps(bucket, topic, generation=generation)
+                moved, generation = moved + step.moved, step.generation
+                if step.overtaken:
+                    return Resumed(moved, step.left, generation, True)
                 if not step.left:
                     break
-        return moved
+        return Resumed(moved, 0, generation or 0, False)
 
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:

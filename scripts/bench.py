@@ -289,6 +289,29 @@ def memory_per_task(client: Client, r, n: int) -> float:
     return used / n
 
 
+def pause_cost(client: Client, r, backlog: int) -> tuple[float, float, float, int]:
+    """Pause a topic of 10 ready tasks behind `backlog` ready tasks of another topic: its script
+    calls' median and slowest Redis time (SLOWLOG, ms), the pause's wall time (ms) and its calls."""
+    r.flushall()
+    for i in range(0, backlog, 20_000):
+        client.add_many([{"topic": "backlog", "id": j, "call": NOOP, "delay": 0}
+                         for j in range(i, min(backlog, i + 20_000))])
+    client.add_many([{"topic": "tiny", "id": j, "call": NOOP, "delay": 0} for j in range(10)])
+    for bucket in range(client.store.buckets):
+        while client.store.promote(bucket, 1000, 86_400_000).full:
+            pass
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 100_000)
+    r.slowlog_reset()
+    start = time.perf_counter()
+    client.pause("tiny")
+    wall = (time.perf_counter() - start) * 1000
+    calls = [e["duration"] / 1000 for e in r.slowlog_get(100_000) if e["command"].startswith(b"EVALSHA")]
+    r.config_set("slowlog-log-slower-than", 10_000)
+    r.flushall()
+    return statistics.median(calls), max(calls), wall, len(calls)
+
+
 def url_figures(runs: int) -> None:
     import bench_url
     work = Path(tempfile.mkdtemp(prefix="delayd-bench-url-"))
@@ -300,7 +323,7 @@ def url_figures(runs: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness")  # --only's names
+PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause")  # --only's names
 
 
 def parts(text: str) -> set[str]:
@@ -359,6 +382,11 @@ def main() -> None:
         "early": ("early starts (of 1,000)", "count", "0"),
         "idle": ("idle CPU, all delayd processes, 10 s", "% of one core", "< 0.5 %"),
         "mem": ("Redis memory per pending minimal task (20,000)", "bytes", "<= 300"),
+        "pause": ("`pause` of a topic behind 1,000,000 ready tasks of another: median script call (SLOWLOG)",
+                  "ms"),
+        "pausemax": ("… its slowest script call", "ms", "<= 5 ms"),
+        "pausewall": ("… that pause's wall time, every bucket", "ms"),
+        "pausecalls": ("… its script calls", "count"),
     }.items()}
     if args.big:
         figs["mem1m"] = Figure("Redis memory per pending minimal task (1,000,000)", "bytes", "<= 300")
@@ -428,6 +456,13 @@ def main() -> None:
                     figs["early"].add(early)
                     figs["idle"].add(idle_cpu(d))
                 r.flushall()
+            if want("pause"):
+                print(f"run {run + 1}/{args.runs}: pause behind 1,000,000 ready tasks", flush=True)
+                median, slowest, wall, calls = pause_cost(client, r, 1_000_000)
+                figs["pause"].add(median)
+                figs["pausemax"].add(slowest)
+                figs["pausewall"].add(wall)
+                figs["pausecalls"].add(calls)
         if args.big:
             client = Client.from_url(server.url)
             print("big: 1,000,000 pending", flush=True)

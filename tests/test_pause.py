@@ -17,7 +17,10 @@ from test_cli import delayd, one_line_error
 from test_recurring import bucket_of_task, pushed
 from test_store import DAY_MS, claim, now_ms, promote_all
 
-from delayd import steps
+from delayd import Client, steps
+from delayd import store as store_mod
+from delayd.client_errors import Overtaken
+from delayd.steps import ScriptCall
 from delayd.store import SCRIPTS
 from delayd.task import TaskError
 
@@ -26,6 +29,43 @@ def all_counts(client) -> dict:
     stats = client.stats()
     return {topic: t["counts"] | {"parked": t["parked"], "waiting": t["waiting"]}
             for topic, t in stats["topics"].items()}
+
+
+def calls_of(script: str, n: int | None = None):
+    """A test of a request: true for each call of the named script, or for its n-th only."""
+    seen = [0]
+
+    def test(request) -> bool:
+        if not (isinstance(request, ScriptCall) and request.script is SCRIPTS[script]):
+            return False
+        seen[0] += 1
+        return n is None or seen[0] == n
+    return test
+
+
+def interleaved(r, operation, when, then):
+    """Run a Client operation (its steps) on `r`, calling then() right after the request for which
+    when(request) is true was answered: another operator acting between two of its calls.
+    Returns the operation's result; its exception is raised."""
+    reply = None
+    while True:
+        try:
+            request = operation.send(reply)
+        except StopIteration as done:
+            return done.value
+        reply = request.call(r)
+        if when(request):
+            then()
+
+
+def promote_everything(client) -> None:
+    for bucket in range(client.store.buckets):
+        while client.store.promote(bucket, 1000, DAY_MS).full:
+            pass
+
+
+def flags(r, client, topic: str) -> list:
+    return [r.hget(keys.paused, topic) for keys in client.store.keys]
 
 
 # -- scripts ------------------------------------------------------------------------
@@ -120,6 +160,20 @@ def test_cli_pause_resume_run(redis_url, r):
     assert "must not be empty" in one_line_error(delayd("pause", "", check=1))
 
 
+def test_pause_of_a_topic_without_tasks_warns_and_pauses_it(redis_url, r):
+    """A typo in `delayd pause` succeeded silently and left the real topic running."""
+    delayd("add", "mail", "1", "--push", "out", "--delay", "3600")
+    out = delayd("pause", "mial")
+    assert one_line_error(out) == ("delayd: warning: no task of topic mial exists (a typo?); paused all the same: "
+                                   "tasks added to it later wait for resume")
+    assert out.stdout.startswith("paused mial")
+    out = delayd("pause", "mial", "--json")  # stdout stays JSON; the warning is on stderr
+    assert json.loads(out.stdout)["result"] == "paused" and "no task of topic mial" in out.stderr
+    assert json.loads(delayd("stats", "--json").stdout)["paused"] == ["mial"]
+    delayd("del", "mail", "1")  # a deleted task is still a task of the topic (until its retention ends)
+    assert delayd("pause", "mail").stderr == ""
+
+
 # -- real daemons -------------------------------------------------------------------
 def test_paused_tasks_wait_then_start_in_due_order_and_the_pause_survives_a_restart(redis_url, client, r, tmp_path):
     env = dict(redis_url=redis_url, state_dir=tmp_path / "d1", buckets=1, queues=1, DELAYD_CONCURRENCY="1")
@@ -143,11 +197,145 @@ def test_paused_tasks_wait_then_start_in_due_order_and_the_pause_survives_a_rest
 
 
 def test_a_run_in_flight_finishes_while_its_topic_is_paused(redis_url, client, r, tmp_path):
-    with Daemon(redis_url, tmp_path / "d1", buckets=1, queues=1):
+    """The run in flight finishes; the topic's task that was ready beside it, and one that comes due
+    after the pause, do not start, though the daemon runs another topic's task meanwhile."""
+    with Daemon(redis_url, tmp_path / "d1", buckets=1, queues=1, DELAYD_CONCURRENCY="1"):
         client.add("slow", 1, call="delayd.examples:slow", params={"seconds": 1.5}, delay=0)
         wait_for(lambda: client.get("slow", 1).status == "running", 10, message="running")
+        client.add("slow", 2, push="out", delay=0)  # ready behind the run in flight (concurrency 1)
+        wait_for(lambda: client.stats()["topics"]["slow"]["ready"]["2"] == 1, 10, message="slow:2 ready")
         client.pause("slow")
+        client.add("slow", 3, push="out", delay=0)
         wait_for(lambda: client.get("slow", 1).status == "ok", 10, message="finished while paused")
+        client.add("other", 1, push="other", delay=0)
+        wait_for(lambda: r.llen("other") == 1, 10, message="the daemon runs other topics")
+        assert r.llen("out") == 0 and all_counts(client)["slow"]["parked"] == 2
+        assert client.get("slow", 2).status == client.get("slow", 3).status == "delayed"
+        client.resume("slow")
+        wait_for(lambda: r.llen("out") == 2, 10, message="both run after resume")
+
+
+def test_a_pause_issued_while_a_resume_runs_wins_on_every_bucket(redis_url, client, r):
+    """A resume moves its first batch of 1,000, then another operator pauses: the resume stops and
+    says so, and the topic stays paused on every bucket, the tasks it had moved parked again."""
+    n = 12_000
+    client.pause("mail")
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 0} for i in range(n)])
+    promote_everything(client)
+    assert all_counts(client)["mail"]["parked"] == n and client.store.buckets > 1
+    other = Client.from_url(redis_url)
+    with pytest.raises(Overtaken, match=r"^the resume of mail was overtaken by a pause issued meanwhile: the "
+                                        r"topic stays paused \(1000 due tasks had gone back; they wait for the "
+                                        r"next resume\)$"):
+        interleaved(r, client.resume_steps("mail"), calls_of("resume", 1), lambda: other.pause("mail"))
+    assert client.paused() == ["mail"] and None not in flags(r, client, "mail") and "r" not in flags(r, client, "mail")
+    promote_everything(client)
+    assert [run for bucket in range(client.store.buckets) for run in claim(client.store, bucket)] == []
+    counts = all_counts(client)["mail"]
+    assert counts["parked"] == n and counts["waiting"] == 0 and counts["delayed"] == n
+    assert client.resume("mail") == n and client.paused() == []
+    other.close()
+
+
+def test_a_resume_that_begins_while_a_pause_flags_the_buckets_wins_on_every_bucket(redis_url, client, r):
+    """The other way round: a pause flags its first bucket, then another operator's resume runs
+    (passing the buckets not flagged yet): the pause finishes that resume and says so."""
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 0} for i in range(30)])
+    other = Client.from_url(redis_url)
+    with pytest.raises(Overtaken, match="^the pause of mail was overtaken by a resume issued meanwhile: "
+                                        "the topic is not paused$"):
+        interleaved(r, client.pause_steps("mail"), calls_of("pause", 1), lambda: other.resume("mail"))
+    assert client.paused() == [] and flags(r, client, "mail") == [None] * client.store.buckets
+    taken = []
+    for bucket in range(client.store.buckets):
+        promote_all(client.store, bucket)
+        taken += claim(client.store, bucket)
+    assert len(taken) == 30 and all_counts(client)["mail"]["parked"] == 0
+    # A pause after that resume holds, and a resume after it lifts it: the later one wins.
+    client.pause("other")
+    assert other.pause("mail") == 0 and client.paused() == ["mail", "other"]
+    assert client.resume("mail") == 0 and client.paused() == ["other"]
+    other.close()
+
+
+@pytest.mark.parametrize("value", ["1", "r", "x", "999999999999999", "8000000000000000"])
+def test_a_flag_of_an_earlier_version_or_a_damaged_one_reads_as_the_oldest_pause(client, r, value):
+    """'1' (earlier versions), 'r', a value that is no integer, a past one and one far ahead of
+    Redis's clock (on every bucket but the first, where a resume takes its generation): a resume
+    lifts them all, and a pause replaces them."""
+    client.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 0} for i in range(20)])
+
+    def flag_all() -> None:
+        for keys in client.store.keys:
+            r.hset(keys.paused, "mail", "1" if keys is client.store.keys[0] else value)
+    flag_all()
+    promote_everything(client)
+    assert client.paused() == ["mail"]
+    client.resume("mail")
+    assert client.paused() == [] and all_counts(client)["mail"]["parked"] == 0
+    flag_all()
+    client.pause("mail")
+    assert len(set(flags(r, client, "mail"))) == 1 and value not in flags(r, client, "mail")
+    client.resume("mail")
+    assert client.paused() == []
+
+
+def test_two_operators_and_two_daemons_the_pause_wins(redis_url, client, r, tmp_path):
+    """With two daemons running, a pause issued while a resume runs: after the pause returns, no task
+    of the topic starts (those the resume's first batch had released may run before it)."""
+    n = 12_000
+    r.hset("delayd:meta", "buckets", 2)
+    client.pause("mail")
+    env = dict(buckets=2, queues=1)
+    with Daemon(redis_url, tmp_path / "d1", **env), Daemon(redis_url, tmp_path / "d2", **env):
+        client.add_many([{"topic": "mail", "id": i, "push": "out", "delay": 0} for i in range(n)])
+        wait_for(lambda: all_counts(client)["mail"]["parked"] == n, 30, message="all parked")
+        other = Client.from_url(redis_url)
+        with pytest.raises(Overtaken):
+            interleaved(r, client.resume_steps("mail"), calls_of("resume", 1), lambda: other.pause("mail"))
+        other.close()
+        wait_for(lambda: all_counts(client)["mail"]["running"] == 0, 10, message="runs in flight finish")
+        started = r.llen("out")
+        client.add("other", 1, push="other", delay=0)
+        wait_for(lambda: r.llen("other") == 1, 10, message="the daemons run other topics")
+        wait_for(lambda: all_counts(client)["mail"]["parked"] == n - started, 10, message="parked again")
+        assert r.llen("out") == started < 1000 and client.paused() == ["mail"]
+        counts = all_counts(client)["mail"]
+        assert counts["waiting"] == 0 and counts["delayed"] == n - started and counts["ok"] == started
+
+
+def test_pause_walks_the_ready_lists_a_bounded_chunk_per_call_and_misses_none(client, r, monkeypatch):
+    """However long the ready lists, each call of the pause looks at PARK_CHUNK entries at most;
+    workers popping at the head and promote appending at the tail between its calls make it miss
+    no task of the topic: none starts after the pause returned, and the counts stay right."""
+    monkeypatch.setattr(store_mod, "PARK_CHUNK", 50)
+    r.hset("delayd:meta", "buckets", 1)
+    client.add_many([{"topic": "tiny" if i % 10 == 0 else "big", "id": i, "push": "out", "delay": 0,
+                      "priority": 1 + i % 3} for i in range(3000)])
+    promote_everything(client)
+    r.config_set("slowlog-log-slower-than", 0)  # every command, those run by scripts too
+    r.config_set("slowlog-max-len", 100_000)
+    r.slowlog_reset()
+    taken, more = [], iter(range(3000, 10_000))
+
+    def workers() -> None:
+        taken.extend(run["member"] for run in claim(client.store, 0, n=7))
+        client.add_many([{"topic": "big", "id": next(more), "push": "out", "delay": 0} for _ in range(5)])
+        promote_all(client.store, 0)
+
+    parked = interleaved(r, client.pause_steps("tiny"), calls_of("park"), workers)
+    log = r.slowlog_get(100_000)
+    r.config_set("slowlog-log-slower-than", 10_000)
+    looked = [e["command"].split() for e in log if e["command"].startswith(b"LRANGE")]
+    assert len(looked) > 3000 / 50 and all(int(stop) - int(start) < 50 for _, _, start, stop in looked)
+    before = [m for m in taken if m.startswith("tiny:")]
+    assert before and parked + len(before) == 300
+    after = [run["member"] for run in claim(client.store, 0, n=20_000)]
+    assert after and not [m for m in after if m.startswith("tiny:")]
+    tiny = client.stats()["topics"]["tiny"]
+    assert tiny["parked"] == parked == r.zcard("delayd:{0}:paused:tiny") and sum(tiny["ready"].values()) == 0
+    assert client.resume("tiny") == parked
+
 
 
 def test_run_now_in_the_daemon_and_a_recurring_task_keeps_its_schedule(redis_url, client, r, tmp_path):
@@ -167,7 +355,7 @@ def test_a_resume_in_batches_keeps_due_order(client, r):
     base = now_ms(r) - 100_000
     client.add_many([{"topic": "mail", "id": i, "push": "out", "at": (base + i * 1000) / 1000} for i in range(10)])
     promote_all(client.store, 0)
-    assert steps.run(r, client.store.resume_batch_steps(0, "mail", 3)) == (3, 7)  # one batch (no Client call)
+    assert steps.run(r, client.store.resume_batch_steps(0, "mail", 3))[:2] == (3, 7)  # one batch (no Client call)
     assert r.hget("delayd:{0}:paused", "mail") == "r"
     client.add("mail", "late", push="out", delay=0)                   # due after every task still parked
     client.add("mail", "early", push="out", at=(base + 1500) / 1000)  # due before them

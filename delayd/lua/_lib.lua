@@ -122,6 +122,18 @@ local function parked_key(paused_key, topic)
   return paused_key .. ':' .. topic
 end
 
+-- The generation of the pause a flag of the `paused` hash holds, or nil when it holds none: no
+-- flag, or 'r' (a resume is moving the parked tasks back). A pause's flag is its generation (see
+-- pause.lua); '1', written by earlier versions, and any other value read as the oldest pause, and
+-- so does one more than a minute ahead of this bucket's clock, which no pause wrote (written by
+-- hand or damaged, it would hold the topic against every resume).
+local function pause_generation(flag)
+  if not flag or flag == 'r' then return nil end
+  local generation = int_of(flag)
+  if not generation or generation > now_us() + 60000000 then return 0 end
+  return generation
+end
+
 -- The bucket's index of recurring tasks, `P{N}:recurring`: a zset of members, all at score 0
 -- so that it reads in name order (the dashboard's schedules page). The key is looked at on
 -- first use only, so a call that touches no recurring task pays nothing for it, and removal

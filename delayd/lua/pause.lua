@@ -1,31 +1,19 @@
--- pause: stop starting the tasks of one topic in one bucket (Client.pause runs it on every bucket).
--- KEYS: paused, ready:3, ready:2, ready:1, counts, ready:u3, ready:u2, ready:u1
--- ARGV: task-key prefix, topic
--- Flags the topic in the bucket's `paused` hash, which promote reads: from now on its
--- due tasks are parked in `paused:<topic>` instead of made ready. Its tasks already in
--- a ready list are parked too (their list entries go stale, as a delete leaves them),
--- so no worker starts one. Runs in flight finish. Returns how many tasks were parked.
-local now = now_ms()
-local prefix, topic = ARGV[1], ARGV[2]
-local parked = parked_key(KEYS[1], topic)
+-- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
+-- park.lua on their ready lists).
+-- KEYS: paused
+-- ARGV: topic, generation ('' on the first bucket: it is taken there)
+-- Promote reads the flag: from now on the topic's due tasks (and lapsed leases) are parked in
+-- `paused:<topic>` instead of made ready. The flag's value is the pause's generation: Redis's
+-- clock in µs when the pause reached its first bucket, and later than the generation held there
+-- before, so a pause's generation is later than that of every resume that began before it
+-- (resume.lua takes its own on the same bucket). A resume acts only on pauses of earlier
+-- generations: a pause wins, on every bucket, over a resume that began before it. A bucket keeps
+-- the latest generation it is given. O(1). Returns the generation.
+local topic = ARGV[1]
 expect('hash', KEYS[1])
-expect('list', KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
-expect('zset', parked)
-redis.call('HSET', KEYS[1], topic, '1')
-local moved = 0
-for _, k in ipairs({2, 3, 4, 6, 7, 8}) do
-  for _, member in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
-    if topic_of(member) == topic then
-      local task_key = prefix .. member
-      local r = read_record(task_key, 'queued', 'due', 'priority')
-      if r and r[1] == '1' then
-        redis.call('HSET', task_key, 'queued', '0')
-        count_ready(r[3], topic, -1)
-        zadd_counted(parked, int_of(r[2]) or now, member, 'parked', topic)
-        moved = moved + 1
-      end
-    end
-  end
+local held = pause_generation(redis.call('HGET', KEYS[1], topic))
+local generation = int_of(ARGV[2]) or math.max(now_us(), (held or 0) + 1)
+if not held or held < generation then
+  redis.call('HSET', KEYS[1], topic, string.format('%d', generation))
 end
-flush_counts(KEYS[5])
-return moved
+return generation

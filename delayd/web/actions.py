@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..client import Client
+from ..client_errors import Overtaken
 from ..task import TaskError
 from . import browse
 
@@ -43,7 +44,10 @@ def task_action(client: Client, topic: str, id: str, action: str, hard: bool = F
 
 def topic_action(client: Client, topic: str, action: str, cursor: str | None = None) -> dict[str, Any]:
     if action in ("pause", "resume"):
-        (client.pause if action == "pause" else client.resume)(topic)
+        try:
+            (client.pause if action == "pause" else client.resume)(topic)
+        except Overtaken as exc:
+            raise ActionError(409, str(exc)) from None
         return {"result": f"{action}d", "message": f"topic {topic} {action}d"}
     if action == "retry-failed":
         return retry_failed(client, topic, cursor)
@@ -55,7 +59,10 @@ def retry_failed(client: Client, topic: str, cursor: str | None = None, batch: i
     the returned `cursor` until it is None. A task that fails again meanwhile is newer than the
     cursor, so one sweep retries each failure once however fast tasks fail. The ids come from the
     failed index (no record is read) and are retried in one pipelined round trip."""
-    found = browse.find(client.store, "failed", topic, cursor=cursor, limit=batch)
+    try:
+        found = browse.find(client.store, "failed", topic, cursor=cursor, limit=batch)
+    except browse.BadCursor as exc:
+        raise ActionError(400, str(exc)) from None
     # (0: gone meanwhile; -1: no longer failed, retried or deleted meanwhile)
     retried = client.store.retry_many([member for member, _, _ in found.hits]).count(1)
     left = failed_count(client, topic)
