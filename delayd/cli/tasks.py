@@ -101,7 +101,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     task = client.get(args.topic, args.id)
     state = "added" if written else "exists"
     emit(args, {"result": state, "task": task.to_dict() if task else None},
-         f"{state} {args.topic}:{args.id}" + (f" due {fmt_time(task.due_at)}" if task and written else
+         f"{state} {args.topic}:{args.id}" + (f" due {fmt_time(task.due_at, task.tz)}" if task and written else
                                               " (nothing changed)" if not written else ""))
     return 0
 
@@ -119,11 +119,11 @@ def cmd_get(args: argparse.Namespace) -> int:
         if value is None or name in ("key", "attempts"):
             continue
         if name.endswith("_at"):
-            value = f"{fmt_time(value)} ({value:.3f})"
+            value = f"{fmt_time(value, task.tz)}, unix {value:.3f}"
         elif isinstance(value, (dict, list)):
             value = json.dumps(value)
         print(f"{name:12} {value}")
-    for line in attempts.describe(task.attempts):
+    for line in attempts.describe(task.attempts, task.tz):
         print(line)
     return 0
 
@@ -157,10 +157,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for task in tasks:
             print(task.to_json())
         return 0
-    print(f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':23} {'TARGET':40} LAST_ERROR")
+    print(f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':27} {'TARGET':40} LAST_ERROR")
     for task in tasks:
         error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
-        print(f"{task.key:32} {task.status:8} {task.runs:>4} {fmt_time(task.due_at):23} {task.target[:40]:40} {error}")
+        print(f"{task.key:32} {task.status:8} {task.runs:>4} {fmt_time(task.due_at, task.tz):27} {task.target[:40]:40} {error}")
     return 0
 
 
