@@ -4,7 +4,8 @@ driven by Playwright.
 
 scripts/test installs chromium (apt) when it runs as root and it is missing; elsewhere
 these tests skip and say why. DASHBOARD_SCREENSHOTS=DIR saves the overview, two task pages (a failed
-call, a cron URL task), the failed list and the schedules page as PNGs (docs/ has the committed ones).
+call, a cron URL task), two task lists (failed, any status) and the schedules page as PNGs (docs/ has
+the committed ones).
 """
 from __future__ import annotations
 
@@ -194,6 +195,13 @@ def test_failed_list_retries_and_deletes_per_row_and_in_bulk(redis_url, tmp_path
         sync_api.expect(bulk.locator(".bulk-status")).to_have_text("Deleted 2 of 2")
         assert [client.get("bulk", id).status for id in ("b-4", "b-5")] == ["deleted"] * 2
         assert [client.get("bulk", id).status for id in ("b-2", "b-3")] == ["delayed"] * 2
+        client.resume("bulk")  # the retried ones run, and fail again
+        wait_for(lambda: all(client.get("bulk", id).status == "failed" for id in ("b-1", "b-2", "b-3")), 30,
+                 message="the retried tasks failed again")
+        page.goto(web.base + "/tasks?topic=bulk")  # every status: no bulk bar; Retry and Delete where they apply
+        screenshot(page, "dashboard-tasks.png")
+        buttons = page.locator("table.tasks button")
+        assert buttons.all_inner_texts() == ["Retry", "Delete"] * 3 and page.locator(".bulk").count() == 0
 
 
 def test_task_page_asks_before_a_delete_and_shows_an_answer_as_an_answer(redis_url, tmp_path, client, page, http):
