@@ -147,6 +147,8 @@ def test_every_time_says_its_zone(redis_url):
     listed = delayd("ls", env=utc).stdout
     assert re.search(r"report:daily +delayed +0 " + cron_due, listed), listed
     assert re.search(r"t:1 +delayed +0 2033-05-18 03:33:20\.000 UTC ", listed), listed
+    header, *rows = listed.splitlines()
+    assert {row.index("call:x:y") for row in rows} == {header.index("TARGET")}, "the columns stay aligned"
     stats = delayd("stats", env=utc).stdout
     assert re.search(r"next \d{4}-\S+ 0[12]:00:00\.000 UTC\n", stats) and re.search(r"next=\S+ \S+ UTC\n", stats)
 

@@ -157,10 +157,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for task in tasks:
             print(task.to_json())
         return 0
-    print(f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':27} {'TARGET':40} LAST_ERROR")
-    for task in tasks:
+    dues = [fmt_time(task.due_at, task.tz) for task in tasks]  # a cron task's is longer: its zone, then local
+    width = max([27, *map(len, dues)])
+    print(f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':{width}} {'TARGET':40} LAST_ERROR")
+    for task, due in zip(tasks, dues):
         error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
-        print(f"{task.key:32} {task.status:8} {task.runs:>4} {fmt_time(task.due_at, task.tz):27} {task.target[:40]:40} {error}")
+        print(f"{task.key:32} {task.status:8} {task.runs:>4} {due:{width}} {task.target[:40]:40} {error}")
     return 0
 
 
