@@ -118,5 +118,6 @@ class AsyncClient(BaseClient):
     resume = _awaitable(BaseClient.resume_steps)
     paused = _awaitable(BaseClient.paused_steps)
     get = _awaitable(BaseClient.get_steps)
+    count = _awaitable(BaseClient.count_steps)
     stats = _awaitable(BaseClient.stats_steps)
     daemons = _awaitable(BaseClient.daemons_steps)

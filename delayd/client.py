@@ -107,6 +107,7 @@ class Client(BaseClient):
 
     # -- reading ---------------------------------------------------------------------
     get = _sync(BaseClient.get_steps)
+    count = _sync(BaseClient.count_steps)
     daemons = _sync(BaseClient.daemons_steps)
 
     @redis_errors

@@ -43,6 +43,10 @@ def unavailable(client: Any, exc: Exception) -> RedisUnavailable | None:
     """redis-py's error `exc` as RedisUnavailable naming `client.url`'s host and port, never its
     password; None for an error that is not about Redis being unreachable or refusing."""
     if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        if client.embedded:
+            return RedisUnavailable(f"cannot reach the embedded Redis of state directory {client.config.state_dir}: "
+                                    f"{exc} It runs only while the daemon does: start the daemon (delayd start) "
+                                    "or set DELAYD_REDIS_URL")
         return RedisUnavailable(f"cannot reach Redis at {connection.where(client.url)}: {exc}")
     if isinstance(exc, redis.exceptions.ResponseError):
         if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -74,6 +75,8 @@ class Config:
     web_token: str = option("", "token the dashboard asks for; required for a non-loopback web_bind",
                             repr=False)
     web_readonly: bool = option(False, "the dashboard shows, but every action is refused (403)")
+    web_forwarded_allow_ips: tuple = option((), "proxies (addresses or networks, * = any) whose X-Forwarded-Proto "
+                                                "and X-Forwarded-For the dashboard believes; unset: none")
     source: str = field(default="", compare=False)  # the file read, if any
     explicit: frozenset = field(default=frozenset(), compare=False, repr=False)  # options set by file/env/flag
     warnings: tuple = field(default=(), compare=False, repr=False)  # one line each: unknown DELAYD_* variables
@@ -129,6 +132,9 @@ class Config:
             raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
         if self.web_port is not None and not 0 <= self.web_port <= 65535:
             raise ConfigError(f"web_port must be a TCP port, got {self.web_port!r}")
+        for proxy in self.web_forwarded_allow_ips:
+            if proxy != "*" and not _is_network(proxy):
+                raise ConfigError(f"web_forwarded_allow_ips: {proxy!r} is not an IP address, a network or *")
         return self
 
     @property
@@ -146,6 +152,14 @@ class Config:
     @property
     def lease_ms(self) -> int:
         return int(self.lease * 1000)
+
+
+def _is_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True
 
 
 def default_lease(task_timeout: float) -> float:

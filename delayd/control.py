@@ -90,6 +90,12 @@ def read_answer(fd: int) -> str:
     return text[len("error: "):] if text.startswith("error: ") else text
 
 
+def looked_in(config: Config) -> str:
+    """Where stop and status looked for the master, for their "not running" message: a
+    DELAYD_STATE_DIR set after the start (or not set for it) is the usual reason."""
+    return f"pidfile {config.pidfile}" if config.pidfile else f"state directory {config.state_dir}"
+
+
 def signal_master(config: Config, sig: int) -> int | None:
     pid = running_master(config.pid_path)
     if pid:
@@ -110,7 +116,7 @@ def stop(config: Config, timeout: float | None) -> int:
             return 1
         pid = signal_master(config, signal.SIGTERM)
     if not pid:
-        print("delayd is not running")
+        print(f"delayd is not running ({looked_in(config)})")
         return 0
     # The master has stopped when its lock is free, even if it is a zombie nobody reaped yet.
     if not wait_unlocked(config.pid_path, max(0.0, deadline - time.monotonic())) and locked(config.pid_path):

@@ -38,6 +38,17 @@ def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
         yield name, printable(topic), max(0, value)
 
 
+def status_of(state: str) -> str:
+    """The task status a state counter counts: waiting, ready and parked tasks are delayed."""
+    return state if state in ("running", "ok", "failed", "deleted") else "delayed"
+
+
+def task_count(counters: dict[str, Any], status: str | None = None) -> int:
+    """How many tasks (with a status) the fields `<state>|<topic>` of a counts hash hold."""
+    flat = [item for field, value in counters.items() if value is not None for item in (field, value)]
+    return sum(value for state, _, value in _pairs(flat) if state in STATES and status in (None, status_of(state)))
+
+
 def _due_at(score: str | None) -> float | None:
     """The head of `delayed` (a score in ms) as seconds; None when empty or not a finite time
     (an entry at +inf, written by someone else, is never due)."""

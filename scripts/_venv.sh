@@ -16,9 +16,15 @@ ensure_venv() {
         [ -x "$VENV/bin/python" ] || { echo "error: Python 3.11+ is needed to make $VENV" >&2; return 1; }
         "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
     fi
-    # Reinstall only when the package metadata changed since the last install.
-    local stamp="$VENV/.delayd-installed${extras:+-$extras}"
-    if [ ! -f "$stamp" ] || [ "$root/setup.cfg" -nt "$stamp" ]; then
+    # Reinstall only when the package metadata changed since the last install (an install with
+    # extras, e.g. ./scripts/test's, is one without them too).
+    local stamp="$VENV/.delayd-installed${extras:+-$extras}" made installed=""
+    local stamps=("$stamp")
+    [ -n "$extras" ] || stamps+=("$VENV"/.delayd-installed-*)
+    for made in "${stamps[@]}"; do
+        if [ -f "$made" ] && [ ! "$root/setup.cfg" -nt "$made" ]; then installed=1; fi
+    done
+    if [ -z "$installed" ]; then
         "$VENV/bin/python" -m pip install -q -e "$root${extras:+[$extras]}" || return 1
         touch "$stamp"
     fi

@@ -12,8 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_helper import Daemon  # noqa: E402
 from redis_server import RedisServer, wait_for  # noqa: E402
 
-# Tests must not read the user's or the system's delayd configuration.
-for _var in [v for v in os.environ if v.startswith("DELAYD_")]:
+# Tests must not read the user's or the system's delayd configuration (DELAYD_CHROMIUM is the
+# browser tests' own: which chromium they drive).
+for _var in [v for v in os.environ if v.startswith("DELAYD_") and v != "DELAYD_CHROMIUM"]:
     del os.environ[_var]
 
 

@@ -30,6 +30,7 @@ def test_round_trip_inside_an_asyncio_application(redis_url, r):
             seen["paused"] = await c.paused()
             seen["resume"] = await c.resume("mail")
             seen["stats"] = (await c.stats())["topics"]["mail"]["counts"]
+            seen["count"] = (await c.count("mail"), await c.count("mail", "ok"))
             seen["delete"] = (await c.delete("mail", 3), await c.delete("mail", 4, hard=True))
             seen["deleted"] = ((await c.get("mail", 3)).status, await c.get("mail", 4))
             with pytest.raises(TaskError, match="not failed"):
@@ -48,6 +49,7 @@ def test_round_trip_inside_an_asyncio_application(redis_url, r):
     assert seen["run_now"] == (True, False)
     # (no daemon: nothing was promoted to ready, so nothing to park)
     assert seen["pause"] == 0 and seen["paused"] == ["mail"] and seen["resume"] == 0
+    assert seen["count"] == (sum(seen["stats"].values()), 0)
     assert seen["stats"]["delayed"] == 6
     assert seen["delete"] == (True, True) and seen["deleted"] == ("deleted", None)
     assert seen["daemons"] == []

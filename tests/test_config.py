@@ -17,7 +17,8 @@ def test_every_option_has_its_variable(name):
     kind = config_mod._TYPES[name]
     value = {"priority_weights": "4,2,1", "log_level": "debug", "log_format": "json",
              "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd",
-             "url_signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}.get(name, SAMPLE_VALUES[kind])
+             "url_signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+             "web_forwarded_allow_ips": "10.0.0.0/8"}.get(name, SAMPLE_VALUES[kind])
     env = {f"DELAYD_{name.upper()}": value}
     loaded = config_mod.load(None, env=env)
     assert name in loaded.explicit

@@ -64,6 +64,22 @@ def blocked_on_a_lock(pid: int) -> bool:
         return any(line.split()[1] == "->" and line.split()[5] == str(pid) for line in fh)
 
 
+def test_not_running_says_where_it_looked(tmp_path):
+    """A DELAYD_STATE_DIR set after `delayd start` (or not set for it) made status and stop say only
+    "not running" while the daemon ran under another state directory."""
+    import json
+
+    env = {**os.environ, "DELAYD_STATE_DIR": str(tmp_path / "elsewhere")}
+    where = f"(state directory {tmp_path / 'elsewhere'})"
+    status, stop = (delayd(verb, env=env) for verb in ("status", "stop"))
+    assert status.returncode == 3 and status.stdout.strip() == f"delayd is not running {where}"
+    assert stop.returncode == 0 and stop.stdout.strip() == f"delayd is not running {where}"
+    out = delayd("status", "--json", env=env)
+    assert json.loads(out.stdout) == {"running": False, "state_dir": str(tmp_path / "elsewhere")}
+    out = delayd("status", env={**env, "DELAYD_PIDFILE": str(tmp_path / "p.pid")})
+    assert out.stdout.strip() == f"delayd is not running (pidfile {tmp_path / 'p.pid'})"
+
+
 @pytest.mark.parametrize("foreground", [True, False], ids=["foreground", "daemonized"])
 def test_stop_while_the_master_starts_waits_for_it_and_stops_it(tmp_path, foreground):
     """`systemctl start delayd; delayd stop`: the stop came while the master held its lock but had

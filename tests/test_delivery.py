@@ -4,20 +4,23 @@ HTTP servers; and, through a real daemon and Redis, the separate slots of URL an
 tasks, deferring without counting a run, and the delivery log."""
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
 import time
 from http.server import ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 from standardwebhooks import Webhook
 
 from daemon_helper import Daemon, delayd
 from delayd import Task
-from delayd.url import answer
+from delayd.url import answer, guard
+from delayd.url.hosts import Hosts
 from redis_server import free_port, wait_for
-from url_helper import _Handler, http, make_engine  # noqa: F401  (fixtures)
+from url_helper import StaticNames, _Handler, http, make_engine, proxy  # noqa: F401  (fixtures)
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -93,6 +96,81 @@ def test_the_breaker_opens_defers_and_closes_after_a_probe(make_engine):
         server.server_close()
 
 
+def test_the_breaker_table_stays_bounded_over_many_failing_hosts(make_engine):
+    """Hosts that failed once and went idle are forgotten past a bound (issue 24): 300 distinct
+    hosts (closed ports), real connection errors, a table kept to 50 idle hosts."""
+    deliver = make_engine(url_timeout=2.0)
+    deliver.engine.hosts.keep = 50
+    closed = [socket.socket() for _ in range(300)]  # bound, never listening: connection refused
+    for sock in closed:
+        sock.bind(("127.0.0.1", 0))
+    try:
+        tasks = [task_to(f"http://127.0.0.1:{sock.getsockname()[1]}/", id=i) for i, sock in enumerate(closed)]
+        outcomes = [f.result(30)[0] for f in submit(deliver, tasks)]
+    finally:
+        for sock in closed:
+            sock.close()
+    assert {o.kind for o in outcomes} == {"retry"} and all("connection failed" in o.error for o in outcomes)
+    assert len(deliver.engine.hosts.hosts) <= 50
+
+
+def on_a_loop(hosts_test):
+    """Run `hosts_test(hosts, now)` (a coroutine function) against a Hosts whose clock is now[0]."""
+    def run():
+        now = [1000.0]
+        hosts = Hosts(cap=2, failures=3, cooldown=30.0, clock=lambda: now[0], keep=100)
+        asyncio.run(hosts_test(hosts, now))
+    return run
+
+
+async def fail(hosts: Hosts, host: str) -> float | None:
+    """One request to `host` that fails to connect; what acquire answered (None: it was sent)."""
+    wait = await hosts.acquire(host)
+    if wait is None:
+        hosts.release(host, False)
+    return wait
+
+
+@on_a_loop
+async def test_idle_hosts_that_failed_are_forgotten_past_the_bound(hosts, now):
+    for i in range(10_000):
+        assert await fail(hosts, f"http://h{i}:80") is None
+        now[0] += 0.001
+    assert len(hosts.hosts) == 100
+    assert set(hosts.hosts) == {f"http://h{i}:80" for i in range(9_900, 10_000)}  # the least recent went
+
+
+@on_a_loop
+async def test_hosts_in_use_are_never_forgotten(hosts, now):
+    assert await hosts.acquire("http://busy:80") is None  # in flight throughout
+    for _ in range(3):
+        assert await fail(hosts, "http://down:80") is None
+    assert await hosts.acquire("http://down:80") == 30.0  # open
+    for i in range(500):
+        await fail(hosts, f"http://h{i}:80")
+    assert "http://busy:80" in hosts.hosts and len(hosts.hosts) <= 101
+    hosts.release("http://busy:80", True)
+    assert "http://busy:80" not in hosts.hosts  # no failure to remember
+
+
+@on_a_loop
+async def test_failures_are_forgotten_a_cooldown_after_the_host_went_idle(hosts, now):
+    for _ in range(2):
+        assert await fail(hosts, "http://flaky:80") is None
+    now[0] += 29.0
+    assert await fail(hosts, "http://flaky:80") is None  # 3 within a cooldown of each other: open
+    assert await hosts.acquire("http://flaky:80") == pytest.approx(30.0)
+    now[0] += 30.0  # the probe time: still remembered, the probe fails, open again
+    assert await fail(hosts, "http://flaky:80") is None
+    assert await hosts.acquire("http://flaky:80") == pytest.approx(30.0)
+    now[0] += 60.0  # the probe time, then a cooldown with nothing in flight
+    assert await fail(hosts, "http://flaky:80") is None  # forgotten: a first failure again
+    assert await fail(hosts, "http://flaky:80") is None
+    now[0] += 30.0
+    assert [await fail(hosts, "http://flaky:80") for _ in range(3)] == [None, None, None]
+    assert hosts.hosts["http://flaky:80"].open_until  # the last 3 were consecutive
+
+
 # -- Retry-After -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("after, status, low, high", [
@@ -101,6 +179,14 @@ def test_retry_after_in_seconds_or_as_a_date_capped(http, make_engine, after, st
     outcome = make_engine(url_retry_after_max=60)(task_to(f"{http.base}/429?after={after}&status={status}"))
     assert outcome.kind == "retry" and outcome.status == status
     assert low <= outcome.wait <= high
+
+
+@pytest.mark.parametrize("after", ["²", "٣", "1.5", "-3", "7 s", "Wed, 99 Oct 99999 07:28:00 GMT"])
+def test_a_retry_after_that_is_not_a_number_or_a_date_is_ignored(http, make_engine, after):
+    """Only ASCII digits or an HTTP date (issue 24: `²` passed isdigit() and broke float())."""
+    outcome = make_engine()(task_to(f"{http.base}/429?after={quote(after)}&status=503"))
+    assert outcome.kind == "retry" and outcome.status == 503 and outcome.wait == 0
+    assert outcome.error == "HTTP 503: slow down"
 
 
 def test_retry_after_is_ignored_on_other_statuses():
@@ -146,6 +232,101 @@ def test_deny_private_refuses_loopback_after_resolution(http, make_engine, host)
     outcome = make_engine(url_deny_private=True)(task_to(f"http://{host}:{port}/success"))
     assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error
     assert http.requests == []
+
+
+@pytest.mark.parametrize("address, is_refused", [
+    ("10.0.0.1", True), ("192.0.0.8", True), ("192.0.0.9", True), ("100.64.0.1", True), ("224.0.0.1", True),
+    ("8.8.8.8", False),
+    ("64:ff9b::a00:1", True), ("64:ff9b::7f00:1", True), ("64:ff9b::a9fe:a9fe", True),  # NAT64 of 10.0.0.1 …
+    ("64:ff9b::808:808", False),  # … of a public IPv4: how IPv6-only hosts reach it
+    ("64:ff9b:1::808:808", True),  # local-use NAT64 (RFC 8215)
+    ("::a00:1", True), ("::7f00:1", True), ("::808:808", False),  # IPv4-compatible (deprecated)
+    ("::ffff:a00:1", True), ("::ffff:808:808", False),  # IPv4-mapped
+    ("::ffff:0:a00:1", True), ("::ffff:0:7f00:1", True), ("::ffff:0:808:808", False),  # IPv4-translated
+    ("2002:a00:1::1", True), ("2002:7f00:1::1", True), ("2002:808:808::1", False),  # 6to4
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # Teredo
+    ("fec0::1", True), ("fc00::1", True), ("fe80::1%eth0", True), ("::1", True), ("::", True), ("ff02::1", True),
+    ("2606:4700::1111", False),
+])
+def test_the_guard_refuses_every_form_of_a_non_public_address(address, is_refused):
+    assert guard.refused(address) is is_refused
+
+
+@pytest.mark.parametrize("host", ["[64:ff9b::7f00:1]", "[::7f00:1]", "[::ffff:0:7f00:1]", "[2002:7f00:1::1]"])
+def test_deny_private_refuses_ipv6_forms_of_loopback(http, make_engine, host):
+    outcome = make_engine(url_deny_private=True)(task_to(f"http://{host}:{http.server_address[1]}/success"))
+    assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error
+
+
+def test_deny_private_resolves_and_checks_the_target_of_a_proxied_request(http, proxy, make_engine, monkeypatch):
+    """The proxy would resolve `localhost` itself and reach the local server (issue 24): the guard
+    resolves the target first and refuses it; nothing reaches the proxy."""
+    monkeypatch.setenv("HTTP_PROXY", proxy.base)
+    port = http.server_address[1]
+    assert make_engine()(task_to(f"http://localhost:{port}/success")).kind == "ok"  # the proxy works
+    assert len(proxy.requests) == len(http.requests) == 1
+    deliver = make_engine(url_deny_private=True)
+    for host in ("localhost", "127.0.0.1", "[::ffff:127.0.0.1]"):
+        outcome = deliver(task_to(f"http://{host}:{port}/success"))
+        assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error, host
+    unknown = deliver(task_to("http://nowhere.invalid/success"))
+    assert unknown.kind == "retry" and "connection failed: nowhere.invalid:80" in unknown.error
+    assert len(proxy.requests) == len(http.requests) == 1
+
+
+def test_deny_private_sends_public_targets_through_the_operators_proxy(http, proxy, make_engine, monkeypatch):
+    """The proxy's own address is the operator's choice, not a task's: not checked (here a name
+    resolving to loopback); the target is."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://localhost:{proxy.server_address[1]}")
+    proxy.routes["1.1.1.1:80"] = ("127.0.0.1", http.server_address[1])  # a public address, served locally
+    assert make_engine(url_deny_private=True)(task_to("http://1.1.1.1/success")).kind == "ok"
+    assert proxy.requests == ["http://1.1.1.1/success"] and http.requests[0]["headers"]["host"] == "1.1.1.1"
+
+
+CARRIERS = {"nat64.example": ["64:ff9b::7f00:1"], "mapped.example": ["::ffff:127.0.0.1"],
+            "translated.example": ["::ffff:0:7f00:1"], "compatible.example": ["::7f00:1"],
+            "sixtofour.example": ["2002:7f00:1::1"], "mixed.example": ["93.184.215.14", "64:ff9b::a00:1"]}
+
+
+@pytest.mark.parametrize("proxied", [False, True])
+def test_deny_private_refuses_names_resolving_to_ipv6_forms_of_private_addresses(http, proxy, make_engine,
+                                                                                 monkeypatch, proxied):
+    """Through the resolver, sent direct or through a proxy: a name whose addresses carry a
+    loopback or private IPv4 address is refused."""
+    if proxied:
+        monkeypatch.setenv("HTTP_PROXY", proxy.base)
+    deliver = make_engine(url_deny_private=True)
+    deliver.engine.guard.resolver.inner = StaticNames(CARRIERS)
+    for name, addresses in CARRIERS.items():
+        outcome = deliver(task_to(f"http://{name}:{http.server_address[1]}/success"))
+        assert outcome.kind == "failed", name
+        assert outcome.error.startswith(f"refused: {name} resolves to {addresses[-1]}, not a public address")
+    assert proxy.requests == [] and http.requests == []
+
+
+def test_a_proxied_public_name_is_looked_up_once_for_concurrent_and_later_requests(http, proxy, make_engine,
+                                                                                   monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", proxy.base)
+    port = http.server_address[1]
+    proxy.routes[f"merchant.example:{port}"] = ("127.0.0.1", port)
+    deliver = make_engine(url_deny_private=True)
+    names = deliver.engine.guard.resolver.inner = StaticNames({"merchant.example": ["93.184.215.14"]})
+    url = f"http://merchant.example:{port}/success"
+    assert [f.result(10)[0].kind for f in submit(deliver, [task_to(url, id=i) for i in range(5)])] == ["ok"] * 5
+    assert deliver(task_to(url, id=9)).kind == "ok"
+    assert names.lookups == ["merchant.example"] and len(http.requests) == 6
+    assert {r["headers"]["host"] for r in http.requests} == {f"merchant.example:{port}"}
+
+
+@pytest.mark.parametrize("scheme, no_proxy", [("http", "localhost"), ("https", "")])
+def test_deny_private_checks_the_proxys_name_as_a_direct_target(http, proxy, make_engine, monkeypatch,
+                                                                  scheme, no_proxy):
+    """A task sent straight to the proxy's host (NO_PROXY, or a scheme with no proxy) is checked."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://localhost:{proxy.server_address[1]}")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    outcome = make_engine(url_deny_private=True)(task_to(f"{scheme}://localhost:{http.server_address[1]}/success"))
+    assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error
+    assert proxy.requests == [] and http.requests == []
 
 
 def test_redirects_are_not_followed(http, make_engine):

@@ -1,9 +1,11 @@
 """The embedded Redis: started and supervised by the master, persistent, stopped last."""
 from __future__ import annotations
 
+import os
+
 import psutil
 
-from daemon_helper import Daemon
+from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 
 from delayd import Client
@@ -30,3 +32,17 @@ def test_embedded_redis_persists_a_task_across_stop_and_start(tmp_path, monkeypa
         assert client.get("e", 1) is not None  # the task added before the stop is still there
         wait_for(lambda: client.get("e", 1).status == "ok", 15, message="task ran after the restart")
         client.close()
+
+
+def test_without_the_daemon_a_command_says_the_embedded_redis_needs_it(tmp_path):
+    """With no daemon running, `add` on the embedded Redis failed with a bare socket error."""
+    env = {**os.environ, "DELAYD_STATE_DIR": str(tmp_path / "s")}
+    env.pop("DELAYD_REDIS_URL", None)
+    out = delayd("add", "t", "1", "--call", "delayd.examples:noop", env=env)
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
+    where = tmp_path / "s"
+    assert out.stderr.startswith(f"delayd: error: cannot reach the embedded Redis of state directory {where}: ")
+    assert out.stderr.rstrip().endswith("start the daemon (delayd start) or set DELAYD_REDIS_URL")
+    out = delayd("add", "t", "1", "--call", "delayd.examples:noop", "--redis", "unix:///nonexistent.sock", env=env)
+    assert out.returncode == 1 and "cannot reach Redis at /nonexistent.sock" in out.stderr
+    assert "delayd start" not in out.stderr  # a Redis of one's own: no word about the daemon

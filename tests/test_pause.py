@@ -120,6 +120,20 @@ def test_cli_pause_resume_run(redis_url, r):
     assert "must not be empty" in one_line_error(delayd("pause", "", check=1))
 
 
+def test_pause_of_a_topic_without_tasks_warns_and_pauses_it(redis_url, r):
+    """A typo in `delayd pause` succeeded silently and left the real topic running."""
+    delayd("add", "mail", "1", "--push", "out", "--delay", "3600")
+    out = delayd("pause", "mial")
+    assert one_line_error(out) == ("delayd: warning: no task of topic mial exists (a typo?); paused all the same: "
+                                   "tasks added to it later wait for resume")
+    assert out.stdout.startswith("paused mial")
+    out = delayd("pause", "mial", "--json")  # stdout stays JSON; the warning is on stderr
+    assert json.loads(out.stdout)["result"] == "paused" and "no task of topic mial" in out.stderr
+    assert json.loads(delayd("stats", "--json").stdout)["paused"] == ["mial"]
+    delayd("del", "mail", "1")  # a deleted task is still a task of the topic (until its retention ends)
+    assert delayd("pause", "mail").stderr == ""
+
+
 # -- real daemons -------------------------------------------------------------------
 def test_paused_tasks_wait_then_start_in_due_order_and_the_pause_survives_a_restart(redis_url, client, r, tmp_path):
     env = dict(redis_url=redis_url, state_dir=tmp_path / "d1", buckets=1, queues=1, DELAYD_CONCURRENCY="1")

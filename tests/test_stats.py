@@ -262,3 +262,13 @@ def test_a_delayed_entry_at_minus_inf_is_due_now_not_late_by_ages(client, r):
     assert stats["per_bucket"][keys.bucket]["next_due_at"] == pytest.approx(now, abs=1)
     assert stats["next_due_at"] == pytest.approx(now, abs=1)
     assert stats["counts"]["delayed"] == stats["waiting"] == 2
+
+
+def test_count_reads_the_counters_by_topic_and_status(client):
+    client.add_many([{"topic": "a", "id": i, "push": "out", "delay": 60} for i in range(5)]
+                    + [{"topic": "b:c", "id": i, "push": "out", "delay": 60} for i in range(3)])
+    client.delete("a", 0)
+    client.pause("b:c")
+    assert (client.count(), client.count("a"), client.count("b:c"), client.count("nope")) == (8, 5, 3, 0)
+    assert (client.count("a", "delayed"), client.count("a", "deleted"), client.count(status="delayed")) == (4, 1, 7)
+    assert client.count(status="failed") == 0

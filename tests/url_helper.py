@@ -1,16 +1,21 @@
-"""URL test helpers: a real stdlib HTTP server on loopback (the `http` fixture) and
-engines that deliver a task and return its Outcome (the `make_engine` fixture)."""
+"""URL test helpers: a real stdlib HTTP server on loopback (the `http` fixture), a real
+forwarding HTTP proxy (the `proxy` fixture), and engines that deliver a task and return
+its Outcome (the `make_engine` fixture)."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import email.utils
 import math
+import socket
 import threading
 import time
+from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from aiohttp.abc import AbstractResolver
 
 from delayd import Task
 from delayd.config import Config
@@ -133,11 +138,12 @@ class _Handler(BaseHTTPRequestHandler):
             with srv.lock:
                 srv.active -= 1
             self._answer(200, "success")
-        elif path == "/429":  # Retry-After as given: ?after=SECONDS or ?after=date:SECONDS (an HTTP date)
+        elif path == "/429":  # Retry-After as given (sent UTF-8): ?after=SECONDS or ?after=date:SECONDS (an HTTP date)
             after = query["after"][0]
             if after.startswith("date:"):
                 after = email.utils.formatdate(time.time() + float(after[5:]), usegmt=True)
-            self._answer(int(query.get("status", ["429"])[0]), "slow down", {"Retry-After": after})
+            self._answer(int(query.get("status", ["429"])[0]), "slow down",
+                         {"Retry-After": after.encode().decode("latin-1")})  # (send_header writes latin-1)
         elif path == "/drip":  # a byte every 0.2 s: no single read ever times out
             self.send_response(200)
             self.send_header("Content-Length", "100")
@@ -168,18 +174,99 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, "no such path")
 
 
-@pytest.fixture
-def http():
-    srv = _Server(("127.0.0.1", 0), _Handler)
+@contextlib.contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]):
+    """A _Server with `handler` on 127.0.0.1 in a thread: requests, lock, stop, base URL."""
+    srv = _Server(("127.0.0.1", 0), handler)
     srv.lock, srv.stop, srv.requests, srv.ports = threading.Lock(), threading.Event(), [], []
     srv.active = srv.peak = 0
     srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    yield srv
-    srv.stop.set()
-    srv.shutdown()
-    srv.server_close()
-    thread.join(5)
+    try:
+        yield srv
+    finally:
+        srv.stop.set()
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
 
 
+@pytest.fixture
+def http():
+    with _serving(_Handler) as srv:
+        yield srv
+
+
+# -- a real forwarding proxy -------------------------------------------------------------------
+
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+              "transfer-encoding", "upgrade", "content-length"}
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    """A forwarding HTTP proxy: an absolute-form request (`GET http://host:port/path`) is sent on
+    to that host and port, or to the address `server.routes` maps `host:port` to (a public
+    address standing for a local server), and its answer relayed. Requests seen: server.requests."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        target = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        with srv.lock:
+            srv.requests.append(self.path)
+        host, port = srv.routes.get(f"{target.hostname}:{target.port or 80}", (target.hostname, target.port or 80))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        upstream = HTTPConnection(host, port, timeout=10)
+        try:
+            upstream.request(self.command, target.path + (f"?{target.query}" if target.query else ""),
+                             body=body, headers=headers)
+            answer = upstream.getresponse()
+            status, answer_headers, data = answer.status, answer.getheaders(), answer.read()
+        except OSError as exc:
+            status, answer_headers, data = 502, [], f"proxy: {exc}".encode()
+        finally:
+            upstream.close()
+        self.send_response(status)
+        for name, value in answer_headers:
+            if name.lower() not in HOP_BY_HOP:
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = do_GET
+
+
+@pytest.fixture
+def proxy():
+    """A forwarding proxy on 127.0.0.1 (proxy.base); proxy.routes: {"host:port": (address, port)}."""
+    with _serving(_ProxyHandler) as srv:
+        srv.routes = {}
+        yield srv
+
+
+class StaticNames(AbstractResolver):
+    """A name service answering from a dict (name -> addresses), as a hosts file would: the one
+    way to give a test name an address of the test's choosing (NAT64, a public one) without
+    root. Put in place of the guard's resolver (engine.guard.resolver.inner); names looked up
+    are in `lookups`."""
+
+    def __init__(self, names: dict[str, list[str]]):
+        self.names, self.lookups = names, []
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list:
+        self.lookups.append(host)
+        if host not in self.names:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [{"hostname": host, "host": address, "port": port, "proto": 0,
+                 "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
+                 "flags": socket.AI_NUMERICHOST | socket.AI_NUMERICSERV} for address in self.names[host]]
+
+    async def close(self) -> None:
+        pass

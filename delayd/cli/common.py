@@ -71,11 +71,18 @@ class Progress:
 
 
 # -- argument types and parsers --------------------------------------------------------
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `low`."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}")
+        return value
+    parse.__name__ = "int"  # argparse names the type in its message: "invalid int value"
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def non_negative(text: str) -> float:

@@ -82,9 +82,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .. import control
     if args.cluster:
         return cluster_status(args)
-    state = control.status(load_config(args))
+    config = load_config(args)
+    state = control.status(config)
     if state is None:
-        emit(args, {"running": False}, "delayd is not running")
+        emit(args, {"running": False, "state_dir": config.state_dir},
+             f"delayd is not running ({control.looked_in(config)})")
         return 3
     if state.get("starting"):
         emit(args, state, "delayd is starting (its master holds the lock but has not written its pidfile yet)")

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from .common import Verb, client_for, emit, fail, task_verb, verb_parser
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    parked = client_for(args).pause(args.topic)
+    client = client_for(args)
+    if not client.count(args.topic):  # a typo would leave the real topic running: say so, pause anyway
+        print(f"delayd: warning: no task of topic {args.topic} exists (a typo?); paused all the same: "
+              "tasks added to it later wait for resume", file=sys.stderr)
+    parked = client.pause(args.topic)
     emit(args, {"result": "paused", "topic": args.topic, "parked": parked},
          f"paused {args.topic}: no task of it starts until 'delayd resume {args.topic}' (runs in flight finish)"
          + (f"; {parked} ready task{'s' if parked != 1 else ''} set aside" if parked else ""))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from typing import Any
@@ -9,9 +10,9 @@ from typing import Any
 from .. import attempts
 from ..client import ADD_BATCH, AddInterrupted, Client
 from ..client_base import gc_paused
-from ..clock import local_time as fmt_time
+from ..clock import local_time as fmt_time, time_parts
 from ..task import STATUSES, TaskError
-from .common import (Progress, Verb, client_for, emit, fail, non_negative, positive_int, task_verb,
+from .common import (Progress, Verb, client_for, emit, fail, int_at_least, non_negative, positive_int, task_verb,
                      verb_parser)
 
 ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "once", "priority", "params",
@@ -144,25 +145,45 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+DUE_WIDTH = 29  # a time with its zone: '2026-12-07 03:00:00.000 CET', up to a 5-letter zone such as +0530
+LS_HEADER = f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':{DUE_WIDTH}} {'TARGET':40} LAST_ERROR"
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
+    """Stream the tasks as they are read; when --limit stopped the listing, say on stderr (stdout
+    stays parseable) how many more there are, by the counters, and how to see them."""
+    client = client_for(args)
     progress = Progress()
+    shown, more = 0, False
+
+    def reading(bucket: int, buckets: int, read: int) -> None:
+        if not shown:  # once rows are printed, a progress line would get between them
+            progress(f"listing: bucket {bucket + 1}/{buckets}, {read} records read")
+
     try:
-        tasks = client_for(args).list(
-            topic=args.topic, status=args.status, limit=args.limit, offset=args.offset,
-            progress=lambda bucket, buckets, read: progress(f"listing: bucket {bucket + 1}/{buckets}, "
-                                                            f"{read} records read"))
+        for task in itertools.islice(client.iter_tasks(args.topic, args.status, reading), args.offset, None):
+            if shown == args.limit and not args.all:
+                more = True
+                break
+            if not shown:
+                progress.done()
+                if not args.json:
+                    print(LS_HEADER)
+            shown += 1
+            if args.json:
+                print(task.to_json())
+                continue
+            error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
+            due = time_parts(task.due_at, task.tz)[0]  # a cron task's in its zone, without the local time beside it
+            print(f"{task.key:32} {task.status:8} {task.runs:>4} {due:{DUE_WIDTH}} {task.target[:40]:40} {error}")
     finally:
         progress.done()
-    if args.json:
-        for task in tasks:
-            print(task.to_json())
-        return 0
-    dues = [fmt_time(task.due_at, task.tz) for task in tasks]  # a cron task's is longer: its zone, then local
-    width = max([27, *map(len, dues)])
-    print(f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':{width}} {'TARGET':40} LAST_ERROR")
-    for task, due in zip(tasks, dues):
-        error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
-        print(f"{task.key:32} {task.status:8} {task.runs:>4} {due:{width}} {task.target[:40]:40} {error}")
+    if not shown and not args.json:
+        print(LS_HEADER)
+    if more:
+        left = max(1, client.count(args.topic, args.status) - args.offset - shown)
+        print(f"delayd: {shown} task{'s' if shown != 1 else ''} shown, {left} more: --offset {args.offset + shown} "
+              "for the next page, --limit N for more at once, --all for every one", file=sys.stderr)
     return 0
 
 
@@ -211,5 +232,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = verb_parser(sub, common, "ls", "list tasks")
     p.add_argument("--topic")
     p.add_argument("--status", choices=STATUSES)
-    p.add_argument("--limit", type=positive_int, default=100)
-    p.add_argument("--offset", type=int, default=0)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--limit", type=positive_int, default=100, metavar="N",
+                      help="show at most N tasks (default 100); stderr says how many more there are")
+    size.add_argument("--all", action="store_true", help="show every task, streamed as it is read")
+    p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N", help="skip the first N tasks")

@@ -4,6 +4,7 @@
 - `signing`  Standard Webhooks signatures (url_signing_secret);
 - `hosts`    per-host isolation: a cap on requests in flight and a circuit breaker;
 - `answer`   what an answer means (outcome, Retry-After);
-- `guard`    the SSRF guard (url_deny_private), checked on the resolved addresses;
+- `guard`    the SSRF guard (url_deny_private), checked on the resolved addresses
+             (a proxied request's target resolved and checked before it is sent);
 - `engine`   the event loop thread, the pooled aiohttp session, and one delivery.
 """

@@ -11,20 +11,17 @@ RETRY_AFTER_STATUSES = (429, 503)
 
 def retry_after(value: str | None, cap: float, now: float | None = None) -> float:
     """Seconds a Retry-After header asks to wait (delta-seconds or an HTTP date), in [0, cap];
-    0 when absent or unreadable."""
+    0 when absent or anything else (the header is then ignored)."""
     if not value:
         return 0.0
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # (str.isdigit alone takes "²" and "٣")
         seconds = float(value)
     else:
         try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, IndexError, OverflowError, OSError):
             return 0.0
-        if when is None:
-            return 0.0
-        seconds = when.timestamp() - (time.time() if now is None else now)
     return min(max(seconds, 0.0), cap)
 
 

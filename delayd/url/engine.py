@@ -24,7 +24,6 @@ import os
 import threading
 import time
 from typing import Any, Callable, Protocol
-from urllib.parse import urlsplit
 
 import aiohttp
 from yarl import URL
@@ -36,6 +35,7 @@ from . import answer, guard, proxy, request, signing
 from .hosts import Hosts
 
 GRACE = 5.0  # seconds past a request's own deadline before the queue gives up on it (a backstop)
+DNS_TTL = 10.0  # seconds a host name's addresses are kept (the connector's cache, the guard's)
 
 
 class Ticket(Protocol):
@@ -64,6 +64,7 @@ class Engine:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="url-loop")
         self.thread.start()
         self.proxies = proxy.Proxies.from_env()
+        self.guard: guard.Guard | None = None  # url_deny_private (made on the loop, by _open)
         self.size = int(config.url_concurrency)
         self.given = 0  # tickets started (written by the caller's thread only) …
         self.ended = 0  # … and runs ended (the loop's thread only): given - ended are in hand
@@ -72,9 +73,11 @@ class Engine:
             runner.loop = self.loop
 
     async def _open(self) -> aiohttp.ClientSession:
+        if self.config.url_deny_private:
+            self.guard = guard.Guard(self.proxies.hosts, DNS_TTL)
         # No connection limit of aiohttp's own: room() and the host caps bound what is in flight.
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=10,
-                                         resolver=guard.GuardedResolver() if self.config.url_deny_private else None)
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=DNS_TTL,
+                                         resolver=self.guard.resolver if self.guard is not None else None)
         return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
                                      headers={"User-Agent": request.USER_AGENT})
 
@@ -167,16 +170,19 @@ class Engine:
             headers.update(signing.headers(self.key, signing.message_id(task), int(time.time()), req.body))
         answered = False
         try:
-            if self.config.url_deny_private:
-                guard.check_literal(urlsplit(req.url).hostname or "")
             async with asyncio.timeout(timeout):
                 url = URL(req.url, encoded=True)
+                via = self.proxies.for_url(url)
+                if self.guard is not None:
+                    await self.guard.check(url, proxied=bool(via))
                 async with self.session.request(req.method, url, data=req.body or None, headers=headers,
-                                                allow_redirects=False, **self.proxies.for_url(url)) as resp:
+                                                allow_redirects=False, **via) as resp:
                     answered = True
                     body, over = await _read(resp, cap)
         except guard.Refused as exc:
             return Outcome("failed", f"refused: {exc}"), None
+        except guard.Unresolved as exc:
+            return Outcome("retry", f"connection failed: {exc}"), False
         except TimeoutError:
             phase = "reading the answer" if answered else "waiting for the answer"
             return Outcome("retry", f"timeout after {timeout:g} s {phase}"), answered

@@ -6,30 +6,42 @@ another host could use. After `failures` consecutive connection errors or timeou
 circuit opens: for `cooldown` seconds no request is sent to the host and `acquire`
 answers at once with the seconds until the probe. Then one request probes the host
 (the others wait for its result): an answer of any kind closes the circuit, another
-failure opens it again. Everything here runs on the loop's thread.
+failure opens it again.
+
+A host with nothing in flight or waiting is kept only for its failures: it is forgotten
+(its count back to 0, its circuit closed) once it has had nothing in flight for a
+cooldown (counted from the probe time if its circuit is open). At most `keep`
+such idle hosts are kept, the least recently used forgotten first, so the table's size
+is bounded (hosts in use, fewer than 2 x url_concurrency, plus `keep`) however many
+hosts are seen. Everything here runs on the loop's thread.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from collections import OrderedDict, deque
+from dataclasses import dataclass
 from typing import Callable
 
+KEEP_IDLE = 10_000  # idle hosts kept for their breaker state at most
 
-@dataclass
+
+@dataclass(slots=True)
 class _Host:
     in_flight: int = 0
     failures: int = 0          # consecutive connection errors and timeouts
     open_until: float = 0.0    # monotonic time of the probe while the circuit is open, else 0
     probing: bool = False
-    waiters: deque = field(default_factory=deque)
+    waiters: deque | None = None  # (made when a task first waits)
+    forget_at: float = 0.0     # while idle (in Hosts.idle): monotonic time it is forgotten, else 0
 
 
 class Hosts:
-    def __init__(self, cap: int, failures: int, cooldown: float, clock: Callable[[], float] = time.monotonic):
-        self.cap, self.failures, self.cooldown, self.clock = cap, failures, cooldown, clock
+    def __init__(self, cap: int, failures: int, cooldown: float, clock: Callable[[], float] = time.monotonic,
+                 keep: int = KEEP_IDLE):
+        self.cap, self.failures, self.cooldown, self.clock, self.keep = cap, failures, cooldown, clock, keep
         self.hosts: dict[str, _Host] = {}
+        self.idle: OrderedDict[str, _Host] = OrderedDict()  # hosts with forget_at set, least recent first
         self.held = 0  # tasks waiting here for a slot (read by the queue's main thread)
 
     def _free(self, h: _Host) -> bool:
@@ -44,13 +56,25 @@ class Hosts:
 
     async def acquire(self, host: str) -> float | None:
         """Take a slot on `host` (None), or the seconds until its probe when its circuit is open."""
-        h = self.hosts.setdefault(host, _Host())
-        if h.open_until and self.clock() < h.open_until:
+        h = self.hosts.get(host)
+        if h is None:
+            h = self.hosts[host] = _Host()
+        elif h.forget_at:  # idle, kept for its failures
+            if self.clock() >= h.forget_at:
+                h.failures, h.open_until = 0, 0.0
+            elif h.open_until and self.clock() < h.open_until:
+                self.idle.move_to_end(host)
+                return h.open_until - self.clock()
+            del self.idle[host]
+            h.forget_at = 0.0
+        elif h.open_until and self.clock() < h.open_until:
             return h.open_until - self.clock()
         if not h.waiters and self._free(h):
             self._take(h)
             return None
         waiter = asyncio.get_running_loop().create_future()
+        if h.waiters is None:
+            h.waiters = deque()
         h.waiters.append(waiter)
         self.held += 1
         try:
@@ -61,7 +85,7 @@ class Hosts:
             raise
         finally:
             self.held -= 1
-            if waiter in h.waiters:
+            if h.waiters and waiter in h.waiters:
                 h.waiters.remove(waiter)
 
     def release(self, host: str, reachable: bool | None) -> None:
@@ -82,8 +106,23 @@ class Hosts:
             if not waiter.done():
                 self._take(h)
                 waiter.set_result(None)
-        if not (h.in_flight or h.waiters or h.failures or h.open_until):
-            del self.hosts[host]  # memory stays bounded by the hosts in use
+        if not (h.in_flight or h.waiters):
+            if h.failures or h.open_until:
+                self._idle(host, h)
+            else:
+                del self.hosts[host]
+
+    def _idle(self, host: str, h: _Host) -> None:
+        """Keep `host`, unused now, for its failures until it is forgotten; forget the least
+        recently used idle hosts past `keep`, and those whose time came."""
+        now = self.clock()
+        h.forget_at, h.waiters = max(now, h.open_until) + self.cooldown, None
+        self.idle[host] = h
+        while self.idle:
+            oldest, entry = next(iter(self.idle.items()))
+            if len(self.idle) <= self.keep and now < entry.forget_at:
+                break
+            del self.idle[oldest], self.hosts[oldest]
 
     def _open(self, h: _Host) -> None:
         h.probing = False

@@ -25,6 +25,11 @@ class Proxies:
     def from_env(cls) -> "Proxies":
         return cls(proxies_from_env())
 
+    @property
+    def hosts(self) -> frozenset[str]:
+        """The proxies' host names (and addresses), as the connection resolves them."""
+        return frozenset(info.proxy.raw_host for info in self.by_scheme.values() if info.proxy.raw_host)
+
     def for_url(self, url: URL) -> dict[str, Any]:
         """The request's proxy keywords: {} when it goes direct (no proxy, or NO_PROXY names its host)."""
         info = self.by_scheme.get(url.scheme)

@@ -55,7 +55,10 @@ def retry_failed(client: Client, topic: str, cursor: str | None = None, batch: i
     the returned `cursor` until it is None. A task that fails again meanwhile is newer than the
     cursor, so one sweep retries each failure once however fast tasks fail. The ids come from the
     failed index (no record is read) and are retried in one pipelined round trip."""
-    found = browse.find(client.store, "failed", topic, cursor=cursor, limit=batch)
+    try:
+        found = browse.find(client.store, "failed", topic, cursor=cursor, limit=batch)
+    except browse.BadCursor as exc:
+        raise ActionError(400, str(exc)) from None
     # (0: gone meanwhile; -1: no longer failed, retried or deleted meanwhile)
     retried = client.store.retry_many([member for member, _, _ in found.hits]).count(1)
     left = failed_count(client, topic)

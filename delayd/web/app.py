@@ -8,10 +8,15 @@ text and could not run even if it reached the page unescaped.
 Task and topic names may hold any character but spaces and control characters
 (`/` too), so links percent-encode each path segment and the routes split the raw
 path themselves (`segments`).
+
+A request body is read only up to its limit (FORM_LIMIT), checked from Content-Length
+before a byte is read and while a chunked body arrives, and answered 413 beyond it: the
+login form is read before anyone is authenticated.
 """
 from __future__ import annotations
 
 import json
+import math
 import urllib.parse
 from importlib import resources
 from typing import Any, Awaitable, Callable
@@ -30,7 +35,8 @@ from ..client import Client, DelaydError
 from ..config import Config
 from ..task import STATUSES, printable
 from . import actions, display, views
-from .auth import COOKIE, SESSION_S, Auth, Identity, host_of, is_loopback
+from .auth import COOKIE, SESSION_S, Auth, Identity, LoginThrottle, host_of, is_loopback
+from .browse import BadCursor
 
 HERE = resources.files(__package__)
 SECURITY_HEADERS = {
@@ -42,6 +48,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 FAILURES = (DelaydError, redis.exceptions.RedisError)
+FORM_LIMIT = 64 * 1024       # bytes of a form body (the login form, the action buttons); more answers 413
+PARSE_ON_LOOP = 16 * 1024    # a bigger form is parsed in a worker thread, off the event loop
 
 
 def segments(request: Request, prefix: str) -> list[str]:
@@ -63,6 +71,7 @@ class Dashboard:
         self.config = config
         self.client = client or Client(config=config)
         self.auth = Auth(config.web_token)
+        self.throttle = LoginThrottle()
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                       autoescape=True, undefined=jinja2.StrictUndefined, finalize=display.shown)
         self.env.globals.update(task_url=display.task_url, statuses=STATUSES, version=__version__,
@@ -95,7 +104,12 @@ class Dashboard:
             api = request.url.path.startswith("/api/")
             if not self.auth.token and not is_loopback(host_of(request.headers.get("host", ""))):
                 return self.refuse(request, 403, "without web_token this dashboard answers loopback host names only")
-            who = self.auth.identify(request.headers.get("authorization"), request.cookies.get(COOKIE))
+            authorization = request.headers.get("authorization")
+            if authorization and (wait := self.throttle.wait(_address(request))):
+                return self.too_many_tries(request, wait)
+            who = self.auth.identify(authorization, request.cookies.get(COOKIE))
+            if authorization:
+                (self.throttle.failed if who is None else self.throttle.succeeded)(_address(request))
             if who is None:
                 if api or request.method != "GET":
                     return self.refuse(request, 401, "a valid token is needed (Authorization: Bearer TOKEN)",
@@ -105,7 +119,10 @@ class Dashboard:
             if request.method == "POST":
                 if self.config.web_readonly:
                     return self.refuse(request, 403, "this dashboard is read-only (web_readonly)")
-                form = await _form(request)
+                try:
+                    form = await _form(request)
+                except BodyTooLarge as exc:
+                    return self.refuse(request, 413, str(exc))
                 request.state.form = form
                 given = request.headers.get("x-csrf-token") or form.get("csrf")
                 if who.needs_csrf and not self.auth.csrf_valid(given, request.cookies.get(COOKIE)):
@@ -121,13 +138,24 @@ class Dashboard:
             return display.Json({"error": message}, status, headers=headers)
         return self.render(request, None, "error.html", {"status": status, "message": message}, status, headers)
 
+    def too_many_tries(self, request: Request, wait: float) -> Response:
+        seconds = str(math.ceil(wait))
+        return self.refuse(request, 429, f"too many wrong tokens from this address: try again in {seconds} s",
+                           {"Retry-After": seconds})
+
+    def flash(self, request: Request) -> str:
+        """The page's message (?msg=), shown only when this server signed it (?sig=, see act): a
+        link cannot put words of its own on a trusted page."""
+        message = request.query_params.get("msg", "")
+        return message if message and self.auth.flash_valid(message, request.query_params.get("sig", "")) else ""
+
     def render(self, request: Request, who: Identity | None, name: str, context: dict[str, Any],
                status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
         cookie = request.cookies.get(COOKIE)
         body = self.env.get_template(name).render(
             **context, request_path=request.url.path, query=request.query_params, who=who,
             csrf=self.auth.csrf_for(cookie) if who is not None and who.needs_csrf else "",
-            logged_in=who is not None and who.how == "cookie", flash=request.query_params.get("msg", ""))
+            logged_in=who is not None and who.how == "cookie", flash=self.flash(request))
         return HTMLResponse(body, status, headers=headers)
 
     # -- pages ------------------------------------------------------------------------
@@ -156,7 +184,10 @@ class Dashboard:
 
     async def page_schedules(self, request: Request, who: Identity) -> Response:
         topic, _, q, cursor = _list_params(request)
-        data = await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor)
+        try:
+            data = await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor)
+        except BadCursor as exc:
+            return self.refuse(request, 400, str(exc))
         return self.render(request, who, "schedules.html", {"d": data, "topic": topic, "q": q})
 
     # -- login ------------------------------------------------------------------------
@@ -166,10 +197,17 @@ class Dashboard:
             return RedirectResponse(target, 303)
         if request.method == "GET":
             return self.render(request, None, "login.html", {"next": target, "wrong": False})
-        form = await _form(request)
+        if wait := self.throttle.wait(_address(request)):
+            return self.too_many_tries(request, wait)
+        try:
+            form = await _form(request)
+        except BodyTooLarge as exc:
+            return self.refuse(request, 413, str(exc))
         target = local_next(form.get("next") or target)
         if not self.auth.token_matches(form.get("token", "")):
+            self.throttle.failed(_address(request))
             return self.render(request, None, "login.html", {"next": target, "wrong": True}, 401)
+        self.throttle.succeeded(_address(request))
         response = RedirectResponse(target, 303)
         response.set_cookie(COOKIE, self.auth.new_session(), max_age=SESSION_S, httponly=True, samesite="strict",
                             secure=request.url.scheme == "https", path="/")
@@ -203,7 +241,10 @@ class Dashboard:
             limit = _limit(request, views.PAGE_SIZE)
         except ValueError as exc:
             return self.refuse(request, 400, f"limit: {exc}")
-        return display.Json(await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor, limit))
+        try:
+            return display.Json(await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor, limit))
+        except BadCursor as exc:
+            return self.refuse(request, 400, str(exc))
 
     async def api_task(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/api/tasks/")
@@ -231,7 +272,9 @@ class Dashboard:
         if "next" in request.state.form:
             target = local_next(request.state.form["next"])
             joiner = "&" if "?" in target else "?"
-            return RedirectResponse(target + joiner + urllib.parse.urlencode({"msg": printable(result["message"])}), 303)
+            message = printable(result["message"])
+            return RedirectResponse(target + joiner + urllib.parse.urlencode(
+                {"msg": message, "sig": self.auth.flash_signature(message)}), 303)
         return display.Json(result)
 
 
@@ -263,12 +306,45 @@ class _Headers:
         await self.app(scope, receive, send_with_headers)
 
 
+class BodyTooLarge(Exception):
+    """A request body over its limit (answered 413)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"the request body is over {limit // 1024} KiB")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, or BodyTooLarge as soon as it is known to exceed `limit` bytes: from
+    Content-Length before anything is read, else while a chunked body arrives (at most `limit`
+    bytes and one chunk are held)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+        raise BodyTooLarge(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _form(request: Request) -> dict[str, str]:
-    """A url-encoded form body as a dict (without python-multipart); {} for other bodies."""
+    """A url-encoded form body (at most FORM_LIMIT bytes, else BodyTooLarge) as a dict, without
+    python-multipart; {} for other bodies, which are not read."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         return {}
-    body = (await request.body()).decode("utf-8", "replace")
-    return {k: v[-1] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
+    body = await read_body(request, FORM_LIMIT)
+    return await run_in_threadpool(_parse_form, body) if len(body) > PARSE_ON_LOOP else _parse_form(body)
+
+
+def _parse_form(body: bytes) -> dict[str, str]:
+    return {k: v[-1] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def _address(request: Request) -> str | None:
+    """The client's address: the peer's, or the one a trusted proxy forwarded (web_forwarded_allow_ips)."""
+    return request.client.host if request.client else None
 
 
 def _wants_html(request: Request) -> bool:

@@ -1,9 +1,13 @@
 """Who may use the dashboard, and proof that a POST comes from its own pages.
 
 - With `web_token` set, every request needs it: `Authorization: Bearer TOKEN`, or the
-  session cookie that the login form sets (HttpOnly, SameSite=Strict; an HMAC of its
-  issue time under the token, valid for SESSION_S, so the token itself is never stored
-  in the browser). Comparisons are constant-time.
+  session cookie that the login form sets (HttpOnly, SameSite=Strict; Secure when the
+  request came over HTTPS, also through a proxy in web_forwarded_allow_ips; an HMAC of its
+  issue time under a key derived from the token, valid for SESSION_S, so the token itself
+  is never stored in the browser and changing the token ends every session). Comparisons
+  are constant-time; a cookie that is not exactly what new_session makes is no session.
+- Wrong tokens (login form or Bearer) are counted per client address (LoginThrottle):
+  after a few, that address is refused (429) for a while, in bounded memory.
 - Without a token the server only binds a loopback address (command.check_bind), and
   answers only requests whose Host is a loopback name, so a web page cannot reach it
   through DNS rebinding.
@@ -17,12 +21,15 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import re
 import time
+from collections import OrderedDict
 from typing import NamedTuple
 
 COOKIE = "delayd_session"
 SESSION_S = 12 * 3600
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+SESSION_SHAPE = re.compile(r"([0-9]{1,12})\.([0-9a-f]{64})")  # issue time (Unix s) . HMAC-SHA256 in hex
 
 
 class Identity(NamedTuple):
@@ -67,11 +74,19 @@ class Auth:
         return f"{issued}.{self._sign('session:' + issued)}"
 
     def session_valid(self, value: str | None, now: float | None = None) -> bool:
-        issued, _, mac = (value or "").partition(".")
-        if not issued.isdigit():
+        shape = SESSION_SHAPE.fullmatch(value or "")
+        if shape is None:
             return False
+        issued, mac = shape.groups()
         fresh = 0 <= (now if now is not None else time.time()) - int(issued) < SESSION_S
         return hmac.compare_digest(mac, self._sign("session:" + issued)) and fresh
+
+    def flash_signature(self, message: str) -> str:
+        """What proves that a page's message (?msg=) was chosen by this server, not by a link's author."""
+        return self._sign("flash:" + message)
+
+    def flash_valid(self, message: str, signature: str) -> bool:
+        return hmac.compare_digest(signature.encode(), self.flash_signature(message).encode())
 
     def token_matches(self, given: str) -> bool:
         return bool(self.token) and hmac.compare_digest(given.encode(), self.token.encode())
@@ -91,3 +106,48 @@ class Auth:
 
     def csrf_valid(self, given: str | None, cookie: str | None) -> bool:
         return bool(given) and hmac.compare_digest(given.encode(), self.csrf_for(cookie).encode())
+
+
+class LoginThrottle:
+    """Wrong tokens per client address: after `allowed` of them within `window` seconds (counted
+    from the first), the address is refused until that window ends, even with the right token.
+
+    At most `size` addresses are kept, the least recently failed forgotten first, so a flood of
+    addresses costs bounded memory (each then still gets only `allowed` tries per window). An
+    IPv6 client counts as its /64, which one host usually holds whole. Behind a proxy every
+    client has the proxy's address unless the proxy is trusted (web_forwarded_allow_ips)."""
+
+    def __init__(self, allowed: int = 5, window: float = 60.0, size: int = 10_000):
+        self.allowed, self.window, self.size = allowed, window, size
+        self.failures: OrderedDict[str, tuple[float, int]] = OrderedDict()  # address: (window start, count)
+
+    @staticmethod
+    def key(address: str | None) -> str:
+        """An IPv4 address, an IPv6 /64, or (a forwarded name that is no address) its first 64 characters."""
+        try:
+            ip = ipaddress.ip_address(address or "")
+        except ValueError:
+            return (address or "")[:64]
+        if ip.version == 6 and ip.ipv4_mapped:  # an IPv4 client of a dual-stack bind
+            ip = ip.ipv4_mapped
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
+
+    def wait(self, address: str | None, now: float | None = None) -> float:
+        """Seconds until `address` may try a token again (0: now)."""
+        now = time.monotonic() if now is None else now
+        start, count = self.failures.get(self.key(address), (now, 0))
+        left = start + self.window - now
+        return left if count >= self.allowed and left > 0 else 0.0
+
+    def failed(self, address: str | None, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        key = self.key(address)
+        start, count = self.failures.pop(key, (now, 0))
+        if now - start >= self.window:
+            start, count = now, 0
+        self.failures[key] = (start, count + 1)
+        while len(self.failures) > self.size or now - next(iter(self.failures.values()))[0] >= self.window:
+            self.failures.popitem(last=False)  # the least recently failed: over the size, or its window is over
+
+    def succeeded(self, address: str | None) -> None:
+        self.failures.pop(self.key(address), None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from typing import NamedTuple
 
 from ..store import BucketKeys, Score, Store
@@ -28,6 +29,7 @@ SOURCES: tuple[tuple[str, str], ...] = (("running", "desc"), ("delayed", "asc"),
                                         ("ok", "desc"), ("deleted", "desc"))
 ORDER = dict(SOURCES)
 BUDGET = 20_000   # index entries one page may examine, over every bucket
+CURSOR_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,65536}")  # base64url without padding, of bounded length
 
 
 class Row(NamedTuple):
@@ -55,18 +57,33 @@ def encode_cursor(source: int, start: tuple[Score, str] | None) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None) -> tuple[int, tuple[Score, str] | None]:
-    """(source index, entry to resume after or None); a cursor that does not parse starts from the top."""
+class BadCursor(ValueError):
+    """A cursor that this server did not issue (answered 400)."""
+
+    def __init__(self, why: str = "not one this server gave"):
+        super().__init__(f"cursor: {why}; start again without it")
+
+
+def decode_cursor(cursor: str) -> tuple[int, tuple[Score, str] | None]:
+    """(source index, entry to resume after or None), from a cursor shaped exactly as encode_cursor
+    makes them (base64url of [source] or [source, score, member]); anything else raises BadCursor.
+    A cursor only says where a walk starts, so a well-shaped one costs what any page does."""
     try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))) \
+            if CURSOR_SHAPE.fullmatch(cursor) else None
+    except (ValueError, RecursionError):  # RecursionError: deep nesting; UnicodeDecodeError is a ValueError
+        raise BadCursor() from None
+    if isinstance(data, list) and data and _is_int(data[0]) and 0 <= data[0] < len(SOURCES):
         if len(data) == 1:
-            return int(data[0]), None
-        source, score, member = data
-        if isinstance(member, str) and isinstance(score, (int, float)) and not math.isnan(score):
-            return int(source), (score, member)
-    except (ValueError, TypeError):
-        pass
-    return 0, None
+            return data[0], None
+        score, member = data[1:] if len(data) == 3 else (None, None)
+        if (_is_int(score) or isinstance(score, float) and math.isinf(score)) and isinstance(member, str):
+            return data[0], (score, member)
+    raise BadCursor()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Walked(NamedTuple):
@@ -112,7 +129,7 @@ def find(store: Store, status: str | None, topic: str = "", prefix: str = "", cu
     sources = [i for i, (s, _) in enumerate(SOURCES) if status in (None, s)]
     source, start = decode_cursor(cursor) if cursor else (sources[0], None)
     if source not in sources:
-        source, start = sources[0], None
+        raise BadCursor(f"it is for a list of another status than {status}")
     hits: list[tuple[str, Score, int]] = []
     problems: list[str] = []
     examined = indexed = 0

@@ -6,6 +6,7 @@ and uvicorn are imported only when the server starts.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 import sys
 from typing import Any
@@ -55,7 +56,7 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
     from .app import create
 
     server = uvicorn.Server(uvicorn.Config(create(config), log_level="warning", access_log=False,
-                                           server_header=False, proxy_headers=False))
+                                           server_header=False, **proxy_headers(config)))
 
     signal.signal(signal.SIGTERM, _exit_stopped)
 
@@ -64,6 +65,14 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
             asyncio.get_running_loop().create_task(on_started())
         await server.serve(sockets=[sock])
     asyncio.run(main())
+
+
+def proxy_headers(config: Config) -> dict[str, Any]:
+    """uvicorn's settings to believe X-Forwarded-Proto and -For from web_forwarded_allow_ips only
+    (as networks: uvicorn takes "10.0.0.1/8" for a name, which no client address equals)."""
+    proxies = config.web_forwarded_allow_ips
+    return {"proxy_headers": bool(proxies), "forwarded_allow_ips": "*" if "*" in proxies else
+            [str(ipaddress.ip_network(proxy, strict=False)) for proxy in proxies]}
 
 
 def _exit_stopped(signum: int, frame: Any) -> None:

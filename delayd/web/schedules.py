@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from ..store import Store
 from ..task import Task
-from .browse import row_of
+from .browse import CURSOR_SHAPE, BadCursor, row_of
 
 PAGE_SIZE = 50
 
@@ -45,13 +45,15 @@ def encode_cursor(member: str) -> str:
 
 
 def decode_cursor(cursor: str | None) -> bytes | None:
-    """The name to resume after; a cursor that does not parse starts from the top."""
+    """The name to resume after (None: from the top); a cursor that is not base64url raises BadCursor."""
     if not cursor:
         return None
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-    except ValueError:
-        return None
+        if CURSOR_SHAPE.fullmatch(cursor):
+            return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    except ValueError:  # a length that base64 cannot have
+        pass
+    raise BadCursor()
 
 
 def name_range(topic: str, prefix: str, after: bytes | None) -> tuple[bytes, bytes]:
