@@ -198,7 +198,8 @@ def test_failed_list_retries_and_deletes_per_row_and_in_bulk(redis_url, tmp_path
         screenshot(page, "dashboard-failed.png")
         retry.click()
         sync_api.expect(bulk.locator(".bulk-status")).to_have_text("Retried 2 of 2")
-        assert [client.get("bulk", id).status for id in ("b-2", "b-3", "b-4", "b-5")] == ["delayed"] * 2 + ["failed"] * 2
+        statuses = [client.get("bulk", id).status for id in ("b-2", "b-3", "b-4", "b-5")]
+        assert statuses == ["delayed", "delayed", "failed", "failed"]
         assert row("b-2").locator(".st").inner_text() == "retrying" and row("b-2").locator("form").count() == 0
         bulk.locator("input.pick-all").check()  # the rows not acted on yet: b-4 and b-5
         delete.click()
@@ -247,7 +248,7 @@ def test_overview_does_not_reload_while_retry_failed_runs(redis_url, tmp_path, c
         page.clock.pause_at(page.evaluate("Date.now()") / 1000 + 0.1)  # (seconds) timers move only when told
         page.evaluate("window.stayed = true")  # gone when the page reloads
         held = []
-        page.route("**/api/topics/slow/retry-failed*", lambda route: held.append(route))  # the first batch's answer waits
+        page.route("**/api/topics/slow/retry-failed*", lambda route: held.append(route))  # the first answer waits
         with page.expect_request("**/api/topics/slow/retry-failed*"):
             page.locator("tr:has(a:text-is('slow')) button:text('Retry failed')").click()
         page.clock.run_for(20_000)
