@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,30 @@ def test_stats(redis_url):
     assert stats["next_due_at"] == 2_000_000_000.0 and stats["oldest_due_at"] is None and set(stats["ready"]) == {"1", "2", "3"}
     text = delayd("stats").stdout
     assert "delayed=1" in text and "deleted=1" in text and "bucket 0" in text
+
+
+def test_every_time_says_its_zone(redis_url):
+    """add, get, ls and stats name the zone of each time; a cron task's times are in its zone first,
+    with the local time beside them (issue 25: 'due 2026-12-07 02:00:00.000' beside 'in Europe/Berlin')."""
+    utc = {"TZ": "UTC"}
+    cron_due = r"\d{4}-\d\d-\d\d 03:00:00\.000 CES?T \(0[12]:00:00 UTC\)"
+    added = delayd("add", "report", "daily", "--call", "x:y", "--cron", "0 3 * * mon-fri", "--tz", "Europe/Berlin",
+                   env=utc).stdout
+    assert re.fullmatch(r"added report:daily due " + cron_due + "\n", added), added
+    got = delayd("get", "report", "daily", env=utc).stdout
+    assert re.search(r"\ndue_at +" + cron_due + r", unix \d+\.000\n", got), got
+    assert re.search(r"\ncreated_at +\S+ \S+ CES?T \(\S+ UTC\), unix ", got), got
+    delayd("add", "t", "1", "--call", "x:y", "--at", "2033-05-18T03:33:20Z", env=utc)
+    assert "due_at       2033-05-18 03:33:20.000 UTC, unix 2000000000.000" in delayd("get", "t", "1", env=utc).stdout
+    berlin = delayd("get", "t", "1", env={"TZ": "Europe/Berlin"}).stdout
+    assert "due_at       2033-05-18 05:33:20.000 CEST, unix 2000000000.000" in berlin, "local time, named"
+    listed = delayd("ls", env=utc).stdout
+    assert re.search(r"report:daily +delayed +0 \d{4}-\d\d-\d\d 03:00:00\.000 CES?T ", listed), listed
+    assert re.search(r"t:1 +delayed +0 2033-05-18 03:33:20\.000 UTC ", listed), listed
+    header, *rows = listed.splitlines()
+    assert {row.index("call:x:y") for row in rows} == {header.index("TARGET")}, "the columns stay aligned"
+    stats = delayd("stats", env=utc).stdout
+    assert re.search(r"next \d{4}-\S+ 0[12]:00:00\.000 UTC\n", stats) and re.search(r"next=\S+ \S+ UTC\n", stats)
 
 
 # -- del / retry -------------------------------------------------------------------
