@@ -241,6 +241,10 @@ class Task:
                 raise TaskError(f"params are not JSON-serialisable: {exc}") from None
             if len(encoded.encode()) > params_limit:
                 raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
+            # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as
+            # \udcNN like a character outside the BMP: checked only when such an escape is there.
+            if "\\ud" in encoded and not is_utf8(json.dumps(params, ensure_ascii=False)):
+                raise TaskError("params are not valid UTF-8 text")
             params = json.loads(encoded)
         if persistent is not True and persistent is not False:
             raise TaskError("persistent must be true or false")

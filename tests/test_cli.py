@@ -193,6 +193,7 @@ INVALID_TASKS = [
     (["--call", "a:b", "--timeout", "0"], "timeout"),
     (["--call", "a:b", "--callback", "nope"], "callback"),
     (["--push", "has space"], "push"),
+    (["--call", "a:b", "--params", '{"x": "\udcff"}'], "params are not valid UTF-8"),  # argv byte 0xff
 ]
 
 

@@ -144,6 +144,16 @@ def test_params_limit():
         new(params={"x": "a" * (64 * 1024)})  # the default limit is 64 KiB
 
 
+@pytest.mark.parametrize("params", [{"x": "\udcff"}, {"\udcfe": 1}, {"x": ["ok", {"y": "a\udc80b"}]}])
+def test_params_that_are_not_utf8_are_refused_as_names_are(params):
+    with pytest.raises(TaskError, match="params are not valid UTF-8"):
+        new(params=params)
+
+
+def test_params_outside_the_bmp_are_utf8():  # (escaped in JSON as a surrogate pair)
+    assert new(params={"x": "\U0001f600"}).params == {"x": "\U0001f600"}
+
+
 def test_params_are_normalised_to_json():
     assert new(params={1: (1, 2)}).params == {"1": [1, 2]}
 
@@ -268,7 +278,7 @@ BAD = dict(
                             {"call": "a:b", "url": "http://h/"}, {"push": ""}, {"call": 3}, {"call": "a:b\n"}]),
     method=st.sampled_from(["PUT", 1, None]), body=st.sampled_from(["xml", None]),
     params=st.one_of(_json.filter(lambda v: not isinstance(v, dict) and v is not None),
-                     st.just({"x": float("nan")}), st.just({"x": {1}})),
+                     st.just({"x": float("nan")}), st.just({"x": {1}}), st.just({"x": "\udcff"})),
     intervals=st.one_of(_bad_number, st.lists(_bad_number, min_size=1, max_size=3), st.just([])),
     persistent=st.sampled_from([0, 1, None, "yes"]),
     priority=st.one_of(st.integers(-1, 0), st.integers(4, 9), st.booleans(), st.floats(0, 4)),
