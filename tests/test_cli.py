@@ -89,6 +89,12 @@ def test_get_missing_exits_1(redis_url):
     assert "not found" in one_line_error(delayd("get", "nope", "1", "--json", check=1))
 
 
+def test_a_name_that_is_not_utf8_is_shown_as_xNN(redis_url):
+    for verb in ("get", "del", "retry", "run"):
+        proc = delayd(verb, "c", "\udcfe", check=1)  # argv byte 0xfe
+        assert one_line_error(proc) == "delayd: error: not found: c:\\xfe", verb
+
+
 def test_nx_exits_0_both_ways(redis_url):
     first = delayd("add", "t", "1", "--call", "a:b", "--nx", "--params", '{"v": 1}')
     second = delayd("add", "t", "1", "--call", "a:b", "--nx", "--params", '{"v": 2}')
