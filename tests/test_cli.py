@@ -12,6 +12,7 @@ import pytest
 from delayd import Client
 from delayd.cli import build_parser
 from redis_server import free_port
+from test_store import promote_all
 
 SECTION_2_FIELDS = {"topic", "id", "call", "url", "params", "intervals", "persistent", "priority", "callback",
                     "status", "created_at", "due_at", "last_run_at", "runs", "last_error"}
@@ -132,6 +133,14 @@ def test_stats(redis_url):
     assert stats["next_due_at"] == 2_000_000_000.0 and stats["oldest_due_at"] is None and set(stats["ready"]) == {"1", "2", "3"}
     text = delayd("stats").stdout
     assert "delayed=1" in text and "deleted=1" in text and "bucket 0" in text
+
+
+def test_stats_counts_parked_tasks_in_words(redis_url, client):
+    client.add("mail", 1, push="out")
+    client.pause("mail")
+    for bucket in range(client.store.buckets):
+        promote_all(client.store, bucket)  # the due task is parked, not made ready
+    assert "paused   mail (1 due task waiting for resume)" in delayd("stats").stdout
 
 
 # -- del / retry -------------------------------------------------------------------
