@@ -204,6 +204,7 @@ INVALID_TASKS = [
     (["--call", "a:b", "--intervals", "0,-5"], "interval"),
     (["--call", "a:b", "--intervals", "nan"], "interval"),
     (["--url", "ftp://h/x"], "url"),
+    (["--url", "http://h/a b"], "url must not contain spaces"),
     (["--call", "a:b", "--at", "next tuesday"], "at"),
     (["--call", "a:b", "--timeout", "0"], "timeout"),
     (["--call", "a:b", "--callback", "nope"], "callback"),

@@ -70,6 +70,15 @@ def test_url_must_be_http_with_host(url):
         Task.new("t", 1, url=url)
 
 
+@pytest.mark.parametrize("url", ["http://h/a b", "http://h/x\n", "http://h/?q=\t1", "http://h/\x7f", " http://h/",
+                                 "http://h/\u00a0", "http://h/\u2028", "http://h/\x85"])
+def test_url_with_whitespace_or_control_characters_is_refused_at_add(url):
+    with pytest.raises(TaskError, match="url must not contain spaces or control characters"):
+        Task.new("t", 1, url=url)
+    # A task stored before the rule still reads (and runs): it is no corrupt record.
+    assert Task.from_record("t:1", {"spec": json.dumps({"url": url}), "priority": "2"}).url == url
+
+
 def test_url_task_method_and_body():
     task = Task.new("t", 1, url="https://merchant.example/notify?x=1", method="post", body="json")
     assert (task.method, task.body) == ("POST", "json")
