@@ -277,6 +277,11 @@ def test_help_on_every_verb():
         assert proc.stdout.startswith(f"usage: delayd {verb}"), (verb, proc.stdout)
 
 
+def test_add_help_says_intervals_are_gaps():
+    text = " ".join(delayd("add", "--help").stdout.split())
+    assert "gaps in seconds, each from the previous run's due time: 0,30,60 runs at +0, +30, +90 s" in text
+
+
 def test_top_level_help_lists_task_verbs():
     out = delayd("--help").stdout
     assert all(verb in out for verb in TASK_VERBS)

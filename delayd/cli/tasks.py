@@ -187,7 +187,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
     when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
     schedule = p.add_mutually_exclusive_group()
-    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds (default 0)")
+    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds, each from "
+                                                                    "the previous run's due time: 0,30,60 runs at "
+                                                                    "+0, +30, +90 s (default 0)")
     schedule.add_argument("--every", type=float, metavar="S", help="recurring: every S seconds (>= 1), whatever "
                                                                   "the outcome; first run after S unless --delay/--at")
     schedule.add_argument("--cron", metavar="EXPR", help="recurring: at the times of 'm h dom mon dow' in --tz")
