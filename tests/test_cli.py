@@ -84,6 +84,14 @@ def test_get_text(redis_url):
     assert "status" in out and "delayed" in out and "a:b" in out and '{"x": 1}' in out
 
 
+def test_get_text_shows_method_and_body_of_url_tasks_only(redis_url):
+    delayd("add", "t", "call", "--call", "a:b")
+    delayd("add", "t", "url", "--url", "http://h/n", "--method", "POST", "--body", "json")
+    names = {key: {line.split()[0] for line in delayd("get", "t", key).stdout.splitlines()} for key in ("call", "url")}
+    assert not {"method", "body"} & names["call"] and {"method", "body"} <= names["url"]
+    assert {"method", "body"} <= json.loads(delayd("get", "t", "call", "--json").stdout).keys()
+
+
 def test_get_missing_exits_1(redis_url):
     proc = delayd("get", "nope", "1", check=1)
     assert "not found" in one_line_error(proc) and proc.stdout == ""

@@ -114,6 +114,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(task.to_json())
         return 0
     data = task.to_dict()
+    if not task.url:  # a URL task's request: a call or push task has none to show (--json keeps them)
+        del data["method"], data["body"]
     print(f"{'schedule':12} {task.describe_schedule()}")
     for name, value in data.items():
         if value is None or name in ("key", "attempts"):
