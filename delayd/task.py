@@ -227,7 +227,10 @@ class Task:
             if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
                 raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
             if params_limit is not None and _BAD_URL_CHARS.search(url):
-                raise TaskError(f"url must not contain spaces or control characters (percent-encode them), got {url!r}")
+                raise TaskError(f"url must not contain spaces or control characters (percent-encode them), "
+                                f"got {url!r}")
+            if params_limit is not None and not url.isascii() and not is_utf8(url):
+                raise TaskError("url is not valid UTF-8 text")
         if push is not None:
             push = _check_name("push list", push)
         if method != "GET" and (not isinstance(method, str) or method.upper() not in METHODS):

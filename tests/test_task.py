@@ -79,6 +79,12 @@ def test_url_with_whitespace_or_control_characters_is_refused_at_add(url):
     assert Task.from_record("t:1", {"spec": json.dumps({"url": url}), "priority": "2"}).url == url
 
 
+def test_url_that_is_not_utf8_is_refused_as_names_are():
+    with pytest.raises(TaskError, match="url is not valid UTF-8"):
+        Task.new("t", 1, url="http://h/\udcff")
+    assert Task.new("t", 1, url="http://h/\u00e9").url == "http://h/\u00e9"
+
+
 def test_url_task_method_and_body():
     task = Task.new("t", 1, url="https://merchant.example/notify?x=1", method="post", body="json")
     assert (task.method, task.body) == ("POST", "json")

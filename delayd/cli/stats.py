@@ -20,7 +20,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
           f"deleted={counts['deleted']}  quarantined={stats['quarantined']}")
     if stats["paused"]:
         parked = stats["parked"]
-        print(f"paused   {', '.join(stats['paused'])} ({parked} due task{'s' if parked != 1 else ''} waiting for resume)")
+        print(f"paused   {', '.join(stats['paused'])} "
+              f"({parked} due task{'s' if parked != 1 else ''} waiting for resume)")
     print(f"due      oldest {fmt_time(stats['oldest_due_at'])} (lag {stats['oldest_due_lag']:.3f} s"
           f"{'' if stats['oldest_due_exact'] else ', per-topic lags approximate'})  "
           f"next {fmt_time(stats['next_due_at'])}")
