@@ -42,13 +42,16 @@ class Outcome:
     """The result of one run: `kind` is 'ok', 'failed', 'retry', or 'defer' (not run: the
     URL's circuit is open); `error` says why (one line). URL runs add the HTTP `status`,
     the `answer` (excerpt) of a success, and `wait`: seconds before which the next run
-    may not start (Retry-After; for defer, the time until the circuit's probe)."""
+    may not start (Retry-After; for defer, the time until the circuit's probe). `asked`: a
+    retry the handler's own answer asked for (SPEC section 2: anything but success or fail),
+    no error of the run, so logged at INFO rather than WARNING."""
 
     kind: str
     error: str = ""
     status: int | None = None
     wait: float = 0.0
     answer: str = ""
+    asked: bool = False
 
 
 OK = Outcome("ok")
@@ -79,8 +82,8 @@ def outcome_of(value: Any) -> Outcome:
             return OK
         if answer == "fail":
             return Outcome("failed", "handler returned 'fail'")
-    return Outcome("retry", f"handler returned {_safe_repr(value)}; "
-                            "expected 'success' or True, 'fail' or False")
+    return Outcome("retry", f"handler returned {_safe_repr(value)}: not done yet "
+                            "(done: 'success' or True; failed: 'fail' or False)", asked=True)
 
 
 def describe_exception(exc: BaseException, skip: int = 0) -> str:

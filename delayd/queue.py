@@ -265,7 +265,8 @@ class QueueWorker:
               error=error.splitlines()[0][:300] if error else None,
               # A line per successful run only at DEBUG: at thousands of runs/s it would
               # cost a third of the process's time and gigabytes of log a day.
-              level=logging.DEBUG if kind in ("ok", "defer") else logging.WARNING)
+              level=logging.DEBUG if kind in ("ok", "defer") else
+              logging.INFO if kind == "retry" and outcome.asked else logging.WARNING)
         attempt = "" if kind == "defer" or not self.config.attempts_kept else attempts.encode(
             task.runs, run.claimed_ms + round((run.started - run.claimed) * 1000), elapsed_ms, kind, outcome.status,
             error or outcome.answer)

@@ -168,7 +168,8 @@ def test_handler_return_values(runner, value, kind):
 
 def test_odd_handlers(runner):
     assert runner.run(call_task("handlers_fixture:returns_set")) == Outcome(
-        "retry", "handler returned {1, 2}; expected 'success' or True, 'fail' or False")
+        "retry", "handler returned {1, 2}: not done yet (done: 'success' or True; failed: 'fail' or False)",
+        asked=True)
     assert runner.run(call_task("handlers_fixture:HANDLER")) == Outcome("ok")  # a callable object
     outcome = runner.run(call_task("handlers_fixture:coroutine"))
     assert outcome.kind == "retry" and "async def" in outcome.error

@@ -115,6 +115,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(task.to_json())
         return 0
     data = task.to_dict()
+    if not task.url:  # a URL task's request: a call or push task has none to show (--json keeps them)
+        del data["method"], data["body"]
     print(f"{'schedule':12} {task.describe_schedule()}")
     for name, value in data.items():
         if value is None or name in ("key", "attempts"):
@@ -210,7 +212,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
     when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
     schedule = p.add_mutually_exclusive_group()
-    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds (default 0)")
+    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds, each from "
+                                                                    "the previous run's due time: 0,30,60 runs at "
+                                                                    "+0, +30, +90 s (default 0)")
     schedule.add_argument("--every", type=float, metavar="S", help="recurring: every S seconds (>= 1), whatever "
                                                                   "the outcome; first run after S unless --delay/--at")
     schedule.add_argument("--cron", metavar="EXPR", help="recurring: at the times of 'm h dom mon dow' in --tz")
