@@ -16,7 +16,7 @@ SAMPLE_VALUES = {"str": "x", "str | None": "redis://127.0.0.1:1/0", "int": "7", 
 def test_every_option_has_its_variable(name):
     kind = config_mod._TYPES[name]
     value = {"priority_weights": "4,2,1", "log_level": "debug", "log_format": "json",
-             "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd",
+             "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd", "redis_socket_mode": "770",
              "url_signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}.get(name, SAMPLE_VALUES[kind])
     env = {f"DELAYD_{name.upper()}": value}
     loaded = config_mod.load(None, env=env)

@@ -1,12 +1,15 @@
 """The embedded Redis: started and supervised by the master, persistent, stopped last."""
 from __future__ import annotations
 
+import os
+import stat
+
 import psutil
 
 from daemon_helper import Daemon
 from redis_server import wait_for
 
-from delayd import Client
+from delayd import Client, embedded
 from delayd.config import load
 
 
@@ -30,3 +33,13 @@ def test_embedded_redis_persists_a_task_across_stop_and_start(tmp_path, monkeypa
         assert client.get("e", 1) is not None  # the task added before the stop is still there
         wait_for(lambda: client.get("e", 1).status == "ok", 15, message="task ran after the restart")
         client.close()
+
+
+def test_the_socket_mode_lets_the_daemons_group_in(tmp_path):
+    """The embedded Redis's socket was always srwx------: no other user (an app server in the
+    daemon's group) could add tasks. redis_socket_mode sets it; 700 stays the default."""
+    for mode, expected in ((None, 0o700), ("770", 0o770)):
+        state = tmp_path / f"s{mode}"
+        extra = {"DELAYD_REDIS_SOCKET_MODE": mode} if mode else {}
+        with Daemon(None, state, buckets=1, queues=1, **extra):
+            assert stat.S_IMODE(os.stat(embedded.socket_path(state)).st_mode) == expected

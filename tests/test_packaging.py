@@ -36,7 +36,7 @@ UNIT = ROOT / "systemd" / "delayd.service"
 TMPFILES = ROOT / "systemd" / "delayd.tmpfiles"
 LOGROTATE = ROOT / "etc" / "logrotate.d" / "delayd"
 OPTION_LINE = re.compile(r"^# ([a-z_]+) = (.*)$")
-NOT_OPTIONS = {"source", "explicit", "warnings", "lease_derived"}
+NOT_OPTIONS = {"source", "start_dir", "explicit", "warnings", "lease_derived"}
 
 
 def option_names() -> set[str]:
@@ -200,6 +200,21 @@ def test_systemd_analyze_verify(tmp_path):
         assert ours and len(problems) == 0, f"verify failed (rc {done.returncode}):\n{done.stdout}{done.stderr}"
 
 
+def test_systemd_unit_is_hardened(tmp_path):
+    """`systemd-analyze security` rated the unit 5.7 MEDIUM; with the sandboxing the daemon
+    survives (no capabilities, @system-service calls, three address families, no W+X) it is OK."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed on this host")
+    done = subprocess.run([analyze, "security", "--offline=true", str(UNIT)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "cat"})
+    if "--offline" in done.stderr and "unrecognized" in done.stderr:
+        pytest.skip("this systemd-analyze cannot rate a unit file offline")
+    score = re.search(r"Overall exposure level for \S+: ([0-9.]+)", done.stdout)
+    assert score, done.stdout + done.stderr
+    assert float(score.group(1)) <= 2.0, done.stdout
+
+
 # -- the notify protocol -----------------------------------------------------------------
 class Notifications:
     """An AF_UNIX datagram socket standing in for systemd's $NOTIFY_SOCKET."""
@@ -309,6 +324,23 @@ def test_notify_ready_reload_stop(redis_url, tmp_path):
         finish(proc)
         notify.close()
     assert not (tmp_path / "state" / "delayd.pid").exists(), "the pidfile is removed on a clean stop"
+
+
+def test_no_ready_when_a_queue_process_cannot_start(redis_url, tmp_path):
+    """A preload module that does not import: the master sent READY=1 while its queue processes
+    crash-looped, so systemd called the service started."""
+    notify = Notifications(tmp_path)
+    proc = start_foreground(tmp_path, notify, DELAYD_ALLOWED_MODULES="delayd.examples,nosuchmodule",
+                            DELAYD_PRELOAD="nosuchmodule")
+    try:
+        assert proc.wait(timeout=60) == 1, output(tmp_path)
+        notify.quiet("READY", timeout=0.5)  # every datagram it sent is queued on the socket by now
+        assert {"STOPPING": "1"} in notify.seen
+        assert output(tmp_path).strip().splitlines()[-1].startswith(
+            "delayd: error: queue 0 could not start: preload: cannot import module 'nosuchmodule'")
+    finally:
+        finish(proc)
+        notify.close()
 
 
 def test_notify_watchdog(redis_url, tmp_path):
