@@ -107,3 +107,10 @@ def test_start_help_lists_every_option_with_its_variable_and_never_a_configured_
         assert "url_host_concurrency  DELAYD_URL_HOST_CONCURRENCY  (default 16)" in out
         assert "attempts_kept  DELAYD_ATTEMPTS_KEPT  (default 10)" in out
         assert secret not in out and secret.removeprefix("whsec_") not in out and token not in out
+
+
+def test_pythonpath_is_colon_separated_and_counts_from_the_start_directory():
+    c = config_mod.load(None, env={"DELAYD_PYTHONPATH": "lib:/srv/shared:lib/../lib:"}, start_dir="/srv/app")
+    assert c.pythonpath == ("lib", "/srv/shared", "lib/../lib")
+    assert c.import_path == ("/srv/app", "/srv/app/lib", "/srv/shared")  # the start directory first, once each
+    assert config_mod.replace(c, queues=3).import_path == c.import_path  # a reload's copy keeps the start directory
