@@ -153,8 +153,10 @@ class Config:
     @property
     def import_path(self) -> tuple[str, ...]:
         """What the daemon puts first on sys.path for call targets: the start directory, then
-        `pythonpath` (relative entries taken from the start directory), as gunicorn and rq do."""
-        found = [self.start_dir] if self.start_dir else []
+        `pythonpath` (relative entries taken from the start directory), as gunicorn and rq do. Not
+        the state directory (systemd's WorkingDirectory): the embedded Redis writes files there."""
+        state = os.path.realpath(self.state_dir)
+        found = [self.start_dir] if self.start_dir and os.path.realpath(self.start_dir) != state else []
         found += [os.path.normpath(os.path.join(self.start_dir, entry)) for entry in self.pythonpath]
         return tuple(dict.fromkeys(found))
 

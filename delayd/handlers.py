@@ -132,9 +132,9 @@ def use_import_path(entries: tuple[str, ...]) -> None:
 
 
 def searched() -> str:
-    """Where a missing module was looked for first, for an error message."""
-    where = ", ".join(_import_path) or "nothing"
-    return f"searched first: {where} (the start directory and pythonpath), then PYTHONPATH and site-packages"
+    """Where a missing module was looked for, for an error message."""
+    first = f"first: {', '.join(_import_path)} (the start directory and pythonpath), then " if _import_path else ""
+    return f"searched {first}PYTHONPATH and site-packages"
 
 
 def import_module(module_name: str, of: str = "") -> types.ModuleType:

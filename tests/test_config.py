@@ -114,3 +114,5 @@ def test_pythonpath_is_colon_separated_and_counts_from_the_start_directory():
     assert c.pythonpath == ("lib", "/srv/shared", "lib/../lib")
     assert c.import_path == ("/srv/app", "/srv/app/lib", "/srv/shared")  # the start directory first, once each
     assert config_mod.replace(c, queues=3).import_path == c.import_path  # a reload's copy keeps the start directory
+    in_state = config_mod.load(None, env={"DELAYD_STATE_DIR": "/srv/app/"}, start_dir="/srv/app")
+    assert in_state.import_path == ()  # systemd's WorkingDirectory, where the embedded Redis writes files
