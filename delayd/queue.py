@@ -27,7 +27,6 @@ sleeps in one place.
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 import logging
 import math
@@ -41,7 +40,7 @@ from typing import Any, Callable
 from . import attempts, connection
 from . import log as log_mod
 from .config import Config
-from .handlers import Outcome, Runner
+from .handlers import Outcome, Runner, TargetUnavailable, import_module, use_import_path
 from .link import Link
 from .log import event
 from .pool import Pool
@@ -49,7 +48,7 @@ from .steps import ScriptCall
 from .store import PRIORITIES, SCHEDULE_ENDS, Claimed, Finish, Store, ready_channel
 from .task import Task, TaskError
 from .url.engine import Engine
-from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
+from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, StartupFailure, listen
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
@@ -106,8 +105,12 @@ class QueueWorker:
         self.config = config
         self.index = index
         self.heartbeat = heartbeat
-        for module in config.preload:  # import errors show at start, not at the first run
-            importlib.import_module(module)
+        use_import_path(config.import_path)
+        for module in config.preload:  # an import error fails `delayd start`, not the first run
+            try:
+                import_module(module)
+            except TargetUnavailable as exc:
+                raise StartupFailure(f"preload: {exc}") from None
         self.redis = connection.connect(config.redis_url)
         self.store = Store(self.redis, config.prefix, config.buckets)
         self.runner = Runner(config, self.redis)
