@@ -9,8 +9,9 @@ characters.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
+
+from .clock import local_time
 
 FIELDS = ("run", "at", "ms", "outcome", "status", "error")
 ERROR_CHARS = 200
@@ -44,13 +45,14 @@ def decode(text: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def describe(entries: list[dict[str, Any]]) -> list[str]:
-    """The log as `delayd get` prints it: a heading, then one line per run, newest last."""
+def describe(entries: list[dict[str, Any]], tz: str | None = None) -> list[str]:
+    """The log as `delayd get` prints it: a heading, then one line per run, newest last (times as
+    clock.local_time shows them, in the task's zone `tz` too for a cron task)."""
     if not entries:
         return []
     out = [f"attempts     (last {len(entries)}, newest last)"]
     for a in entries:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["at"])) if isinstance(a["at"], float) else "?"
+        when = local_time(a["at"], tz) if isinstance(a["at"], float) else "?"
         status = "" if a["status"] is None else f" HTTP {a['status']}"
         out.append(f"  run {a['run']:<4} {when} {a['ms']:>9} ms  {a['outcome']}{status}"
                    + (f"  {a['error']}" if a["error"] else ""))

@@ -11,6 +11,7 @@ import difflib
 import functools
 import ipaddress
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -40,6 +41,8 @@ class Config:
 
     redis_url: str | None = option(None, "Redis URL; unset: the embedded Redis of state_dir")
     state_dir: str = option("", "pidfile, status, log and embedded Redis data; unset: ~/.local/state/delayd")
+    redis_socket_mode: str = option("700", "permissions of the embedded Redis's unix socket (octal; 770: "
+                                           "the daemon's group may add tasks too)")
     prefix: str = option("delayd:", "prefix of every key in Redis")
     name: str = option("", "shown in process titles when several daemons share a host")
     buckets: int = option(4, "bucket processes (fixed for a store once tasks exist)")
@@ -48,6 +51,8 @@ class Config:
     priority_weights: tuple = option((5, 3, 2), "claims per round for priority 3, 2, 1")
     allowed_modules: tuple = option(("delayd.examples",), "module prefixes call/callback targets may name")
     preload: tuple = option((), "modules queue processes import at start (must be allowed)")
+    pythonpath: tuple = option((), "directories put first on the import path of call targets, after the "
+                                   "directory delayd was started from (':'-separated; relative to it)")
     lease: float | None = option(None, "seconds a claim stays leased (renewed while running); "
                                        "unset: task_timeout + max(30 s, 20 %)")
     task_timeout: float = option(30.0, "seconds a handler may run before it is abandoned")
@@ -83,6 +88,7 @@ class Config:
     web_forwarded_allow_ips: tuple = option((), "proxies (addresses or networks, * = any) whose X-Forwarded-Proto "
                                                 "and X-Forwarded-For the dashboard believes; unset: none")
     source: str = field(default="", compare=False)  # the file read, if any
+    start_dir: str = field(default="", compare=False, repr=False)  # where `delayd start` ran (cwd when loaded)
     explicit: frozenset = field(default=frozenset(), compare=False, repr=False)  # options set by file/env/flag
     warnings: tuple = field(default=(), compare=False, repr=False)  # one line each: unknown DELAYD_* variables
     lease_derived: bool = field(default=False, init=False, compare=False, repr=False)  # lease follows task_timeout
@@ -90,6 +96,8 @@ class Config:
     def __post_init__(self) -> None:
         if not self.state_dir:
             self.state_dir = str(Path.home() / ".local" / "state" / "delayd")
+        if not self.start_dir:
+            self.start_dir = current_dir()
         if self.lease is None:
             self.lease, self.lease_derived = default_lease(self.task_timeout), True
 
@@ -122,6 +130,9 @@ class Config:
             raise ConfigError(f"lease ({self.lease:g} s) must be longer than task_timeout "
                               f"({self.task_timeout:g} s), or a running task could be taken twice; "
                               "leave lease unset and it follows task_timeout")
+        if not re.fullmatch(r"0?[0-7]{3}", self.redis_socket_mode):
+            raise ConfigError(f"redis_socket_mode must be octal permissions like 700 or 770, "
+                              f"got {self.redis_socket_mode!r}")
         if "{" in self.prefix or "}" in self.prefix or not self.prefix:
             raise ConfigError("prefix must be non-empty and must not contain '{' or '}'")
         if len(self.priority_weights) != 3 or any(w < 1 for w in self.priority_weights):
@@ -153,6 +164,16 @@ class Config:
         return Path(self.log_file) if self.log_file else Path(self.state_dir) / "delayd.log"
 
     @property
+    def import_path(self) -> tuple[str, ...]:
+        """What the daemon puts first on sys.path for call targets: the start directory, then
+        `pythonpath` (relative entries taken from the start directory), as gunicorn and rq do. Not
+        the state directory (systemd's WorkingDirectory): the embedded Redis writes files there."""
+        state = os.path.realpath(self.state_dir)
+        found = [self.start_dir] if self.start_dir and os.path.realpath(self.start_dir) != state else []
+        found += [os.path.normpath(os.path.join(self.start_dir, entry)) for entry in self.pythonpath]
+        return tuple(dict.fromkeys(found))
+
+    @property
     def retention_ms(self) -> int:
         return int(self.retention * 1000)
 
@@ -169,12 +190,21 @@ def _is_network(text: str) -> bool:
     return True
 
 
+def current_dir() -> str:
+    """The working directory, or '' when it was removed under us."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
 def default_lease(task_timeout: float) -> float:
     """The lease when none is set: longer than the task timeout by 30 s or 20 %, whichever is more."""
     return task_timeout + max(30.0, 0.2 * task_timeout)
 
 
-OPTIONS = tuple(f.name for f in fields(Config) if f.init and f.name not in ("source", "explicit", "warnings"))
+OPTIONS = tuple(f.name for f in fields(Config)
+                if f.init and f.name not in ("source", "start_dir", "explicit", "warnings"))
 ENV_PREFIX = "DELAYD_"
 # DELAYD_* variables that delayd reads but that are not options (no warning for them)
 NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
@@ -182,6 +212,7 @@ _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false":
           "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
 SECRETS = frozenset({"url_signing_secret", "web_token"})  # never quoted in an error
+LIST_SEPARATORS = {"pythonpath": ":"}  # how a variable spells a list; the others are comma-separated
 
 
 def env_var(option: str) -> str:
@@ -238,7 +269,7 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
     try:
         if kind == "tuple":
             if isinstance(value, str):
-                value = [v.strip() for v in value.split(",") if v.strip()]
+                value = [v.strip() for v in value.split(LIST_SEPARATORS.get(name, ",")) if v.strip()]
             if not isinstance(value, (list, tuple)):
                 raise TypeError("a list is expected")
             return tuple(int(v) for v in value) if name == "priority_weights" else tuple(str(v) for v in value)
@@ -270,8 +301,10 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
     return value
 
 
-def load(path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
-    """Build the configuration: defaults < file < environment < `overrides` (flags)."""
+def load(path: str | None = None, env: Mapping[str, str] | None = None, start_dir: str = "",
+         **overrides: Any) -> Config:
+    """Build the configuration: defaults < file < environment < `overrides` (flags); `start_dir`
+    (default: the working directory) is where relative `pythonpath` entries start from."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     path = path or env.get("DELAYD_CONFIG") or (str(SYSTEM_CONFIG) if SYSTEM_CONFIG.exists() else None)
@@ -294,13 +327,14 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None, **overri
     for name, value in overrides.items():
         if value is not None:
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
-    return Config(**values, explicit=frozenset(values), warnings=unknown_variables(env)).validate()
+    return Config(**values, start_dir=start_dir, explicit=frozenset(values),
+                  warnings=unknown_variables(env)).validate()
 
 
 def loader(path: str | None = None, **overrides: Any) -> Callable[[], Config]:
-    """load() with this file, the environment as it is now, and these flags: the start's
-    overrides are what a reload (SIGHUP) builds the config from again."""
-    return functools.partial(load, path, dict(os.environ), **overrides)
+    """load() with this file, the environment and working directory as they are now, and these
+    flags: the start's overrides are what a reload (SIGHUP) builds the config from again."""
+    return functools.partial(load, path, dict(os.environ), current_dir(), **overrides)
 
 
 def replace(config: Config, **changes: Any) -> Config:

@@ -37,13 +37,17 @@ def start(config: Config, reread: Callable[[], Config], foreground: bool) -> int
     if foreground:
         if config.log_file:
             log_mod.setup(config.log_level, config.log_format, config.log_file)
-        return Master(config, pidfile, reread).run()
+        answers: list[str] = []
+        code = Master(config, pidfile, reread, ready=answers.append).run()
+        if answers and answers[0] != "ok":  # said last, after the log of the stop (on stderr too)
+            print(f"delayd: error: {without_error_prefix(answers[0])}", file=sys.stderr)
+        return code
 
     read_end, write_end = os.pipe()
     if os.fork():  # the launcher: wait until the daemon says it is up (or why not)
         os.close(write_end)
         pidfile.close()
-        answer = read_answer(read_end)
+        answer = read_answer(read_end, START_TIMEOUT + config.heartbeat_timeout)
         if answer == "ok":
             print(f"delayd started (pid {read_pid(config.pid_path)}, log {config.log_path})")
             return 0
@@ -75,9 +79,14 @@ def start(config: Config, reread: Callable[[], Config], foreground: bool) -> int
         os._exit(code)
 
 
-def read_answer(fd: int) -> str:
+def without_error_prefix(answer: str) -> str:
+    return answer[len("error: "):] if answer.startswith("error: ") else answer
+
+
+def read_answer(fd: int, timeout: float) -> str:
+    """The daemon's start-up answer on the pipe: 'ok', the reason it failed, or '' if it said nothing."""
     data = b""
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + timeout
     while b"\n" not in data and (left := deadline - time.monotonic()) > 0:
         readable, _, _ = select.select([fd], [], [], left)
         if not readable:
@@ -86,8 +95,7 @@ def read_answer(fd: int) -> str:
         if not chunk:
             break
         data += chunk
-    text = data.decode(errors="replace").strip()
-    return text[len("error: "):] if text.startswith("error: ") else text
+    return without_error_prefix(data.decode(errors="replace").strip())
 
 
 def looked_in(config: Config) -> str:
@@ -138,15 +146,47 @@ def cpu_average(proc: psutil.Process) -> float:
 STARTING = {"running": False, "starting": True}
 
 
+def read_status(config: Config) -> dict[str, Any]:
+    """state_dir/status.json as the master last wrote it (no slots if there is none)."""
+    try:
+        return json.loads((Path(config.state_dir) / "status.json").read_text())
+    except (OSError, ValueError):
+        return {"slots": []}
+
+
+class ReloadFailed(RuntimeError):
+    """The master refused the new config, a new child did not come up, or no outcome came; one line."""
+
+
+RELOAD_CHECK_EVERY = 0.05  # seconds between looks at status.json while `delayd reload` waits
+
+
+def reload(config: Config) -> int | None:
+    """SIGHUP to the master, then wait for the outcome it records in status.json (its reload count
+    goes up). Returns the master's pid (None: not running); raises ReloadFailed. A master of an
+    earlier version, which records no outcome, is only signalled."""
+    before = read_status(config).get("reloads")
+    pid = signal_master(config, signal.SIGHUP)
+    if not pid or before is None:
+        return pid
+    timeout = config.heartbeat_timeout + 15  # the master waits up to heartbeat_timeout for new children
+    deadline = time.monotonic() + timeout
+    while (outcome := read_status(config)).get("reloads") == before:
+        if time.monotonic() > deadline:
+            raise ReloadFailed(f"the master (pid {pid}) did not report the reload's outcome within {timeout:g} s; "
+                               f"see {config.log_path}")
+        time.sleep(RELOAD_CHECK_EVERY)
+    if outcome.get("reload_error"):
+        raise ReloadFailed(outcome["reload_error"])
+    return pid
+
+
 def status(config: Config) -> dict[str, Any] | None:
     """Master and children as psutil sees them, with restart counts; STARTING, or None if not running."""
     pid = running_master(config.pid_path)
     if not pid:
         return dict(STARTING) if locked(config.pid_path) else None
-    try:
-        slots = json.loads((Path(config.state_dir) / "status.json").read_text())
-    except (OSError, ValueError):
-        slots = {"slots": []}
+    slots = read_status(config)
     by_pid = {s["pid"]: s for s in slots.get("slots", []) if s.get("pid")}
     try:
         master = psutil.Process(pid)
@@ -165,7 +205,18 @@ def status(config: Config) -> dict[str, Any] | None:
                 })
         except psutil.NoSuchProcess:
             continue
-    down = [s["name"] for s in slots.get("slots", []) if not s.get("pid")]
+    children = slots.get("slots", [])
+    down = [s["name"] for s in children if not s.get("pid")]
     return {"running": True, "pid": pid, "redis": slots.get("redis"), "processes": procs,
             "waiting_to_restart": down,
-            "crash_looping": [s["name"] for s in slots.get("slots", []) if s.get("crash_looping")]}
+            "crash_looping": [s["name"] for s in children if s.get("crash_looping")],
+            "children": children,
+            "problems": [problem(s) for s in children if not s.get("pid") or s.get("crash_looping")]}
+
+
+def problem(slot: dict[str, Any]) -> str:
+    """One line on a child that is down or crash-looping: what `status` reports as degraded."""
+    state = "crash-looping" if slot.get("crash_looping") else "down, waiting to restart"
+    restarts = slot.get("restarts", 0)
+    text = f"{slot['name']} is {state} (restarted {restarts} time{'' if restarts == 1 else 's'})"
+    return text + (f": {slot['last_error']}" if slot.get("last_error") else "")

@@ -1,7 +1,8 @@
 """The embedded Redis: a private redis-server under the state directory.
 
 Used when no Redis URL is configured. It listens on a unix socket only (no TCP
-port, no password needed), persists with AOF (`appendfsync everysec`) and never
+port, no password needed; only the daemon's user may connect, or its group with
+redis_socket_mode 770), persists with AOF (`appendfsync everysec`) and never
 evicts keys, which is what delayd's no-loss promise needs.
 """
 from __future__ import annotations
@@ -35,13 +36,14 @@ def find_redis_server() -> str:
     return str(candidate)
 
 
-def server_args(state_dir: str | os.PathLike) -> list[str]:
-    """Command line of the embedded redis-server (config given as arguments, no file)."""
+def server_args(state_dir: str | os.PathLike, socket_mode: str = "700") -> list[str]:
+    """Command line of the embedded redis-server (config given as arguments, no file); `socket_mode`
+    is the socket's permissions (config redis_socket_mode)."""
     state = Path(state_dir)
     return [
         find_redis_server(),
         "--port", "0",
-        "--unixsocket", str(socket_path(state)), "--unixsocketperm", "700",
+        "--unixsocket", str(socket_path(state)), "--unixsocketperm", socket_mode,
         "--dir", str(state),
         "--appendonly", "yes", "--appendfsync", "everysec",
         "--maxmemory-policy", "noeviction",

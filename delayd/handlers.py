@@ -13,7 +13,9 @@ queue's event loop: delayd.url):
 
 A `call`/`callback` target is checked against `allowed_modules` *before* anything is
 imported, and is resolved with plain `importlib` + `getattr`: nothing read from Redis is
-ever eval-ed or unpickled.
+ever eval-ed or unpickled. A queue process puts the directory delayd was started from and
+`pythonpath` first on sys.path (`use_import_path`); a target that cannot be found says
+where it was looked for.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import asyncio
 import importlib
 import inspect
 import os
+import sys
 import threading
 import traceback
 import types
@@ -42,13 +45,16 @@ class Outcome:
     """The result of one run: `kind` is 'ok', 'failed', 'retry', or 'defer' (not run: the
     URL's circuit is open); `error` says why (one line). URL runs add the HTTP `status`,
     the `answer` (excerpt) of a success, and `wait`: seconds before which the next run
-    may not start (Retry-After; for defer, the time until the circuit's probe)."""
+    may not start (Retry-After; for defer, the time until the circuit's probe). `asked`: a
+    retry the handler's own answer asked for (SPEC section 2: anything but success or fail),
+    no error of the run, so logged at INFO rather than WARNING."""
 
     kind: str
     error: str = ""
     status: int | None = None
     wait: float = 0.0
     answer: str = ""
+    asked: bool = False
 
 
 OK = Outcome("ok")
@@ -79,8 +85,8 @@ def outcome_of(value: Any) -> Outcome:
             return OK
         if answer == "fail":
             return Outcome("failed", "handler returned 'fail'")
-    return Outcome("retry", f"handler returned {_safe_repr(value)}; "
-                            "expected 'success' or True, 'fail' or False")
+    return Outcome("retry", f"handler returned {_safe_repr(value)}: not done yet "
+                            "(done: 'success' or True; failed: 'fail' or False)", asked=True)
 
 
 def describe_exception(exc: BaseException, skip: int = 0) -> str:
@@ -93,7 +99,8 @@ def describe_exception(exc: BaseException, skip: int = 0) -> str:
     except Exception:
         message = ""
     text = type(exc).__name__ + (f": {clip(message, 500)}" if message.strip() else "")
-    frames = traceback.extract_tb(exc.__traceback__)[skip:][-TRACE_FRAMES:]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)[skip:]
+              if not f.filename.startswith("<frozen ")][-TRACE_FRAMES:]  # importlib's own frames say nothing
     if frames:
         where = " > ".join(
             f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" + (f": {clip(f.line, 80)}" if f.line else "")
@@ -116,17 +123,41 @@ class TargetUnavailable(Exception):
 # allowlist is checked on every run, before this cache is consulted.
 _targets: dict[str, Callable[..., Any]] = {}
 _targets_lock = threading.Lock()
+_import_path: tuple[str, ...] = ()  # what use_import_path put first on sys.path
+
+
+def use_import_path(entries: tuple[str, ...]) -> None:
+    """Put `entries` (Config.import_path) first on sys.path, in order, for this process."""
+    global _import_path
+    sys.path[:] = [*entries, *(p for p in sys.path if p not in entries)]
+    _import_path = entries
+    importlib.invalidate_caches()
+
+
+def searched() -> str:
+    """Where a missing module was looked for, for an error message."""
+    first = f"first: {', '.join(_import_path)} (the start directory and pythonpath), then " if _import_path else ""
+    return f"searched {first}PYTHONPATH and site-packages"
+
+
+def import_module(module_name: str, of: str = "") -> types.ModuleType:
+    """Import a target's (`of`: " of 'mod:func'") or preload's module; TargetUnavailable says why
+    not, and where it looked for a module that was not found."""
+    try:
+        return importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:  # ImportError, SyntaxError, whatever the module raises
+        where = ""
+        if isinstance(exc, ImportError):
+            importlib.invalidate_caches()  # so that code deployed before the next run is found
+            where = f" ({searched()})" if isinstance(exc, ModuleNotFoundError) else ""
+        # skip=2: this frame and importlib.import_module's; the module's own frames stay
+        raise TargetUnavailable(f"cannot import module {module_name!r}{of}: {describe_exception(exc, skip=2)}"
+                                f"{where}") from None
 
 
 def _load(target: str) -> Callable[..., Any]:
     module_name, _, path = target.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except (Exception, SystemExit) as exc:  # ImportError, SyntaxError, whatever the module raises
-        if isinstance(exc, ImportError):
-            importlib.invalidate_caches()  # so that code deployed before the next run is found
-        raise TargetUnavailable(f"cannot import module {module_name!r} of {target!r}: "
-                            f"{describe_exception(exc)}") from None
+    module = obj = import_module(module_name, of=f" of {target!r}")
     for part in path.split("."):
         if part.startswith("__"):
             raise TargetRefused(f"{target!r} names {part!r}: a target must be a function or class "
@@ -134,8 +165,8 @@ def _load(target: str) -> Callable[..., Any]:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise TargetUnavailable(f"module {module_name!r} has no attribute {path!r} "
-                                f"(for {target!r})") from None
+            raise TargetUnavailable(f"module {module_name!r} has no attribute {path!r} (for {target!r}; the "
+                                    f"module was loaded from {getattr(module, '__file__', None) or '?'})") from None
         except Exception as exc:  # a module __getattr__ that raises something else
             raise TargetUnavailable(f"cannot resolve {target!r}: {describe_exception(exc)}") from None
         if isinstance(obj, types.ModuleType):

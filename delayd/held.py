@@ -8,7 +8,8 @@ own pool aside instead, and sends requests packed by the caller (delayd.resp) on
 socket, reading each reply with a hiredis reader of its own. redis-py still opens the
 connection (AUTH, SELECT, TLS, client name) and owns its retry policy. A thread that
 finds the held connection busy takes redis-py's usual path, so threads never wait for
-each other here.
+each other here. The redis-py internals this needs are checked first (delayd.redis_internals):
+without them no connection is held and every add takes redis-py's public path.
 
 Before each request the socket is polled once: a server that closed it while it sat
 idle (a Redis restart) gets a fresh connection, as the pool's checkout does. Any error
@@ -31,7 +32,8 @@ from typing import Any, Iterator
 
 import hiredis
 import redis
-from redis._parsers import BaseParser  # redis-py's mapping of error replies to its exceptions
+
+from . import redis_internals
 
 READ_SIZE = 65536
 
@@ -106,7 +108,7 @@ class HeldConnection:
             conn.connect()  # redis-py's handshake: AUTH, SELECT, TLS...
             encoder = conn.encoder
             self.reader = hiredis.Reader(protocolError=redis.exceptions.InvalidResponse,
-                                         replyError=BaseParser.parse_error, errors=encoder.encoding_errors,
+                                         replyError=redis_internals.parse_error, errors=encoder.encoding_errors,
                                          **({"encoding": encoder.encoding} if encoder.decode_responses else {}))
             self.poller = select.poll()
             self.poller.register(conn._sock, select.POLLIN)
@@ -138,7 +140,7 @@ def drop_if_stale(conn: Any) -> None:
     """Disconnect `conn` if the server closed it while it sat idle (a Redis restart) or it has
     unread data, as the pool's checkout does (one poll()); the next send reconnects."""
     try:
-        stale = conn._sock is not None and conn.can_read()
+        stale = redis_internals.connected(conn) and conn.can_read()
     except (redis.exceptions.ConnectionError, OSError):
         stale = True
     if stale:
@@ -146,8 +148,10 @@ def drop_if_stale(conn: Any) -> None:
 
 
 def held(client: Any) -> HeldConnection | None:
-    """A HeldConnection for a plain redis.Redis on a plain pool; None for Cluster and Sentinel."""
-    if type(client) is redis.Redis and type(client.connection_pool) is redis.ConnectionPool:
+    """A HeldConnection for a plain redis.Redis on a plain pool; None for Cluster and Sentinel,
+    and where this redis-py lacks the internals it uses (see delayd.redis_internals)."""
+    if (type(client) is redis.Redis and type(client.connection_pool) is redis.ConnectionPool
+            and redis_internals.fit(client.connection_pool)):
         return HeldConnection(client)
     return None
 

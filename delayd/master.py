@@ -33,7 +33,7 @@ from .log import event
 from .pidfile import PidFile
 from .preflight import StartError, check_redis
 from .slots import KILL_AFTER_ABORT, Retiring, Slot, backdate, close_quietly, describe_exit, heartbeat_file, \
-    silent_for
+    read_note, silent_for
 from .web import child as web_child
 from .worker import HANDLED_SIGNALS, REDIS_ERRORS, set_death_signal, start_child, title
 
@@ -58,6 +58,8 @@ class Master:
         self.retiring: dict[int, Retiring] = {}
         self.stopping = False
         self.started = time.time()
+        self.reloads = 0           # SIGHUPs handled, and the last one's error ('' = reloaded): status.json
+        self.reload_error = ""
         self.watchdog = notify.watchdog_interval()
         self.next_watchdog = time.monotonic()
         self.metrics = None
@@ -205,6 +207,7 @@ class Master:
             return True
         except OSError as exc:
             delay = slot.back_off()
+            slot.last_error = f"spawn failed: {exc}"
             event(log, "spawn_failed", logging.ERROR, child=slot.name, error=str(exc), retry_in_s=delay)
             return False
 
@@ -228,7 +231,7 @@ class Master:
 
     def spawn_redis(self) -> int:
         Path(self.config.state_dir).mkdir(parents=True, exist_ok=True)
-        args = embedded.server_args(self.config.state_dir)
+        args = embedded.server_args(self.config.state_dir, self.config.redis_socket_mode)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -266,18 +269,28 @@ class Master:
             time.sleep(0.02)  # start-up only: Redis has no readiness signal to wait on
         client.close()
 
-    def wait_children_up(self, timeout: float = 15.0) -> None:
-        """Until every Python child has touched its heartbeat once (or timeout).
+    def wait_children_up(self) -> None:
+        """Until every Python child has touched its heartbeat once. A child that dies first (or
+        cannot be forked), or one still silent after heartbeat_timeout, fails the start: StartError
+        with the error it left (so `delayd start` says it, and systemd never hears READY=1).
 
         A stop signal ends the wait at once; other signals are kept for the main loop."""
+        timeout = self.config.heartbeat_timeout
         deadline = time.monotonic() + timeout
         kept = []
-        while time.monotonic() < deadline:
+        while True:
             self.reap()
-            waiting = [s for s in self.slots if s.kind != "redis" and s.pid is not None
-                       and os.fstat(s.heartbeat).st_mtime < s.spawned_at - 0.5]
+            for slot in self.slots:
+                note = read_note(slot.heartbeat) if slot.pid and slot.heartbeat is not None else ""
+                if slot.pid is None or note:  # dead, or dying: its note also touched the heartbeat file
+                    raise StartError(f"{slot.name} could not start: {note or slot.last_error}")
+            waiting = [s for s in self.slots
+                       if s.kind != "redis" and os.fstat(s.heartbeat).st_mtime < s.spawned_at - 0.5]
             if not waiting:
                 break
+            if time.monotonic() >= deadline:
+                raise StartError(f"{', '.join(s.name for s in waiting)} did not come up within {timeout:g} s "
+                                 "(heartbeat_timeout); see the log")
             try:
                 sig = self.events.get(timeout=0.05)
             except queue_mod.Empty:
@@ -315,9 +328,11 @@ class Master:
             event(log, "child_stopped", child=slot.name, child_pid=pid, how=describe_exit(status))
             return
         delay = slot.died(ran)
+        note = read_note(slot.heartbeat) if slot.heartbeat is not None else ""
+        slot.last_error = note or describe_exit(status)
         level = logging.CRITICAL if slot.crash_looping else logging.WARNING
         event(log, "child_died", level, child=slot.name, child_pid=pid, how=describe_exit(status),
-              ran_s=round(ran, 3), restart_in_s=delay, crash_looping=slot.crash_looping or None)
+              ran_s=round(ran, 3), restart_in_s=delay, crash_looping=slot.crash_looping or None, error=note or None)
         self.write_status()
 
     def check_heartbeats(self) -> None:
@@ -385,7 +400,9 @@ class Master:
         self.write_status()
 
     def reload(self) -> None:
-        """SIGHUP: reread the config and replace the children one by one."""
+        """SIGHUP: reread the config and replace the children one by one; children waiting to restart
+        start at once (the reload may be their fix). The outcome goes to status.json, where `delayd
+        reload` waits for it: refused (the old config keeps running), or a child that did not come up."""
         notify.reloading()
         try:
             new = self.reread()
@@ -394,8 +411,7 @@ class Master:
             if new.buckets != self.config.buckets or new.prefix != self.config.prefix:
                 raise config_mod.ConfigError("buckets and prefix cannot change on reload; restart instead")
         except config_mod.ConfigError as exc:
-            event(log, "reload_failed", logging.ERROR, error=str(exc))
-            notify.notify("READY=1\nSTATUS=reload failed, running the old config")
+            self.reloaded(f"{exc}; the old config keeps running", "reload failed, running the old config")
             return
         self.config = new
         log_mod.setup(new.log_level, new.log_format, log_mod.current_path())
@@ -410,9 +426,24 @@ class Master:
                 old = self.retire(slot)
                 self.spawn(slot)          # the new child starts before the old one is told to stop
                 self.kill(old, signal.SIGTERM)
+            elif slot.kind != "redis":
+                slot.start_at = time.monotonic()
         self.spawn_due()
+        try:
+            self.wait_children_up()
+        except StartError as exc:
+            self.reloaded(f"the new config is in use, but {exc}", "reloaded, a child is down")
+            return
         event(log, "reloaded", queues=wanted)
-        notify.notify("READY=1\nSTATUS=running")
+        self.reloaded("", "running")
+
+    def reloaded(self, error: str, status: str) -> None:
+        """Record a reload's outcome ('' = done) for `delayd reload`, and end systemd's RELOADING=1."""
+        if error:
+            event(log, "reload_failed", logging.ERROR, error=error)
+        self.reloads += 1
+        self.reload_error = error
+        notify.notify(f"READY=1\nSTATUS={status}")
         self.write_status()
 
     def stop_all(self) -> None:
@@ -461,8 +492,9 @@ class Master:
         data = {"pid": os.getpid(), "started": self.started,
                 "redis": connection.redact(self.config.redis_url), "embedded_redis": self.embedded,
                 "metrics": "http://{}:{}/metrics".format(*self.metrics.address) if self.metrics else None,
+                "reloads": self.reloads, "reload_error": self.reload_error,
                 "slots": [{"name": s.name, "pid": s.pid, "restarts": s.restarts,
-                           "crash_looping": s.crash_looping} for s in self.slots]}
+                           "crash_looping": s.crash_looping, "last_error": s.last_error} for s in self.slots]}
         path = Path(self.config.state_dir) / "status.json"
         tmp = path.with_suffix(".tmp")
         try:

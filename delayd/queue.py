@@ -27,7 +27,6 @@ sleeps in one place.
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 import logging
 import math
@@ -42,7 +41,7 @@ from typing import Any, Callable
 from . import attempts, connection
 from . import log as log_mod
 from .config import Config
-from .handlers import Outcome, Runner
+from .handlers import Outcome, Runner, TargetUnavailable, import_module, use_import_path
 from .link import Link
 from .log import event
 from .pool import Pool
@@ -50,7 +49,7 @@ from .steps import ScriptCall
 from .store import PRIORITIES, SCHEDULE_ENDS, Claimed, Finish, Store, ready_channel
 from .task import RETRY_JITTER, Task, TaskError
 from .url.engine import Engine
-from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, listen
+from .worker import REDIS_ERRORS, Heartbeat, RedisHealth, StartupFailure, listen
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
@@ -107,8 +106,12 @@ class QueueWorker:
         self.config = config
         self.index = index
         self.heartbeat = heartbeat
-        for module in config.preload:  # import errors show at start, not at the first run
-            importlib.import_module(module)
+        use_import_path(config.import_path)
+        for module in config.preload:  # an import error fails `delayd start`, not the first run
+            try:
+                import_module(module)
+            except TargetUnavailable as exc:
+                raise StartupFailure(f"preload: {exc}") from None
         self.redis = connection.connect(config.redis_url)
         self.store = Store(self.redis, config.prefix, config.buckets)
         self.runner = Runner(config, self.redis)
@@ -273,7 +276,8 @@ class QueueWorker:
               error=error.splitlines()[0][:300] if error else None,
               # A line per successful run only at DEBUG: at thousands of runs/s it would
               # cost a third of the process's time and gigabytes of log a day.
-              level=logging.DEBUG if kind in ("ok", "defer") else logging.WARNING)
+              level=logging.DEBUG if kind in ("ok", "defer") else
+              logging.INFO if kind == "retry" and outcome.asked else logging.WARNING)
         attempt = "" if kind == "defer" or not self.config.attempts_kept else attempts.encode(
             task.runs, run.claimed_ms + round((run.started - run.claimed) * 1000), elapsed_ms, kind, outcome.status,
             error or outcome.answer)

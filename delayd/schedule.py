@@ -11,16 +11,20 @@ instant by one rule:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from datetime import datetime, timedelta, timezone
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
 UTC = timezone.utc
 MIN_EVERY = 1.0
 MAX_EVERY = 10 * 365 * 86400
+# Names available_timezones() lists that are no place: `localtime` (a Debian symlink to the
+# host's own zone, so each host would compute its own due times) and tzdata's `Factory` (zone unknown).
+NOT_PLACES = frozenset({"localtime", "Factory"})
 
 
 class ScheduleError(ValueError):
@@ -36,15 +40,23 @@ def check_every(value: object) -> float:
     return int(value) if float(value).is_integer() else float(value)
 
 
+@functools.cache
+def zone_names() -> frozenset[str]:
+    """The IANA zone names a task may give: once per process (it opens every zone file)."""
+    return frozenset(available_timezones()) - NOT_PLACES
+
+
 @functools.lru_cache(maxsize=256)
 def zone(name: object) -> ZoneInfo:
-    """The IANA zone `name` (e.g. Europe/Berlin); ScheduleError if there is none."""
+    """The IANA zone `name` (e.g. Europe/Berlin); ScheduleError if there is none. Only names
+    that zone_names() lists: not a file of the zone directory that is no zone of a place
+    (`posixrules`, `right/UTC`, `localtime`)."""
     if not isinstance(name, str) or not name:
         raise ScheduleError(f"tz must be an IANA zone name like Europe/Berlin, got {name!r}")
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ScheduleError(f"unknown time zone {name!r} (an IANA name like Europe/Berlin or UTC)") from None
+    if name in zone_names():
+        with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
+            return ZoneInfo(name)
+    raise ScheduleError(f"unknown time zone {name!r} (an IANA name like Europe/Berlin or UTC)")
 
 
 def check_cron(expr: object) -> str:

@@ -6,7 +6,8 @@
                   a spawn that fails (fork, mkstemp: EAGAIN, EMFILE) backs off the same way
     heartbeat     each Python child touches its own unlinked temp file with the monotonic
                   clock (system-wide on Linux, so a wall-clock step changes nothing); one
-                  silent for heartbeat_timeout gets SIGABRT, then SIGKILL
+                  silent for heartbeat_timeout gets SIGABRT, then SIGKILL; a child that dies of an
+                  exception writes why into it (worker.leave_note), the slot's `last_error`
     retiring      a child replaced by a reload or removed by SIGTTOU: told to stop, it keeps
                   its own heartbeat file until it exits, and is killed if it outlives its
                   graceful timeout
@@ -38,6 +39,7 @@ class Slot:
     heartbeat: int | None = None     # fd of the current child's heartbeat file
     aborted_at: float | None = None
     spawned_at: float = 0.0          # monotonic time of the last spawn (the heartbeat's clock)
+    last_error: str = ""             # why its last child died: its note, else how it exited
 
     @property
     def name(self) -> str:
@@ -85,11 +87,17 @@ def heartbeat_file(slot: Slot) -> int:
 
 
 def backdate(fd: int) -> float:
-    """Set the heartbeat a second into the past, so that "up" means the child itself touched it.
-    Returns now (monotonic)."""
+    """Empty the heartbeat file (the last child's note) and set it a second into the past, so that
+    "up" means the child itself touched it. Returns now (monotonic)."""
+    os.ftruncate(fd, 0)
     now = time.monotonic()
     os.utime(fd, (now - 1, now - 1))
     return now
+
+
+def read_note(fd: int) -> str:
+    """What a dead child wrote into its heartbeat file ('' if nothing)."""
+    return os.pread(fd, 4096, 0).decode(errors="replace").strip()
 
 
 def silent_for(fd: int) -> float:

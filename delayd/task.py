@@ -30,6 +30,7 @@ MAX_NAME = 512
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
+_BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
 
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode
@@ -215,7 +216,8 @@ class Task:
         """Validate user input and build a task; raise TaskError with one clear line.
 
         params_limit=None is for params just decoded from JSON (a stored record):
-        they need no serialisability check or copy.
+        they need no serialisability check or copy, and its URL is not held to the add-time
+        rule on whitespace (a task stored before the rule keeps running).
         """
         topic = check_topic(topic)
         id = _check_name("id", id)
@@ -234,6 +236,11 @@ class Task:
                 parts = None
             if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
                 raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
+            if params_limit is not None and _BAD_URL_CHARS.search(url):
+                raise TaskError(f"url must not contain spaces or control characters (percent-encode them), "
+                                f"got {url!r}")
+            if params_limit is not None and not url.isascii() and not is_utf8(url):
+                raise TaskError("url is not valid UTF-8 text")
         if push is not None:
             push = _check_name("push list", push)
         if method != "GET" and (not isinstance(method, str) or method.upper() not in METHODS):
@@ -251,6 +258,10 @@ class Task:
                 raise TaskError(f"params are not JSON-serialisable: {exc}") from None
             if len(encoded.encode()) > params_limit:
                 raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
+            # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as
+            # \udcNN like a character outside the BMP: checked only when such an escape is there.
+            if "\\ud" in encoded and not is_utf8(json.dumps(params, ensure_ascii=False)):
+                raise TaskError("params are not valid UTF-8 text")
             params = json.loads(encoded)
         if persistent is not True and persistent is not False:
             raise TaskError("persistent must be true or false")

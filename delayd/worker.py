@@ -27,8 +27,29 @@ PR_SET_PDEATHSIG = 1
 # Dying would cost the outcomes a queue process holds and crash-loop every bucket
 # process into the master's backoff; waiting it out costs nothing.
 REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+NOTE_BYTES = 2000  # at most this much of a dying child's note is kept
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGQUIT)
+
+
+class StartupFailure(RuntimeError):
+    """A child cannot do its work (e.g. a preload module does not import); the message is one line."""
+
+
+def crash_note(exc: BaseException) -> str:
+    """One line on why a child died, for its master (`delayd start`, `delayd status`)."""
+    if isinstance(exc, StartupFailure):
+        return str(exc)
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def leave_note(fd: int, note: str) -> None:
+    """Write `note` into the child's heartbeat file (the master emptied it at the spawn), in one
+    write: the master reads it as the child's last error, and a note means "not up"."""
+    try:
+        os.pwrite(fd, note.encode(errors="backslashreplace")[:NOTE_BYTES], 0)
+    except OSError:
+        pass  # the log has the traceback anyway
 
 
 def set_death_signal(sig: int, parent: int) -> None:
@@ -149,7 +170,8 @@ def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Co
                 keep: tuple[int, ...] = ()) -> int:
     """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid.
 
-    The child closes every inherited descriptor but its heartbeat, the log and `keep`.
+    The child closes every inherited descriptor but its heartbeat, the log and `keep`. A child
+    that dies of an exception leaves a one-line note in its heartbeat file (leave_note).
     """
     parent = os.getpid()
     pid = os.fork()
@@ -169,8 +191,9 @@ def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Co
         body(config, Heartbeat(heartbeat_fd))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - a child must never return into the master's code
+    except BaseException as exc:  # noqa: BLE001 - a child must never return into the master's code
         logging.getLogger("delayd").exception("child_crashed", extra={"fields": {"role": role}})
+        leave_note(heartbeat_fd, crash_note(exc))
         code = 1
     finally:
         logging.shutdown()

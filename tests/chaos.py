@@ -492,7 +492,7 @@ class Chaos:
                 res.wrong_status[member] = statuses[member]
 
     def retried(self) -> set[str]:
-        """Tasks of which a run ended in a retry (the daemon logs those at WARNING)."""
+        """Tasks of which a run ended in a retry (the daemon logs each such run at INFO or above)."""
         found = set()
         for path in sorted(self.state_dir.glob("delayd-*.log")):
             with open(path, errors="replace") as lines:

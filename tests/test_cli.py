@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from delayd import Client
 from delayd.cli import build_parser
 from redis_server import free_port
+from test_store import promote_all
 
 SECTION_2_FIELDS = {"topic", "id", "call", "url", "params", "intervals", "persistent", "priority", "callback",
                     "status", "created_at", "due_at", "last_run_at", "runs", "last_error"}
@@ -83,10 +85,24 @@ def test_get_text(redis_url):
     assert "status" in out and "delayed" in out and "a:b" in out and '{"x": 1}' in out
 
 
+def test_get_text_shows_method_and_body_of_url_tasks_only(redis_url):
+    delayd("add", "t", "call", "--call", "a:b")
+    delayd("add", "t", "url", "--url", "http://h/n", "--method", "POST", "--body", "json")
+    names = {key: {line.split()[0] for line in delayd("get", "t", key).stdout.splitlines()} for key in ("call", "url")}
+    assert not {"method", "body"} & names["call"] and {"method", "body"} <= names["url"]
+    assert {"method", "body"} <= json.loads(delayd("get", "t", "call", "--json").stdout).keys()
+
+
 def test_get_missing_exits_1(redis_url):
     proc = delayd("get", "nope", "1", check=1)
     assert "not found" in one_line_error(proc) and proc.stdout == ""
     assert "not found" in one_line_error(delayd("get", "nope", "1", "--json", check=1))
+
+
+def test_a_name_that_is_not_utf8_is_shown_as_xNN(redis_url):
+    for verb in ("get", "del", "retry", "run"):
+        proc = delayd(verb, "c", "\udcfe", check=1)  # argv byte 0xfe
+        assert one_line_error(proc) == "delayd: error: not found: c:\\xfe", verb
 
 
 def test_nx_exits_0_both_ways(redis_url):
@@ -147,6 +163,38 @@ def test_stats(redis_url):
     assert stats["next_due_at"] == 2_000_000_000.0 and stats["oldest_due_at"] is None and set(stats["ready"]) == {"1", "2", "3"}
     text = delayd("stats").stdout
     assert "delayed=1" in text and "deleted=1" in text and "bucket 0" in text
+
+
+def test_every_time_says_its_zone(redis_url):
+    """add, get, ls and stats name the zone of each time; a cron task's times are in its zone first,
+    with the local time beside them (issue 25: 'due 2026-12-07 02:00:00.000' beside 'in Europe/Berlin')."""
+    utc = {"TZ": "UTC"}
+    cron_due = r"\d{4}-\d\d-\d\d 03:00:00\.000 CES?T \(0[12]:00:00 UTC\)"
+    added = delayd("add", "report", "daily", "--call", "x:y", "--cron", "0 3 * * mon-fri", "--tz", "Europe/Berlin",
+                   env=utc).stdout
+    assert re.fullmatch(r"added report:daily due " + cron_due + "\n", added), added
+    got = delayd("get", "report", "daily", env=utc).stdout
+    assert re.search(r"\ndue_at +" + cron_due + r", unix \d+\.000\n", got), got
+    assert re.search(r"\ncreated_at +\S+ \S+ CES?T \(\S+ UTC\), unix ", got), got
+    delayd("add", "t", "1", "--call", "x:y", "--at", "2033-05-18T03:33:20Z", env=utc)
+    assert "due_at       2033-05-18 03:33:20.000 UTC, unix 2000000000.000" in delayd("get", "t", "1", env=utc).stdout
+    berlin = delayd("get", "t", "1", env={"TZ": "Europe/Berlin"}).stdout
+    assert "due_at       2033-05-18 05:33:20.000 CEST, unix 2000000000.000" in berlin, "local time, named"
+    listed = delayd("ls", env=utc).stdout
+    assert re.search(r"report:daily +delayed +0 \d{4}-\d\d-\d\d 03:00:00\.000 CES?T ", listed), listed
+    assert re.search(r"t:1 +delayed +0 2033-05-18 03:33:20\.000 UTC ", listed), listed
+    header, *rows = listed.splitlines()
+    assert {row.index("call:x:y") for row in rows} == {header.index("TARGET")}, "the columns stay aligned"
+    stats = delayd("stats", env=utc).stdout
+    assert re.search(r"next \d{4}-\S+ 0[12]:00:00\.000 UTC\n", stats) and re.search(r"next=\S+ \S+ UTC\n", stats)
+
+
+def test_stats_counts_parked_tasks_in_words(redis_url, client):
+    client.add("mail", 1, push="out")
+    client.pause("mail")
+    for bucket in range(client.store.buckets):
+        promote_all(client.store, bucket)  # the due task is parked, not made ready
+    assert "paused   mail (1 due task waiting for resume)" in delayd("stats").stdout
 
 
 # -- del / retry -------------------------------------------------------------------
@@ -212,10 +260,12 @@ INVALID_TASKS = [
     (["--call", "a:b", "--intervals", "0,-5"], "interval"),
     (["--call", "a:b", "--intervals", "nan"], "interval"),
     (["--url", "ftp://h/x"], "url"),
+    (["--url", "http://h/a b"], "url must not contain spaces"),
     (["--call", "a:b", "--at", "next tuesday"], "at"),
     (["--call", "a:b", "--timeout", "0"], "timeout"),
     (["--call", "a:b", "--callback", "nope"], "callback"),
     (["--push", "has space"], "push"),
+    (["--call", "a:b", "--params", '{"x": "\udcff"}'], "params are not valid UTF-8"),  # argv byte 0xff
 ]
 
 
@@ -281,6 +331,11 @@ def test_help_on_every_verb():
     for verb, proc in zip(verbs, delayd_many([[verb, "--help"] for verb in verbs])):
         assert proc.returncode == 0, (verb, proc.stderr)
         assert proc.stdout.startswith(f"usage: delayd {verb}"), (verb, proc.stdout)
+
+
+def test_add_help_says_intervals_are_gaps():
+    text = " ".join(delayd("add", "--help").stdout.split())
+    assert "gaps in seconds, each from the previous run's due time: 0,30,60 runs at +0, +30, +90 s" in text
 
 
 def test_top_level_help_lists_task_verbs():

@@ -16,7 +16,7 @@ SAMPLE_VALUES = {"str": "x", "str | None": "redis://127.0.0.1:1/0", "int": "7", 
 def test_every_option_has_its_variable(name):
     kind = config_mod._TYPES[name]
     value = {"priority_weights": "4,2,1", "log_level": "debug", "log_format": "json",
-             "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd",
+             "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd", "redis_socket_mode": "770",
              "url_signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
              "web_forwarded_allow_ips": "10.0.0.0/8"}.get(name, SAMPLE_VALUES[kind])
     env = {f"DELAYD_{name.upper()}": value}
@@ -108,3 +108,12 @@ def test_start_help_lists_every_option_with_its_variable_and_never_a_configured_
         assert "url_host_concurrency  DELAYD_URL_HOST_CONCURRENCY  (default 16)" in out
         assert "attempts_kept  DELAYD_ATTEMPTS_KEPT  (default 10)" in out
         assert secret not in out and secret.removeprefix("whsec_") not in out and token not in out
+
+
+def test_pythonpath_is_colon_separated_and_counts_from_the_start_directory():
+    c = config_mod.load(None, env={"DELAYD_PYTHONPATH": "lib:/srv/shared:lib/../lib:"}, start_dir="/srv/app")
+    assert c.pythonpath == ("lib", "/srv/shared", "lib/../lib")
+    assert c.import_path == ("/srv/app", "/srv/app/lib", "/srv/shared")  # the start directory first, once each
+    assert config_mod.replace(c, queues=3).import_path == c.import_path  # a reload's copy keeps the start directory
+    in_state = config_mod.load(None, env={"DELAYD_STATE_DIR": "/srv/app/"}, start_dir="/srv/app")
+    assert in_state.import_path == ()  # systemd's WorkingDirectory, where the embedded Redis writes files

@@ -172,6 +172,7 @@ READY_CASES = [
     ("status", None, "ready entry with status (none)"),
     ("spec", b"{this is not a task \xff", "field 'spec' is not UTF-8"),
     ("spec", "[1, 2]", "spec is not a JSON object"),
+    ("spec", '{"call":"a:b","cron":"* * * * *","tz":"localtime"}', "unknown time zone 'localtime'"),
     ("spec", None, "record does not parse"),
     ("(list)", None, "record is a list, not a hash"),
     ("(string)", None, "record is a string, not a hash"),
@@ -360,7 +361,8 @@ def test_the_daemon_sets_corrupt_records_aside_and_restarts_no_child(daemon, cli
     children = {c.pid for c in daemon.children()}
     params = {"list": "ran", "redis": redis_url}
     damage = {"c:utf8": ("spec", b"{this is not a task \xff"), "c:due": ("due", "soon"), "c:list": ("(list)", None),
-              "c:status": ("status", "zzz")}
+              "c:status": ("status", "zzz"),
+              "c:tz": ("spec", '{"call":"delayd.examples:record","cron":"* * * * *","tz":"posixrules"}')}
     for member, (field, value) in damage.items():
         client.add(*member.split(":"), call="delayd.examples:record", params=params, delay=3600)
         corrupt(r, client.store, member, field, value)

@@ -1,6 +1,7 @@
 """The daemon as operators see it: real processes, real signals, real Redis."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -63,7 +64,6 @@ def test_status_exit_codes(daemon, tmp_path):
     assert "delayd: bucket 0" in out.stdout and "delayd: queue 1" in out.stdout
     out = delayd("status", "--json", env=daemon.env)
     assert out.returncode == 0
-    import json
     state = json.loads(out.stdout)
     assert state["pid"] == daemon.proc.pid and len(state["processes"]) == 5
     other = {**daemon.env, "DELAYD_STATE_DIR": str(tmp_path / "nothing")}
@@ -146,11 +146,27 @@ def test_ttin_ttou_resize_queues(daemon):
     wait_for(lambda: len(daemon.children("queue")) == 1, 15, message="one queue process left")
 
 
-def test_crashing_child_backs_off(redis_url, tmp_path):
-    d = Daemon(redis_url, tmp_path / "d", queues=1, DELAYD_ALLOWED_MODULES="delayd.examples,nosuchmodule",
-               DELAYD_PRELOAD="nosuchmodule.handlers")
-    d.start(wait=False)
+# A preload module that imports until the file FLAKY_PRELOAD_OFF names exists.
+FLAKY_PRELOAD = """
+import os
+if os.path.exists(os.environ["FLAKY_PRELOAD_OFF"]):
+    raise ImportError("flaky_preload is switched off")
+"""
+
+
+def test_crashing_child_backs_off_and_status_says_degraded(redis_url, tmp_path):
+    """A queue process that crash-loops after the start: `status` exited 0 ("waiting to restart"),
+    `status --json` had no field saying so, and the child's error was only in the log."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "flaky_preload.py").write_text(FLAKY_PRELOAD)
+    off = tmp_path / "off"
+    d = Daemon(redis_url, tmp_path / "d", queues=1, DELAYD_ALLOWED_MODULES="delayd.examples,flaky_preload",
+               DELAYD_PRELOAD="flaky_preload", DELAYD_PYTHONPATH=str(lib), FLAKY_PRELOAD_OFF=str(off)).start()
     try:
+        assert delayd("status", env=d.env).returncode == 0
+        off.touch()
+        d.child("delayd: queue 0").kill()
         wait_for(lambda: d.log().count("child_died") >= 3, 30, message="three quick deaths")
         deaths = [line for line in d.log().splitlines() if "child_died" in line]
         delays = [float(line.split("restart_in_s=")[1].split()[0]) for line in deaths]
@@ -158,9 +174,40 @@ def test_crashing_child_backs_off(redis_url, tmp_path):
         assert all("queue 0" in line for line in deaths)
         assert len(d.children("bucket")) == 2  # the others keep running
         out = delayd("status", env=d.env)
-        assert out.returncode == 0
+        assert out.returncode == 1, (out.stdout, out.stderr)
+        assert "DEGRADED: queue 0 is down, waiting to restart" in out.stdout
+        assert "ImportError: flaky_preload is switched off" in out.stdout
+        out = delayd("status", "--json", env=d.env)
+        state = json.loads(out.stdout)
+        assert out.returncode == 1 and state["problems"] and state["problems"][0].startswith("queue 0 is down")
+        queue = [c for c in state["children"] if c["name"] == "queue 0"][0]
+        assert queue["pid"] is None and queue["restarts"] >= 3 and "switched off" in queue["last_error"]
+        off.unlink()  # fixed: the next restart comes up, and status is well again
+        wait_for(lambda: delayd("status", env=d.env).returncode == 0, 30, message="status 0 once the queue is up")
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("foreground", [False, True], ids=["daemonized", "foreground"])
+def test_start_fails_when_a_queue_process_cannot_start(redis_url, tmp_path, foreground):
+    """A preload module that cannot be imported: `start` said "delayd started" and exited 0 while
+    every queue process crash-looped (the error only in the log)."""
+    state = tmp_path / "s"
+    env = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": str(state), "DELAYD_BUCKETS": "2",
+           "DELAYD_QUEUES": "2", "DELAYD_ALLOWED_MODULES": "delayd.examples,nosuchmodule",
+           "DELAYD_PRELOAD": "nosuchmodule.handlers"}
+    out = delayd("start", *(["--foreground"] if foreground else []), env=env)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "started" not in out.stdout
+    # the last line of stderr is the reason (in the foreground the log goes to stderr too, before it)
+    reason = out.stderr.strip().splitlines()[-1]
+    assert reason.startswith("delayd: error: queue ") and " could not start: preload: cannot import module " \
+        "'nosuchmodule.handlers': ModuleNotFoundError: No module named 'nosuchmodule'" in reason, out.stderr
+    if not foreground:
+        assert "Traceback" not in out.stderr
+    assert delayd("status", env=env).returncode == 3
+    assert not [p for p in psutil.process_iter(["environ", "status"]) if (p.info["environ"] or {}).get(
+        "DELAYD_STATE_DIR") == str(state) and p.info["status"] != psutil.STATUS_ZOMBIE]
 
 
 def test_hung_child_is_killed_and_replaced(redis_url, tmp_path):

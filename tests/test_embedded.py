@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import psutil
 
 from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 
-from delayd import Client
+from delayd import Client, embedded
 from delayd.config import load
 
 
@@ -46,3 +47,13 @@ def test_without_the_daemon_a_command_says_the_embedded_redis_needs_it(tmp_path)
     out = delayd("add", "t", "1", "--call", "delayd.examples:noop", "--redis", "unix:///nonexistent.sock", env=env)
     assert out.returncode == 1 and "cannot reach Redis at /nonexistent.sock" in out.stderr
     assert "delayd start" not in out.stderr  # a Redis of one's own: no word about the daemon
+
+
+def test_the_socket_mode_lets_the_daemons_group_in(tmp_path):
+    """The embedded Redis's socket was always srwx------: no other user (an app server in the
+    daemon's group) could add tasks. redis_socket_mode sets it; 700 stays the default."""
+    for mode, expected in ((None, 0o700), ("770", 0o770)):
+        state = tmp_path / f"s{mode}"
+        extra = {"DELAYD_REDIS_SOCKET_MODE": mode} if mode else {}
+        with Daemon(None, state, buckets=1, queues=1, **extra):
+            assert stat.S_IMODE(os.stat(embedded.socket_path(state)).st_mode) == expected

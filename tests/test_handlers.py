@@ -6,10 +6,13 @@ provides call targets. URL targets: test_url.py.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import redis
@@ -168,7 +171,8 @@ def test_handler_return_values(runner, value, kind):
 
 def test_odd_handlers(runner):
     assert runner.run(call_task("handlers_fixture:returns_set")) == Outcome(
-        "retry", "handler returned {1, 2}; expected 'success' or True, 'fail' or False")
+        "retry", "handler returned {1, 2}: not done yet (done: 'success' or True; failed: 'fail' or False)",
+        asked=True)
     assert runner.run(call_task("handlers_fixture:HANDLER")) == Outcome("ok")  # a callable object
     outcome = runner.run(call_task("handlers_fixture:coroutine"))
     assert outcome.kind == "retry" and "async def" in outcome.error
@@ -300,3 +304,51 @@ def test_an_async_callback_runs_on_the_loop(looped, tmp_path):
     task = call_task("handlers_fixture:touch", callback="handlers_fixture:touch_async", params={"path": str(mark)})
     assert looped().run_callback(task) == ""
     assert mark.read_text() == "order:cancel:42:1 async\n"
+
+
+# -- the import path of a real daemon ----------------------------------------------------------
+SHOP_TASKS = "def cancel_order(task):\n    return 'success'\n"
+
+
+def test_a_daemon_imports_handlers_from_its_start_directory_and_pythonpath(redis_url, client, tmp_path):
+    """`DELAYD_ALLOWED_MODULES=shop delayd start` in the project folder: `cannot import module
+    'shop.tasks'`, retried forever; it worked only with PYTHONPATH=$PWD. The `delayd` command is
+    what users run (`python -m` would put the working directory on sys.path by itself)."""
+    project = tmp_path / "project"
+    (project / "shop").mkdir(parents=True)
+    (project / "shop" / "tasks.py").write_text(SHOP_TASKS)
+    (project / "lib").mkdir()
+    (project / "lib" / "extra.py").write_text("def run(task):\n    return True\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(DELAYD_STATE_DIR=str(tmp_path / "state"), DELAYD_BUCKETS="1", DELAYD_QUEUES="1",
+               DELAYD_ALLOWED_MODULES="shop,extra", DELAYD_PYTHONPATH="lib")  # relative: from the start dir
+
+    def delayd(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "delayd"), *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=90)
+
+    out = delayd("start")  # daemonized: the master leaves the start directory for the state directory
+    assert out.returncode == 0, out.stderr
+    try:
+        client.add("order:cancel", 1, call="shop.tasks:cancel_order")
+        client.add("extra", 1, call="extra:run")
+        client.add("order:cancel", "typo", call="shop.tasks:cancel_ordr")
+        client.add("order:cancel", "missing", call="shop.refunds:run")
+        wait_for(lambda: client.get("order:cancel", 1).status == "ok", 20, message="shop.tasks ran")
+        wait_for(lambda: client.get("extra", 1).status == "ok", 20, message="extra (pythonpath) ran")
+        wait_for(lambda: client.get("order:cancel", "typo").last_error, 20, message="the typo's error")
+        assert client.get("order:cancel", "typo").last_error == (
+            "module 'shop.tasks' has no attribute 'cancel_ordr' (for 'shop.tasks:cancel_ordr'; the module was "
+            f"loaded from {project / 'shop' / 'tasks.py'})")
+        wait_for(lambda: client.get("order:cancel", "missing").last_error, 20, message="the missing module's error")
+        assert client.get("order:cancel", "missing").last_error == (
+            "cannot import module 'shop.refunds' of 'shop.refunds:run': ModuleNotFoundError: No module named "
+            f"'shop.refunds' (searched first: {project}, {project / 'lib'} (the start directory and pythonpath), "
+            "then PYTHONPATH and site-packages)")
+        out = delayd("reload")  # the reload keeps the start directory and resolves pythonpath from it
+        assert out.returncode == 0, out.stderr
+        client.add("extra", 2, call="extra:run")
+        wait_for(lambda: client.get("extra", 2).status == "ok", 20, message="extra ran after the reload")
+    finally:
+        out = delayd("stop")
+    assert out.returncode == 0, out.stderr

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
+import redis
 
-from delayd import Client, RedisUnavailable
+from delayd import Client, RedisUnavailable, redis_internals
 from redis_server import RedisServer
 
 
@@ -108,3 +111,48 @@ def test_a_stopped_redis_times_out_as_the_socket_timeout_says(tmp_path):
     finally:
         server.proc.send_signal(signal.SIGCONT)
         server.kill()
+
+
+# -- redis-py internals (delayd/redis_internals.py): a release without them costs speed, not add ------
+def adds_and_reads(client: Client) -> None:
+    assert client.add("t", 1, call="a:b") is True
+    assert client.add("t", 1, call="a:b", nx=True) is False
+    assert client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(2, 12)]) == 10
+    assert client.get("t", 1).status == "delayed" and client.stats()["counts"]["delayed"] == 11
+
+
+def test_without_redis_py_internals_adds_take_the_public_path(redis_url, r, monkeypatch):
+    monkeypatch.setattr(redis_internals, "parse_error", None)
+    client = Client.from_url(redis_url)
+    try:
+        assert client._held is None
+        adds_and_reads(client)
+        r.config_set("maxmemory", 1)  # an error reply, mapped to its exception by redis-py
+        try:
+            with pytest.raises(RedisUnavailable, match="OOM"):
+                client.add("t", 99, call="a:b")
+        finally:
+            r.config_set("maxmemory", 0)
+    finally:
+        client.close()
+
+
+def test_adds_work_when_redis_py_renamed_its_private_parsers_module(redis_url, client):
+    """Importing delayd does not need redis._parsers (blocked here as a renamed module would be)."""
+    code = ("import sys, redis; sys.modules['redis._parsers'] = None\n"
+            "from delayd import Client; c = Client.from_url(sys.argv[1]); assert c._held is None\n"
+            "print(c.add('t', 1, call='a:b'), c.add_many([{'topic': 't', 'id': 2, 'call': 'a:b'}]))")
+    done = subprocess.run([sys.executable, "-c", code, redis_url], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True 1\n", "")
+    assert client.get("t", 1) is not None and client.get("t", 2) is not None
+
+
+@pytest.mark.parametrize("name", ["_sock", "retry", "encoder"])
+def test_a_connection_without_an_internal_is_not_held(name):
+    class Renamed(redis.Connection):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            delattr(self, name)
+
+    assert redis_internals.fit(redis.ConnectionPool())
+    assert not redis_internals.fit(redis.ConnectionPool(connection_class=Renamed))

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from redis_server import wait_for
 
 import delayd
+from delayd import Client
 from delayd import config as config_mod
 from delayd.config import Config
 
@@ -36,7 +38,7 @@ UNIT = ROOT / "systemd" / "delayd.service"
 TMPFILES = ROOT / "systemd" / "delayd.tmpfiles"
 LOGROTATE = ROOT / "etc" / "logrotate.d" / "delayd"
 OPTION_LINE = re.compile(r"^# ([a-z_]+) = (.*)$")
-NOT_OPTIONS = {"source", "explicit", "warnings", "lease_derived"}
+NOT_OPTIONS = {"source", "start_dir", "explicit", "warnings", "lease_derived"}
 
 
 def option_names() -> set[str]:
@@ -200,6 +202,65 @@ def test_systemd_analyze_verify(tmp_path):
         assert ours and len(problems) == 0, f"verify failed (rc {done.returncode}):\n{done.stdout}{done.stderr}"
 
 
+def test_systemd_unit_is_hardened(tmp_path):
+    """`systemd-analyze security` rated the unit 5.7 MEDIUM; with the sandboxing the daemon
+    survives (no capabilities, @system-service calls, three address families, no W+X) it is OK."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed on this host")
+    done = subprocess.run([analyze, "security", "--offline=true", str(UNIT)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "cat"})
+    if "--offline" in done.stderr and "unrecognized" in done.stderr:
+        pytest.skip("this systemd-analyze cannot rate a unit file offline")
+    score = re.search(r"Overall exposure level for \S+: ([0-9.]+)", done.stdout)
+    assert score, done.stdout + done.stderr
+    assert float(score.group(1)) <= 2.0, done.stdout
+
+
+# Exec argv[1:] as the unit's sandbox would leave it: PR_SET_MDWE (what MemoryDenyWriteExecute=
+# sets; inherited over fork and exec), under `setpriv` with no capabilities and no_new_privs.
+SANDBOXED_EXEC = """
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN
+    sys.exit(f"PR_SET_MDWE: errno {ctypes.get_errno()}")
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_the_daemon_runs_in_the_units_sandbox(tmp_path, monkeypatch):
+    """The unit's CapabilityBoundingSet=, NoNewPrivileges= and MemoryDenyWriteExecute= (the parts
+    that can be applied without systemd): the master, the embedded redis-server and a queue
+    process running a task need none of what they take away."""
+    setpriv = shutil.which("setpriv")
+    probe = subprocess.run([sys.executable, "-c", SANDBOXED_EXEC, "/bin/true"], capture_output=True, text=True)
+    if setpriv is None or probe.returncode != 0:
+        pytest.skip(f"needs setpriv and PR_SET_MDWE (Linux >= 6.3): {probe.stderr.strip()}")
+    state = tmp_path / "state"
+    monkeypatch.setenv("DELAYD_STATE_DIR", str(state))
+    env = {**os.environ, "DELAYD_BUCKETS": "1", "DELAYD_QUEUES": "1", "DELAYD_GRACEFUL_TIMEOUT": "5"}
+    command = [setpriv, "--no-new-privs", "--bounding-set", "-all", "--inh-caps", "-all", "--",
+               sys.executable, "-c", SANDBOXED_EXEC, sys.executable, "-m", "delayd.cli", "start", "--foreground"]
+    log = open(tmp_path / "stderr.log", "wb")
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    try:
+        wait_for(lambda: proc.poll() is not None or "master_ready" in output(tmp_path), 60, message="daemon up")
+        assert proc.poll() is None, output(tmp_path)
+        kids = psutil.Process(proc.pid).children()
+        assert {" ".join(k.cmdline()).split(" ")[1] for k in kids} >= {"redis", "queue"}, kids
+        for pid in [proc.pid, *(k.pid for k in kids)]:
+            fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+            assert int(fields["CapEff"], 16) == 0 and fields["NoNewPrivs"] == "1", (pid, fields)
+        client = Client(config=config_mod.load())
+        client.add("sandbox", 1, call="delayd.examples:noop")
+        wait_for(lambda: client.get("sandbox", 1).status == "ok", 30, message="a task ran in the sandbox")
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, output(tmp_path)
+    finally:
+        finish(proc)
+
+
 # -- the notify protocol -----------------------------------------------------------------
 class Notifications:
     """An AF_UNIX datagram socket standing in for systemd's $NOTIFY_SOCKET."""
@@ -309,6 +370,23 @@ def test_notify_ready_reload_stop(redis_url, tmp_path):
         finish(proc)
         notify.close()
     assert not (tmp_path / "state" / "delayd.pid").exists(), "the pidfile is removed on a clean stop"
+
+
+def test_no_ready_when_a_queue_process_cannot_start(redis_url, tmp_path):
+    """A preload module that does not import: the master sent READY=1 while its queue processes
+    crash-looped, so systemd called the service started."""
+    notify = Notifications(tmp_path)
+    proc = start_foreground(tmp_path, notify, DELAYD_ALLOWED_MODULES="delayd.examples,nosuchmodule",
+                            DELAYD_PRELOAD="nosuchmodule")
+    try:
+        assert proc.wait(timeout=60) == 1, output(tmp_path)
+        notify.quiet("READY", timeout=0.5)  # every datagram it sent is queued on the socket by now
+        assert {"STOPPING": "1"} in notify.seen
+        assert output(tmp_path).strip().splitlines()[-1].startswith(
+            "delayd: error: queue 0 could not start: preload: cannot import module 'nosuchmodule'")
+    finally:
+        finish(proc)
+        notify.close()
 
 
 def test_notify_watchdog(redis_url, tmp_path):

@@ -60,3 +60,40 @@ def test_reload_applies_a_changed_file_and_keeps_the_old_one_when_invalid(redis_
         assert "master_crashed" not in d.log()
     finally:
         d.stop()
+
+
+def test_reload_reports_what_the_master_refused(redis_url, tmp_path):
+    """`delayd reload` said "reload requested" and exited 0 whatever happened; the error was only in
+    the log. Now it waits for the master's outcome: a config the CLI cannot read is refused before
+    any signal, one the master refuses (or whose new children do not come up) exits 1 with why."""
+    path = tmp_path / "delayd.toml"
+    path.write_text("queues = 1\n")
+    d = Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONFIG=str(path))
+    del d.env["DELAYD_QUEUES"], d.env["DELAYD_ALLOWED_MODULES"]  # the file decides
+    d.start()
+    try:
+        path.write_text("queues = [\n")  # the CLI reads it too: refused before the master is signalled
+        out = delayd("reload", env=d.env)
+        assert out.returncode == 1 and "is not valid TOML" in out.stderr, (out.stdout, out.stderr)
+        assert "reload_failed" not in d.log()
+
+        path.write_text("prefix = \"other:\"\n")  # valid, but the master refuses it
+        out = delayd("reload", env=d.env)
+        assert out.returncode == 1, (out.stdout, out.stderr)
+        assert out.stderr.strip() == ("delayd: error: reload failed: buckets and prefix cannot change on reload; "
+                                      "restart instead; the old config keeps running")
+
+        path.write_text('queues = 1\nallowed_modules = ["delayd.examples", "nosuchmodule"]\n'
+                        'preload = ["nosuchmodule"]\n')
+        out = delayd("reload", env=d.env)
+        assert out.returncode == 1, (out.stdout, out.stderr)
+        assert out.stderr.startswith("delayd: error: reload failed: the new config is in use, but queue 0 could "
+                                     "not start: preload: cannot import module 'nosuchmodule'"), out.stderr
+
+        path.write_text("queues = 2\n")  # the fix: the queue waiting to restart starts at once
+        out = delayd("reload", env=d.env)
+        assert out.returncode == 0 and out.stdout.startswith("reloaded (pid"), (out.stdout, out.stderr)
+        assert len(d.children("queue")) == 2
+        assert delayd("status", env=d.env).returncode == 0
+    finally:
+        d.stop()

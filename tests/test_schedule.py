@@ -110,7 +110,15 @@ def test_bad_every(value):
         check_every(value)
 
 
-@pytest.mark.parametrize("name", ["Mars/Olympus", "", "../etc/passwd", None, "Europe/"])
+@pytest.mark.parametrize("name", ["Mars/Olympus", "", "../etc/passwd", None, "Europe/",
+                                  # files of the zone directory that are no place's zone: `localtime` is
+                                  # each host's own, so two hosts would compute different due times
+                                  "localtime", "posixrules", "Factory", "right/UTC", "posix/Europe/Berlin"])
 def test_bad_zone(name):
     with pytest.raises(ScheduleError, match="zone"):
         zone(name)
+
+
+@pytest.mark.parametrize("name", ["UTC", "Etc/UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "US/Eastern"])
+def test_iana_names_and_links_are_zones(name):
+    assert zone(name).key == name

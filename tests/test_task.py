@@ -70,6 +70,21 @@ def test_url_must_be_http_with_host(url):
         Task.new("t", 1, url=url)
 
 
+@pytest.mark.parametrize("url", ["http://h/a b", "http://h/x\n", "http://h/?q=\t1", "http://h/\x7f", " http://h/",
+                                 "http://h/\u00a0", "http://h/\u2028", "http://h/\x85"])
+def test_url_with_whitespace_or_control_characters_is_refused_at_add(url):
+    with pytest.raises(TaskError, match="url must not contain spaces or control characters"):
+        Task.new("t", 1, url=url)
+    # A task stored before the rule still reads (and runs): it is no corrupt record.
+    assert Task.from_record("t:1", {"spec": json.dumps({"url": url}), "priority": "2"}).url == url
+
+
+def test_url_that_is_not_utf8_is_refused_as_names_are():
+    with pytest.raises(TaskError, match="url is not valid UTF-8"):
+        Task.new("t", 1, url="http://h/\udcff")
+    assert Task.new("t", 1, url="http://h/\u00e9").url == "http://h/\u00e9"
+
+
 def test_url_task_method_and_body():
     task = Task.new("t", 1, url="https://merchant.example/notify?x=1", method="post", body="json")
     assert (task.method, task.body) == ("POST", "json")
@@ -142,6 +157,16 @@ def test_params_limit():
         new(params=ok, params_limit=size - 1)
     with pytest.raises(TaskError, match="limit"):
         new(params={"x": "a" * (64 * 1024)})  # the default limit is 64 KiB
+
+
+@pytest.mark.parametrize("params", [{"x": "\udcff"}, {"\udcfe": 1}, {"x": ["ok", {"y": "a\udc80b"}]}])
+def test_params_that_are_not_utf8_are_refused_as_names_are(params):
+    with pytest.raises(TaskError, match="params are not valid UTF-8"):
+        new(params=params)
+
+
+def test_params_outside_the_bmp_are_utf8():  # (escaped in JSON as a surrogate pair)
+    assert new(params={"x": "\U0001f600"}).params == {"x": "\U0001f600"}
 
 
 def test_params_are_normalised_to_json():
@@ -268,7 +293,7 @@ BAD = dict(
                             {"call": "a:b", "url": "http://h/"}, {"push": ""}, {"call": 3}, {"call": "a:b\n"}]),
     method=st.sampled_from(["PUT", 1, None]), body=st.sampled_from(["xml", None]),
     params=st.one_of(_json.filter(lambda v: not isinstance(v, dict) and v is not None),
-                     st.just({"x": float("nan")}), st.just({"x": {1}})),
+                     st.just({"x": float("nan")}), st.just({"x": {1}}), st.just({"x": "\udcff"})),
     intervals=st.one_of(_bad_number, st.lists(_bad_number, min_size=1, max_size=3), st.just([])),
     persistent=st.sampled_from([0, 1, None, "yes"]),
     priority=st.one_of(st.integers(-1, 0), st.integers(4, 9), st.booleans(), st.floats(0, 4)),

@@ -8,10 +8,12 @@ import signal
 import zlib
 from pathlib import Path
 
+import psutil
 import pytest
 
 from daemon_helper import Daemon, delayd
 from redis_server import wait_for
+from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web, answers, free_port
 
 TOKEN = "t0ken-for-tests-only"
@@ -220,6 +222,17 @@ def test_readonly_refuses_every_action_and_hides_buttons(redis_url, client):
         assert "read-only" in page and "<form method=\"post\"" not in page
 
 
+def test_readonly_failed_list_has_no_row_or_bulk_actions(redis_url, tmp_path, client):
+    with Daemon(redis_url, tmp_path / "d"):
+        client.add("f", 1, call="delayd.examples:fail")
+        wait_for(lambda: client.stats()["counts"]["failed"] == 1, 30, message="1 failed")
+    with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN, DELAYD_WEB_READONLY="1") as server, \
+            server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        page = http.get("/tasks?topic=f&status=failed").text
+        assert 'href="/tasks/f/1"' in page
+        assert "<form method=\"post\"" not in page and "data-bulk" not in page and 'class="pick"' not in page
+
+
 def test_stored_html_renders_inert(api, client):
     client.add(f"x{XSS}", "<img/src=x/onerror=alert(2)>", call="delayd.examples:echo", delay=600,
                params={"p": XSS})
@@ -387,3 +400,105 @@ def test_every_page_shows_damaged_data_and_never_fails(api, client, r):
     missing = api.get("/tasks/c/missing", headers={"Accept": "text/html"})
     assert missing.status_code == 404 and "not found: c:missing" in missing.text, "the HTML error page renders"
     raw.close()
+
+
+# -- what the pages say (issue 25: times with their zone, honest labels, one tab, the icon) ------------
+CRON_DUE = (r'<span class="when">\d{4}-\d\d-\d\d 03:00:00\.000 CES?T</span> '  # 03:00 in Berlin: 02:00 or 01:00 UTC
+            r'<span class="when local">\(0[12]:00:00 UTC\)</span>')
+
+
+def when(text: str) -> str:
+    """A time on a page that has no other zone beside it."""
+    return f'<span class="when">{text}</span>'
+
+
+def test_every_time_on_the_pages_says_its_zone(redis_url, client):
+    """A cron task's times in its own zone with the server's (UTC) beside them; other times in the
+    server's zone, named."""
+    client.add("report", "daily", call="delayd.examples:echo", cron="0 3 * * mon-fri", tz="Europe/Berlin")
+    client.add("t", 1, call="delayd.examples:echo", at=2_000_000_000)
+    with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN, TZ="UTC") as server, \
+            server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        page = http.get("/tasks/report/daily").text
+        assert len(re.findall(r"<td>" + CRON_DUE + "</td>", page)) == 2, "due and next run"
+        assert re.search(r'created</th><td><span class="when">\S+ \S+ CES?T</span> '
+                         r'<span class="when local">\(\S+ UTC\)</span></td>', page)
+        assert re.search(r"<td>" + CRON_DUE + "</td>", http.get("/tasks?topic=report").text)
+        assert re.search(r"<td>" + CRON_DUE + "</td>", http.get("/schedules").text)
+        assert f"<td>{when('2033-05-18 03:33:20.000 UTC')}</td>" in http.get("/tasks/t/1").text
+        assert f"<td>{when('2033-05-18 03:33:20.000 UTC')}</td>" in http.get("/tasks?topic=t").text
+        overview = http.get("/").text
+        assert re.search(r'next due <span class="when">\d{4}-\S+ \S+ UTC</span>', overview)
+        assert overview.count("last hour (UTC)") == 3
+
+
+def test_list_labels_say_the_real_order_and_how_far_it_looked(api, client):
+    client.add_many([{"topic": "a", "id": f"id{i:03d}", "call": "delayd.examples:echo", "delay": 600 + i}
+                     for i in range(90)])
+    data = api.get("/api/tasks", params={"status": "delayed"}).json()
+    assert data["cursor"] and data["examined"] == data["indexed"] == 90, "every entry seen, and a next page"
+    page = api.get("/tasks?status=delayed").text
+    assert "Soonest due first." in page and "Newest first" not in page and "<th>due</th>" in page
+    assert "more may match" not in page and "More on the next page." in page
+    last = api.get(f"/tasks?status=delayed&cursor={data['cursor']}").text
+    assert "This is the end of the list" in last and "more may match" not in last
+    for status, says in (("failed", "Most recently failed first."), ("ok", "Most recently finished first."),
+                         ("deleted", "Most recently deleted first."), ("running", "Most recently claimed first")):
+        assert says in api.get(f"/tasks?status={status}").text, status
+    assert "Running first (latest lease first), then delayed (soonest due first)" in api.get("/tasks").text
+
+
+def test_the_failed_page_highlights_one_tab(api):
+    for path, tab in (("/tasks?status=failed", "Failed"), ("/tasks?status=ok", "Tasks"), ("/tasks", "Tasks"),
+                      ("/", "Overview"), ("/schedules", "Schedules")):
+        assert re.findall(r'class="on">(\w+)</a>', api.get(path).text) == [tab], path
+
+
+def test_persistent_says_when_it_stops(api, client):
+    client.add("t", 1, call="delayd.examples:echo", intervals=[0, 2], delay=600)
+    assert "yes: until it succeeds; retried every 2 s after the last interval" in api.get("/tasks/t/1").text
+
+
+def test_an_ok_run_shows_its_answer_not_an_error(redis_url, tmp_path, api, client, http):
+    with Daemon(redis_url, tmp_path / "d"):
+        client.add("t", 1, url=http.base + "/success")
+        client.add("t", 2, url=http.base + "/error", intervals=[0, 600])
+        wait_for(lambda: client.get("t", 1).status == "ok" and client.get("t", 2).runs >= 1, 30, message="runs")
+    assert '<td class="mono clip answer">success</td>' in api.get("/tasks/t/1").text
+    assert '<td class="mono clip err">' in api.get("/tasks/t/2").text, "an error stays an error"
+    assert "<th>answer or error</th>" in api.get("/tasks/t/1").text
+
+
+def test_failed_rows_have_retry_and_delete_buttons_and_bulk_actions(redis_url, tmp_path, web, client):
+    """Each failed row: Retry and Delete forms carrying the CSRF token (Delete asks first), posting to
+    the JSON API's actions, and back to this very list; the bulk bar is there for scripts to show."""
+    with Daemon(redis_url, tmp_path / "d"):
+        client.add_many([{"topic": "f", "id": i, "call": "delayd.examples:fail"} for i in range(2)])
+        wait_for(lambda: client.stats()["counts"]["failed"] == 2, 30, message="2 failed")
+    http, csrf = logged_in(web)
+    here = "/tasks?topic=f&status=failed&q="
+    page = http.get(here).text
+    for i in range(2):
+        retry = re.search(rf'<form method="post" action="/api/tasks/f/{i}/retry" class="inline">\s*'
+                          rf'<input type="hidden" name="csrf" value="(\w+)">\s*'
+                          rf'<input type="hidden" name="next" value="([^"]+)">', page)
+        assert retry and retry[1] == csrf and retry[2].replace("&amp;", "&") == here
+        assert re.search(rf'action="/api/tasks/f/{i}/delete" class="inline" data-confirm="Delete f:{i}\? ', page)
+        assert re.search(rf'class="pick"\s+data-api="/api/tasks/f/{i}" data-key="f:{i}"', page)
+    assert '<div class="bulk" hidden>' in page and 'data-bulk="retry"' in page and 'data-bulk="delete"' in page
+    answer = http.post("/api/tasks/f/1/retry", data={"csrf": csrf, "next": here})
+    assert answer.status_code == 303 and answer.headers["location"].startswith(here + "&msg=")
+    assert client.get("f", 1).status == "delayed"
+    answer = http.post("/api/tasks/f/0/delete", data={"csrf": csrf, "next": here})
+    assert answer.status_code == 303 and client.get("f", 0).status == "deleted"
+
+
+def test_the_icon_is_served_to_anyone(web):
+    answer = web.client().get("/favicon.ico")
+    assert answer.status_code == 200 and answer.headers["content-type"] == "image/x-icon"
+    assert answer.content[:4] == b"\x00\x00\x01\x00", "an ICO file"
+    assert '<link rel="icon" href="/favicon.ico">' in web.client().get("/login").text
+
+
+def test_delayd_web_run_by_hand_is_titled(web):
+    assert " ".join(psutil.Process(web.proc.pid).cmdline()).strip() == "delayd: web"

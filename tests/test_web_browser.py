@@ -1,9 +1,12 @@
-"""The dashboard in a real browser (login, search, retry, pause/resume, retry-all, XSS): Debian's chromium, headless, driven by Playwright.
+"""The dashboard in a real browser (login, search, retry, pause/resume, retry-all, the Failed list's row
+and bulk actions, delete confirmations, the overview's refresh, XSS): Debian's chromium, headless,
+driven by Playwright.
 
 scripts/test installs chromium (apt) when it runs as root and it is missing; elsewhere
 these tests skip and say why, except under CI=true (.ci/run sets it), where a missing browser
 fails the run: CI must not pass with no browser test run. DASHBOARD_SCREENSHOTS=DIR saves the
-overview, task and schedules pages as PNGs (docs/ has the committed ones).
+overview, two task pages (a failed call, a cron URL task), two task lists (failed, any status) and the
+schedules page as PNGs (docs/ has the committed ones).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pytest
 
 from daemon_helper import Daemon
 from redis_server import wait_for
+from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
 CHROMIUM = os.environ.get("DELAYD_CHROMIUM", "/usr/bin/chromium")
@@ -53,7 +57,9 @@ def page(browser):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.accept_dialogs = False  # a test sets it to say yes to the next confirm()
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message),
+                                      dialog.accept() if page.accept_dialogs else dialog.dismiss()))
     page.dialogs = dialogs
     page.set_default_timeout(15_000)
     yield page
@@ -159,3 +165,97 @@ def test_schedules_page_runs_a_task_now_and_pauses_its_topic(redis_url, tmp_path
         wait_for(lambda: client.get("heartbeat", "ping").runs == 2, 30, message="the run now")
         page.locator("tr:has(a:text-is('tmp'))").locator("button:text('Resume topic')").click()
         assert client.paused() == [] and page.locator("table.schedules .badge").count() == 0
+
+
+def test_failed_list_retries_and_deletes_per_row_and_in_bulk(redis_url, tmp_path, client, page):
+    with Daemon(redis_url, tmp_path / "d"), Web(redis_url) as web:
+        client.add_many([{"topic": "bulk", "id": f"b-{i}", "call": "delayd.examples:fail"} for i in range(6)])
+        wait_for(lambda: client.stats()["counts"]["failed"] == 6, 30, message="6 failed")
+        client.pause("bulk")  # a retried task waits (delayed) instead of failing again under the test
+        page.goto(web.base + "/tasks?topic=bulk&status=failed")
+        assert page.locator("nav a.on").all_inner_texts() == ["Failed"]
+        assert "Most recently failed first." in page.locator("p.reach").inner_text()
+
+        def row(id: str):
+            return page.locator(f"table.tasks tr:has(a:text-is('{id}'))")
+
+        row("b-0").locator("button:text('Delete')").click()  # dismissed: nothing happens
+        assert page.dialogs[-1].startswith("Delete bulk:b-0? It never runs again")
+        assert client.get("bulk", "b-0").status == "failed" and page.locator(".flash").count() == 0
+        row("b-1").locator("button:text('Retry')").click()
+        assert "bulk:b-1 will run again now" in page.locator(".flash").inner_text()
+        assert client.get("bulk", "b-1").status == "delayed" and row("b-1").count() == 0
+        page.accept_dialogs = True
+        row("b-0").locator("button:text('Delete')").click()
+        assert "bulk:b-0 deleted" in page.locator(".flash").inner_text()
+        assert client.get("bulk", "b-0").status == "deleted"
+
+        bulk = page.locator(".bulk")
+        retry, delete = bulk.locator("button:text('Retry selected')"), bulk.locator("button:text('Delete selected')")
+        assert retry.is_disabled() and delete.is_disabled(), "nothing selected yet"
+        for id in ("b-2", "b-3"):
+            row(id).locator("input.pick").check()
+        screenshot(page, "dashboard-failed.png")
+        retry.click()
+        sync_api.expect(bulk.locator(".bulk-status")).to_have_text("Retried 2 of 2")
+        statuses = [client.get("bulk", id).status for id in ("b-2", "b-3", "b-4", "b-5")]
+        assert statuses == ["delayed", "delayed", "failed", "failed"]
+        assert row("b-2").locator(".st").inner_text() == "retrying" and row("b-2").locator("form").count() == 0
+        bulk.locator("input.pick-all").check()  # the rows not acted on yet: b-4 and b-5
+        delete.click()
+        assert page.dialogs[-1].startswith("Delete the selected tasks?") and page.dialogs[-1].endswith("(2)")
+        sync_api.expect(bulk.locator(".bulk-status")).to_have_text("Deleted 2 of 2")
+        assert [client.get("bulk", id).status for id in ("b-4", "b-5")] == ["deleted"] * 2
+        assert [client.get("bulk", id).status for id in ("b-2", "b-3")] == ["delayed"] * 2
+        client.resume("bulk")  # the retried ones run, and fail again
+        wait_for(lambda: all(client.get("bulk", id).status == "failed" for id in ("b-1", "b-2", "b-3")), 30,
+                 message="the retried tasks failed again")
+        page.goto(web.base + "/tasks?topic=bulk")  # every status: no bulk bar; Retry and Delete where they apply
+        screenshot(page, "dashboard-tasks.png")
+        buttons = page.locator("table.tasks button")
+        assert buttons.all_inner_texts() == ["Retry", "Delete"] * 3 and page.locator(".bulk").count() == 0
+
+
+def test_task_page_asks_before_a_delete_and_shows_an_answer_as_an_answer(redis_url, tmp_path, client, page, http):
+    with Daemon(redis_url, tmp_path / "d"), Web(redis_url, TZ="UTC") as web:
+        client.add("report:daily", "sales", url=http.base + "/success", cron="0 3 * * mon-fri", tz="Europe/Berlin",
+                   params={"region": "eu"})
+        client.run_now("report:daily", "sales")
+        wait_for(lambda: client.get("report:daily", "sales").runs == 1 and
+                 client.get("report:daily", "sales").status == "delayed", 30, message="the run now")
+        page.goto(web.base + "/tasks/report:daily/sales")
+        due = page.locator("table.fields tr:has(th:text-is('next due')) td").inner_text()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00:00\.000 CES?T \(0[12]:00:00 UTC\)", due), due
+        answer = page.locator("section:has(h2:text('Delivery log')) tbody td").last
+        assert answer.inner_text() == "success" and "err" not in answer.get_attribute("class")
+        screenshot(page, "dashboard-task-cron.png")
+        page.locator(".actions-bar button:text-is('Delete')").click()
+        assert page.dialogs[-1].startswith("Delete report:daily:sales? It never runs again")
+        assert client.get("report:daily", "sales").status == "delayed", "dismissed: not deleted"
+        page.accept_dialogs = True
+        page.locator(".actions-bar button:text-is('Delete')").click()
+        assert "deleted: it never runs again" in page.locator(".flash").inner_text()
+        assert client.get("report:daily", "sales").status == "deleted"
+
+
+def test_overview_does_not_reload_while_retry_failed_runs(redis_url, tmp_path, client, page):
+    with Daemon(redis_url, tmp_path / "d"), Web(redis_url) as web:
+        client.add_many([{"topic": "slow", "id": i, "call": "delayd.examples:fail"} for i in range(3)])
+        wait_for(lambda: client.stats()["counts"]["failed"] == 3, 30, message="3 failed")
+        client.pause("slow")  # the retried tasks wait instead of failing again while counted
+        page.clock.install()
+        page.goto(web.base + "/")
+        page.clock.pause_at(page.evaluate("Date.now()") / 1000 + 0.1)  # (seconds) timers move only when told
+        page.evaluate("window.stayed = true")  # gone when the page reloads
+        held = []
+        page.route("**/api/topics/slow/retry-failed*", lambda route: held.append(route))  # the first answer waits
+        with page.expect_request("**/api/topics/slow/retry-failed*"):
+            page.locator("tr:has(a:text-is('slow')) button:text('Retry failed')").click()
+        page.clock.run_for(20_000)
+        assert page.evaluate("window.stayed") is True, "reloaded under a running action"
+        assert len(held) == 1
+        held[0].continue_()
+        sync_api.expect(page.locator("form[data-repeat] button")).to_have_text("Retried 3, 0 failed left")
+        with page.expect_navigation():
+            page.clock.run_for(5_000)  # the action is over: the refresh runs again
+        assert page.evaluate("window.stayed") is None

@@ -2,8 +2,8 @@
 (daemon.py), schedule verbs (schedule.py) and `web` (delayd.web.command); what they
 share is in common.py. This module builds the parser and runs a verb.
 
-Exit codes: 0 success, 1 failure (bad task, Redis unreachable, not found),
-2 command-line syntax, 3 `status` when not running.
+Exit codes: 0 success, 1 failure (bad task, Redis unreachable, not found; `status`: a child
+is down or crash-looping), 2 command-line syntax, 3 `status` when not running, 4 starting.
 """
 from __future__ import annotations
 

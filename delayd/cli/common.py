@@ -9,12 +9,14 @@ from typing import Any, Callable
 
 from .. import config as config_mod
 from ..client import Client
+from ..task import printable
 
 Verb = Callable[[argparse.Namespace], int]
 
 
 def fail(message: str, code: int = 1) -> int:
-    print(f"delayd: error: {message}", file=sys.stderr)
+    """One error line on stderr (bytes of a name that are not UTF-8 as \\xNN, as `ls` shows them)."""
+    print(f"delayd: error: {printable(message)}", file=sys.stderr)
     return code
 
 

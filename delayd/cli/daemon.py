@@ -12,6 +12,7 @@ from .common import Verb, client_for, config_loader, emit, fail, load_config, no
 
 
 STARTING_EXIT = 4  # `status` of a master that is starting: neither running (0) nor not running (3)
+DEGRADED_EXIT = 1  # `status` of a master with a child down or crash-looping: running, but not all is well
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -32,12 +33,16 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    import signal
+    """Check the config as this command reads it (an invalid one: exit 1, nothing signalled), then
+    SIGHUP and report the master's own outcome (it rereads with the start's flags and environment)."""
     from .. import control
-    pid = control.signal_master(load_config(args), signal.SIGHUP)
+    try:
+        pid = control.reload(load_config(args))
+    except control.ReloadFailed as exc:
+        return fail(f"reload failed: {exc}")
     if not pid:
         return fail("delayd is not running")
-    print(f"reload requested (pid {pid})")
+    print(f"reloaded (pid {pid})")
     return 0
 
 
@@ -91,9 +96,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state.get("starting"):
         emit(args, state, "delayd is starting (its master holds the lock but has not written its pidfile yet)")
         return STARTING_EXIT
+    code = DEGRADED_EXIT if state["problems"] else 0
     if args.json:
         print(json.dumps(state, separators=(",", ":")))
-        return 0
+        return code
     print(f"delayd is running (pid {state['pid']}, redis {state['redis']})")
     print(f"{'PID':>7} {'TITLE':28} {'STATE':9} {'UPTIME':>9} {'CPU%':>6} {'RSS':>8} RESTARTS")
     for p in state["processes"]:
@@ -102,7 +108,9 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"{p['rss'] // 1024:>6}Ki {p['restarts']}{flag}")
     for name in state["waiting_to_restart"]:
         print(f"{'-':>7} {'delayd: ' + name:28} waiting to restart")
-    return 0
+    for line in state["problems"]:
+        print(f"DEGRADED: {line}")
+    return code
 
 
 VERBS: dict[str, Verb] = {"start": cmd_start, "stop": cmd_stop, "restart": cmd_restart, "reload": cmd_reload,
@@ -118,6 +126,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("--timeout", type=non_negative, metavar="S",
                        help="seconds to wait in all, for a starting master too (default graceful_timeout + 15)")
     with_options(sub, common, "reload", "reread the config and replace the workers (SIGHUP)")
-    p = verb_parser(sub, common, "status", "show the master and its children (exit 3: not running, 4: starting)")
+    p = verb_parser(sub, common, "status", "show the master and its children (exit 1: a child is down or "
+                                           "crash-looping, 3: not running, 4: starting)")
     p.add_argument("--cluster", action="store_true",
                    help="every live daemon on this Redis store, on any host (exit 3: none)")

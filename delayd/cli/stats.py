@@ -19,7 +19,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
           f"p1={ready['1']})  running={counts['running']}  ok={counts['ok']}  failed={counts['failed']}  "
           f"deleted={counts['deleted']}  quarantined={stats['quarantined']}")
     if stats["paused"]:
-        print(f"paused   {', '.join(stats['paused'])} ({stats['parked']} due tasks waiting for resume)")
+        parked = stats["parked"]
+        print(f"paused   {', '.join(stats['paused'])} "
+              f"({parked} due task{'s' if parked != 1 else ''} waiting for resume)")
     print(f"due      oldest {fmt_time(stats['oldest_due_at'])} (lag {stats['oldest_due_lag']:.3f} s"
           f"{'' if stats['oldest_due_exact'] else ', per-topic lags approximate'})  "
           f"next {fmt_time(stats['next_due_at'])}")

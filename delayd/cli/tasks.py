@@ -11,7 +11,7 @@ from typing import Any
 from .. import attempts
 from ..client import ADD_BATCH, AddInterrupted, Client
 from ..client_base import gc_paused
-from ..clock import local_time as fmt_time
+from ..clock import local_time as fmt_time, time_parts
 from ..task import STATUSES, TaskError
 from .common import (Progress, Verb, client_for, emit, fail, int_at_least, non_negative, positive_int, task_verb,
                      verb_parser)
@@ -103,7 +103,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     task = client.get(args.topic, args.id)
     state = "added" if written else "exists"
     emit(args, {"result": state, "task": task.to_dict() if task else None},
-         f"{state} {args.topic}:{args.id}" + (f" due {fmt_time(task.due_at)}" if task and written else
+         f"{state} {args.topic}:{args.id}" + (f" due {fmt_time(task.due_at, task.tz)}" if task and written else
                                               " (nothing changed)" if not written else ""))
     return 0
 
@@ -116,6 +116,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(task.to_json())
         return 0
     data = task.to_dict()
+    if not task.url:  # a URL task's request: a call or push task has none to show (--json keeps them)
+        del data["method"], data["body"]
     print(f"{'schedule':12} {task.describe_schedule()}")
     for name, value in data.items():
         if value is None or name in ("key", "attempts") or (name == "intervals" and task.backoff):
@@ -123,11 +125,11 @@ def cmd_get(args: argparse.Namespace) -> int:
         if name == "retries":
             value = task.describe_retries(time.time())
         elif name.endswith("_at"):
-            value = f"{fmt_time(value)} ({value:.3f})"
+            value = f"{fmt_time(value, task.tz)}, unix {value:.3f}"
         elif isinstance(value, (dict, list)):
             value = json.dumps(value)
         print(f"{name:12} {value}")
-    for line in attempts.describe(task.attempts):
+    for line in attempts.describe(task.attempts, task.tz):
         print(line)
     return 0
 
@@ -148,7 +150,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
-LS_HEADER = f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':23} {'TARGET':40} LAST_ERROR"
+DUE_WIDTH = 29  # a time with its zone: '2026-12-07 03:00:00.000 CET', up to a 5-letter zone such as +0530
+LS_HEADER = f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':{DUE_WIDTH}} {'TARGET':40} LAST_ERROR"
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -176,8 +179,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 print(task.to_json())
                 continue
             error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
-            print(f"{task.key:32} {task.status:8} {task.runs:>4} {fmt_time(task.due_at):23} {task.target[:40]:40} "
-                  f"{error}")
+            due = time_parts(task.due_at, task.tz)[0]  # a cron task's in its zone, without the local time beside it
+            print(f"{task.key:32} {task.status:8} {task.runs:>4} {due:{DUE_WIDTH}} {task.target[:40]:40} {error}")
     finally:
         progress.done()
     if not shown and not args.json:
@@ -212,8 +215,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
     when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
     schedule = p.add_mutually_exclusive_group()
-    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds (the seed's "
-                                                                    "schedule; without it: --retries)")
+    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds, each from "
+                                                                    "the previous run's due time: 0,30,60 runs at "
+                                                                    "+0, +30, +90 s (none: see --retries)")
     schedule.add_argument("--every", type=float, metavar="S", help="recurring: every S seconds (>= 1), whatever "
                                                                   "the outcome; first run after S unless --delay/--at")
     schedule.add_argument("--cron", metavar="EXPR", help="recurring: at the times of 'm h dom mon dow' in --tz")

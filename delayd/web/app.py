@@ -26,13 +26,12 @@ import redis
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import __version__
 from ..client import Client, DelaydError
-from ..clock import local_time
 from ..config import Config
 from ..task import STATUSES, printable
 from . import actions, display, views
@@ -76,8 +75,8 @@ class Dashboard:
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                       autoescape=True, undefined=jinja2.StrictUndefined, finalize=display.shown)
         self.env.globals.update(task_url=display.task_url, statuses=STATUSES, version=__version__,
-                                readonly=config.web_readonly)
-        self.env.filters.update(when=local_time, seconds=display.span, ms=display.ms, seg=display.quote,
+                                readonly=config.web_readonly, page_size=views.PAGE_SIZE)
+        self.env.filters.update(when=display.when, seconds=display.span, ms=display.ms, seg=display.quote,
                                 urlencode=lambda text: display.quote(text, safe=""))
         self.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
         guarded = self.guarded
@@ -88,6 +87,7 @@ class Dashboard:
             Route("/schedules", guarded(self.page_schedules)),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
+            Route("/favicon.ico", favicon),
             Route("/api/session", guarded(self.api_session)),
             Route("/api/stats", guarded(self.api_stats)),
             Route("/api/tasks", guarded(self.api_tasks)),
@@ -276,6 +276,12 @@ class Dashboard:
             return RedirectResponse(target + joiner + urllib.parse.urlencode(
                 {"msg": message, "sig": self.auth.flash_signature(message)}), 303)
         return display.Json(result)
+
+
+async def favicon(request: Request) -> Response:
+    """The browser's tab icon, asked for on every page (the login page too), so served without auth."""
+    return FileResponse(str(HERE / "static" / "favicon.ico"), media_type="image/x-icon",
+                        headers={"Cache-Control": "max-age=86400"})
 
 
 class _Headers:

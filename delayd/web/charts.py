@@ -9,6 +9,7 @@ import time
 from typing import NamedTuple
 
 from .. import stats as stats_mod
+from ..clock import zone_name
 from .series import Minute
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 420, 150, 36, 18, 8
@@ -28,6 +29,7 @@ class Chart(NamedTuple):
     lines: list[Line]
     y_ticks: list[tuple[float, str]]     # (y, label)
     x_ticks: list[tuple[float, str]]     # (x, HH:MM)
+    zone: str                            # the local zone of the HH:MM ticks
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -68,7 +70,7 @@ def chart(title: str, unit: str, minutes: list[Minute], lines: list[tuple[str, s
     y_ticks = [(y(top * f), _fmt(top * f)) for f in (0, 0.5, 1)]
     x_ticks = [(round(LEFT + i * step, 1), time.strftime("%H:%M", time.localtime(minutes[i].start)))
                for i in range(0, len(minutes), 15)] if minutes else []
-    return Chart(title, unit, drawn, y_ticks, x_ticks)
+    return Chart(title, unit, drawn, y_ticks, x_ticks, zone_name(minutes[-1].start if minutes else None))
 
 
 def hour_charts(minutes: list[Minute]) -> list[Chart]:

@@ -89,8 +89,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from setproctitle import setproctitle
+
+    from ..worker import title
+
     config = config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix, web_bind=args.bind,
                              web_port=args.port)
+    setproctitle(title(config, "web"))  # as `ps` shows the master's supervised web child
     try:
         sock = listen(config)
     except OSError as exc:

@@ -13,8 +13,10 @@ import math
 import urllib.parse
 from typing import Any
 
+from markupsafe import Markup
 from starlette.responses import JSONResponse
 
+from ..clock import time_parts
 from ..task import printable
 
 
@@ -35,6 +37,14 @@ def task_url(topic: str, id: str, *, api: bool = False) -> str:
 def shown(value: Any) -> Any:
     """Jinja's finalize: every string printed on a page goes through printable()."""
     return printable(value) if isinstance(value, str) else value
+
+
+def when(seconds: float | None, tz: str | None = None) -> Markup:
+    """A time as clock.local_time words it, each part kept on one line (a narrow column breaks
+    between the time and the local time beside it, never inside a date)."""
+    first, local = time_parts(seconds, tz)
+    html = Markup('<span class="when">{}</span>').format(first)
+    return html + Markup(' <span class="when local">({})</span>').format(local) if local else html
 
 
 def span(value: float | None) -> str:
