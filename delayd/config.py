@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .task import DEFAULT_RETRIES, MAX_RETRIES
+from delayd.model.task import DEFAULT_RETRIES, MAX_RETRIES
 
 MAX_BUCKETS = 1024  # the most buckets a store may have (each is a set of keys and a bucket process)
 
@@ -118,7 +118,7 @@ class Config:
         if not 0 <= self.attempts_kept <= 1000:
             raise ConfigError(f"attempts_kept must be >= 0 and <= 1000, got {self.attempts_kept!r}")
         if self.url_signing_secret:
-            from .url.signing import SecretError, key_of
+            from delayd.targets.url.signing import SecretError, key_of
             try:
                 key_of(self.url_signing_secret)
             except SecretError as exc:
@@ -142,7 +142,7 @@ class Config:
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         self.log_level = self.log_level.upper()
-        from .task import module_allowed
+        from delayd.model.task import module_allowed
         for module in self.preload:
             if not module_allowed(module + ":x", self.allowed_modules):
                 raise ConfigError(f"preload module {module!r} is not in allowed_modules")

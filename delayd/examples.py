@@ -11,8 +11,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from .log import event
-from .task import Task
+from delayd.log import event
+from delayd.model.task import Task
 
 log = logging.getLogger("delayd.examples")
 
@@ -56,7 +56,7 @@ def _redis(url: str) -> Any:
         with _clients_lock:
             client = _clients.get(url)
             if client is None:
-                from .connection import connect
+                from delayd.store.connection import connect
                 client = _clients[url] = connect(url)
     return client
 

@@ -71,7 +71,7 @@ def setup(level: str, style: str, path: str | None) -> logging.Handler:
     if _handler is not None:
         root.removeHandler(_handler)
         _handler.close()
-    # backslashreplace: a name read from Redis may hold bytes that are not UTF-8 (delayd.connection)
+    # backslashreplace: a name read from Redis may hold bytes that are not UTF-8 (delayd.store.connection)
     _handler = (logging.FileHandler(path, encoding="utf-8", errors="backslashreplace") if path
                 else logging.StreamHandler(sys.stderr))
     _handler.setFormatter(Formatter(style))

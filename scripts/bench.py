@@ -26,7 +26,7 @@ from daemon_helper import Daemon  # noqa: E402
 from redis_server import RedisServer, wait_for  # noqa: E402
 
 from delayd import Client  # noqa: E402
-from delayd.embedded import find_redis_server  # noqa: E402
+from delayd.daemon.embedded import find_redis_server  # noqa: E402
 
 N = 20_000
 MOVE_LUA = """

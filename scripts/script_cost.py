@@ -23,8 +23,8 @@ from daemon_helper import Daemon
 from redis_server import RedisServer
 
 from delayd import Client
-from delayd import lua_lib
-from delayd.store import SCRIPTS, Finish
+from delayd.store import lua_lib
+from delayd.store.transitions import SCRIPTS, Finish
 
 SCRIPT_COMMANDS = ("evalsha", "eval")
 
@@ -66,10 +66,10 @@ def ready_tasks(client: Client, r, n: int) -> None:
 
 def versions(other: Path) -> list[dict[str, tuple[str, str]]]:
     """(source, sha) of claim, finish and promote: these, then those of the checkout `other`."""
-    lib = (other / "delayd/lua/_lib.lua").read_text()
+    lib = (other / "delayd/store/lua/_lib.lua").read_text()
     theirs = {}
     for name in ("claim", "finish", "promote"):
-        body = (other / f"delayd/lua/{name}.lua").read_text()
+        body = (other / f"delayd/store/lua/{name}.lua").read_text()
         source = lua_lib.source(lib, body)
         theirs[name] = (source, hashlib.sha1(source.encode()).hexdigest())
     return [{name: (SCRIPTS[name].source, SCRIPTS[name].sha) for name in theirs}, theirs]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import redis
 
-from delayd.embedded import find_redis_server
+from delayd.daemon.embedded import find_redis_server
 from redis_server import RedisServer, free_port, wait_for
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis
 
-from delayd.embedded import find_redis_server
+from delayd.daemon.embedded import find_redis_server
 
 
 def free_port() -> int:

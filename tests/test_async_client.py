@@ -7,7 +7,7 @@ import time
 import pytest
 
 from delayd import AsyncClient, Client, DelaydError, DurabilityError, RedisUnavailable, TaskError
-from delayd.connection import RedisURLError
+from delayd.store.connection import RedisURLError
 from daemon_helper import Daemon
 from redis_server import RedisServer, free_port, wait_for
 

@@ -12,7 +12,7 @@ import pytest
 
 from delayd import AddInterrupted, Client, DelaydError, RedisUnavailable, Task, TaskError
 from delayd import config as config_mod
-from delayd.store import LAYOUT, meta_key
+from delayd.store.transitions import LAYOUT, meta_key
 from redis_server import RedisServer, free_port, wait_for
 
 

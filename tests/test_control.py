@@ -288,7 +288,7 @@ def test_a_failed_spawn_is_retried_and_the_master_lives(redis_url, tmp_path):
 
 CRASHING_MASTER = """
 import sys
-from delayd import master
+from delayd.daemon import master
 def resize_queues(self, delta):
     raise RuntimeError("injected fault in the master loop")
 master.Master.resize_queues = resize_queues  # SIGTTIN makes the master raise, for real, in its loop

@@ -19,9 +19,9 @@ import zlib
 import pytest
 
 from daemon_helper import Daemon
-from delayd import connection, registry
-from delayd.store import Store, meta_key, wire
-from delayd.task import Task, TaskError
+from delayd.store import connection, registry
+from delayd.store.transitions import Store, meta_key, wire
+from delayd.model.task import Task, TaskError
 from redis_server import wait_for
 from test_store import client_of
 from web_helper import Web

@@ -17,8 +17,8 @@ from standardwebhooks import Webhook
 
 from daemon_helper import Daemon, delayd
 from delayd import Task
-from delayd.url import answer, guard
-from delayd.url.hosts import Hosts
+from delayd.targets.url import answer, guard
+from delayd.targets.url.hosts import Hosts
 from redis_server import free_port, wait_for
 from url_helper import StaticNames, _Handler, http, make_engine, proxy  # noqa: F401  (fixtures)
 

@@ -9,7 +9,8 @@ import psutil
 from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 
-from delayd import Client, embedded
+from delayd import Client
+from delayd.daemon import embedded
 from delayd.config import load
 
 

@@ -22,9 +22,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from daemon_helper import Daemon, delayd
-from delayd import Client, cli, connection, registry
-from delayd.store import meta_key, wire
-from delayd.task import STATUSES
+from delayd import Client
+from delayd import cli
+from delayd.store import connection, registry
+from delayd.store.transitions import meta_key, wire
+from delayd.model.task import STATUSES
 from fuzz_damage import BUCKETS, Noise, Plan, Victim, apply_noise, damage_record, now_ms, plans
 from redis_server import wait_for
 from web_helper import Web

@@ -1,4 +1,4 @@
-"""One run of a task (delayd.handlers): call and push targets, against real Redis.
+"""One run of a task (delayd.targets.handlers): call and push targets, against real Redis.
 
 Push tests use the real redis-server of conftest.py. `handlers_fixture` (in tests/)
 provides call targets. URL targets: test_url.py.
@@ -21,7 +21,7 @@ from redis.retry import Retry
 
 from delayd import Task
 from delayd.config import Config
-from delayd.handlers import Outcome, Runner, outcome_of
+from delayd.targets.handlers import Outcome, Runner, outcome_of
 from redis_server import free_port, wait_for
 from url_helper import make_engine  # noqa: F401  (a fixture)
 

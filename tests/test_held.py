@@ -10,7 +10,8 @@ import threading
 import pytest
 import redis
 
-from delayd import Client, RedisUnavailable, redis_internals
+from delayd import Client, RedisUnavailable
+from delayd.store import redis_internals
 from redis_server import RedisServer
 
 

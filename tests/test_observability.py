@@ -18,7 +18,7 @@ from daemon_helper import DELAYD, Daemon, delayd
 from redis_server import RedisServer, free_port, wait_for
 
 from delayd import Client
-from delayd.connection import redact
+from delayd.store.connection import redact
 
 
 def tcp(proc: psutil.Process) -> list:

@@ -12,8 +12,10 @@ import redis
 from daemon_helper import Daemon, delayd, settled
 from redis_server import RedisServer, wait_for
 
-from delayd import Client, connection, worker
-from delayd.client import RedisUnavailable
+from delayd import Client
+from delayd.store import connection
+from delayd.workers import process as worker
+from delayd.client.sync_client import RedisUnavailable
 
 
 def test_daemon_survives_a_redis_restart_with_aof(tmp_path):

@@ -551,7 +551,7 @@ def test_console_script_prints_the_version():
 def test_lua_scripts_are_package_data():
     import importlib.resources
 
-    lua = importlib.resources.files("delayd") / "lua"
+    lua = importlib.resources.files("delayd.store") / "lua"
     assert (lua / "add.lua").is_file()
     assert "redis.call" in (lua / "add.lua").read_text()
 
@@ -562,14 +562,14 @@ def test_built_package_contains_the_lua_files(tmp_path):
     done = subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py",
                            "-d", str(build)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    source = {p.name for p in (ROOT / "delayd" / "lua").glob("*.lua")}
-    built = {p.name for p in (build / "delayd" / "lua").glob("*.lua")}
+    source = {p.name for p in (ROOT / "delayd" / "store" / "lua").glob("*.lua")}
+    built = {p.name for p in (build / "delayd" / "store" / "lua").glob("*.lua")}
     assert source and built == source
     for web in ("web/templates", "web/static"):  # the dashboard's pages, style sheet and script
         source = {p.name for p in (ROOT / "delayd" / web).iterdir()}
         assert source and {p.name for p in (build / "delayd" / web).iterdir()} == source, web
     probe = ("import importlib.resources, delayd; "
-             "print(delayd.__file__); print((importlib.resources.files('delayd') / 'lua/add.lua').is_file())")
+             "print(delayd.__file__); print((importlib.resources.files('delayd.store') / 'lua/add.lua').is_file())")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(build)})
     assert done.returncode == 0, done.stderr

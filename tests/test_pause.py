@@ -17,12 +17,13 @@ from test_cli import delayd, one_line_error
 from test_recurring import bucket_of_task, pushed
 from test_store import DAY_MS, claim, now_ms, promote_all
 
-from delayd import Client, steps
-from delayd import store as store_mod
-from delayd.client_errors import Overtaken
-from delayd.steps import ScriptCall
-from delayd.store import SCRIPTS
-from delayd.task import TaskError
+from delayd import Client
+from delayd.store import steps
+from delayd.store import transitions as store_mod
+from delayd.client.errors import Overtaken
+from delayd.store.steps import ScriptCall
+from delayd.store.transitions import SCRIPTS
+from delayd.model.task import TaskError
 
 
 def all_counts(client) -> dict:

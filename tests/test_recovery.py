@@ -10,7 +10,8 @@ import pytest
 from daemon_helper import Daemon
 from redis_server import RedisServer, wait_for
 
-from delayd import Client, DurabilityError, durable
+from delayd import Client, DurabilityError
+from delayd.store import durable
 
 
 @pytest.fixture

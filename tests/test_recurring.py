@@ -11,8 +11,8 @@ from redis_server import wait_for
 from test_cli import delayd, one_line_error
 from test_store import claim, now_ms, promote_all, record
 
-from delayd import schedule
-from delayd.task import TaskError
+from delayd.model import schedule
+from delayd.model.task import TaskError
 
 
 def bucket_of_task(client, topic, id):

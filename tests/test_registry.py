@@ -1,11 +1,11 @@
-"""The registry of live daemons (delayd.registry, register.lua) against a real Redis."""
+"""The registry of live daemons (delayd.store.registry, register.lua) against a real Redis."""
 from __future__ import annotations
 
 import time
 
 from redis_server import wait_for
 
-from delayd import registry
+from delayd.store import registry
 
 
 def test_register_lists_then_expires_and_the_next_register_drops_the_dead(r):

@@ -18,10 +18,11 @@ from test_store import DAY_MS, claim, promote_all
 from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
-from delayd import AsyncClient, config
+from delayd import AsyncClient
+from delayd import config
 from delayd.config import ConfigError
-from delayd.store import Finish
-from delayd.task import TaskError
+from delayd.store.transitions import Finish
+from delayd.model.task import TaskError
 
 # How much later than its backoff (+10 % jitter) a retry may start: the finish batch, the
 # bucket's wake-up and the claim, on a host shared with other test runs.

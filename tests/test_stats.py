@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from daemon_helper import delayd
 from delayd import config as config_mod
-from delayd import metrics
-from delayd import stats as stats_mod
-from delayd.store import PRIORITIES, SCRIPTS, Finish, Store
-from delayd.task import Task, TaskError
+from delayd.daemon import metrics
+from delayd.store import stats as stats_mod
+from delayd.store.transitions import PRIORITIES, SCRIPTS, Finish, Store
+from delayd.model.task import Task, TaskError
 from test_store import client_of
 
 PREFIX = "delayd:"

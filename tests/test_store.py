@@ -12,10 +12,11 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from delayd import Client, attempts
+from delayd import Client
+from delayd.model import attempts
 from delayd import config as config_mod
-from delayd.store import BucketKeys, Promoted, Store, bucket_of, meta_key, ready_channel
-from delayd.task import Task, TaskError
+from delayd.store.transitions import BucketKeys, Promoted, Store, bucket_of, meta_key, ready_channel
+from delayd.model.task import Task, TaskError
 from redis_server import RedisServer, free_port, wait_for
 
 PREFIX = "delayd:"
@@ -941,9 +942,9 @@ def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keep
     """store.stream (the queue's one round trip per turn): calls of two scripts after Redis lost
     its script cache get the replies they get with a warm cache, in order, with one SCRIPT LOAD
     per script."""
-    from delayd.held import checked_out
-    from delayd.steps import ScriptCall
-    from delayd.store import SCRIPTS, stream
+    from delayd.store.held import checked_out
+    from delayd.store.steps import ScriptCall
+    from delayd.store.transitions import SCRIPTS, stream
     calls = [store.claim_call(0, (5, 3, 2), 4, 10_000, DAY_MS) if i % 2 else
              ScriptCall(SCRIPTS["retry"], *store.retry_call(f"t:{i}")) for i in range(10)]
     with checked_out(r) as conn:
@@ -963,8 +964,8 @@ def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keep
 def test_each_script_gets_the_lib_helpers_it_uses_and_loads(r):
     """A script's prelude is the _lib.lua definitions it names, and those they name (lua_lib):
     every script still compiles in Redis, and one that needs little carries little."""
-    from delayd import lua_lib
-    from delayd.store import SCRIPTS, Script
+    from delayd.store import lua_lib
+    from delayd.store.transitions import SCRIPTS, Script
 
     def defined(source: str) -> set[str]:
         """The lib's names that `source` defines."""

@@ -1,4 +1,4 @@
-"""URL deliveries (delayd.url.engine) against a real stdlib HTTP server on loopback:
+"""URL deliveries (delayd.targets.url.engine) against a real stdlib HTTP server on loopback:
 encoding, headers, answers, timeouts, the answer cap, pooling."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 import delayd
 from delayd import Task
-from delayd.handlers import Outcome
+from delayd.targets.handlers import Outcome
 from redis_server import free_port, wait_for
 from url_helper import http, make_engine  # noqa: F401  (fixtures)
 

@@ -351,7 +351,7 @@ def test_browse_pages_are_exact_with_a_small_budget(client, r, status):
 # -- damaged data: every page answers, showing the bad entry and why, never a 500 ---------------
 def damage(r, store) -> None:
     """Wrong-typed keys, unreadable fields and scores, names that are not UTF-8, in every place a page reads."""
-    from delayd import registry
+    from delayd.store import registry
     keys = store.keys
     for member, field, value in (("c:due", "due", "soon"), ("c:runs", "runs", "many"), ("c:spec", "spec", b"\xff{"),
                                  ("c:far", "due", "9" * 30), ("c:status", "status", "zzz")):
@@ -374,7 +374,7 @@ def damage(r, store) -> None:
 
 
 def test_every_page_shows_damaged_data_and_never_fails(api, client, r):
-    from delayd import connection
+    from delayd.store import connection
     for member in ("c:good", "c:due", "c:runs", "c:spec", "c:far", "c:status", "c:list"):
         client.add(*member.split(":"), call="delayd.examples:echo", delay=600)
     raw = connection.connect(client.url)

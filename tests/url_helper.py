@@ -19,8 +19,8 @@ from aiohttp.abc import AbstractResolver
 
 from delayd import Task
 from delayd.config import Config
-from delayd.handlers import Outcome, Runner
-from delayd.url.engine import Engine
+from delayd.targets.handlers import Outcome, Runner
+from delayd.targets.url.engine import Engine
 
 BIG = 10 * 1024 * 1024
 
@@ -42,7 +42,7 @@ FIXED_ANSWERS: dict[str, tuple] = {
 
 
 class Ticket:
-    """What the queue hands the engine (delayd.url.engine.Ticket)."""
+    """What the queue hands the engine (delayd.targets.url.engine.Ticket)."""
 
     def __init__(self, task: Task, limit: float = 60.0):
         self.task, self.limit, self.started, self.deadline = task, limit, 0.0, math.inf

@@ -12,14 +12,14 @@ import sys
 
 from setproctitle import setproctitle
 
-from .. import __version__
-from .. import config as config_mod
-from ..client import DelaydError
-from ..connection import RedisURLError, redact
-from ..task import TaskError
-from ..web import command as web_command
-from . import daemon, schedule, stats, tasks
-from .common import Verb, fail
+from delayd.version import __version__
+from delayd import config as config_mod
+from delayd.client.sync_client import DelaydError
+from delayd.store.connection import RedisURLError, redact
+from delayd.model.task import TaskError
+from delayd.web import command as web_command
+from delayd.cli import daemon, schedule, stats, tasks
+from delayd.cli.common import Verb, fail
 
 VERBS: dict[str, Verb] = {**tasks.VERBS, **daemon.VERBS, **stats.VERBS, **schedule.VERBS, "web": web_command.run}
 
@@ -52,7 +52,7 @@ def hide_password(url: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # What Redis holds may be any bytes (see delayd.connection): printed, they must not raise.
+    # What Redis holds may be any bytes (see delayd.store.connection): printed, they must not raise.
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")

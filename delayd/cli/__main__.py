@@ -1,6 +1,6 @@
 """`python -m delayd.cli`: the `delayd` command without its console script."""
 import sys
 
-from . import main
+from delayd.cli import main
 
 sys.exit(main())

@@ -7,9 +7,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from .. import config as config_mod
-from ..client import Client
-from ..task import printable
+from delayd import config as config_mod
+from delayd.client.sync_client import Client
+from delayd.model.task import printable
 
 Verb = Callable[[argparse.Namespace], int]
 

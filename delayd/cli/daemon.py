@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from .common import Verb, client_for, config_loader, emit, fail, load_config, non_negative, verb_parser, \
+from delayd.cli.common import Verb, client_for, config_loader, emit, fail, load_config, non_negative, verb_parser, \
     with_options
 
 
@@ -16,17 +16,17 @@ DEGRADED_EXIT = 1  # `status` of a master with a child down or crash-looping: ru
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from .. import control
+    from delayd.daemon import control
     return control.start(load_config(args), config_loader(args), args.foreground)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from .. import control
+    from delayd.daemon import control
     return control.stop(load_config(args), args.timeout)
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    from .. import control
+    from delayd.daemon import control
     config = load_config(args)
     code = control.stop(config, args.timeout)
     return code or control.start(config, config_loader(args), foreground=False)
@@ -35,7 +35,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_reload(args: argparse.Namespace) -> int:
     """Check the config as this command reads it (an invalid one: exit 1, nothing signalled), then
     SIGHUP and report the master's own outcome (it rereads with the start's flags and environment)."""
-    from .. import control
+    from delayd.daemon import control
     try:
         pid = control.reload(load_config(args))
     except control.ReloadFailed as exc:
@@ -84,7 +84,7 @@ def cluster_status(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .. import control
+    from delayd.daemon import control
     if args.cluster:
         return cluster_status(args)
     config = load_config(args)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import Verb, client_for, emit, fail, task_verb, verb_parser
+from delayd.cli.common import Verb, client_for, emit, fail, task_verb, verb_parser
 
 
 def cmd_pause(args: argparse.Namespace) -> int:

@@ -8,12 +8,12 @@ import sys
 import time
 from typing import Any
 
-from .. import attempts
-from ..client import ADD_BATCH, AddInterrupted, Client
-from ..client_base import gc_paused
-from ..clock import local_time as fmt_time, time_parts
-from ..task import STATUSES, TaskError
-from .common import (Progress, Verb, client_for, emit, fail, int_at_least, non_negative, positive_int, task_verb,
+from delayd.model import attempts
+from delayd.client.sync_client import ADD_BATCH, AddInterrupted, Client
+from delayd.client.base import gc_paused
+from delayd.model.clock import local_time as fmt_time, time_parts
+from delayd.model.task import STATUSES, TaskError
+from delayd.cli.common import (Progress, Verb, client_for, emit, fail, int_at_least, non_negative, positive_int, task_verb,
                      verb_parser)
 
 ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",

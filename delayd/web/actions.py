@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import Client
-from ..client_errors import Overtaken
-from ..task import TaskError
-from . import browse
+from delayd.client.sync_client import Client
+from delayd.client.errors import Overtaken
+from delayd.model.task import TaskError
+from delayd.web import browse
 
 RETRY_BATCH = 200  # failed tasks put back per request of "retry all failed"
 

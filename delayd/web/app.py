@@ -30,13 +30,13 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import __version__
-from ..client import Client, DelaydError
-from ..config import Config
-from ..task import STATUSES, printable
-from . import actions, display, views
-from .auth import COOKIE, SESSION_S, Auth, Identity, LoginThrottle, host_of, is_loopback
-from .browse import BadCursor
+from delayd.version import __version__
+from delayd.client.sync_client import Client, DelaydError
+from delayd.config import Config
+from delayd.model.task import STATUSES, printable
+from delayd.web import actions, display, views
+from delayd.web.auth import COOKIE, SESSION_S, Auth, Identity, LoginThrottle, host_of, is_loopback
+from delayd.web.browse import BadCursor
 
 HERE = resources.files(__package__)
 SECURITY_HEADERS = {

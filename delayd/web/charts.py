@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from .. import stats as stats_mod
-from ..clock import zone_name
-from .series import Minute
+from delayd.store import stats as stats_mod
+from delayd.model.clock import zone_name
+from delayd.web.series import Minute
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 420, 150, 36, 18, 8
 

@@ -11,10 +11,10 @@ import logging
 import signal
 import socket
 
-from ..config import Config, ConfigError
-from ..log import event, reopen
-from ..worker import Heartbeat
-from . import command
+from delayd.config import Config, ConfigError
+from delayd.log import event, reopen
+from delayd.workers.process import Heartbeat
+from delayd.web import command
 
 log = logging.getLogger("delayd.web")
 

@@ -11,9 +11,9 @@ import socket
 import sys
 from typing import Any
 
-from .. import config as config_mod
-from ..config import Config, ConfigError
-from .auth import is_loopback
+from delayd import config as config_mod
+from delayd.config import Config, ConfigError
+from delayd.web.auth import is_loopback
 
 DEFAULT_PORT = 8470
 
@@ -53,7 +53,7 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
 
     import uvicorn
 
-    from .app import create
+    from delayd.web.app import create
 
     server = uvicorn.Server(uvicorn.Config(create(config), log_level="warning", access_log=False,
                                            server_header=False, **proxy_headers(config)))
@@ -91,7 +91,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from setproctitle import setproctitle
 
-    from ..worker import title
+    from delayd.workers.process import title
 
     config = config_mod.load(args.config, redis_url=args.redis, prefix=args.prefix, web_bind=args.bind,
                              web_port=args.port)

@@ -2,7 +2,7 @@
 "Stored data is not trusted"): times that do not fit a calendar, names that are not UTF-8,
 numbers JSON cannot hold. Nothing here raises on stored data.
 
-A name that is not UTF-8 arrives as lone surrogates (delayd.connection): it is shown with
+A name that is not UTF-8 arrives as lone surrogates (delayd.store.connection): it is shown with
 its bytes as \\xNN escapes, as `delayd ls` shows it, and links carry its own bytes
 percent-encoded, so the task page finds the very key.
 """
@@ -16,8 +16,8 @@ from typing import Any
 from markupsafe import Markup
 from starlette.responses import JSONResponse
 
-from ..clock import time_parts
-from ..task import printable
+from delayd.model.clock import time_parts
+from delayd.model.task import printable
 
 
 def quote(text: Any, safe: str = ":") -> str:

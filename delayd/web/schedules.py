@@ -17,9 +17,9 @@ from __future__ import annotations
 import base64
 from typing import Any, NamedTuple
 
-from ..store import Store
-from ..task import Task
-from .browse import CURSOR_SHAPE, BadCursor, row_of
+from delayd.store.transitions import Store
+from delayd.model.task import Task
+from delayd.web.browse import CURSOR_SHAPE, BadCursor, row_of
 
 PAGE_SIZE = 50
 

@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 
 from redis.cluster import RedisCluster
 
-from .. import stats as stats_mod
-from ..store import Store
+from delayd.store import stats as stats_mod
+from delayd.store.transitions import Store
 
 MINUTE_MS = 60_000   # lua/_lib.lua: MINUTE_MS
 MINUTES = 60

@@ -8,17 +8,17 @@ from typing import Any
 
 import redis
 
-from .. import connection
-from ..client import Client
-from ..store import wire
-from ..task import STATUSES, Task, TaskError
-from . import browse, charts, schedules, series
+from delayd.store import connection
+from delayd.client.sync_client import Client
+from delayd.store.transitions import wire
+from delayd.model.task import STATUSES, Task, TaskError
+from delayd.web import browse, charts, schedules, series
 
 PAGE_SIZE = 50
 
 
 def overview(client: Client) -> dict[str, Any]:
-    """GET /api/stats: delayd.stats as `delayd stats --json` has it, with the live daemons, the
+    """GET /api/stats: delayd.store.stats as `delayd stats --json` has it, with the live daemons, the
     paused topics and the last hour per minute."""
     stats = client.stats()
     minutes = series.last_hour(client.store)

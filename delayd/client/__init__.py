@@ -1,0 +1,1 @@
+"""The producer API: Client and AsyncClient over the same steps, errors, listings."""

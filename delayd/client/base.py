@@ -1,0 +1,369 @@
+"""What Client and AsyncClient share: configuration, validation, the key layout and every
+read or transition written once as steps (delayd.store.steps), which each flavour runs on its
+own connection (redis-py or redis.asyncio)."""
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import time
+from datetime import datetime
+from typing import Any, Iterable, Iterator
+
+import redis
+
+from delayd import config as config_mod
+from delayd.store import connection, registry
+from delayd.daemon import embedded
+from delayd.model import schedule
+from delayd.store import durable as durable_mod
+from delayd.store import stats as stats_mod
+from delayd.client.errors import REDIS_FAILURES, DelaydError, DurabilityError, Overtaken, interrupted, refusal
+from delayd.store.resp import pack
+from delayd.store.steps import Batch, Read, ScriptCall, Send, Steps, command
+from delayd.store.transitions import SCRIPTS, BucketKeys, Store, StoreError, bucket_count, bucket_of
+from delayd.model.task import Task, TaskError, check_topic, module_allowed
+
+TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
+                         "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at
+NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
+ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
+
+log = logging.getLogger("delayd.client")
+
+Built = tuple[Task, str, int]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON, ms)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while many tasks are validated and kept.
+
+    A collection starts every ~700 container allocations and scans the young objects, now
+    and then the old ones too: with tens of thousands of validated tasks alive (a Task, its
+    lists and the caller's dicts), add_many spent ~2 of the ~5 us per task in collections
+    that freed nothing. Reference counting frees everything else as usual meanwhile, and the
+    collector is switched back on after (left off if the application had switched it off).
+    The idiom is Mercurial's `util.nogc`, for the same reason."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def to_ms(at: Any) -> int:
+    """An absolute time (Unix seconds, a datetime, or an ISO 8601 string) in ms."""
+    if isinstance(at, bool):
+        raise TaskError("at must be Unix seconds or an ISO 8601 time")
+    if isinstance(at, datetime):
+        return int(at.timestamp() * 1000)
+    if isinstance(at, (int, float)):
+        if not 0 <= at < 1e11:
+            raise TaskError(f"at must be Unix seconds, got {at!r}")
+        return int(at * 1000)
+    if isinstance(at, str):
+        try:
+            return to_ms(float(at))
+        except ValueError:
+            pass
+        try:
+            moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        except ValueError:
+            raise TaskError(f"at must be Unix seconds or an ISO 8601 time, got {at!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.astimezone()  # a naive time is local time
+        return to_ms(moment)
+    raise TaskError(f"at must be Unix seconds or an ISO 8601 time, got {at!r}")
+
+
+_warned: set[str] = set()
+
+
+def warn_once(warnings: Iterable[str]) -> None:
+    """Log each configuration warning (an unknown DELAYD_* variable: a typo like DELAYD_REDIS_UR would
+    silently mean the embedded Redis) once per process, as the daemon logs them at start."""
+    for warning in warnings:
+        if warning not in _warned:
+            _warned.add(warning)
+            log.warning("delayd: %s", warning)
+
+
+class BaseClient:
+    """Access to one delayd store (a Redis URL and a key prefix), without I/O of its own."""
+
+    durable_timeout = durable_mod.DEFAULT_TIMEOUT  # seconds a durable add waits for WAIT / WAITAOF
+
+    def __init__(self, url: str | None = None, prefix: str | None = None, *,
+                 config: config_mod.Config | None = None, allowed_modules: Iterable[str] | None = None):
+        cfg = config or config_mod.load()
+        if config is None:
+            warn_once(cfg.warnings)
+        self.config = cfg
+        self.url = url or cfg.redis_url or embedded.url(cfg.state_dir)
+        self.embedded = not (url or cfg.redis_url)  # the daemon's own Redis: up only while the daemon is
+        self.prefix = prefix or cfg.prefix
+        if allowed_modules is None and "allowed_modules" in cfg.explicit:
+            allowed_modules = cfg.allowed_modules
+        self.allowed_modules = tuple(allowed_modules) if allowed_modules is not None else None
+        self.redis = self.connect(self.url)
+        self._store: Store | None = None
+        self._durable_plan: tuple[float, tuple[Any, Any]] | None = None  # (until, (INFO, appendfsync)): durable_steps
+
+    def connect(self, url: str) -> Any:
+        raise NotImplementedError
+
+    @property
+    def on_cluster(self) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str | None = None, **kwargs: Any) -> Any:
+        return cls(url, prefix, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({connection.redact(self.url)!r}, prefix={self.prefix!r})"
+
+    # -- validation (pure) -------------------------------------------------------------
+    def build(self, topic: Any = None, id: Any = None, *, delay: float | None = None, at: Any = None,
+              **fields: Any) -> Built:
+        """Validate one add's arguments: (task, 'delay'|'at', ms). Raises TaskError."""
+        unknown = fields.keys() - TASK_FIELDS
+        if unknown:
+            raise TaskError(f"unknown task field(s): {', '.join(sorted(unknown))}")
+        task = Task.new(topic, id, params_limit=self.config.params_limit, **fields)
+        if self.allowed_modules is not None:
+            for target in (task.call, task.callback):
+                if target and not module_allowed(target, self.allowed_modules):
+                    raise TaskError(f"{target} is not in the allowed modules "
+                                    f"({', '.join(self.allowed_modules) or 'none'}); add its module to "
+                                    "allowed_modules or DELAYD_ALLOWED_MODULES")
+        if delay is not None and at is not None:
+            raise TaskError("give delay or at, not both")
+        if at is not None:
+            return task, "at", to_ms(at)
+        if delay is None and task.cron is not None:
+            return task, NEXT_CRON, 0  # the calendar's next time after Redis's now: see first_due
+        if delay is None:
+            delay = task.every if task.every is not None else task.intervals[0]
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10 * 365 * 86400:
+            raise TaskError(f"delay must be a number of seconds >= 0, got {delay!r}")
+        return task, "delay", int(delay * 1000)
+
+    def build_many(self, items: Iterable[dict[str, Any]]) -> list[Built]:
+        """Validate add_many's items (each named by its index in an error), before anything is written."""
+        built: list[Built] = []
+        build, append = self.build, built.append
+        with gc_paused():
+            for n, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise TaskError(f"item {n}: expected a dict of add() arguments")
+                try:
+                    append(build(**item))  # (a missing topic or id is None: refused as such)
+                except TaskError as exc:
+                    raise TaskError(f"item {n}: {exc}") from None
+        return built
+
+    @staticmethod
+    def batches(store: Store, built: list[Built]) -> list[tuple[BucketKeys, list[Built]]]:
+        """The add.lua calls writing `built`: per bucket, ADD_BATCH tasks per call."""
+        by_bucket: dict[int, list[Built]] = {}
+        for entry in built:
+            by_bucket.setdefault(bucket_of(entry[0].key, store.buckets), []).append(entry)
+        return [(store.keys[b], entries[i:i + ADD_BATCH])
+                for b, entries in by_bucket.items() for i in range(0, len(entries), ADD_BATCH)]
+
+    def unconfirmed(self, wait: tuple[Any, ...], reply: Any, written: int) -> None:
+        """Raise DurabilityError if `reply` to `wait` does not confirm the write."""
+        if wait and (isinstance(reply, Exception) or not durable_mod.confirmed(wait, reply)):
+            answer = f" ({refusal(reply)})" if isinstance(reply, Exception) else ""
+            raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "
+                                  f"{self.durable_timeout:g} s{answer}: they may be lost if Redis fails now")
+
+    def write_steps(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
+                    wait: tuple[Any, ...] = ()) -> Steps[int]:
+        """The add.lua calls of validated tasks on one connection (Send/Read: the caller's alone),
+        streamed (store.stream_steps), then `wait` (durable: WAIT/WAITAOF count that connection's
+        writes). Returns how many were written; AddInterrupted if a call fails midway."""
+        store = self._store
+        results: list[Any] = []
+        try:
+            yield from SCRIPTS["add"].stream_steps((store.add_packed(keys, entries, nx) for keys, entries in calls),
+                                                   replies=results)
+            reply = None
+            if wait:
+                yield Send(pack(wait))
+                try:
+                    reply = yield Read()
+                except redis.exceptions.ResponseError as exc:  # WAITAOF on a Redis whose AOF was turned off
+                    reply = exc
+            written = sum(sum(r) for r in results)
+            self.unconfirmed(wait, reply, written)
+            return written
+        except BaseException as exc:
+            self._durable_plan = None  # asked again next time: a failure may mean Redis changed
+            if isinstance(exc, REDIS_FAILURES):
+                raise interrupted(self, exc, results, sum(len(entries) for _, entries in calls)) from None
+            raise
+
+    # -- steps (run by each flavour on its connection) ---------------------------------
+    def store_steps(self) -> Steps[Store]:
+        """The store, with the bucket count recorded in Redis (set on first use)."""
+        if self._store is None:
+            try:
+                buckets = yield from bucket_count(self.prefix, self.config.buckets)
+            except StoreError as exc:
+                raise DelaydError(str(exc)) from None
+            self._store = Store(self.redis, self.prefix, buckets)
+        return self._store
+
+    def prepared_steps(self, built: list[Built]) -> Steps[tuple[Store, list[Built]]]:
+        """The store, and `built` with cron tasks without delay/at given their first due time:
+        the calendar's next time after Redis's clock (one TIME call for the whole batch)."""
+        store = yield from self.store_steps()
+        if not any(mode == NEXT_CRON for _, mode, _ in built):
+            return store, built
+        seconds, micros = yield command("TIME")
+        now_ms = seconds * 1000 + micros // 1000
+        out = []
+        for task, mode, value in built:
+            if mode == NEXT_CRON:
+                due = schedule.next_cron(task.cron, task.tz, now_ms)
+                if due is None:
+                    raise TaskError(f"{task.key}: cron expression {task.cron!r} has no next time")
+                mode, value = "at", due
+            out.append((task, mode, value))
+        return store, out
+
+    def durable_steps(self) -> Steps[tuple[Any, ...]]:
+        """How this Redis confirms a write now (WAIT, WAITAOF or nothing needed); DurabilityError if it cannot.
+
+        A WAIT or WAITAOF plan is kept for durable_mod.PLAN_TTL seconds (and forgotten after any
+        failed write): its own reply says whether the write was confirmed, so a stale plan can
+        fail an add (DurabilityError, written but not confirmed) but never claim what is not true.
+        `appendfsync always` (nothing to wait for) is asked for at every add."""
+        if self.on_cluster:
+            raise DurabilityError("durable=True is not supported on Redis Cluster; nothing was written")
+        kept = self._durable_plan
+        if kept is not None and time.monotonic() < kept[0]:
+            info, appendfsync = kept[1]
+        else:
+            info = yield command("INFO")
+            try:
+                appendfsync = (yield command("CONFIG GET", "appendfsync")).get("appendfsync")
+            except redis.exceptions.ResponseError:  # CONFIG renamed or refused (managed Redis)
+                appendfsync = None
+            kept = (time.monotonic() + durable_mod.PLAN_TTL, (info, appendfsync))
+        self._durable_plan = None
+        try:
+            wait = durable_mod.command(info, appendfsync, int(self.durable_timeout * 1000))
+        except durable_mod.Unconfirmable as exc:
+            raise DurabilityError(f"Redis at {connection.where(self.url)}: {exc}; nothing was written") from None
+        if wait:  # (a plan whose reply confirms the write: safe to keep)
+            self._durable_plan = kept
+        return wait
+
+    def delete_steps(self, topic: Any, id: Any, hard: bool = False) -> Steps[bool]:
+        """Mark a task deleted (it never runs again); hard=True removes every trace."""
+        store = yield from self.store_steps()
+        return (yield from store.delete_steps(f"{topic}:{id}", hard, self.config.retention_ms))
+
+    def retry_steps(self, topic: Any, id: Any) -> Steps[bool]:
+        """Put a failed task back to run now. Raises TaskError if it is not failed."""
+        store = yield from self.store_steps()
+        result = yield from store.retry_steps(f"{topic}:{id}")
+        if result == -1:
+            raise TaskError(f"{topic}:{id} is not failed; only failed tasks can be retried")
+        return result == 1
+
+    def run_now_steps(self, topic: Any, id: Any) -> Steps[bool]:
+        """Make a delayed task due now (a recurring one then continues on its schedule).
+
+        Returns False if there is no such task; raises TaskError, changing nothing, if it is
+        running or finished. A task of a paused topic becomes due now and starts first on resume."""
+        store = yield from self.store_steps()
+        answer = yield from store.run_now_steps(f"{topic}:{id}")
+        if answer.code == -1:
+            raise TaskError(f"{topic}:{id} is {answer.status}, not delayed: only a waiting task can be run now "
+                            + ("(it is running now)" if answer.status == "running" else
+                               "(use retry for a failed task, or add it again)"))
+        return answer.code != 0
+
+    def pause_steps(self, topic: Any) -> Steps[int]:
+        """Start no task of `topic` until resume() (runs in flight finish); kept in Redis, so it
+        holds for every daemon and across restarts. Returns how many ready tasks were set aside.
+        Raises Overtaken if a resume that began after this pause has undone it."""
+        topic = check_topic(topic)
+        store = yield from self.store_steps()
+        paused = yield from store.pause_steps(topic)
+        if paused.overtaken:
+            raise Overtaken(f"the pause of {topic} was overtaken by a resume issued meanwhile: "
+                            "the topic is not paused")
+        return paused.parked
+
+    def resume_steps(self, topic: Any) -> Steps[int]:
+        """Start the tasks of `topic` again; its due tasks start in due order. Returns how many waited.
+        Raises Overtaken if a pause issued meanwhile holds the topic (the pause wins)."""
+        topic = check_topic(topic)
+        store = yield from self.store_steps()
+        resumed = yield from store.resume_steps(topic)
+        if resumed.overtaken:
+            raise Overtaken(f"the resume of {topic} was overtaken by a pause issued meanwhile: the topic "
+                            f"stays paused ({resumed.moved} due task{'s' if resumed.moved != 1 else ''} "
+                            "had gone back; they wait for the next resume)")
+        return resumed.moved
+
+    def paused_steps(self) -> Steps[list[str]]:
+        """The topics paused now."""
+        store = yield from self.store_steps()
+        topics: set[str] = set()
+        for keys in store.keys:
+            topics.update((yield command("HKEYS", keys.paused)))
+        return sorted(topics)
+
+    def get_steps(self, topic: Any, id: Any) -> Steps[Task | None]:
+        """The task, or None. Raises TaskError if its record in Redis is corrupt."""
+        member = f"{topic}:{id}"
+        store = yield from self.store_steps()
+        try:
+            record = yield command("HGETALL", store.keys_for(member).task(member))
+        except redis.exceptions.ResponseError:  # WRONGTYPE
+            raise TaskError(f"{member}: corrupt record: its key is not a hash") from None
+        if not record:
+            return None
+        try:
+            return Task.from_record(member, record, self.config.retries)
+        except TaskError as exc:
+            raise TaskError(f"{member}: corrupt record: {exc}") from None
+
+    def stats_steps(self) -> Steps[dict[str, Any]]:
+        """stats(), one stats.lua call after the other (Client pipelines them: delayd.store.stats.collect)."""
+        store = yield from self.store_steps()
+        answers = []
+        for b in range(store.buckets):
+            answers.append((yield ScriptCall(SCRIPTS["stats"], *stats_mod.bucket_call(store, b))))
+        return stats_mod.summary(answers)
+
+    def count_steps(self, topic: Any = None, status: str | None = None) -> Steps[int]:
+        """How many tasks (of a topic, with a status) there are, by the counters the scripts keep
+        (delayd.store.stats): one read of each bucket's counts hash, in one round trip; never a scan.
+        Finished tasks count until their retention ends; a counts hash that is not a hash, none."""
+        store = yield from self.store_steps()
+        if topic is None:
+            replies = yield Batch([command("HGETALL", keys.counts) for keys in store.keys])
+        else:
+            topic = check_topic(topic)
+            fields = [f"{state}|{topic}" for state in stats_mod.STATES]
+            values = yield Batch([command("HMGET", keys.counts, *fields) for keys in store.keys])
+            replies = [dict(zip(fields, reply)) if isinstance(reply, list) else reply for reply in values]
+        return sum(stats_mod.task_count(reply, status) for reply in replies if isinstance(reply, dict))
+
+    def daemons_steps(self) -> Steps[list[dict[str, Any]]]:
+        """The live daemons on this store (each master refreshes its entry every few seconds):
+        id, host, pid, version, started, buckets, queues, concurrency, children, seen_ago."""
+        try:
+            return (yield from registry.live_steps(self.prefix))
+        except redis.exceptions.ResponseError as exc:  # WRONGTYPE: the next refresh sets it aside
+            raise DelaydError(f"the registry of daemons in Redis is corrupt ({exc}); "
+                              "a running daemon rewrites it within seconds") from None

@@ -1,0 +1,508 @@
+"""The master: starts, supervises and stops the bucket, queue and embedded-Redis children.
+
+Modelled on gunicorn's arbiter: signal handlers only put the signal on a queue;
+one loop does all the work (reaping, restarting, reloading, heartbeat checks), and
+an exception that escapes it is logged, the children are stopped, and the master
+exits 1. Slots, backoff and heartbeat files: see slots.py.
+
+The /metrics and registry threads open sockets while the master forks; a child
+closes every descriptor it inherits except its own (start_child), so forks need
+no lock against those threads and a slow Redis never stalls the loop.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue as queue_mod
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Callable
+
+from setproctitle import setproctitle
+
+from delayd.version import __version__
+from delayd.workers import bucket
+from delayd.store import connection
+from delayd.daemon import embedded
+from delayd import config as config_mod
+from delayd import log as log_mod
+from delayd.daemon import notify
+from delayd.store import registry
+from delayd.workers import queue_worker as queue_worker
+from delayd.config import Config
+from delayd.log import event
+from delayd.daemon.pidfile import PidFile
+from delayd.daemon.preflight import StartError, check_redis
+from delayd.daemon.slots import KILL_AFTER_ABORT, Retiring, Slot, backdate, close_quietly, describe_exit, heartbeat_file, \
+    read_note, silent_for
+from delayd.web import child as web_child
+from delayd.workers.process import HANDLED_SIGNALS, REDIS_ERRORS, set_death_signal, start_child, title
+
+log = logging.getLogger("delayd.master")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+class Master:
+    def __init__(self, config: Config, pidfile: PidFile, reread: Callable[[], Config] = config_mod.load,
+                 ready: Callable[[str], None] | None = None):
+        """`reread` builds the config again on SIGHUP, with the start's flags and environment."""
+        self.config = config
+        self.reread = reread
+        self.pidfile = pidfile
+        self.ready_callback = ready
+        self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.embedded = config.redis_url is None
+        if self.embedded:
+            self.config = config_mod.replace(config, redis_url=embedded.url(config.state_dir))
+        self.slots: list[Slot] = []
+        self.by_pid: dict[int, Slot] = {}
+        self.retiring: dict[int, Retiring] = {}
+        self.stopping = False
+        self.started = time.time()
+        self.reloads = 0           # SIGHUPs handled, and the last one's error ('' = reloaded): status.json
+        self.reload_error = ""
+        self.watchdog = notify.watchdog_interval()
+        self.next_watchdog = time.monotonic()
+        self.metrics = None
+        self.registrar: registry.Registrar | None = None
+        self.web_socket = None  # the dashboard's listening socket, shared by each `delayd: web` child
+
+    # -- signals -------------------------------------------------------------------
+    def install_signals(self) -> None:
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, lambda signum, frame: self.events.put(signum))
+
+    # -- lifecycle -----------------------------------------------------------------
+    def run(self) -> int:
+        setproctitle(title(self.config, "master"))
+        os.environ["DELAYD_PROC"] = "master"
+        self.install_signals()
+        self.pidfile.write()
+        event(log, "master_started", redis=connection.redact(self.config.redis_url), buckets=self.config.buckets,
+              queues=self.config.queues, lease_s=self.config.lease,
+              lease_from="task_timeout + max(30 s, 20 %)" if self.config.lease_derived else "config")
+        for warning in self.config.warnings:
+            event(log, "config_warning", logging.WARNING, warning=warning)
+        try:
+            if not self.start_children():
+                return 1
+            while not self.stopping:
+                self.loop_once()
+        except Exception:  # noqa: BLE001 - as gunicorn's arbiter: log it, stop cleanly, exit non-zero
+            log.critical("master_crashed", exc_info=True, extra={"fields": {"children": len(self.by_pid)}})
+            self.ready("error: the master crashed; see the log")
+            self.stop_all()
+            return 1
+        self.stop_all()
+        event(log, "master_stopped")
+        return 0
+
+    def start_children(self) -> bool:
+        """Start Redis (if embedded) and the children and wait for them; False (all stopped) if it failed."""
+        try:
+            if self.embedded:
+                self.start_embedded_redis()
+            check_redis(self.config)
+            self.start_metrics()
+            self.start_web()
+            self.slots += [Slot("bucket", b) for b in range(self.config.buckets)]
+            self.slots += [Slot("queue", q) for q in range(self.config.queues)]
+            self.spawn_due()
+            self.wait_children_up()
+        except StartError as exc:
+            event(log, "start_failed", logging.ERROR, error=str(exc))
+            self.ready(f"error: {exc}")
+            self.stop_all()
+            return False
+        self.write_status()
+        notify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=running")
+        self.ready("ok")
+        event(log, "master_ready", children=len(self.by_pid))
+        self.registrar = registry.Registrar(self.config, registry.daemon_id(self.config, os.getpid()),
+                                            self.registry_entry)
+        self.registrar.start()
+        return True
+
+    def ready(self, message: str) -> None:
+        if self.ready_callback:
+            self.ready_callback(message)
+            self.ready_callback = None
+
+    def loop_once(self) -> None:
+        try:
+            item = self.events.get(timeout=self.next_timeout())
+        except queue_mod.Empty:
+            item = None
+        if item is not None:
+            self.handle_signal(item)
+        self.reap()
+        self.check_heartbeats()
+        self.spawn_due()
+        if self.watchdog and time.monotonic() >= self.next_watchdog:
+            notify.notify("WATCHDOG=1")
+            self.next_watchdog = time.monotonic() + self.watchdog
+
+    def next_timeout(self) -> float:
+        now = time.monotonic()
+        timers = [self.config.heartbeat_timeout / 4]
+        timers += [s.start_at - now for s in self.slots if s.pid is None]
+        timers += [s.aborted_at + KILL_AFTER_ABORT - now for s in self.slots if s.aborted_at]
+        timers += [r.kill_at - now for r in self.retiring.values() if r.kill_at is not None]
+        if self.watchdog:
+            timers.append(self.next_watchdog - now)
+        return max(0.0, min(timers))
+
+    def handle_signal(self, sig: int) -> None:
+        if sig in STOP_SIGNALS:
+            event(log, "stopping", signal=signal.Signals(sig).name)
+            self.stopping = True
+        elif sig == signal.SIGHUP:
+            self.reload()
+        elif sig == signal.SIGUSR1:
+            reopened = log_mod.reopen()  # False: it goes on with the old file (and said so)
+            self.signal_children(signal.SIGUSR1, ("bucket", "queue", "web"))
+            if reopened:
+                event(log, "log_reopened")
+        elif sig in (signal.SIGTTIN, signal.SIGTTOU):
+            self.resize_queues(1 if sig == signal.SIGTTIN else -1)
+
+    # -- children ------------------------------------------------------------------
+    def spawn_due(self) -> None:
+        now = time.monotonic()
+        due = [s for s in self.slots if s.pid is None and s.start_at <= now and not self.stopping]
+        for slot in due:
+            self.spawn(slot)
+        if due:
+            self.write_status()
+
+    def start_metrics(self) -> None:
+        """Serve /metrics from a thread (config metrics_port; off when unset)."""
+        if self.config.metrics_port is None:
+            return
+        from delayd.daemon.metrics import MetricsServer
+        try:
+            self.metrics = MetricsServer(self.config, self.slot_states).start()
+        except OSError as exc:
+            raise StartError(f"cannot serve metrics on {self.config.metrics_bind}:{self.config.metrics_port}: "
+                             f"{exc.strerror or exc}") from None
+        host, port = self.metrics.address
+        event(log, "metrics_serving", url=f"http://{host}:{port}/metrics")
+
+    def start_web(self) -> None:
+        """Open the dashboard's socket and add its `delayd: web` slot (config web_port; off when unset)."""
+        try:
+            self.web_socket = web_child.open_socket(self.config)
+        except config_mod.ConfigError as exc:
+            raise StartError(str(exc)) from None
+        if self.web_socket is not None:
+            self.slots.append(Slot("web", 0))
+
+    def slot_states(self) -> list[tuple[str, str, bool, int, bool]]:
+        """For /metrics (read from its thread): kind, name, up, restarts, crash-looping of each slot."""
+        return [(s.kind, s.name, s.pid is not None, s.restarts, s.crash_looping) for s in list(self.slots)]
+
+    def spawn(self, slot: Slot) -> bool:
+        """Start the slot's child; a failed fork or mkstemp (EAGAIN, EMFILE) is retried after a backoff."""
+        try:
+            self._spawn(slot)
+            return True
+        except OSError as exc:
+            delay = slot.back_off()
+            slot.last_error = f"spawn failed: {exc}"
+            event(log, "spawn_failed", logging.ERROR, child=slot.name, error=str(exc), retry_in_s=delay)
+            return False
+
+    def _spawn(self, slot: Slot) -> None:
+        if slot.kind == "redis":
+            pid = self.spawn_redis()
+        else:
+            if slot.heartbeat is None:
+                slot.heartbeat = heartbeat_file(slot)
+            slot.spawned_at = backdate(slot.heartbeat)
+            body = bucket.main if slot.kind == "bucket" else queue_worker.main
+            keep = ()
+            if slot.kind == "web":
+                body = lambda cfg, _index, hb: web_child.main(cfg, self.web_socket, hb)  # noqa: E731
+                keep = (self.web_socket.fileno(),)
+            pid = start_child(self.config, slot.name, slot.heartbeat,
+                              lambda cfg, hb, index=slot.index: body(cfg, index, hb), keep=keep)
+        slot.pid, slot.started, slot.aborted_at = pid, time.monotonic(), None
+        self.by_pid[pid] = slot
+        event(log, "child_started", child=slot.name, child_pid=pid, restarts=slot.restarts)
+
+    def spawn_redis(self) -> int:
+        Path(self.config.state_dir).mkdir(parents=True, exist_ok=True)
+        args = embedded.server_args(self.config.state_dir, self.config.redis_socket_mode)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for sig in HANDLED_SIGNALS:
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, [])
+                os.setpgid(0, 0)
+                set_death_signal(signal.SIGTERM, parent)  # Redis shuts down cleanly (AOF flushed)
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                os.execv(args[0], [title(self.config, "redis")] + args[1:])
+            finally:
+                os._exit(127)
+        return pid
+
+    def start_embedded_redis(self) -> None:
+        slot = Slot("redis", 0)
+        self.slots.append(slot)
+        self.spawn(slot)
+        client = connection.connect(self.config.redis_url, socket_connect_timeout=1.0)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if client.ping():
+                    break
+            except (*REDIS_ERRORS, FileNotFoundError):
+                pass
+            self.reap()
+            if slot.pid is None:
+                raise StartError(f"the embedded redis-server exited at start; see {self.config.state_dir}/redis.log")
+            if time.monotonic() > deadline:
+                raise StartError("the embedded redis-server did not answer within 30 s")
+            time.sleep(0.02)  # start-up only: Redis has no readiness signal to wait on
+        client.close()
+
+    def wait_children_up(self) -> None:
+        """Until every Python child has touched its heartbeat once. A child that dies first (or
+        cannot be forked), or one still silent after heartbeat_timeout, fails the start: StartError
+        with the error it left (so `delayd start` says it, and systemd never hears READY=1).
+
+        A stop signal ends the wait at once; other signals are kept for the main loop."""
+        timeout = self.config.heartbeat_timeout
+        deadline = time.monotonic() + timeout
+        kept = []
+        while True:
+            self.reap()
+            for slot in self.slots:
+                note = read_note(slot.heartbeat) if slot.pid and slot.heartbeat is not None else ""
+                if slot.pid is None or note:  # dead, or dying: its note also touched the heartbeat file
+                    raise StartError(f"{slot.name} could not start: {note or slot.last_error}")
+            waiting = [s for s in self.slots
+                       if s.kind != "redis" and os.fstat(s.heartbeat).st_mtime < s.spawned_at - 0.5]
+            if not waiting:
+                break
+            if time.monotonic() >= deadline:
+                raise StartError(f"{', '.join(s.name for s in waiting)} did not come up within {timeout:g} s "
+                                 "(heartbeat_timeout); see the log")
+            try:
+                sig = self.events.get(timeout=0.05)
+            except queue_mod.Empty:
+                continue
+            if sig in STOP_SIGNALS:
+                self.stopping = True
+                return
+            if sig != signal.SIGCHLD:
+                kept.append(sig)
+        for sig in kept:
+            self.events.put(sig)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.child_exited(pid, status)
+
+    def child_exited(self, pid: int, status: int) -> None:
+        retired = self.retiring.pop(pid, None)
+        if retired is not None:
+            close_quietly(retired.heartbeat)
+            event(log, "child_retired", child=retired.name, child_pid=pid, how=describe_exit(status))
+            return
+        slot = self.by_pid.pop(pid, None)
+        if slot is None:
+            return
+        ran = time.monotonic() - slot.started
+        if self.stopping:
+            slot.pid = None
+            event(log, "child_stopped", child=slot.name, child_pid=pid, how=describe_exit(status))
+            return
+        delay = slot.died(ran)
+        note = read_note(slot.heartbeat) if slot.heartbeat is not None else ""
+        slot.last_error = note or describe_exit(status)
+        level = logging.CRITICAL if slot.crash_looping else logging.WARNING
+        event(log, "child_died", level, child=slot.name, child_pid=pid, how=describe_exit(status),
+              ran_s=round(ran, 3), restart_in_s=delay, crash_looping=slot.crash_looping or None, error=note or None)
+        self.write_status()
+
+    def check_heartbeats(self) -> None:
+        """Abort a silent child, kill an aborted one that is still there, and a retiring one past its time."""
+        now = time.monotonic()
+        for retired in self.retiring.values():
+            if retired.kill_at is not None and now >= retired.kill_at:
+                event(log, "child_killed", logging.WARNING, child=retired.name, child_pid=retired.pid,
+                      reason="retiring past its graceful timeout")
+                self.kill(retired.pid, signal.SIGKILL)
+                retired.kill_at = None
+        for slot in self.slots:
+            if slot.pid is None or slot.heartbeat is None:
+                continue
+            if slot.aborted_at is not None:
+                if now - slot.aborted_at >= KILL_AFTER_ABORT:
+                    self.kill(slot.pid, signal.SIGKILL)
+                continue
+            silent = silent_for(slot.heartbeat)
+            if silent > self.config.heartbeat_timeout:
+                event(log, "child_hung", logging.ERROR, child=slot.name, child_pid=slot.pid, silent_s=round(silent, 1))
+                self.kill(slot.pid, signal.SIGABRT)
+                slot.aborted_at = time.monotonic()
+
+    @staticmethod
+    def kill(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def children_of(self, kinds: tuple[str, ...]) -> dict[int, str]:
+        """pid -> name of the children of these kinds, retiring ones included."""
+        found = {pid: slot.name for pid, slot in self.by_pid.items() if slot.kind in kinds}
+        found.update((pid, r.name) for pid, r in self.retiring.items() if r.kind in kinds)
+        return found
+
+    def signal_children(self, sig: int, kinds: tuple[str, ...] = ("bucket", "queue")) -> None:
+        for pid in self.children_of(kinds):
+            self.kill(pid, sig)
+
+    def retire(self, slot: Slot) -> int:
+        """The slot's child becomes a retiring one, with its heartbeat file; returns its pid (not signalled)."""
+        pid = slot.pid
+        self.by_pid.pop(pid, None)
+        kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
+        self.retiring[pid] = Retiring(pid, slot.kind, slot.name, slot.heartbeat, kill_at)
+        slot.pid, slot.heartbeat, slot.aborted_at = None, None, None
+        return pid
+
+    def drop(self, slot: Slot) -> None:
+        """Remove a slot: its child is told to stop and retires."""
+        self.slots.remove(slot)
+        if slot.pid:
+            self.kill(self.retire(slot), signal.SIGTERM)
+        close_quietly(slot.heartbeat)
+
+    def resize_queues(self, delta: int) -> None:
+        queues = [s for s in self.slots if s.kind == "queue"]
+        if delta > 0:
+            self.slots.append(Slot("queue", max((s.index for s in queues), default=-1) + 1))
+        elif len(queues) > 1:
+            self.drop(queues[-1])
+        event(log, "queues_resized", queues=len([s for s in self.slots if s.kind == "queue"]))
+        self.write_status()
+
+    def reload(self) -> None:
+        """SIGHUP: reread the config and replace the children one by one; children waiting to restart
+        start at once (the reload may be their fix). The outcome goes to status.json, where `delayd
+        reload` waits for it: refused (the old config keeps running), or a child that did not come up."""
+        notify.reloading()
+        try:
+            new = self.reread()
+            if self.embedded:
+                new = config_mod.replace(new, redis_url=self.config.redis_url)
+            if new.buckets != self.config.buckets or new.prefix != self.config.prefix:
+                raise config_mod.ConfigError("buckets and prefix cannot change on reload; restart instead")
+        except config_mod.ConfigError as exc:
+            self.reloaded(f"{exc}; the old config keeps running", "reload failed, running the old config")
+            return
+        self.config = new
+        log_mod.setup(new.log_level, new.log_format, log_mod.current_path())
+        wanted = new.queues
+        queues = [s for s in self.slots if s.kind == "queue"]
+        for extra in queues[wanted:]:
+            self.drop(extra)
+        for index in range(len(queues), wanted):
+            self.slots.append(Slot("queue", index))
+        for slot in self.slots:
+            if slot.kind != "redis" and slot.pid:
+                old = self.retire(slot)
+                self.spawn(slot)          # the new child starts before the old one is told to stop
+                self.kill(old, signal.SIGTERM)
+            elif slot.kind != "redis":
+                slot.start_at = time.monotonic()
+        self.spawn_due()
+        try:
+            self.wait_children_up()
+        except StartError as exc:
+            self.reloaded(f"the new config is in use, but {exc}", "reloaded, a child is down")
+            return
+        event(log, "reloaded", queues=wanted)
+        self.reloaded("", "running")
+
+    def reloaded(self, error: str, status: str) -> None:
+        """Record a reload's outcome ('' = done) for `delayd reload`, and end systemd's RELOADING=1."""
+        if error:
+            event(log, "reload_failed", logging.ERROR, error=error)
+        self.reloads += 1
+        self.reload_error = error
+        notify.notify(f"READY=1\nSTATUS={status}")
+        self.write_status()
+
+    def stop_all(self) -> None:
+        """Stop the workers, leave the registry, then stop Redis (the embedded one goes last)."""
+        notify.notify("STOPPING=1")
+        self.stopping = True
+        self.stop_children(("bucket", "queue", "web"))
+        if self.registrar is not None:
+            self.registrar.stop()  # while Redis is still there to take the unregister
+        self.stop_children(("redis",))
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.web_socket is not None:
+            self.web_socket.close()
+        self.pidfile.release()
+        status = Path(self.config.state_dir) / "status.json"
+        status.unlink(missing_ok=True)
+
+    def stop_children(self, kinds: tuple[str, ...]) -> None:
+        """SIGTERM to the children of these kinds, wait up to graceful_timeout, SIGKILL the rest."""
+        self.signal_children(signal.SIGTERM, kinds)
+        deadline = time.monotonic() + self.config.graceful_timeout + 1.0
+        while self.children_of(kinds):
+            self.reap()
+            if time.monotonic() > deadline:
+                for pid, name in self.children_of(kinds).items():
+                    event(log, "child_killed", logging.WARNING, child=name, child_pid=pid, reason="graceful timeout")
+                    self.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 5.0
+            try:
+                self.events.get(timeout=0.05)  # SIGCHLD wakes us; other signals are moot now
+            except queue_mod.Empty:
+                pass
+
+    def registry_entry(self) -> dict:
+        """This daemon's entry in the registry of live daemons (read from the registry thread)."""
+        return {"host": socket.gethostname(), "pid": os.getpid(), "name": self.config.name,
+                "version": __version__, "started": self.started, "state": "stopping" if self.stopping else "running",
+                "buckets": self.config.buckets, "queues": self.config.queues,
+                "concurrency": self.config.concurrency, "embedded_redis": self.embedded,
+                "children": [{"name": s.name, "pid": s.pid, "restarts": s.restarts, "crash_looping": s.crash_looping}
+                             for s in list(self.slots)]}
+
+    def write_status(self) -> None:
+        """state_dir/status.json: what `delayd status` adds to what psutil shows."""
+        data = {"pid": os.getpid(), "started": self.started,
+                "redis": connection.redact(self.config.redis_url), "embedded_redis": self.embedded,
+                "metrics": "http://{}:{}/metrics".format(*self.metrics.address) if self.metrics else None,
+                "reloads": self.reloads, "reload_error": self.reload_error,
+                "slots": [{"name": s.name, "pid": s.pid, "restarts": s.restarts,
+                           "crash_looping": s.crash_looping, "last_error": s.last_error} for s in self.slots]}
+        path = Path(self.config.state_dir) / "status.json"
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, path)
+        except OSError as exc:
+            event(log, "status_not_written", logging.WARNING, error=str(exc))

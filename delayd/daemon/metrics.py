@@ -1,0 +1,228 @@
+"""The Prometheus endpoint: the master serves /metrics on metrics_bind:metrics_port.
+
+The numbers come from the counters that every script keeps in Redis (see
+docs/redis-layout.md, "Counters"), so they are already aggregated across every
+queue and bucket process of every daemon sharing the store; the master adds what
+only it knows (its children, their restarts). Every series is named `delayd_…`.
+
+The server runs in one thread of the master, which forks its children, so:
+- the thread blocks the master's signals (they must wake the main loop, which
+  sleeps on a queue);
+- a child forked while a scrape is under way closes every descriptor it inherited
+  (the listening socket, the accepted connection, the Redis connection) at once
+  (worker.close_inherited), so the thread takes no lock against forks and a slow
+  client or a slow Redis never holds up the master.
+"""
+from __future__ import annotations
+
+import http.server
+import logging
+import select
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, \
+    HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from delayd.version import __version__
+from delayd.store import connection
+from delayd.store import stats as stats_mod
+from delayd.config import Config
+from delayd.log import event
+from delayd.store.transitions import PRIORITIES, Store, recorded_buckets
+from delayd.workers.process import HANDLED_SIGNALS, REDIS_ERRORS
+
+log = logging.getLogger("delayd.metrics")
+STATUSES = ("delayed", "running", "ok", "failed", "deleted")
+
+# (kind, name, up, restarts, crash_looping) for each slot the master keeps alive
+Slots = Callable[[], Iterable[tuple[str, str, bool, int, bool]]]
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+class Collector:
+    """Reads the store's counters at each scrape and turns them into metric families."""
+
+    def __init__(self, config: Config, slots: Slots):
+        self.config = config
+        self.slots = slots
+
+    def read(self) -> dict[str, Any] | None:
+        client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
+        try:
+            buckets = recorded_buckets(client, self.config.prefix, self.config.buckets)
+            return stats_mod.collect(client, Store(client, self.config.prefix, buckets))
+        except REDIS_ERRORS as exc:
+            event(log, "metrics_redis_unavailable", logging.WARNING, redis=connection.where(self.config.redis_url),
+                  error=str(exc))
+            return None
+        finally:
+            client.close()
+
+    def collect(self) -> Iterable[Any]:
+        started = time.monotonic()
+        info = GaugeMetricFamily("delayd_info", "delayd version (always 1)", labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+        yield from self.master_families()
+        stats = self.read()
+        up = GaugeMetricFamily("delayd_redis_up", "1 if this scrape could read the counters in Redis")
+        up.add_metric([], 1 if stats is not None else 0)
+        yield up
+        if stats is not None:
+            yield from self.store_families(stats)
+        took = GaugeMetricFamily("delayd_scrape_duration_seconds", "time this scrape took")
+        took.add_metric([], time.monotonic() - started)
+        yield took
+
+    def master_families(self) -> Iterable[Any]:
+        slots = list(self.slots())
+        children = GaugeMetricFamily("delayd_children", "child processes up, by kind", labels=["kind"])
+        for kind in sorted({s[0] for s in slots}):
+            children.add_metric([kind], sum(1 for s in slots if s[0] == kind and s[2]))
+        child_up = GaugeMetricFamily("delayd_child_up", "1 if the child of this slot is running", labels=["child"])
+        restarts = CounterMetricFamily("delayd_child_restarts", "times the child of this slot was restarted",
+                                       labels=["child"])
+        looping = GaugeMetricFamily("delayd_child_crash_looping", "1 if this slot's child keeps dying at start",
+                                    labels=["child"])
+        for _kind, name, is_up, count, crash_looping in slots:
+            child_up.add_metric([name], 1 if is_up else 0)
+            restarts.add_metric([name], count)
+            looping.add_metric([name], 1 if crash_looping else 0)
+        yield from (children, child_up, restarts, looping)
+
+    def store_families(self, stats: dict[str, Any]) -> Iterable[Any]:
+        topics = stats["topics"]
+        buckets = GaugeMetricFamily("delayd_buckets", "buckets of the store")
+        buckets.add_metric([], stats["buckets"])
+        tasks = GaugeMetricFamily("delayd_tasks", "tasks by topic and status (ok/failed/deleted: within retention)",
+                                  labels=["topic", "status"])
+        waiting = GaugeMetricFamily("delayd_tasks_waiting", "delayed tasks not due yet (or not yet moved to a "
+                                    "ready queue)", labels=["topic"])
+        ready = GaugeMetricFamily("delayd_tasks_ready", "tasks due and waiting for a worker, by priority",
+                                  labels=["topic", "priority"])
+        lag = GaugeMetricFamily("delayd_topic_oldest_due_lag_seconds",
+                                "now minus the due time of the topic's oldest task that is due and not started",
+                                labels=["topic"])
+        paused = GaugeMetricFamily("delayd_topic_paused", "1 while the topic is paused (delayd pause)",
+                                   labels=["topic"])
+        parked = GaugeMetricFamily("delayd_tasks_parked", "due tasks of a paused topic, waiting for its resume",
+                                   labels=["topic"])
+        for topic, t in topics.items():
+            paused.add_metric([topic], 1 if t["paused"] else 0)
+            parked.add_metric([topic], t["parked"])
+            for status in STATUSES:
+                tasks.add_metric([topic, status], t["counts"][status])
+            waiting.add_metric([topic], t["waiting"])
+            for p in PRIORITIES:
+                ready.add_metric([topic, str(p)], t["ready"][str(p)])
+            lag.add_metric([topic], t["oldest_due_lag"])
+        overall_lag = GaugeMetricFamily("delayd_oldest_due_lag_seconds",
+                                        "now minus the due time of the oldest task that is due and not started")
+        overall_lag.add_metric([], stats["oldest_due_lag"])
+        quarantined = GaugeMetricFamily("delayd_tasks_quarantined", "records set aside as corrupt")
+        quarantined.add_metric([], stats["quarantined"])
+        yield from (buckets, tasks, waiting, ready, overall_lag, lag, quarantined, paused, parked)
+
+        runs = CounterMetricFamily("delayd_runs", "runs whose outcome was recorded (defer: not sent, the URL's "
+                                   "circuit was open; no run counted)", labels=["topic", "outcome"])
+        starts = CounterMetricFamily("delayd_runs_started", "runs handed to a worker", labels=["topic"])
+        lapsed = CounterMetricFamily("delayd_leases_lapsed", "runs whose lease lapsed (worker died or hung); "
+                                     "the task runs again", labels=["topic"])
+        lateness = HistogramMetricFamily("delayd_lateness_seconds", "start time minus due time of each run, by "
+                                         "Redis's clock", labels=["topic"])
+        for topic, events in stats["totals"].items():
+            for outcome in stats_mod.SHOWN:
+                runs.add_metric([topic, outcome], events[outcome])
+            starts.add_metric([topic], events["started"])
+            lapsed.add_metric([topic], events["lapsed"])
+            lateness.add_metric([topic], [(_le(b), n) for b, n in stats_mod.histogram(events)],
+                                sum_value=events["lateness_ms"] / 1000)
+        yield from (runs, starts, lapsed, lateness)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    timeout = 5.0  # a silent client does not hold the (single) serving thread for long
+    registry: CollectorRegistry
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            body, status, kind = generate_latest(self.registry), 200, CONTENT_TYPE_LATEST
+        elif path == "/":
+            body, status, kind = b"delayd: metrics at /metrics\n", 200, "text/plain; charset=utf-8"
+        else:
+            body, status, kind = b"not found; try /metrics\n", 404, "text/plain; charset=utf-8"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+class _Server(socketserver.TCPServer):
+    """HTTPServer without its reverse DNS look-up at bind; errors go to the log, not stderr."""
+
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        event(log, "metrics_error", logging.WARNING, client=str(client_address), error=repr(sys.exc_info()[1]))
+
+
+class MetricsServer:
+    """/metrics from one thread of the master (see the module docstring)."""
+
+    def __init__(self, config: Config, slots: Slots):
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Collector(config, slots))
+        handler = type("Handler", (_Handler,), {"registry": registry})
+        family = socket.AF_INET6 if ":" in config.metrics_bind else socket.AF_INET
+        server_class = type("Server", (_Server,), {"address_family": family})
+        self.server = server_class((config.metrics_bind, config.metrics_port), handler)  # OSError: in use
+        self.server.socket.setblocking(False)
+        self.address = self.server.server_address[:2]
+        self.closed = False
+        self.thread = threading.Thread(target=self.serve, daemon=True, name="metrics")
+
+    def start(self) -> "MetricsServer":
+        # The thread starts with the master's signals blocked (a thread inherits the
+        # mask of its creator), so the kernel delivers them to the main thread.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        try:
+            self.thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return self
+
+    def serve(self) -> None:
+        while not self.closed:
+            try:
+                select.select([self.server.socket], [], [])
+            except (OSError, ValueError):
+                return  # closed
+            if self.closed:
+                return
+            try:
+                self.server._handle_request_noblock()  # accept, answer, close
+            except Exception as exc:  # noqa: BLE001 - a scrape must never end the thread
+                event(log, "metrics_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.server.socket.shutdown(socket.SHUT_RDWR)  # wakes the select
+        except OSError:
+            pass
+        self.server.server_close()

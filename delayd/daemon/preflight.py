@@ -1,0 +1,63 @@
+"""What is checked before the daemon starts, so that a start that cannot work fails
+with one line on the terminal (StartError) instead of in the log of a daemon."""
+from __future__ import annotations
+
+import logging
+import os
+
+import redis
+
+from delayd.store import connection
+from delayd.daemon import embedded
+from delayd.config import Config
+from delayd.log import event
+from delayd.store.transitions import StoreError, recorded_buckets
+from delayd.workers.process import REDIS_ERRORS
+
+log = logging.getLogger("delayd.master")
+
+
+class StartError(RuntimeError):
+    """The daemon cannot start; the message is one line for the terminal."""
+
+
+def check_redis(config: Config) -> None:
+    """Redis answers, and the stored layout matches ours (bucket count). Raises StartError."""
+    client = connection.connect(config.redis_url)
+    try:
+        client.ping()
+        stored = recorded_buckets(client, config.prefix, config.buckets)
+        if stored != config.buckets:
+            raise StartError(f"the store at prefix {config.prefix!r} has {stored} buckets but the config says "
+                             f"{config.buckets}; set buckets = {stored} (changing it would orphan tasks)")
+        info = client.info("persistence")
+        policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
+        if policy != "noeviction":
+            event(log, "redis_may_evict", logging.WARNING, maxmemory_policy=policy,
+                  advice="set maxmemory-policy noeviction or tasks can be evicted")
+        if not info.get("aof_enabled"):
+            event(log, "redis_not_durable", logging.WARNING,
+                  advice="enable appendonly yes (appendfsync everysec) or a Redis restart loses tasks")
+    except redis.exceptions.ResponseError as exc:
+        if "unknown command" in str(exc).lower():  # CONFIG may be renamed on managed Redis
+            return
+        raise StartError(f"Redis at {connection.where(config.redis_url)}: {exc}") from None
+    except REDIS_ERRORS as exc:
+        raise StartError(f"cannot reach Redis at {connection.where(config.redis_url)}: {exc}") from None
+    except StoreError as exc:
+        raise StartError(str(exc)) from None
+    finally:
+        client.close()
+
+
+def preflight(config: Config) -> None:
+    """Everything that can be checked before detaching, so errors reach the terminal."""
+    if not os.access(config.state_dir, os.W_OK):
+        raise StartError(f"state directory {config.state_dir} is not writable")
+    if config.redis_url:
+        check_redis(config)
+    else:
+        try:
+            embedded.find_redis_server()
+        except FileNotFoundError as exc:
+            raise StartError(str(exc)) from None

@@ -1,0 +1,150 @@
+"""The registry of live daemons sharing one store, read by `delayd status --cluster`.
+
+Every master refreshes its entry every BEAT seconds from a thread (`Registrar`);
+an entry not refreshed within TTL belongs to a daemon that died without a stop
+(SIGKILL, a lost host) and no longer counts, and the next refresh of any daemon
+drops it. A graceful stop removes the entry at once. Both keys share the hash
+tag `{daemons}`, so register.lua touches one slot of a Redis Cluster.
+
+An entry says what the daemon owns. Bucket processes of every daemon scan every
+bucket (promotion is one script per batch, so a due task moves once however many
+daemons look at it) and queue processes of every daemon claim from every bucket:
+a daemon owns its processes and the runs they hold, not a share of the buckets.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import socket
+import threading
+from typing import Any, Callable
+
+from delayd.store import connection
+from delayd.config import Config
+from delayd.log import event
+from delayd.store.steps import Steps, command, run
+from delayd.store.transitions import SCRIPTS, wire
+from delayd.model.task import printable
+from delayd.workers.process import HANDLED_SIGNALS, REDIS_ERRORS
+
+log = logging.getLogger("delayd.registry")
+BEAT = 5.0          # seconds between refreshes
+TTL = 3 * BEAT      # an entry not refreshed this long is a dead daemon
+
+
+def keys(prefix: str) -> tuple[str, str]:
+    return f"{prefix}{{daemons}}:info", f"{prefix}{{daemons}}:expires"
+
+
+def daemon_id(config: Config, pid: int) -> str:
+    """host:pid, plus the config name when set: unique among the live daemons of a store."""
+    return f"{socket.gethostname()}:{pid}" + (f":{config.name}" if config.name else "")
+
+
+def register(client: Any, prefix: str, ident: str, entry: dict[str, Any], ttl: float = TTL) -> int:
+    """Write or refresh one daemon's entry; returns Redis's time in ms."""
+    body = json.dumps({**entry, "id": ident, "ttl": ttl}, separators=(",", ":"))
+    return int(SCRIPTS["register"](client, keys(prefix), [ident, body, int(ttl * 1000)]))
+
+
+def unregister(client: Any, prefix: str, ident: str) -> None:
+    SCRIPTS["register"](client, keys(prefix), [ident, "", 0])
+
+
+def live(client: Any, prefix: str) -> list[dict[str, Any]]:
+    """The entries of every live daemon, oldest start first, each with `seen_ago` (s) added."""
+    return run(client, live_steps(prefix))
+
+
+def live_steps(prefix: str) -> Steps[list[dict[str, Any]]]:
+    """live() as steps (see delayd.store.steps)."""
+    info, expires = keys(prefix)
+    seconds, micros = yield command("TIME")
+    now_ms = seconds * 1000 + micros // 1000
+    rows = yield command("ZRANGEBYSCORE", expires, now_ms, "+inf", "WITHSCORES", withscores=True)
+    if not rows:
+        return []
+    entries = []
+    for (ident, expiry), body in zip(rows, (yield command("HMGET", info, *[wire(ident) for ident, _ in rows]))):
+        entry = readable(ident, body)
+        if entry is None:
+            continue  # removed between the two reads, or not written by delayd
+        entry["seen_ago"] = max(0.0, (now_ms - (expiry - entry["ttl"] * 1000)) / 1000)
+        entries.append(entry)
+    return sorted(entries, key=lambda e: (e["started"], e["id"]))
+
+
+# Fields of an entry that readers rely on, with the value that stands in for a
+# missing or mistyped one (an entry is data in Redis, which anyone could have written).
+ENTRY_FIELDS: dict[str, Any] = {"host": "?", "pid": 0, "version": "?", "started": 0.0, "state": "?", "ttl": TTL,
+                                "buckets": 0, "queues": 0, "concurrency": 0, "children": []}
+CHILD_FIELDS: dict[str, Any] = {"name": "?", "pid": None, "restarts": 0, "crash_looping": False}
+
+
+def _typed(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`data` with every field of `defaults` present and of its type (else the default)."""
+    def fits(value: Any, default: Any) -> bool:
+        if default is None:  # a pid: a number or null
+            return value is None or (isinstance(value, int) and not isinstance(value, bool))
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return isinstance(value, type(default))
+    return {**data, **{k: d for k, d in defaults.items() if not fits(data.get(k), d)}}
+
+
+def readable(ident: str, body: Any) -> dict[str, Any] | None:
+    """The entry `body` (JSON) of daemon `ident`, with every field readers use; None if it is no entry."""
+    try:
+        entry = json.loads(body)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict):
+        return None
+    entry = _typed(entry, ENTRY_FIELDS)
+    entry["id"] = printable(ident)
+    entry["children"] = [_typed(c, CHILD_FIELDS) for c in entry["children"] if isinstance(c, dict)]
+    return entry
+
+
+class Registrar(threading.Thread):
+    """The master's thread that keeps its entry fresh; `stop()` removes the entry.
+
+    It blocks the master's signals; a child forked while it has a connection open
+    closes its copy at once (worker.close_inherited), so it needs no lock.
+    """
+
+    def __init__(self, config: Config, ident: str, entry: Callable[[], dict[str, Any]]):
+        super().__init__(name="delayd-registry", daemon=True)
+        self.config = config
+        self.daemon_id = ident
+        self.entry = entry
+        self.stopped = threading.Event()
+        self.failing = False
+
+    def run(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        while not self.stopped.is_set():
+            self.call(register, self.entry())
+            self.stopped.wait(BEAT)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+        self.call(unregister)
+
+    def call(self, func: Callable[..., Any], *args: Any) -> None:
+        client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)
+        try:
+            func(client, self.config.prefix, self.daemon_id, *args)
+            if self.failing:
+                event(log, "registry_back")
+            self.failing = False
+        except REDIS_ERRORS as exc:
+            if not self.failing:  # once per outage: the children say more about it
+                event(log, "registry_unavailable", logging.WARNING,
+                      redis=connection.where(self.config.redis_url), error=str(exc))
+            self.failing = True
+        finally:
+            client.close()

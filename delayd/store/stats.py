@@ -1,0 +1,213 @@
+"""Statistics from the counters every script keeps in Redis (docs/redis-layout.md, "Counters").
+
+Every daemon on every host writes into the same per-bucket hashes, so whoever
+reads them (`delayd stats`, the master's /metrics) sees the whole installation.
+Reading costs one stats.lua call per bucket: O(buckets x topics), never O(tasks).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from delayd.store.transitions import PRIORITIES, SCRIPTS, Store
+from delayd.model.task import printable
+
+# Upper bounds (ms) of the lateness histogram; lua/_lib.lua has the same list.
+LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
+WINDOW_MS = 10_000   # one hash of recent runs per 10 s (lua/_lib.lua: WINDOW_MS)
+WINDOWS = 7          # "the last minute": the current window and the six before it (60-70 s)
+SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due time
+OUTCOMES = ("ok", "failed", "retry", "quarantine")  # of runs made (tasks/s counts these)
+DEFER = "defer"  # a run not made: its URL's circuit was open, the task waits for the probe (no run counted)
+SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome
+STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "running", "ok", "failed", "deleted")
+
+
+def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
+    """(name, topic, value) from a flat HGETALL of `<name>|<topic>` fields.
+
+    A value that is not an integer (a corrupt counter; the next script call that
+    changes it starts it again) is left out, a negative one (written by someone else:
+    the scripts stop counts at 0) counts as 0; a topic that is not UTF-8 is shown escaped."""
+    for i in range(0, len(flat), 2):
+        name, _, topic = flat[i].partition("|")
+        try:
+            value = int(flat[i + 1])
+        except ValueError:
+            continue
+        yield name, printable(topic), max(0, value)
+
+
+def status_of(state: str) -> str:
+    """The task status a state counter counts: waiting, ready and parked tasks are delayed."""
+    return state if state in ("running", "ok", "failed", "deleted") else "delayed"
+
+
+def task_count(counters: dict[str, Any], status: str | None = None) -> int:
+    """How many tasks (with a status) the fields `<state>|<topic>` of a counts hash hold."""
+    flat = [item for field, value in counters.items() if value is not None for item in (field, value)]
+    return sum(value for state, _, value in _pairs(flat) if state in STATES and status in (None, status_of(state)))
+
+
+def _due_at(score: str | None) -> float | None:
+    """The head of `delayed` (a score in ms) as seconds; None when empty or not a finite time
+    (an entry at +inf, written by someone else, is never due)."""
+    seconds = float(score) / 1000 if score else None
+    return seconds if seconds is not None and math.isfinite(seconds) else None
+
+
+def _new_counts() -> dict[str, int]:
+    return dict.fromkeys(STATES, 0)
+
+
+def new_events() -> dict[str, int]:
+    return {**dict.fromkeys(SHOWN, 0), "started": 0, "lapsed": 0, "lateness_ms": 0,
+            **{f"le:{b}": 0 for b in (*LATENESS_MS, "inf")}}
+
+
+def add_event(events: dict[str, int], name: str, value: int) -> None:
+    """Fold one stored counter into `events`. Runs started are the sum of the lateness buckets
+    (one `le:` per start, claim.lua): a stored `started` (written beside them before) is skipped."""
+    if name == "started":
+        return
+    if name.startswith("le:"):
+        events["started"] += value
+    if name in events:
+        events[name] += value
+    elif name.startswith("le:"):  # a bound this version does not know: into the next known one
+        try:
+            bound = float(name[3:])
+        except ValueError:
+            return  # not a bound at all: a corrupt field
+        events[next((f"le:{b}" for b in LATENESS_MS if bound <= b), "le:inf")] += value
+
+
+def histogram(events: dict[str, int]) -> list[tuple[float, int]]:
+    """Cumulative (upper bound in seconds, count) pairs, ending with (inf, total)."""
+    out, total = [], 0
+    for b in (*LATENESS_MS, "inf"):
+        total += events[f"le:{b}"]
+        out.append((float("inf") if b == "inf" else b / 1000, total))
+    return out
+
+
+def quantile(events: dict[str, int], q: float) -> float | None:
+    """The q-quantile of lateness in seconds, interpolated inside its histogram bucket
+    (as Prometheus's histogram_quantile); None without runs."""
+    buckets = histogram(events)
+    total = buckets[-1][1]
+    if not total:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0
+    for upper, cumulative in buckets:
+        if cumulative >= rank:
+            if upper == float("inf"):
+                return lower  # beyond the last bound: report that bound
+            inside = cumulative - below
+            return round(lower + (upper - lower) * ((rank - below) / inside if inside else 1.0), 6)
+        lower, below = upper, cumulative
+    return lower
+
+
+def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, oldest_due: float | None,
+             now: float) -> dict[str, Any]:
+    ready = {str(p): counts[f"ready:{p}"] for p in PRIORITIES}
+    finished = sum(recent[o] for o in OUTCOMES)
+    return {
+        "counts": {"delayed": counts["waiting"] + sum(ready.values()) + counts["parked"], "running": counts["running"],
+                   "ok": counts["ok"], "failed": counts["failed"], "deleted": counts["deleted"]},
+        "waiting": counts["waiting"],
+        "ready": ready,
+        "parked": counts["parked"],
+        "oldest_due_at": oldest_due,
+        "oldest_due_lag": round(max(0.0, now - oldest_due), 3) if oldest_due is not None else 0.0,
+        "runs_last_minute": {**{o: recent[o] for o in SHOWN}, "started": recent["started"],
+                             "lapsed": recent["lapsed"]},
+        "tasks_per_s": round(finished / span_s, 3),
+        "lateness": {"p50": quantile(recent, 0.5), "p99": quantile(recent, 0.99), "runs": recent["started"]},
+    }
+
+
+def bucket_call(store: Store, b: int) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of bucket b's stats.lua call."""
+    keys = store.keys[b]
+    return ([keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused, *keys.ready_url],
+            [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
+
+
+def read_buckets(redis_client: Any, store: Store) -> list[list[Any]]:
+    """One stats.lua answer per bucket, in one pipelined round trip (Script.many)."""
+    return SCRIPTS["stats"].many(redis_client, [bucket_call(store, b) for b in range(store.buckets)])
+
+
+def collect(redis_client: Any, store: Store) -> dict[str, Any]:
+    """Counts, lag, throughput and lateness, overall, per topic and per bucket."""
+    return summary(read_buckets(redis_client, store))
+
+
+def summary(answers: list[list[Any]]) -> dict[str, Any]:
+    """collect's answer from one stats.lua answer per bucket."""
+    now_ms = max(int(a[0]) for a in answers) if answers else 0
+    now = now_ms / 1000
+    current = now_ms // WINDOW_MS
+    span_s = (WINDOWS - 1) * WINDOW_MS / 1000 + (now_ms - current * WINDOW_MS) / 1000
+
+    counts: dict[str, dict[str, int]] = {}
+    totals: dict[str, dict[str, int]] = {}
+    recent: dict[str, dict[str, int]] = {}
+    earliest: dict[str, float] = {}
+    per_bucket, quarantined, truncated, paused = [], 0, False, set()
+    for b, (_, bucket_counts, bucket_totals, first, windows, head, q, lag, trunc, flags) in enumerate(answers):
+        paused.update(printable(topic) for topic in flags)
+        mine = _new_counts()
+        for state, topic, value in _pairs(bucket_counts):
+            if state in mine:
+                counts.setdefault(topic, _new_counts())[state] += value
+                mine[state] += value
+        for name, topic, value in _pairs(bucket_totals):
+            add_event(totals.setdefault(topic, new_events()), name, value)
+        for w, flat in enumerate(windows):
+            if int(first) + w < current - WINDOWS + 1:
+                continue  # this bucket's clock read came before a window boundary: not in the span
+            for name, topic, value in _pairs(flat):
+                add_event(recent.setdefault(topic, new_events()), name, value)
+        for i in range(0, len(lag), 2):
+            due, topic = int(lag[i + 1]) / 1000, printable(lag[i])
+            earliest[topic] = min(due, earliest.get(topic, due))
+        quarantined += int(q)
+        truncated = truncated or bool(int(trunc))
+        per_bucket.append({
+            "bucket": b, "waiting": mine["waiting"], "ready": {str(p): mine[f"ready:{p}"] for p in PRIORITIES},
+            "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"], "deleted": mine["deleted"],
+            "quarantined": int(q), "next_due_at": _due_at(head),
+        })
+
+    topics = {}
+    for topic in sorted(set(counts) | set(recent) | set(earliest) | paused):
+        row = _summary(counts.get(topic, _new_counts()), recent.get(topic, new_events()), span_s,
+                       earliest.get(topic), now)
+        row["paused"] = topic in paused
+        if any(row["counts"].values()) or any(row["runs_last_minute"].values()) or row["paused"]:
+            topics[topic] = row
+    overall_counts, overall_recent = _new_counts(), new_events()
+    for c in counts.values():
+        for k, v in c.items():
+            overall_counts[k] += v
+    for e in recent.values():
+        for k, v in e.items():
+            overall_recent[k] += v
+    next_due = min((b["next_due_at"] for b in per_bucket if b["next_due_at"] is not None), default=None)
+    return {
+        "time": now,
+        "buckets": len(answers),
+        **_summary(overall_counts, overall_recent, span_s, min(earliest.values(), default=None), now),
+        "quarantined": quarantined,
+        "paused": sorted(paused),
+        "next_due_at": next_due,
+        "window_s": round(span_s, 3),
+        "oldest_due_exact": not truncated,
+        "topics": topics,
+        "totals": {topic: events for topic, events in sorted(totals.items())},
+        "per_bucket": per_bucket,
+    }

@@ -1,0 +1,1 @@
+"""What a run calls: call and push targets, async call targets, URL deliveries (url/)."""

@@ -1,0 +1,200 @@
+"""What every child process shares: set-up after fork, heartbeat, Redis backoff.
+
+The master forks a child with `start_child`; the child never returns from it.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import random
+import signal
+import time
+from typing import Any, Callable
+
+import redis
+from setproctitle import setproctitle
+
+from delayd.store import connection
+from delayd import log as log_mod
+from delayd.config import Config
+
+log = logging.getLogger("delayd.worker")
+PR_SET_PDEATHSIG = 1
+# Every error of a Redis call is an outage to a child, not a reason to die: a lost
+# connection, and a working server that refuses (OOM under maxmemory noeviction,
+# BUSY, LOADING, READONLY, MASTERDOWN, NOREPLICAS, CLUSTERDOWN, a script error).
+# Dying would cost the outcomes a queue process holds and crash-loop every bucket
+# process into the master's backoff; waiting it out costs nothing.
+REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+NOTE_BYTES = 2000  # at most this much of a dying child's note is kept
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD,
+                   signal.SIGTTIN, signal.SIGTTOU, signal.SIGQUIT)
+
+
+class StartupFailure(RuntimeError):
+    """A child cannot do its work (e.g. a preload module does not import); the message is one line."""
+
+
+def crash_note(exc: BaseException) -> str:
+    """One line on why a child died, for its master (`delayd start`, `delayd status`)."""
+    if isinstance(exc, StartupFailure):
+        return str(exc)
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def leave_note(fd: int, note: str) -> None:
+    """Write `note` into the child's heartbeat file (the master emptied it at the spawn), in one
+    write: the master reads it as the child's last error, and a note means "not up"."""
+    try:
+        os.pwrite(fd, note.encode(errors="backslashreplace")[:NOTE_BYTES], 0)
+    except OSError:
+        pass  # the log has the traceback anyway
+
+
+def set_death_signal(sig: int, parent: int) -> None:
+    """Die with `sig` when the master dies (and right now if it already has)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the heartbeat-free master check below still catches it at start
+    if os.getppid() != parent:  # the master died before prctl took effect
+        os._exit(1)
+
+
+def title(config: Config, role: str) -> str:
+    return f"delayd: {role}" + (f" [{config.name}]" if config.name else "")
+
+
+class Heartbeat:
+    """A child touches its (unlinked) temp file; the master reads its mtime (gunicorn's way).
+
+    The mtime is set to the monotonic clock, not the wall clock: CLOCK_MONOTONIC is
+    system-wide on Linux, so the master compares it with its own time.monotonic(),
+    and a step of the wall clock neither aborts every child nor hides a hung one."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.last = float("-inf")
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            os.utime(self.fd, (now, now))
+            self.last = now
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter, for reconnecting to Redis."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0):
+        self.base, self.cap, self.failures = base, cap, 0
+
+    def next(self) -> float:
+        self.failures += 1
+        return random.uniform(self.base, min(self.cap, self.base * 2 ** self.failures))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class RedisHealth:
+    """Logs a Redis outage once when it starts and once when it ends."""
+
+    def __init__(self, log: logging.Logger, url: str):
+        self.log, self.url, self.down_since = log, url, None
+        self.backoff = Backoff()
+
+    def failed(self, exc: Exception) -> float:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            self.log.warning("redis_unavailable", extra={"fields": {
+                "redis": connection.where(self.url), "error": str(exc)}})
+        return self.backoff.next()
+
+    def ok(self) -> None:
+        if self.down_since is not None:
+            self.log.warning("redis_back", extra={"fields": {
+                "redis": connection.where(self.url), "down_s": round(time.monotonic() - self.down_since, 3)}})
+            self.down_since = None
+            self.backoff.reset()
+
+
+def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: float = 5.0) -> None:
+    """Thread body: put (kind, data) on `events` for every message on `channel`.
+
+    After every (re)subscription it puts (kind, None), meaning "look at everything",
+    since messages published while the connection was down are lost. It outlives
+    any error (without it, wake-ups would wait for the sleep cap): a Redis outage
+    is logged by the process's main loop, anything else here once per episode.
+    """
+    backoff = Backoff()
+    failing = False
+    while True:
+        pubsub = None
+        try:
+            pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(channel)
+            events.put((kind, None))
+            backoff.reset()
+            while True:
+                message = pubsub.get_message(timeout=stop_after)
+                failing = False
+                if message is not None:
+                    events.put((kind, message["data"]))
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            if not failing and not isinstance(exc, REDIS_ERRORS):
+                log.warning("listener_error", exc_info=True, extra={"fields": {"channel": channel}})
+            failing = True
+        finally:
+            if pubsub is not None:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001 - a broken connection may not close cleanly
+                    pass
+        time.sleep(backoff.next())
+
+
+def close_inherited(keep: set[int]) -> None:
+    """Close every descriptor above stderr except `keep`: the master's lock, the other
+    children's heartbeat files, and whatever its /metrics and registry threads had open
+    at the moment of the fork (a scrape's connection, a Redis socket) are not ours."""
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Config, Heartbeat], Any],
+                keep: tuple[int, ...] = ()) -> int:
+    """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid.
+
+    The child closes every inherited descriptor but its heartbeat, the log and `keep`. A child
+    that dies of an exception leaves a one-line note in its heartbeat file (leave_note).
+    """
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the master only; it stops the children
+        set_death_signal(signal.SIGKILL, parent)
+        close_inherited({heartbeat_fd, *log_mod.descriptors(), *keep})
+        os.environ["DELAYD_PROC"] = role.replace(" ", ".")
+        setproctitle(title(config, role))
+        random.seed()
+        body(config, Heartbeat(heartbeat_fd))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:  # noqa: BLE001 - a child must never return into the master's code
+        logging.getLogger("delayd").exception("child_crashed", extra={"fields": {"role": role}})
+        leave_note(heartbeat_fd, crash_note(exc))
+        code = 1
+    finally:
+        logging.shutdown()
+        os._exit(code)
