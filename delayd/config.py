@@ -6,6 +6,8 @@ with the closest name, as an unknown key in the file is an error.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import difflib
 import functools
@@ -26,6 +28,29 @@ SYSTEM_CONFIG = Path("/etc/delayd/delayd.toml")
 
 class ConfigError(ValueError):
     """A configuration that cannot be used. The message is one line."""
+
+
+WHSEC_PREFIX = "whsec_"
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of a url_signing_secret, read exactly as the standardwebhooks libraries read it
+    (an optional `whsec_` prefix, then base64, padding optional), so that a receiver verifies with
+    the very string the daemon was given. Unlike them, text that is not base64 is refused (they
+    would silently drop the characters outside the alphabet): ConfigError, never quoting the secret."""
+    text = secret[len(WHSEC_PREFIX):] if secret.startswith(WHSEC_PREFIX) else secret
+    if not _BASE64.fullmatch(text):
+        raise ConfigError("url_signing_secret must be base64 (optionally prefixed whsec_), "
+                          "as Standard Webhooks secrets are")
+    try:
+        key = base64.b64decode(text + "==")  # as the libraries do: padding may be left out
+    except (binascii.Error, ValueError):
+        raise ConfigError("url_signing_secret is not valid base64") from None
+    if not key:
+        raise ConfigError("url_signing_secret decodes to no bytes")
+    return key
+
 
 
 def option(default: Any, help: str, **kwargs: Any) -> Any:
@@ -118,11 +143,7 @@ class Config:
         if not 0 <= self.attempts_kept <= 1000:
             raise ConfigError(f"attempts_kept must be >= 0 and <= 1000, got {self.attempts_kept!r}")
         if self.url_signing_secret:
-            from delayd.targets.url.signing import SecretError, key_of
-            try:
-                key_of(self.url_signing_secret)
-            except SecretError as exc:
-                raise ConfigError(str(exc)) from None
+            signing_key(self.url_signing_secret)
         for name in ("lease", "task_timeout", "url_timeout", "graceful_timeout", "heartbeat_timeout",
                      "retention", "params_limit", "max_response_bytes"):
             positive(name)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import aiohttp
 import psutil
-
 import url_server
 from bench import Figure, redis_now
 from daemon_helper import Daemon

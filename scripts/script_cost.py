@@ -17,8 +17,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench import N, NOOP, RPUSH, drain, handler_env
-
+from bench import NOOP, RPUSH, N, drain, handler_env
 from daemon_helper import Daemon
 from redis_server import RedisServer
 

@@ -7,9 +7,9 @@ import tempfile
 from pathlib import Path
 
 import redis
+from redis_server import RedisServer, free_port, wait_for
 
 from delayd.daemon.embedded import find_redis_server
-from redis_server import RedisServer, free_port, wait_for
 
 
 def cluster_port() -> int:

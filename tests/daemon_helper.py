@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import psutil
-
 from redis_server import wait_for
 
 DELAYD = [sys.executable, "-m", "delayd.cli"]

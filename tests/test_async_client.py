@@ -5,11 +5,18 @@ import asyncio
 import time
 
 import pytest
-
-from delayd import AsyncClient, Client, DelaydError, DurabilityError, RedisUnavailable, TaskError
-from delayd.store.connection import RedisURLError
 from daemon_helper import Daemon
 from redis_server import RedisServer, free_port, wait_for
+
+from delayd import (
+    AsyncClient,
+    Client,
+    DelaydError,
+    DurabilityError,
+    RedisUnavailable,
+    TaskError,
+)
+from delayd.store.connection import RedisURLError
 
 
 def test_round_trip_inside_an_asyncio_application(redis_url, r):

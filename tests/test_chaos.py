@@ -5,9 +5,8 @@ runs it at 50,000 tasks). This is the suite's smaller run.
 """
 from __future__ import annotations
 
-import pytest
-
 import chaos
+import pytest
 
 
 # Its own deadlines (the drain's above all) are generous for a busy 2-core machine, and

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from redis_server import free_port
+from test_store import promote_all
 
 from delayd import Client
 from delayd.cli import build_parser
-from redis_server import free_port
-from test_store import promote_all
 
 SECTION_2_FIELDS = {"topic", "id", "call", "url", "params", "intervals", "persistent", "priority", "callback",
                     "status", "created_at", "due_at", "last_run_at", "runs", "last_error"}
@@ -363,7 +363,6 @@ def with_tty_stderr(args: list[str]) -> tuple[int, str, str]:
     """Run delayd with stderr on a pseudo-terminal: (exit code, stdout, what the terminal got)."""
     import pty
     import select
-
     import tempfile
 
     main, sub = pty.openpty()

@@ -9,11 +9,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from redis_server import RedisServer, free_port, wait_for
 
-from delayd import AddInterrupted, Client, DelaydError, RedisUnavailable, Task, TaskError
+from delayd import (
+    AddInterrupted,
+    Client,
+    DelaydError,
+    RedisUnavailable,
+    Task,
+    TaskError,
+)
 from delayd import config as config_mod
 from delayd.store.transitions import LAYOUT, meta_key
-from redis_server import RedisServer, free_port, wait_for
 
 
 def now_s(r) -> float:

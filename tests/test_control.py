@@ -10,9 +10,7 @@ import threading
 import time
 
 import psutil
-
 import pytest
-
 from daemon_helper import DELAYD, Daemon, delayd
 from redis_server import RedisServer, free_port, wait_for
 

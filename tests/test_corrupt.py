@@ -17,14 +17,14 @@ import sys
 import zlib
 
 import pytest
-
 from daemon_helper import Daemon
-from delayd.store import connection, registry
-from delayd.store.transitions import Store, meta_key, wire
-from delayd.model.task import Task, TaskError
 from redis_server import wait_for
 from test_store import client_of
 from web_helper import Web
+
+from delayd.model.task import Task, TaskError
+from delayd.store import connection, registry
+from delayd.store.transitions import Store, meta_key, wire
 
 PREFIX = "delayd:"
 DAY_MS = 86400 * 1000

@@ -8,7 +8,6 @@ import time
 
 import psutil
 import pytest
-
 from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 

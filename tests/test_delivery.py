@@ -13,14 +13,14 @@ from http.server import ThreadingHTTPServer
 from urllib.parse import quote
 
 import pytest
-from standardwebhooks import Webhook
-
 from daemon_helper import Daemon, delayd
+from redis_server import free_port, wait_for
+from standardwebhooks import Webhook
+from url_helper import StaticNames, _Handler, http, make_engine, proxy  # noqa: F401  (fixtures)
+
 from delayd import Task
 from delayd.targets.url import answer, guard
 from delayd.targets.url.hosts import Hosts
-from redis_server import free_port, wait_for
-from url_helper import StaticNames, _Handler, http, make_engine, proxy  # noqa: F401  (fixtures)
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

@@ -5,13 +5,12 @@ import os
 import stat
 
 import psutil
-
 from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 
 from delayd import Client
-from delayd.daemon import embedded
 from delayd.config import load
+from delayd.daemon import embedded
 
 
 def test_embedded_redis_persists_a_task_across_stop_and_start(tmp_path, monkeypatch):

@@ -19,17 +19,25 @@ import os
 from typing import Any, Callable
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-
 from daemon_helper import Daemon, delayd
-from delayd import Client
-from delayd import cli
-from delayd.store import connection, registry
-from delayd.store.transitions import meta_key, wire
-from delayd.model.task import STATUSES
-from fuzz_damage import BUCKETS, Noise, Plan, Victim, apply_noise, damage_record, now_ms, plans
+from fuzz_damage import (
+    BUCKETS,
+    Noise,
+    Plan,
+    Victim,
+    apply_noise,
+    damage_record,
+    now_ms,
+    plans,
+)
+from hypothesis import HealthCheck, Phase, given, settings
 from redis_server import wait_for
 from web_helper import Web
+
+from delayd import Client, cli
+from delayd.model.task import STATUSES
+from delayd.store import connection, registry
+from delayd.store.transitions import meta_key, wire
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))
 PHASES = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if os.environ.get("FUZZ_SHRINK") else ())

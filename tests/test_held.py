@@ -9,10 +9,10 @@ import threading
 
 import pytest
 import redis
+from redis_server import RedisServer
 
 from delayd import Client, RedisUnavailable
 from delayd.store import redis_internals
-from redis_server import RedisServer
 
 
 def client_ids(r) -> set[int]:

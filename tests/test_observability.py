@@ -12,9 +12,8 @@ import urllib.request
 
 import psutil
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from daemon_helper import DELAYD, Daemon, delayd
+from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer, free_port, wait_for
 
 from delayd import Client

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 import redis
-
 from daemon_helper import Daemon, delayd, settled
 from redis_server import RedisServer, wait_for
 
 from delayd import Client
+from delayd.client.sync_client import RedisUnavailable
 from delayd.store import connection
 from delayd.workers import process as worker
-from delayd.client.sync_client import RedisUnavailable
 
 
 def test_daemon_survives_a_redis_restart_with_aof(tmp_path):

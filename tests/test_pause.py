@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from daemon_helper import DELAYD, Daemon
 from redis_server import wait_for
 from test_cli import delayd, one_line_error
@@ -18,12 +17,12 @@ from test_recurring import bucket_of_task, pushed
 from test_store import DAY_MS, claim, now_ms, promote_all
 
 from delayd import Client
+from delayd.client.errors import Overtaken
+from delayd.model.task import TaskError
 from delayd.store import steps
 from delayd.store import transitions as store_mod
-from delayd.client.errors import Overtaken
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import SCRIPTS
-from delayd.model.task import TaskError
 
 
 def all_counts(client) -> dict:

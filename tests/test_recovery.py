@@ -6,7 +6,6 @@ import json
 import signal
 
 import pytest
-
 from daemon_helper import Daemon
 from redis_server import RedisServer, wait_for
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from daemon_helper import Daemon
 from redis_server import wait_for
 from test_cli import delayd, one_line_error

@@ -10,7 +10,6 @@ import json
 import re
 
 import pytest
-
 from redis_server import free_port, wait_for
 from test_cli import delayd, one_line_error
 from test_recurring import bucket_of_task
@@ -18,11 +17,10 @@ from test_store import DAY_MS, claim, promote_all
 from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
-from delayd import AsyncClient
-from delayd import config
+from delayd import AsyncClient, config
 from delayd.config import ConfigError
-from delayd.store.transitions import Finish
 from delayd.model.task import TaskError
+from delayd.store.transitions import Finish
 
 # How much later than its backoff (+10 % jitter) a retry may start: the finish batch, the
 # bucket's wake-up and the claim, on a host shared with other test runs.

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from daemon_helper import Daemon, delayd, settled
 from redis_server import wait_for
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 import chaos_handlers
+import pytest
 from cluster_helper import Cluster, SentinelSet
 from daemon_helper import Daemon, delayd, settled
 from redis_server import wait_for

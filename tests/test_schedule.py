@@ -7,7 +7,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from delayd.model.schedule import ScheduleError, check_cron, check_every, next_cron, next_every, zone
+from delayd.model.schedule import (
+    ScheduleError,
+    check_cron,
+    check_every,
+    next_cron,
+    next_every,
+    zone,
+)
 
 
 def ms(wall: str, tz: str, fold: int = 0) -> int:

@@ -3,7 +3,6 @@ dashboard's schedules page and GET /api/schedules that read it."""
 from __future__ import annotations
 
 import pytest
-
 from daemon_helper import Daemon
 from redis_server import wait_for
 from test_store import claim, promote_all

@@ -8,15 +8,15 @@ import time
 from collections import Counter
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-
 from daemon_helper import delayd
+from prometheus_client import CollectorRegistry, generate_latest
+from test_store import client_of
+
 from delayd import config as config_mod
 from delayd.daemon import metrics
+from delayd.model.task import Task, TaskError
 from delayd.store import stats as stats_mod
 from delayd.store.transitions import PRIORITIES, SCRIPTS, Finish, Store
-from delayd.model.task import Task, TaskError
-from test_store import client_of
 
 PREFIX = "delayd:"
 DAY_MS = 86400 * 1000

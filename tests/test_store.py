@@ -11,13 +11,20 @@ import threading
 import pytest
 import redis
 from redis.crc import key_slot
+from redis_server import RedisServer, free_port, wait_for
 
 from delayd import Client
-from delayd.model import attempts
 from delayd import config as config_mod
-from delayd.store.transitions import BucketKeys, Promoted, Store, bucket_of, meta_key, ready_channel
+from delayd.model import attempts
 from delayd.model.task import Task, TaskError
-from redis_server import RedisServer, free_port, wait_for
+from delayd.store.transitions import (
+    BucketKeys,
+    Promoted,
+    Store,
+    bucket_of,
+    meta_key,
+    ready_channel,
+)
 
 PREFIX = "delayd:"
 DAY_MS = 86400 * 1000
@@ -720,7 +727,9 @@ def test_client_on_a_cluster(cluster):
     assert client.add("t", "one", call="a:b") is True
     assert client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(30)]) == 30
     assert len(client.list(limit=1000)) == 31
-    from delayd.web import browse  # the dashboard's list: one browse call per bucket, one after the other
+    from delayd.web import (
+        browse,  # the dashboard's list: one browse call per bucket, one after the other
+    )
     assert len(browse.page(client.store, "delayed", "t", limit=100).rows) == 31
     stats = client.stats()
     assert stats["counts"]["delayed"] == 31 and stats["buckets"] == 4

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from daemon_helper import Daemon
 from redis_server import free_port, wait_for
 

@@ -10,12 +10,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from redis_server import free_port, wait_for
+from url_helper import http, make_engine  # noqa: F401  (fixtures)
 
 import delayd
 from delayd import Task
 from delayd.targets.handlers import Outcome
-from redis_server import free_port, wait_for
-from url_helper import http, make_engine  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(autouse=True)

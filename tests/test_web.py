@@ -10,7 +10,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 from url_helper import http  # noqa: F401  (fixture)

@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from daemon_helper import Daemon
 from redis_server import wait_for
 from url_helper import http  # noqa: F401  (fixture)

@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from test_web import TOKEN, api, logged_in, web  # noqa: F401  (fixtures)
 from web_helper import Web
 

@@ -8,7 +8,6 @@ import sys
 import tempfile
 
 import httpx
-
 from redis_server import wait_for
 
 DELAYD = [sys.executable, "-m", "delayd.cli"]

@@ -12,14 +12,14 @@ import sys
 
 from setproctitle import setproctitle
 
-from delayd.version import __version__
 from delayd import config as config_mod
-from delayd.client.sync_client import DelaydError
-from delayd.store.connection import RedisURLError, redact
-from delayd.model.task import TaskError
-from delayd.web import command as web_command
 from delayd.cli import daemon, schedule, stats, tasks
 from delayd.cli.common import Verb, fail
+from delayd.client.sync_client import DelaydError
+from delayd.model.task import TaskError
+from delayd.store.connection import RedisURLError, redact
+from delayd.version import __version__
+from delayd.web import command as web_command
 
 VERBS: dict[str, Verb] = {**tasks.VERBS, **daemon.VERBS, **stats.VERBS, **schedule.VERBS, "web": web_command.run}
 

@@ -7,9 +7,17 @@ import json
 import time
 from typing import Any
 
-from delayd.cli.common import Verb, client_for, config_loader, emit, fail, load_config, non_negative, verb_parser, \
-    with_options
-
+from delayd.cli.common import (
+    Verb,
+    client_for,
+    config_loader,
+    emit,
+    fail,
+    load_config,
+    non_negative,
+    verb_parser,
+    with_options,
+)
 
 STARTING_EXIT = 4  # `status` of a master that is starting: neither running (0) nor not running (3)
 DEGRADED_EXIT = 1  # `status` of a master with a child down or crash-looping: running, but not all is well

@@ -5,9 +5,10 @@ import argparse
 import json
 from typing import Any
 
+from delayd.cli.common import Verb, client_for, fmt_ms, verb_parser
 from delayd.model.clock import local_time as fmt_time
 from delayd.store.stats import OUTCOMES
-from delayd.cli.common import Verb, client_for, fmt_ms, verb_parser
+
 
 def cmd_stats(args: argparse.Namespace) -> int:
     stats = client_for(args).stats()

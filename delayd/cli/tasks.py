@@ -8,13 +8,24 @@ import sys
 import time
 from typing import Any
 
-from delayd.model import attempts
-from delayd.client.sync_client import ADD_BATCH, AddInterrupted, Client
+from delayd.cli.common import (
+    Progress,
+    Verb,
+    client_for,
+    emit,
+    fail,
+    int_at_least,
+    non_negative,
+    positive_int,
+    task_verb,
+    verb_parser,
+)
 from delayd.client.base import gc_paused
-from delayd.model.clock import local_time as fmt_time, time_parts
+from delayd.client.sync_client import ADD_BATCH, AddInterrupted, Client
+from delayd.model import attempts
+from delayd.model.clock import local_time as fmt_time
+from delayd.model.clock import time_parts
 from delayd.model.task import STATUSES, TaskError
-from delayd.cli.common import (Progress, Verb, client_for, emit, fail, int_at_least, non_negative, positive_int, task_verb,
-                     verb_parser)
 
 ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",
               "params", "method", "body", "timeout", "callback")

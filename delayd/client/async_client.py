@@ -13,13 +13,13 @@ from typing import Any, AsyncIterator, Callable, Iterable
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from delayd.store import connection
 from delayd.client.base import BaseClient, Built
 from delayd.client.errors import counting_adds, redis_errors
 from delayd.client.listing import Walk
+from delayd.model.task import Task
+from delayd.store import connection
 from delayd.store.steps import Steps, run_async
 from delayd.store.transitions import SCRIPTS, BucketKeys
-from delayd.model.task import Task
 
 
 def _awaitable(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:

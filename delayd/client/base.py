@@ -13,16 +13,29 @@ from typing import Any, Iterable, Iterator
 import redis
 
 from delayd import config as config_mod
-from delayd.store import connection, registry
-from delayd.daemon import embedded
+from delayd.client.errors import (
+    DelaydError,
+    DurabilityError,
+    Overtaken,
+    interrupted,
+    refusal,
+)
 from delayd.model import schedule
+from delayd.model.task import Task, TaskError, check_topic, module_allowed
+from delayd.store import connection, registry
 from delayd.store import durable as durable_mod
 from delayd.store import stats as stats_mod
-from delayd.client.errors import REDIS_FAILURES, DelaydError, DurabilityError, Overtaken, interrupted, refusal
+from delayd.store.connection import REDIS_ERRORS
 from delayd.store.resp import pack
 from delayd.store.steps import Batch, Read, ScriptCall, Send, Steps, command
-from delayd.store.transitions import SCRIPTS, BucketKeys, Store, StoreError, bucket_count, bucket_of
-from delayd.model.task import Task, TaskError, check_topic, module_allowed
+from delayd.store.transitions import (
+    SCRIPTS,
+    BucketKeys,
+    Store,
+    StoreError,
+    bucket_count,
+    bucket_of,
+)
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
                          "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at
@@ -101,7 +114,7 @@ class BaseClient:
         if config is None:
             warn_once(cfg.warnings)
         self.config = cfg
-        self.url = url or cfg.redis_url or embedded.url(cfg.state_dir)
+        self.url = url or cfg.redis_url or connection.embedded_url(cfg.state_dir)
         self.embedded = not (url or cfg.redis_url)  # the daemon's own Redis: up only while the daemon is
         self.prefix = prefix or cfg.prefix
         if allowed_modules is None and "allowed_modules" in cfg.explicit:
@@ -203,7 +216,7 @@ class BaseClient:
             return written
         except BaseException as exc:
             self._durable_plan = None  # asked again next time: a failure may mean Redis changed
-            if isinstance(exc, REDIS_FAILURES):
+            if isinstance(exc, REDIS_ERRORS):
                 raise interrupted(self, exc, results, sum(len(entries) for _, entries in calls)) from None
             raise
 

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import redis
 
 from delayd.store import connection
+from delayd.store.connection import REDIS_ERRORS
 
 
 class DelaydError(Exception):
@@ -62,11 +63,10 @@ def unavailable(client: Any, exc: Exception) -> RedisUnavailable | None:
     return None
 
 
-REDIS_FAILURES = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 
 def translation(client: Any, exc: Exception) -> Exception:
-    """`exc` (one of REDIS_FAILURES) as RedisUnavailable (see `unavailable`), or itself."""
+    """`exc` (one of REDIS_ERRORS) as RedisUnavailable (see `unavailable`), or itself."""
     return unavailable(client, exc) or exc
 
 
@@ -75,7 +75,7 @@ def translated(client: Any) -> Iterator[None]:
     """redis-py's errors as RedisUnavailable (see `unavailable`)."""
     try:
         yield
-    except REDIS_FAILURES as exc:
+    except REDIS_ERRORS as exc:
         raise translation(client, exc) from None
 
 
@@ -86,7 +86,7 @@ def counting_adds(client: Any, total: int) -> Iterator[list[Any]]:
     replies: list[Any] = []
     try:
         yield replies
-    except REDIS_FAILURES as exc:
+    except REDIS_ERRORS as exc:
         raise interrupted(client, exc, replies, total) from None
 
 
@@ -137,6 +137,6 @@ def redis_errors(method):
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:  # (not `with translated`: a single add is on the hot path)
             return method(self, *args, **kwargs)
-        except REDIS_FAILURES as exc:
+        except REDIS_ERRORS as exc:
             raise translation(self, exc) from None
     return wrapper

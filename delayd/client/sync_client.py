@@ -11,15 +11,29 @@ from typing import Any, Callable, Iterable, Iterator
 
 from redis.cluster import RedisCluster
 
+from delayd.client.base import (
+    ADD_BATCH,
+    NEXT_CRON,
+    TASK_FIELDS,
+    BaseClient,
+    Built,
+    to_ms,
+)
+from delayd.client.errors import (
+    AddInterrupted,
+    DelaydError,
+    DurabilityError,
+    RedisUnavailable,
+    counting_adds,
+    redis_errors,
+    refusal,
+)
+from delayd.client.listing import Walk
+from delayd.model.task import Task
 from delayd.store import connection, held
 from delayd.store import stats as stats_mod
-from delayd.client.base import ADD_BATCH, NEXT_CRON, TASK_FIELDS, BaseClient, Built, to_ms
-from delayd.client.errors import (AddInterrupted, DelaydError, DurabilityError, RedisUnavailable, counting_adds,
-                            redis_errors, refusal)
-from delayd.client.listing import Walk
 from delayd.store.steps import Steps, run
 from delayd.store.transitions import BucketKeys
-from delayd.model.task import Task
 
 __all__ = ["Client", "DelaydError", "DurabilityError", "RedisUnavailable", "AddInterrupted", "ADD_BATCH",
            "TASK_FIELDS", "to_ms", "refusal"]

@@ -17,8 +17,16 @@ import psutil
 from delayd import log as log_mod
 from delayd.config import Config
 from delayd.daemon.master import Master
+from delayd.daemon.pidfile import (
+    AlreadyRunning,
+    PidFile,
+    locked,
+    read_pid,
+    running_master,
+    wait_started,
+    wait_unlocked,
+)
 from delayd.daemon.preflight import StartError, preflight
-from delayd.daemon.pidfile import AlreadyRunning, PidFile, locked, read_pid, running_master, wait_started, wait_unlocked
 
 START_TIMEOUT = 60.0
 

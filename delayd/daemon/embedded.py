@@ -11,14 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-
-def socket_path(state_dir: str | os.PathLike) -> Path:
-    return Path(state_dir) / "redis.sock"
-
-
-def url(state_dir: str | os.PathLike) -> str:
-    """The URL clients use to reach the embedded Redis of `state_dir`."""
-    return f"unix://{socket_path(state_dir)}"
+from delayd.store.connection import embedded_socket
 
 
 def find_redis_server() -> str:
@@ -43,7 +36,7 @@ def server_args(state_dir: str | os.PathLike, socket_mode: str = "700") -> list[
     return [
         find_redis_server(),
         "--port", "0",
-        "--unixsocket", str(socket_path(state)), "--unixsocketperm", socket_mode,
+        "--unixsocket", str(embedded_socket(state)), "--unixsocketperm", socket_mode,
         "--dir", str(state),
         "--appendonly", "yes", "--appendfsync", "everysec",
         "--maxmemory-policy", "noeviction",

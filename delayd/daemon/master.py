@@ -23,23 +23,32 @@ from typing import Callable
 
 from setproctitle import setproctitle
 
-from delayd.version import __version__
-from delayd.workers import bucket
-from delayd.store import connection
-from delayd.daemon import embedded
 from delayd import config as config_mod
 from delayd import log as log_mod
-from delayd.daemon import notify
-from delayd.store import registry
-from delayd.workers import queue_worker as queue_worker
 from delayd.config import Config
-from delayd.log import event
+from delayd.daemon import embedded, notify
 from delayd.daemon.pidfile import PidFile
 from delayd.daemon.preflight import StartError, check_redis
-from delayd.daemon.slots import KILL_AFTER_ABORT, Retiring, Slot, backdate, close_quietly, describe_exit, heartbeat_file, \
-    read_note, silent_for
+from delayd.daemon.registrar import Registrar
+from delayd.daemon.slots import (
+    KILL_AFTER_ABORT,
+    Retiring,
+    Slot,
+    backdate,
+    close_quietly,
+    describe_exit,
+    heartbeat_file,
+    read_note,
+    silent_for,
+)
+from delayd.log import event
+from delayd.store import connection, registry
+from delayd.store.connection import REDIS_ERRORS
+from delayd.version import __version__
 from delayd.web import child as web_child
-from delayd.workers.process import HANDLED_SIGNALS, REDIS_ERRORS, set_death_signal, start_child, title
+from delayd.workers import bucket
+from delayd.workers import queue_worker as queue_worker
+from delayd.workers.process import HANDLED_SIGNALS, set_death_signal, start_child, title
 
 log = logging.getLogger("delayd.master")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
@@ -56,7 +65,7 @@ class Master:
         self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self.embedded = config.redis_url is None
         if self.embedded:
-            self.config = config_mod.replace(config, redis_url=embedded.url(config.state_dir))
+            self.config = config_mod.replace(config, redis_url=connection.embedded_url(config.state_dir))
         self.slots: list[Slot] = []
         self.by_pid: dict[int, Slot] = {}
         self.retiring: dict[int, Retiring] = {}
@@ -67,7 +76,7 @@ class Master:
         self.watchdog = notify.watchdog_interval()
         self.next_watchdog = time.monotonic()
         self.metrics = None
-        self.registrar: registry.Registrar | None = None
+        self.registrar: Registrar | None = None
         self.web_socket = None  # the dashboard's listening socket, shared by each `delayd: web` child
 
     # -- signals -------------------------------------------------------------------
@@ -121,7 +130,7 @@ class Master:
         notify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=running")
         self.ready("ok")
         event(log, "master_ready", children=len(self.by_pid))
-        self.registrar = registry.Registrar(self.config, registry.daemon_id(self.config, os.getpid()),
+        self.registrar = Registrar(self.config, registry.daemon_id(self.config, os.getpid()),
                                             self.registry_entry)
         self.registrar.start()
         return True

@@ -26,17 +26,22 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, \
-    HistogramMetricFamily
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from delayd.version import __version__
-from delayd.store import connection
-from delayd.store import stats as stats_mod
 from delayd.config import Config
 from delayd.log import event
+from delayd.store import connection
+from delayd.store import stats as stats_mod
+from delayd.store.connection import REDIS_ERRORS
 from delayd.store.transitions import PRIORITIES, Store, recorded_buckets
-from delayd.workers.process import HANDLED_SIGNALS, REDIS_ERRORS
+from delayd.version import __version__
+from delayd.workers.process import HANDLED_SIGNALS
 
 log = logging.getLogger("delayd.metrics")
 STATUSES = ("delayed", "running", "ok", "failed", "deleted")

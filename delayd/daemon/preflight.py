@@ -7,12 +7,12 @@ import os
 
 import redis
 
-from delayd.store import connection
-from delayd.daemon import embedded
 from delayd.config import Config
+from delayd.daemon import embedded
 from delayd.log import event
+from delayd.store import connection
+from delayd.store.connection import REDIS_ERRORS
 from delayd.store.transitions import StoreError, recorded_buckets
-from delayd.workers.process import REDIS_ERRORS
 
 log = logging.getLogger("delayd.master")
 

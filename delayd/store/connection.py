@@ -7,7 +7,9 @@
 """
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -26,6 +28,20 @@ from redis.sentinel import Sentinel
 # them in a record, and task.printable() makes them safe to print.
 SOCKET_OPTIONS = dict(socket_connect_timeout=5.0, socket_timeout=30.0, health_check_interval=15,
                       socket_keepalive=True, decode_responses=True, encoding_errors="surrogateescape")
+
+
+# What every process treats as "Redis is not there (now)": retried, reported, never fatal.
+REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
+def embedded_socket(state_dir: str | os.PathLike) -> Path:
+    """The unix socket of the embedded Redis of `state_dir` (the daemon starts it there)."""
+    return Path(state_dir) / "redis.sock"
+
+
+def embedded_url(state_dir: str | os.PathLike) -> str:
+    """The URL clients use to reach the embedded Redis of `state_dir`."""
+    return f"unix://{embedded_socket(state_dir)}"
 
 
 class RedisURLError(ValueError):

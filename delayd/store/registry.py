@@ -1,6 +1,6 @@
 """The registry of live daemons sharing one store, read by `delayd status --cluster`.
 
-Every master refreshes its entry every BEAT seconds from a thread (`Registrar`);
+Every master refreshes its entry every BEAT seconds (delayd.daemon.registrar);
 an entry not refreshed within TTL belongs to a daemon that died without a stop
 (SIGKILL, a lost host) and no longer counts, and the next refresh of any daemon
 drops it. A graceful stop removes the entry at once. Both keys share the hash
@@ -14,22 +14,15 @@ a daemon owns its processes and the runs they hold, not a share of the buckets.
 from __future__ import annotations
 
 import json
-import logging
 import math
-import signal
 import socket
-import threading
-from typing import Any, Callable
+from typing import Any
 
-from delayd.store import connection
 from delayd.config import Config
-from delayd.log import event
+from delayd.model.task import printable
 from delayd.store.steps import Steps, command, run
 from delayd.store.transitions import SCRIPTS, wire
-from delayd.model.task import printable
-from delayd.workers.process import HANDLED_SIGNALS, REDIS_ERRORS
 
-log = logging.getLogger("delayd.registry")
 BEAT = 5.0          # seconds between refreshes
 TTL = 3 * BEAT      # an entry not refreshed this long is a dead daemon
 
@@ -106,45 +99,3 @@ def readable(ident: str, body: Any) -> dict[str, Any] | None:
     entry["id"] = printable(ident)
     entry["children"] = [_typed(c, CHILD_FIELDS) for c in entry["children"] if isinstance(c, dict)]
     return entry
-
-
-class Registrar(threading.Thread):
-    """The master's thread that keeps its entry fresh; `stop()` removes the entry.
-
-    It blocks the master's signals; a child forked while it has a connection open
-    closes its copy at once (worker.close_inherited), so it needs no lock.
-    """
-
-    def __init__(self, config: Config, ident: str, entry: Callable[[], dict[str, Any]]):
-        super().__init__(name="delayd-registry", daemon=True)
-        self.config = config
-        self.daemon_id = ident
-        self.entry = entry
-        self.stopped = threading.Event()
-        self.failing = False
-
-    def run(self) -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
-        while not self.stopped.is_set():
-            self.call(register, self.entry())
-            self.stopped.wait(BEAT)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(timeout=10)
-        self.call(unregister)
-
-    def call(self, func: Callable[..., Any], *args: Any) -> None:
-        client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)
-        try:
-            func(client, self.config.prefix, self.daemon_id, *args)
-            if self.failing:
-                event(log, "registry_back")
-            self.failing = False
-        except REDIS_ERRORS as exc:
-            if not self.failing:  # once per outage: the children say more about it
-                event(log, "registry_unavailable", logging.WARNING,
-                      redis=connection.where(self.config.redis_url), error=str(exc))
-            self.failing = True
-        finally:
-            client.close()

@@ -17,11 +17,11 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import redis
 from redis.cluster import RedisCluster
 
-from delayd.store import lua_lib, resp
 from delayd.config import MAX_BUCKETS
+from delayd.model.task import DEFAULT_RETRIES, Task, is_utf8
+from delayd.store import lua_lib, resp
 from delayd.store.held import checked_out
 from delayd.store.steps import Read, ScriptCall, Send, Steps, command, run
-from delayd.model.task import DEFAULT_RETRIES, Task, is_utf8
 
 PRIORITIES = (3, 2, 1)
 STREAM_WINDOW = 4  # script calls sent ahead of their replies by stream_steps

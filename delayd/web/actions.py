@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from delayd.client.sync_client import Client
 from delayd.client.errors import Overtaken
+from delayd.client.sync_client import Client
 from delayd.model.task import TaskError
 from delayd.web import browse
 

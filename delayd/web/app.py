@@ -30,12 +30,20 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from delayd.version import __version__
 from delayd.client.sync_client import Client, DelaydError
 from delayd.config import Config
 from delayd.model.task import STATUSES, printable
+from delayd.version import __version__
 from delayd.web import actions, display, views
-from delayd.web.auth import COOKIE, SESSION_S, Auth, Identity, LoginThrottle, host_of, is_loopback
+from delayd.web.auth import (
+    COOKIE,
+    SESSION_S,
+    Auth,
+    Identity,
+    LoginThrottle,
+    host_of,
+    is_loopback,
+)
 from delayd.web.browse import BadCursor
 
 HERE = resources.files(__package__)

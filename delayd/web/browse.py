@@ -21,8 +21,8 @@ import math
 import re
 from typing import NamedTuple
 
-from delayd.store.transitions import BucketKeys, Score, Store
 from delayd.model.task import DEFAULT_RETRIES, Task, TaskError
+from delayd.store.transitions import BucketKeys, Score, Store
 
 # (status, index of a bucket, order): the statuses a list without one walks, in this order
 SOURCES: tuple[tuple[str, str], ...] = (("running", "desc"), ("delayed", "asc"), ("failed", "desc"),

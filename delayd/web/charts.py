@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from delayd.store import stats as stats_mod
 from delayd.model.clock import zone_name
+from delayd.store import stats as stats_mod
 from delayd.web.series import Minute
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 420, 150, 36, 18, 8

@@ -13,8 +13,8 @@ import socket
 
 from delayd.config import Config, ConfigError
 from delayd.log import event, reopen
-from delayd.workers.process import Heartbeat
 from delayd.web import command
+from delayd.workers.process import Heartbeat
 
 log = logging.getLogger("delayd.web")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import base64
 from typing import Any, NamedTuple
 
-from delayd.store.transitions import Store
 from delayd.model.task import Task
+from delayd.store.transitions import Store
 from delayd.web.browse import CURSOR_SHAPE, BadCursor, row_of
 
 PAGE_SIZE = 50

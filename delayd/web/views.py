@@ -8,10 +8,10 @@ from typing import Any
 
 import redis
 
-from delayd.store import connection
 from delayd.client.sync_client import Client
-from delayd.store.transitions import wire
 from delayd.model.task import STATUSES, Task, TaskError
+from delayd.store import connection
+from delayd.store.transitions import wire
 from delayd.web import browse, charts, schedules, series
 
 PAGE_SIZE = 50

@@ -13,12 +13,13 @@ import queue as queue_mod
 import signal
 import threading
 
-from delayd.store import connection
 from delayd import log as log_mod
 from delayd.config import Config
 from delayd.log import event
+from delayd.store import connection
+from delayd.store.connection import REDIS_ERRORS
 from delayd.store.transitions import Store
-from delayd.workers.process import REDIS_ERRORS, Heartbeat, RedisHealth, listen
+from delayd.workers.process import Heartbeat, RedisHealth, listen
 
 log = logging.getLogger("delayd.bucket")
 WAIT_CAP = 5.0          # seconds: the longest sleep, whatever the next due time

@@ -12,12 +12,12 @@ import signal
 import time
 from typing import Any, Callable
 
-import redis
 from setproctitle import setproctitle
 
-from delayd.store import connection
 from delayd import log as log_mod
 from delayd.config import Config
+from delayd.store import connection
+from delayd.store.connection import REDIS_ERRORS
 
 log = logging.getLogger("delayd.worker")
 PR_SET_PDEATHSIG = 1
@@ -26,7 +26,6 @@ PR_SET_PDEATHSIG = 1
 # BUSY, LOADING, READONLY, MASTERDOWN, NOREPLICAS, CLUSTERDOWN, a script error).
 # Dying would cost the outcomes a queue process holds and crash-loop every bucket
 # process into the master's backoff; waiting it out costs nothing.
-REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 NOTE_BYTES = 2000  # at most this much of a dying child's note is kept
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGQUIT)

@@ -38,19 +38,33 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from delayd.model import attempts
-from delayd.store import connection
 from delayd import log as log_mod
 from delayd.config import Config
-from delayd.targets.handlers import Outcome, Runner, TargetUnavailable, import_module, use_import_path
-from delayd.store.link import Link
 from delayd.log import event
-from delayd.workers.pool import Pool
-from delayd.store.steps import ScriptCall
-from delayd.store.transitions import PRIORITIES, SCHEDULE_ENDS, Claimed, Finish, Store, ready_channel
+from delayd.model import attempts
 from delayd.model.task import RETRY_JITTER, Task, TaskError
+from delayd.store import connection
+from delayd.store.connection import REDIS_ERRORS
+from delayd.store.link import Link
+from delayd.store.steps import ScriptCall
+from delayd.store.transitions import (
+    PRIORITIES,
+    SCHEDULE_ENDS,
+    Claimed,
+    Finish,
+    Store,
+    ready_channel,
+)
+from delayd.targets.handlers import (
+    Outcome,
+    Runner,
+    TargetUnavailable,
+    import_module,
+    use_import_path,
+)
 from delayd.targets.url.engine import Engine
-from delayd.workers.process import REDIS_ERRORS, Heartbeat, RedisHealth, StartupFailure, listen
+from delayd.workers.pool import Pool
+from delayd.workers.process import Heartbeat, RedisHealth, StartupFailure, listen
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell

@@ -28,9 +28,10 @@ from typing import Any, Callable, Protocol
 import aiohttp
 from yarl import URL
 
+from delayd import config as config_mod
 from delayd.config import Config
-from delayd.targets.handlers import Outcome, Runner, clip, describe_exception
 from delayd.model.task import Task
+from delayd.targets.handlers import Outcome, Runner, clip, describe_exception
 from delayd.targets.url import answer, guard, proxy, request, signing
 from delayd.targets.url.hosts import Hosts
 
@@ -55,7 +56,7 @@ class Engine:
     def __init__(self, config: Config, runner: Runner | None = None):
         self.config = config
         self.runner = runner
-        self.key = signing.key_of(config.url_signing_secret) if config.url_signing_secret else None
+        self.key = config_mod.signing_key(config.url_signing_secret) if config.url_signing_secret else None
         self.hosts = Hosts(int(config.url_host_concurrency), int(config.url_breaker_failures),
                            float(config.url_breaker_cooldown))
         self.loop = asyncio.new_event_loop()

@@ -9,8 +9,8 @@ import json
 from typing import Any, NamedTuple
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from delayd.version import __version__
 from delayd.model.task import Task
+from delayd.version import __version__
 
 USER_AGENT = f"delayd/{__version__}"
 

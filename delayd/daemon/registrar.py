@@ -1,0 +1,59 @@
+"""The master's thread that keeps its entry in the registry of live daemons fresh (the entries
+and their keys: delayd.store.registry)."""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any, Callable
+
+from delayd.config import Config
+from delayd.log import event
+from delayd.store import connection
+from delayd.store.connection import REDIS_ERRORS
+from delayd.store.registry import BEAT, register, unregister
+from delayd.workers.process import HANDLED_SIGNALS
+
+log = logging.getLogger("delayd.registry")
+
+
+class Registrar(threading.Thread):
+    """The master's thread that keeps its entry fresh; `stop()` removes the entry.
+
+    It blocks the master's signals; a child forked while it has a connection open
+    closes its copy at once (worker.close_inherited), so it needs no lock.
+    """
+
+    def __init__(self, config: Config, ident: str, entry: Callable[[], dict[str, Any]]):
+        super().__init__(name="delayd-registry", daemon=True)
+        self.config = config
+        self.daemon_id = ident
+        self.entry = entry
+        self.stopped = threading.Event()
+        self.failing = False
+
+    def run(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        while not self.stopped.is_set():
+            self.call(register, self.entry())
+            self.stopped.wait(BEAT)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+        self.call(unregister)
+
+    def call(self, func: Callable[..., Any], *args: Any) -> None:
+        client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)
+        try:
+            func(client, self.config.prefix, self.daemon_id, *args)
+            if self.failing:
+                event(log, "registry_back")
+            self.failing = False
+        except REDIS_ERRORS as exc:
+            if not self.failing:  # once per outage: the children say more about it
+                event(log, "registry_unavailable", logging.WARNING,
+                      redis=connection.where(self.config.redis_url), error=str(exc))
+            self.failing = True
+        finally:
+            client.close()
