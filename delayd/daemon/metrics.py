@@ -15,16 +15,14 @@ The server runs in one thread of the master, which forks its children, so:
 """
 from __future__ import annotations
 
-import http.server
 import logging
-import select
 import signal
 import socket
-import socketserver
 import sys
 import threading
 import time
 from typing import Any, Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client.core import (
     CollectorRegistry,
@@ -32,7 +30,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from delayd.config import Config
 from delayd.log import event
@@ -155,55 +153,54 @@ class Collector:
         yield from (runs, starts, lapsed, lateness)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    timeout = 5.0  # a silent client does not hold the (single) serving thread for long
-    registry: CollectorRegistry
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        path = self.path.split("?", 1)[0]
+def _at_metrics(app: Callable[..., Any]) -> Callable[..., Any]:
+    """prometheus_client's app at /metrics only: / says where, any other path is 404."""
+    def routed(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
         if path == "/metrics":
-            body, status, kind = generate_latest(self.registry), 200, CONTENT_TYPE_LATEST
-        elif path == "/":
-            body, status, kind = b"delayd: metrics at /metrics\n", 200, "text/plain; charset=utf-8"
-        else:
-            body, status, kind = b"not found; try /metrics\n", 404, "text/plain; charset=utf-8"
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            return app(environ, start_response)
+        status, body = ("200 OK", b"delayd: metrics at /metrics\n") if path == "/" else \
+            ("404 Not Found", b"not found; try /metrics\n")
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+    return routed
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr per scrape; a client that says nothing is dropped after a few seconds."""
+
+    timeout = 5.0
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass
 
 
-class _Server(socketserver.TCPServer):
-    """HTTPServer without its reverse DNS look-up at bind; errors go to the log, not stderr."""
-
-    allow_reuse_address = True
+class _Server(ThreadingWSGIServer):
+    """prometheus_client's threaded WSGI server (a thread per scrape, so a slow client holds up no
+    other); its errors go to the log, not stderr."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         event(log, "metrics_error", logging.WARNING, client=str(client_address), error=repr(sys.exc_info()[1]))
 
 
 class MetricsServer:
-    """/metrics from one thread of the master (see the module docstring)."""
+    """/metrics: prometheus_client's WSGI app (content negotiation, OpenMetrics, gzip) on its threaded
+    server, accepting in one thread of the master (see the module docstring)."""
 
     def __init__(self, config: Config, slots: Slots):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Collector(config, slots))
-        handler = type("Handler", (_Handler,), {"registry": registry})
         family = socket.AF_INET6 if ":" in config.metrics_bind else socket.AF_INET
         server_class = type("Server", (_Server,), {"address_family": family})
-        self.server = server_class((config.metrics_bind, config.metrics_port), handler)  # OSError: in use
-        self.server.socket.setblocking(False)
+        self.server = make_server(config.metrics_bind, config.metrics_port, _at_metrics(make_wsgi_app(registry)),
+                                  server_class, _QuietHandler)  # OSError: in use
         self.address = self.server.server_address[:2]
         self.closed = False
         self.thread = threading.Thread(target=self.serve, daemon=True, name="metrics")
 
     def start(self) -> "MetricsServer":
-        # The thread starts with the master's signals blocked (a thread inherits the
-        # mask of its creator), so the kernel delivers them to the main thread.
+        # The thread starts with the master's signals blocked (a thread inherits the mask of its
+        # creator, and so do the scrapes' threads), so the kernel delivers them to the main thread.
         old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
         try:
             self.thread.start()
@@ -212,22 +209,15 @@ class MetricsServer:
         return self
 
     def serve(self) -> None:
+        """Accept scrapes until close(): handle_request() blocks (no timeout, so no polling) until a
+        client connects or close() shuts the socket down."""
         while not self.closed:
-            try:
-                select.select([self.server.socket], [], [])
-            except (OSError, ValueError):
-                return  # closed
-            if self.closed:
-                return
-            try:
-                self.server._handle_request_noblock()  # accept, answer, close
-            except Exception as exc:  # noqa: BLE001 - a scrape must never end the thread
-                event(log, "metrics_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            self.server.handle_request()
 
     def close(self) -> None:
         self.closed = True
         try:
-            self.server.socket.shutdown(socket.SHUT_RDWR)  # wakes the select
+            self.server.socket.shutdown(socket.SHUT_RDWR)  # wakes handle_request
         except OSError:
             pass
         self.server.server_close()
