@@ -62,8 +62,8 @@ def _kv(value: Any) -> str:
 def setup(level: str, style: str, path: str | None) -> logging.Handler:
     """Send delayd's logs to `path` (a file) or stderr; replaces any earlier set-up."""
     global _handler
-    # Records need no caller, thread or process-name lookups (see the logging docs'
-    # "Optimization" section): that work was a third of a queue process's time per run.
+    # Records need no caller, thread or process-name lookups: the logging HOWTO's "Optimization"
+    # section gives these three switches (_srcfile is its documented way to skip findCaller).
     logging._srcfile = None
     logging.logThreads = False
     logging.logMultiprocessing = False
@@ -102,16 +102,12 @@ def reopen() -> bool:
     if not isinstance(_handler, logging.FileHandler):
         return False
     try:
-        stream = _handler._open()
+        stream = open(_handler.baseFilename, "a", encoding=_handler.encoding, errors=_handler.errors)
     except OSError as exc:
         event(logging.getLogger("delayd.log"), "log_reopen_failed", logging.WARNING, path=_handler.baseFilename,
               error=exc.strerror or str(exc), kept="the old log file")
         return False
-    _handler.acquire()
-    try:
-        old, _handler.stream = _handler.stream, stream
-    finally:
-        _handler.release()
+    old = _handler.setStream(stream)  # under the handler's lock, the old stream flushed
     if old is not None:
         _follow(old.fileno(), stream.fileno())
         old.close()
