@@ -12,6 +12,7 @@ import signal
 import time
 from typing import Any, Callable
 
+from redis.backoff import EqualJitterBackoff
 from setproctitle import setproctitle
 
 from delayd import log as log_mod
@@ -83,18 +84,9 @@ class Heartbeat:
             self.last = now
 
 
-class Backoff:
-    """Capped exponential backoff with full jitter, for reconnecting to Redis."""
-
-    def __init__(self, base: float = 0.1, cap: float = 5.0):
-        self.base, self.cap, self.failures = base, cap, 0
-
-    def next(self) -> float:
-        self.failures += 1
-        return random.uniform(self.base, min(self.cap, self.base * 2 ** self.failures))
-
-    def reset(self) -> None:
-        self.failures = 0
+# Seconds before the next try to reach Redis after `failures` failed ones (redis-py's capped
+# exponential backoff, half of it jittered).
+RECONNECT = EqualJitterBackoff(cap=5.0, base=0.1)
 
 
 class RedisHealth:
@@ -102,21 +94,22 @@ class RedisHealth:
 
     def __init__(self, log: logging.Logger, url: str):
         self.log, self.url, self.down_since = log, url, None
-        self.backoff = Backoff()
+        self.failures = 0
 
     def failed(self, exc: Exception) -> float:
         if self.down_since is None:
             self.down_since = time.monotonic()
             self.log.warning("redis_unavailable", extra={"fields": {
                 "redis": connection.where(self.url), "error": str(exc)}})
-        return self.backoff.next()
+        self.failures += 1
+        return RECONNECT.compute(self.failures)
 
     def ok(self) -> None:
         if self.down_since is not None:
             self.log.warning("redis_back", extra={"fields": {
                 "redis": connection.where(self.url), "down_s": round(time.monotonic() - self.down_since, 3)}})
             self.down_since = None
-            self.backoff.reset()
+            self.failures = 0
 
 
 def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: float = 5.0) -> None:
@@ -127,7 +120,7 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
     any error (without it, wake-ups would wait for the sleep cap): a Redis outage
     is logged by the process's main loop, anything else here once per episode.
     """
-    backoff = Backoff()
+    failures = 0
     failing = False
     while True:
         pubsub = None
@@ -135,7 +128,7 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
             pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(channel)
             events.put((kind, None))
-            backoff.reset()
+            failures = 0
             while True:
                 message = pubsub.get_message(timeout=stop_after)
                 failing = False
@@ -151,7 +144,8 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
                     pubsub.close()
                 except Exception:  # noqa: BLE001 - a broken connection may not close cleanly
                     pass
-        time.sleep(backoff.next())
+        failures += 1
+        time.sleep(RECONNECT.compute(failures))
 
 
 def close_inherited(keep: set[int]) -> None:
