@@ -1,27 +1,11 @@
 """`durable=True` on Client.add/add_many: the write is confirmed beyond Redis's memory.
 
-Redis acknowledges a write once it is in memory. With `appendfsync everysec` a crash
-of Redis (not a clean SHUTDOWN) can lose up to about a second of acknowledged writes.
-A durable add waits until the write is on a replica or on disk, choosing, before
-anything is written:
-
-1. a replica is connected (`INFO replication`: connected_slaves > 0):
-   `WAIT 1 <timeout>` — at least one replica has the write;
-2. else Redis >= 7.2 with `appendonly yes`: `WAITAOF 1 0 <timeout>` — the local AOF
-   has been fsynced past the write;
-3. else `appendonly yes` with `appendfsync always`: Redis fsyncs before it answers,
-   so an acknowledged write is on disk already; nothing to wait for;
-4. else it cannot be confirmed (no replica, and no AOF, or an AOF with `everysec` on a
-   Redis older than 7.2): the add raises DurabilityError and writes nothing.
-
-The wait is sent on the same connection as the write, after it: WAIT and WAITAOF
-count the writes of their own connection. A client keeps a WAIT or WAITAOF plan for
-PLAN_TTL seconds instead of sending INFO and CONFIG GET before every add: their reply
-still decides (a replica gone or an AOF turned off makes the add fail as unconfirmed,
-and the plan is asked for again); `appendfsync always`, which nothing confirms
-afterwards, is checked before every add. If the wait times out, DurabilityError says that
-the tasks were written but not confirmed (they are in Redis and will most likely
-run; they are not known to survive a crash of Redis).
+A durable add waits, on the connection that wrote, until the write is on a replica (`WAIT`)
+or fsynced to the AOF (`WAITAOF`, Redis >= 7.2; nothing to wait for with `appendfsync
+always`); where neither can confirm it, it raises DurabilityError before writing anything
+(`command` chooses). A client keeps the plan for PLAN_TTL seconds instead of asking INFO and
+CONFIG GET before every add; the wait's reply still decides. A wait that times out raises
+DurabilityError saying the tasks were written but not confirmed.
 """
 from __future__ import annotations
 
@@ -46,6 +30,9 @@ def version(info: dict[str, Any]) -> tuple[int, int]:
 def command(info: dict[str, Any], appendfsync: str | None, timeout_ms: int) -> tuple[Any, ...]:
     """The command that confirms a write on this Redis, () if none is needed; else Unconfirmable.
 
+    In this order: a connected replica: `WAIT 1`; Redis >= 7.2 with appendonly: `WAITAOF 1 0`;
+    appendfsync always: nothing (an acknowledged write is on disk); anything else (no replica,
+    no AOF, or everysec before 7.2) cannot be confirmed.
     `info` is the reply of INFO (default sections), `appendfsync` the value of that
     setting (None when CONFIG is not available).
     """

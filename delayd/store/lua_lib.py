@@ -1,18 +1,12 @@
 """The shared helpers of lua/_lib.lua, each script given only those it uses.
 
-Redis runs a script's whole source on every call: the lib's ~25 closures and tables,
-built and then collected again, cost ~1.7 us of a ~13 us add.lua call. The lib stays
-one file of top-level definitions (`local function name` and `local a, b = ...`, each
-with the comment lines just above it); a script's prelude is the definitions its body
-names, and those that they name, transitively, in the lib's order (which is an order
-Lua accepts: a local is defined before it is used).
-
-A script's function that only a rare path calls (add.lua's replacement of an existing
-task) can hold the line `--[[lib]]`: the lib *functions* that only such a function
-needs are defined there, inside it, so a call that never enters it never builds them.
-The function runs from its `local function` line at column 0 to the next `end` at
-column 0. Other definitions (tables, constants) always go in front of the script: a
-table defined inside a function would be a new one on each call of it.
+Redis runs a script's whole source on every call, so a script's prelude is only the lib
+definitions its body names (transitively, in the lib's order). The lib is one file of
+top-level definitions (`local function name`, `local a, b = ...`, each with its comment
+lines above it). A script function at column 0 that only a rare path calls may hold the
+line `--[[lib]]`: the lib functions only it needs are defined there, inside it, so a call
+that never enters it never builds them. Tables and constants always go in front (a table
+defined inside a function would be a new one on each call).
 """
 from __future__ import annotations
 

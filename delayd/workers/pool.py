@@ -1,31 +1,13 @@
 """The threads of a queue process that run call and push handlers, and the handoff to them.
 
-A handoff costs a wake-up of a sleeping thread each way, and with many threads woken
-at once they mostly wait for the GIL, for each other and for the main thread: with
-short handlers (one Redis call) that cost more than the handlers themselves. So runs
-and results move in batches, and nobody waits on a lock of this module in the usual path:
-
-- `put(runs)` appends a batch to one deque of waiting runs and wakes one thread (a token
-  on `wakeups`), which takes waiting runs one by one until none is left: a batch of short
-  runs costs one wake-up, and only that thread and the main thread want the GIL. (Measured
-  with a one-RPUSH handler: waking a thread per 8 or 16 runs of a batch was slower.)
-- Handlers that wait on I/O (longer than FAN_OUT on average) are not run one after the
-  other: a put wakes a thread per run, as many as are idle, so a batch of one-Redis-call
-  handlers runs side by side. (Measured: a wake-up chain, each taken run waking the next
-  thread, came out the same or slower.)
-- A put's runs still waiting after STALL (a slow handler holds their thread) get a thread
-  each: the queue's main thread calls `wake_stalled()` at `stalled_at()`. There are always
-  enough threads: `size` of them are never stuck on an abandoned handler, and no more
-  than `size` runs are in hand. (A token that finds nothing to do costs one loop.)
-- Results go to one deque; `notify()` is called (from a pool thread) when the main thread
-  may not know of them yet, and it takes them all with `take_results()`.
-- `abandon(run)` (the task timeout) stops waiting for a run and puts a new thread in
-  the place of the one stuck in it; that thread retires when its handler returns.
-
-A run is an object with `task`, `started` (monotonic: set here when a thread takes it), and
-the flags `taken`, `returned`, `abandoned`, which only this module sets (under its lock: a
-run is either returned or abandoned, never both). `handler_time` is the moving average of
-a handler's wall time: what the queue needs to know how many runs to claim ahead.
+Runs and results move in batches and the usual path takes no lock, because waking threads
+costs more than a short handler: `put(runs)` wakes one thread for a batch of short handlers,
+a thread per run for handlers that wait on I/O (longer than FAN_OUT on average), and an idle
+thread for a run stalled behind a slow handler (`wake_stalled`). Results go to one deque
+(`take_results`, `notify`). `abandon(run)` (the task timeout) gives up on a run and puts a
+new thread in the place of the one stuck in it. Only this module sets a run's `started`,
+`taken`, `returned` and `abandoned`; `handler_time` (a moving average) tells the queue how
+many runs to claim ahead.
 """
 from __future__ import annotations
 
