@@ -1,4 +1,4 @@
-"""The held connection of single adds (delayd/held.py): its own socket reads, against a real Redis."""
+"""The held connection of single adds (delayd/store/held.py): its own socket reads, against a real Redis."""
 from __future__ import annotations
 
 import os
@@ -114,7 +114,7 @@ def test_a_stopped_redis_times_out_as_the_socket_timeout_says(tmp_path):
         server.kill()
 
 
-# -- redis-py internals (delayd/redis_internals.py): a release without them costs speed, not add ------
+# -- redis-py internals (delayd/store/redis_internals.py): a release without them costs speed, not add ------
 def adds_and_reads(client: Client) -> None:
     assert client.add("t", 1, call="a:b") is True
     assert client.add("t", 1, call="a:b", nx=True) is False

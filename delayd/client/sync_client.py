@@ -53,7 +53,7 @@ class Client(BaseClient):
     """Access to one delayd store (a Redis URL and a key prefix)."""
 
     def connect(self, url: str) -> Any:
-        self._held = held.held(client := connection.connect(url))  # for single adds: see delayd/held.py
+        self._held = held.held(client := connection.connect(url))  # for single adds: see delayd/store/held.py
         return client
 
     @property

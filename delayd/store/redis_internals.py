@@ -2,7 +2,7 @@
 
 redis-py promises none of these, and setup.cfg bounds `redis` from below only: its mapping
 of error replies to exceptions (`redis._parsers.BaseParser.parse_error`) and a connection's
-socket, retry policy and encoder (`_sock`, `retry`, `encoder`). delayd/held.py holds a
+socket, retry policy and encoder (`_sock`, `retry`, `encoder`). delayd/store/held.py holds a
 connection only for a client whose connections `fit`; any other client takes redis-py's
 public path (slower, the same replies), so a release that renames them costs speed, not `add`.
 """
@@ -21,7 +21,7 @@ _ENCODER_FIELDS = ("encoding", "encoding_errors", "decode_responses")
 
 
 def fit(pool: Any) -> bool:
-    """Whether the connections `pool` makes have everything delayd/held.py uses: checked on
+    """Whether the connections `pool` makes have everything delayd/store/held.py uses: checked on
     one made as the pool makes them, never connected."""
     if parse_error is None or getattr(pool, "cache", None) is not None:  # (a cache wraps each connection)
         return False

@@ -1,4 +1,4 @@
--- Shared helpers: a script is loaded with the ones it uses in front of it (delayd/lua_lib.py),
+-- Shared helpers: a script is loaded with the ones it uses in front of it (delayd/store/lua_lib.py),
 -- or, for functions only a rare path of it uses, inside the function that holds a `--[[lib]]`
 -- line. Each top-level definition starts at column 0 (`local function name`, `local a, b =`),
 -- with its comment lines just above it; Redis runs them on every call of the script.
