@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-import psutil
 import url_server
 from bench import Figure, redis_now
 from daemon_helper import Daemon

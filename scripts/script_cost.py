@@ -23,7 +23,8 @@ from redis_server import RedisServer
 
 from delayd import Client
 from delayd.store import lua_lib
-from delayd.store.transitions import SCRIPTS, Finish
+from delayd.store.replies import Finish
+from delayd.store.scripts import SCRIPTS
 
 SCRIPT_COMMANDS = ("evalsha", "eval")
 

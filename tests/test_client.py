@@ -20,7 +20,7 @@ from delayd import (
     TaskError,
 )
 from delayd import config as config_mod
-from delayd.store.transitions import LAYOUT, meta_key
+from delayd.store.keys import LAYOUT, meta_key
 
 
 def now_s(r) -> float:

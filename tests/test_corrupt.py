@@ -24,7 +24,8 @@ from web_helper import Web
 
 from delayd.model.task import Task, TaskError
 from delayd.store import connection, registry
-from delayd.store.transitions import Store, meta_key, wire
+from delayd.store.keys import meta_key, wire
+from delayd.store.transitions import Store
 
 PREFIX = "delayd:"
 DAY_MS = 86400 * 1000

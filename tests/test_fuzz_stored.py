@@ -37,7 +37,7 @@ from web_helper import Web
 from delayd import Client, cli
 from delayd.model.task import STATUSES
 from delayd.store import connection, registry
-from delayd.store.transitions import meta_key, wire
+from delayd.store.keys import meta_key, wire
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))
 PHASES = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if os.environ.get("FUZZ_SHRINK") else ())

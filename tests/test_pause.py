@@ -21,8 +21,8 @@ from delayd.client.errors import Overtaken
 from delayd.model.task import TaskError
 from delayd.store import steps
 from delayd.store import transitions as store_mod
+from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall
-from delayd.store.transitions import SCRIPTS
 
 
 def all_counts(client) -> dict:

@@ -20,7 +20,7 @@ from web_helper import Web
 from delayd import AsyncClient, config
 from delayd.config import ConfigError
 from delayd.model.task import TaskError
-from delayd.store.transitions import Finish
+from delayd.store.replies import Finish
 
 # How much later than its backoff (+10 % jitter) a retry may start: the finish batch, the
 # bucket's wake-up and the claim, on a host shared with other test runs.

@@ -8,7 +8,7 @@ from redis_server import wait_for
 from test_store import claim, promote_all
 from web_helper import Web
 
-from delayd.store.transitions import SCHEDULE_ENDS
+from delayd.store.replies import SCHEDULE_ENDS
 from delayd.web import schedules
 
 TOKEN = "t0ken-for-tests-only"

@@ -16,7 +16,10 @@ from delayd import config as config_mod
 from delayd.daemon import metrics
 from delayd.model.task import Task, TaskError
 from delayd.store import stats as stats_mod
-from delayd.store.transitions import PRIORITIES, SCRIPTS, Finish, Store
+from delayd.store.keys import PRIORITIES
+from delayd.store.replies import Finish
+from delayd.store.scripts import SCRIPTS
+from delayd.store.transitions import Store
 
 PREFIX = "delayd:"
 DAY_MS = 86400 * 1000

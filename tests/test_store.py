@@ -17,14 +17,9 @@ from delayd import Client
 from delayd import config as config_mod
 from delayd.model import attempts
 from delayd.model.task import Task, TaskError
-from delayd.store.transitions import (
-    BucketKeys,
-    Promoted,
-    Store,
-    bucket_of,
-    meta_key,
-    ready_channel,
-)
+from delayd.store.keys import BucketKeys, bucket_of, meta_key, ready_channel
+from delayd.store.replies import Promoted
+from delayd.store.transitions import Store
 
 PREFIX = "delayd:"
 DAY_MS = 86400 * 1000
@@ -952,8 +947,8 @@ def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keep
     its script cache get the replies they get with a warm cache, in order, with one SCRIPT LOAD
     per script."""
     from delayd.store.held import checked_out
+    from delayd.store.scripts import SCRIPTS, stream
     from delayd.store.steps import ScriptCall
-    from delayd.store.transitions import SCRIPTS, stream
     calls = [store.claim_call(0, (5, 3, 2), 4, 10_000, DAY_MS) if i % 2 else
              ScriptCall(SCRIPTS["retry"], *store.retry_call(f"t:{i}")) for i in range(10)]
     with checked_out(r) as conn:
@@ -974,7 +969,7 @@ def test_each_script_gets_the_lib_helpers_it_uses_and_loads(r):
     """A script's prelude is the _lib.lua definitions it names, and those they name (lua_lib):
     every script still compiles in Redis, and one that needs little carries little."""
     from delayd.store import lua_lib
-    from delayd.store.transitions import SCRIPTS, Script
+    from delayd.store.scripts import SCRIPTS, Script
 
     def defined(source: str) -> set[str]:
         """The lib's names that `source` defines."""

@@ -3,11 +3,9 @@ encoding, headers, answers, timeouts, the answer cap, pooling."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import pytest
 from redis_server import free_port, wait_for
@@ -15,7 +13,6 @@ from url_helper import http, make_engine  # noqa: F401  (fixtures)
 
 import delayd
 from delayd import Task
-from delayd.targets.handlers import Outcome
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,9 @@ from delayd.client.errors import counting_adds, redis_errors
 from delayd.client.listing import Walk
 from delayd.model.task import Task
 from delayd.store import connection
+from delayd.store.keys import BucketKeys
+from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import Steps, run_async
-from delayd.store.transitions import SCRIPTS, BucketKeys
 
 
 def _awaitable(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:

@@ -26,16 +26,11 @@ from delayd.store import connection, registry
 from delayd.store import durable as durable_mod
 from delayd.store import stats as stats_mod
 from delayd.store.connection import REDIS_ERRORS
+from delayd.store.keys import BucketKeys, StoreError, bucket_count, bucket_of
 from delayd.store.resp import pack
+from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import Batch, Read, ScriptCall, Send, Steps, command
-from delayd.store.transitions import (
-    SCRIPTS,
-    BucketKeys,
-    Store,
-    StoreError,
-    bucket_count,
-    bucket_of,
-)
+from delayd.store.transitions import Store
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
                          "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at

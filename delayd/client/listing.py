@@ -14,8 +14,9 @@ from typing import Any
 import redis
 
 from delayd.model.task import DEFAULT_RETRIES, FINISHED, Task, TaskError
+from delayd.store.keys import BucketKeys
 from delayd.store.steps import Batch, Steps, command
-from delayd.store.transitions import BucketKeys, Store
+from delayd.store.transitions import Store
 
 PAGE = 500  # members of one index read per round trip
 

@@ -32,8 +32,8 @@ from delayd.client.listing import Walk
 from delayd.model.task import Task
 from delayd.store import connection, held
 from delayd.store import stats as stats_mod
+from delayd.store.keys import BucketKeys
 from delayd.store.steps import Steps, run
-from delayd.store.transitions import BucketKeys
 
 __all__ = ["Client", "DelaydError", "DurabilityError", "RedisUnavailable", "AddInterrupted", "ADD_BATCH",
            "TASK_FIELDS", "to_ms", "refusal"]

@@ -37,7 +37,8 @@ from delayd.log import event
 from delayd.store import connection
 from delayd.store import stats as stats_mod
 from delayd.store.connection import REDIS_ERRORS
-from delayd.store.transitions import PRIORITIES, Store, recorded_buckets
+from delayd.store.keys import PRIORITIES, recorded_buckets
+from delayd.store.transitions import Store
 from delayd.version import __version__
 from delayd.workers.process import HANDLED_SIGNALS
 

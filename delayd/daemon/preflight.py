@@ -12,7 +12,7 @@ from delayd.daemon import embedded
 from delayd.log import event
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
-from delayd.store.transitions import StoreError, recorded_buckets
+from delayd.store.keys import StoreError, recorded_buckets
 
 log = logging.getLogger("delayd.master")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from delayd.store.held import drop_if_stale
+from delayd.store.scripts import stream
 from delayd.store.steps import ScriptCall
-from delayd.store.transitions import stream
 
 
 class Link:

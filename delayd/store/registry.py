@@ -20,8 +20,9 @@ from typing import Any
 
 from delayd.config import Config
 from delayd.model.task import printable
+from delayd.store.keys import wire
+from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import Steps, command, run
-from delayd.store.transitions import SCRIPTS, wire
 
 BEAT = 5.0          # seconds between refreshes
 TTL = 3 * BEAT      # an entry not refreshed this long is a dead daemon

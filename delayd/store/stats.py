@@ -10,7 +10,9 @@ import math
 from typing import Any, Iterable
 
 from delayd.model.task import printable
-from delayd.store.transitions import PRIORITIES, SCRIPTS, Store
+from delayd.store.keys import PRIORITIES
+from delayd.store.scripts import SCRIPTS
+from delayd.store.transitions import Store
 
 # Upper bounds (ms) of the lateness histogram; lua/_lib.lua has the same list.
 LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)

@@ -22,7 +22,9 @@ import re
 from typing import NamedTuple
 
 from delayd.model.task import DEFAULT_RETRIES, Task, TaskError
-from delayd.store.transitions import BucketKeys, Score, Store
+from delayd.store.keys import BucketKeys
+from delayd.store.replies import Score
+from delayd.store.transitions import Store
 
 # (status, index of a bucket, order): the statuses a list without one walks, in this order
 SOURCES: tuple[tuple[str, str], ...] = (("running", "desc"), ("delayed", "asc"), ("failed", "desc"),

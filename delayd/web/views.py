@@ -11,7 +11,7 @@ import redis
 from delayd.client.sync_client import Client
 from delayd.model.task import STATUSES, Task, TaskError
 from delayd.store import connection
-from delayd.store.transitions import wire
+from delayd.store.keys import wire
 from delayd.web import browse, charts, schedules, series
 
 PAGE_SIZE = 50

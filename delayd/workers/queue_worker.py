@@ -45,16 +45,11 @@ from delayd.model import attempts
 from delayd.model.task import RETRY_JITTER, Task, TaskError
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
+from delayd.store.keys import PRIORITIES, ready_channel
 from delayd.store.link import Link
+from delayd.store.replies import SCHEDULE_ENDS, Claimed, Finish
 from delayd.store.steps import ScriptCall
-from delayd.store.transitions import (
-    PRIORITIES,
-    SCHEDULE_ENDS,
-    Claimed,
-    Finish,
-    Store,
-    ready_channel,
-)
+from delayd.store.transitions import Store
 from delayd.targets.handlers import (
     Outcome,
     Runner,

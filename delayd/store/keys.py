@@ -1,0 +1,167 @@
+"""The key layout of a store: buckets, their hash-tagged keys, channels and the meta hash.
+
+Every key of one bucket shares the hash tag `{N}`, so every script touches one Redis Cluster
+slot. See docs/redis-layout.md for the whole layout.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import redis
+
+from delayd.config import MAX_BUCKETS
+from delayd.model.task import is_utf8
+from delayd.store.steps import Steps, command, run
+
+PRIORITIES = (3, 2, 1)
+
+
+def bucket_of(member: str, buckets: int) -> int:
+    """The bucket of a task key: a stable hash of `topic:id`, not of the topic alone.
+
+    (surrogateescape: a name read from Redis that is not UTF-8 hashes as its bytes.)"""
+    return zlib.crc32(member.encode("utf-8", "surrogateescape")) % buckets
+
+
+def wire(name: str) -> str | bytes:
+    """A name read from Redis, ready to send back: its own bytes if it was not UTF-8.
+
+    Connections read such bytes as lone surrogates (delayd.store.connection), which hiredis
+    cannot encode; every other name goes out as it is."""
+    if name.isascii() or is_utf8(name):
+        return name
+    return name.encode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class BucketKeys:
+    """Names of one bucket's keys and channels."""
+
+    prefix: str
+    bucket: int
+
+    @cached_property
+    def tag(self) -> str:
+        return f"{self.prefix}{{{self.bucket}}}:"
+
+    @property
+    def task_prefix(self) -> str:
+        return self.tag + "t:"
+
+    def task(self, member: str) -> str | bytes:
+        return wire(self.task_prefix + member)
+
+    @property
+    def delayed(self) -> str:
+        return self.tag + "delayed"
+
+    @property
+    def leases(self) -> str:
+        return self.tag + "leases"
+
+    @property
+    def ready(self) -> tuple[str, str, str]:
+        """Ready lists of call and push tasks, highest priority first."""
+        return tuple(f"{self.tag}ready:{p}" for p in PRIORITIES)  # type: ignore[return-value]
+
+    @property
+    def ready_url(self) -> tuple[str, str, str]:
+        """Ready lists of URL tasks (claimed for the event loop), highest priority first."""
+        return tuple(f"{self.tag}ready:u{p}" for p in PRIORITIES)  # type: ignore[return-value]
+
+    def done(self, status: str) -> str:
+        return f"{self.tag}done:{status}"
+
+    @property
+    def quarantine(self) -> str:
+        return self.tag + "quarantine"
+
+    @property
+    def paused(self) -> str:
+        """Hash topic -> 1 of the topics paused (every bucket has the flag, so its scripts
+        read it in their own slot); `paused:<topic>` is the zset of that topic's parked tasks."""
+        return self.tag + "paused"
+
+    @property
+    def recurring(self) -> str:
+        """Zset of the bucket's recurring tasks (members at score 0: name order), kept by add,
+        finish and delete; the dashboard's schedules page reads it instead of every record."""
+        return self.tag + "recurring"
+
+    def parked(self, topic: str) -> str | bytes:
+        """(A topic read from the paused hash may not be UTF-8: sent back as its own bytes.)"""
+        return wire(f"{self.paused}:{topic}")
+
+    @property
+    def counts(self) -> str:
+        """Hash `<state>|<topic>` -> tasks in that state (kept in step by every script)."""
+        return self.tag + "counts"
+
+    @property
+    def totals(self) -> str:
+        """Hash `<event>|<topic>` -> runs by outcome, starts, lateness buckets, since the start."""
+        return self.tag + "totals"
+
+    @property
+    def window_prefix(self) -> str:
+        """`P{N}:w:<n>`: the same events as totals for the 10-second window n (expires)."""
+        return self.tag + "w:"
+
+    @property
+    def wake_channel(self) -> str:
+        """Published to when this bucket's next due time or lease expiry moved earlier."""
+        return f"{self.prefix}wake:{self.bucket}"
+
+
+def ready_channel(prefix: str) -> str:
+    """Published to (with the bucket number) when a bucket made tasks ready."""
+    return f"{prefix}ready"
+
+
+def meta_key(prefix: str) -> str:
+    return f"{prefix}meta"
+
+
+# The version of the layout in docs/redis-layout.md, kept in the meta hash: any change that a
+# delayd of another layout would misread (a key, a field, a format) comes with a new number, so
+# that such a delayd refuses the store in one line instead of misreading it or writing into it.
+LAYOUT = 1
+
+
+def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
+    """The bucket count recorded in Redis for `prefix`; records `default` on first use.
+    Refuses (StoreError) a store of another layout version."""
+    return run(redis_client, bucket_count(prefix, default))
+
+
+def bucket_count(prefix: str, default: int) -> Steps[int]:
+    """recorded_buckets as steps (see delayd.store.steps): one round trip once the store is in use."""
+    key = meta_key(prefix)
+    try:
+        stored, layout = yield command("HMGET", key, "buckets", "layout")
+        if stored is None or layout is None:  # first use (or a store from before the layout field)
+            if stored is None:
+                yield command("HSETNX", key, "buckets", default)
+            yield command("HSETNX", key, "layout", LAYOUT)
+            stored, layout = yield command("HMGET", key, "buckets", "layout")
+    except redis.exceptions.ResponseError:  # WRONGTYPE: not a hash
+        raise StoreError(f"{key} in Redis is not a hash; it should hold the bucket count "
+                         f"(buckets {default}?)") from None
+    if layout != str(LAYOUT):
+        shown = repr(layout[:40]) + ("..." if len(layout) > 40 else "")
+        raise StoreError(f"{key} in Redis says layout = {shown}; this delayd reads layout {LAYOUT} (a store "
+                         "written by another version of delayd: use that version, or another prefix)")
+    # (At most MAX_BUCKETS, as the configuration: a huge count would allocate keys for every bucket.)
+    count = int(stored) if stored.isascii() and stored.isdigit() and len(stored) <= 5 else 0
+    if not 0 < count <= MAX_BUCKETS:
+        shown = repr(stored[:40]) + ("..." if len(stored) > 40 else "")
+        raise StoreError(f"{key} in Redis holds buckets = {shown}, not a bucket count (1-{MAX_BUCKETS}); "
+                         f"set it right (HSET {key} buckets N) before using this store")
+    return count
+
+
+class StoreError(ValueError):
+    """The store's own metadata in Redis is unreadable (one line, for the user)."""

@@ -1,0 +1,127 @@
+"""What the scripts answer, decoded into named tuples, and what finish.lua is given."""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from delayd.model.task import DEFAULT_RETRIES, Task
+
+
+class Promoted(NamedTuple):
+    """What one promote.lua call did, and when the bucket needs looking at again."""
+
+    moved: int       # due tasks moved to the ready lists
+    reaped: int      # lapsed leases put back to run again
+    next_due: int    # ms, the earliest due time still in `delayed`; -1 if none
+    next_lease: int  # ms, the earliest lease expiry; -1 if none
+    clock_us: int    # µs, Redis's clock during the call
+    full: bool       # a batch hit the limit: call again at once
+
+
+class ClaimedTask(NamedTuple):
+    """One task handed out by claim.lua: its member and the record fields it was claimed with.
+
+    runs and claim were computed by the script; the other fields are as stored (so
+    any of them may be corrupt: `Task.from_record` checks them)."""
+
+    member: str
+    spec: str
+    runs: int
+    claim: int
+    due: str
+    created: str
+    error: str
+    priority: str
+
+    def task(self, now_ms: int, default_retries: int = DEFAULT_RETRIES) -> Task:
+        """The task as its handler sees it (`default_retries`: the daemon's `retries` setting);
+        raises TaskError for a corrupt record."""
+        return Task.from_record(self.member, {
+            "spec": self.spec, "priority": self.priority, "status": "running", "created": self.created,
+            "due": self.due, "last_run": now_ms, "runs": self.runs, "claim": self.claim, "error": self.error},
+            default_retries)
+
+
+class Claimed(NamedTuple):
+    now: int                  # ms, Redis's clock during the claim (the runs' last_run)
+    tasks: list[ClaimedTask]
+
+
+CLAIMED_FIELDS = len(ClaimedTask._fields)
+
+
+# finish's next due time for a recurring task's last run (ended by its outcome): it leaves `recurring`.
+SCHEDULE_ENDS = "end"
+
+
+class Resumed(NamedTuple):
+    """resume.lua's answer: tasks moved back to `delayed`, how many are still parked, the
+    resume's generation, and whether a pause that began after the resume holds the bucket."""
+
+    moved: int
+    left: int
+    generation: int = 0
+    overtaken: bool = False
+
+
+class Paused(NamedTuple):
+    """A pause's outcome: the ready tasks it parked, its generation, and whether a resume that
+    began after it reached the first bucket before the pause had flagged them all (the pause
+    then finished that resume: the topic is not paused)."""
+
+    parked: int
+    generation: int
+    overtaken: bool
+
+
+class RunNow(NamedTuple):
+    """run_now.lua's answer: code (1 due now, 2 due now but paused, 3 already due, 0 missing,
+    -1 not delayed) and the task's status."""
+
+    code: int
+    status: str
+
+
+Score = int | float   # an index's time in ms; a float only for the infinities Redis allows in a zset
+
+
+def score_of(text: str) -> Score:
+    """A zset score as Redis sends it ('1700000000000', 'inf', '-inf'): an int unless infinite."""
+    value = float(text)
+    return int(value) if math.isfinite(value) else value
+
+
+class Browsed(NamedTuple):
+    """browse.lua's answer for one bucket's index (the dashboard's task list)."""
+
+    matches: list[tuple[str, Score]]   # (member, score), in the walk's order
+    examined: int                      # index entries looked at
+    stop: tuple[Score, str] | None     # the last entry examined; None when the index was read to its end
+    size: int                          # entries in the index
+    problem: str | None                # why the index could not be read (a key of the wrong type), else None
+
+
+class Finish(NamedTuple):
+    """One run's outcome as finish.lua records it."""
+
+    member: str
+    claim: int
+    outcome: str        # ok, failed, retry, quarantine, defer
+    gap_ms: int = 0     # retry: from the due time to the next run
+    error: str = ""     # '' clears last_error
+    next_due: Any = ""  # a recurring task's next due time (ms), or ''
+    wait_ms: int = 0    # the next run no earlier than now + wait (Retry-After; defer: the probe)
+    attempt: str = ""   # a line for the delivery log (attempts.encode), or ''
+
+
+FINISH_FIELDS = len(Finish._fields)
+
+
+def browsed(index: str, reply: list[Any]) -> Browsed:
+    """browse.lua's reply for `index`, decoded."""
+    flat, examined, stop_score, stop_member, size, *kind = reply
+    matches = [(flat[i], score_of(flat[i + 1])) for i in range(0, len(flat), 2)]
+    stop = (score_of(stop_score), stop_member) if stop_member else None
+    problem = f"{index} is a {kind[0]}, not a sorted set: it is left as it is for a person to look at" \
+        if kind else None
+    return Browsed(matches, int(examined), stop, int(size), problem)
