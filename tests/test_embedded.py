@@ -11,7 +11,7 @@ from redis_server import wait_for
 
 from delayd import Client
 from delayd.config import load
-from delayd.daemon import embedded
+from delayd.store.connection import embedded_socket
 
 pytestmark = pytest.mark.system
 
@@ -60,4 +60,4 @@ def test_the_socket_mode_lets_the_daemons_group_in(tmp_path):
         state = tmp_path / f"s{mode}"
         extra = {"DELAYD_REDIS_SOCKET_MODE": mode} if mode else {}
         with Daemon(None, state, buckets=1, queues=1, **extra):
-            assert stat.S_IMODE(os.stat(embedded.socket_path(state)).st_mode) == expected
+            assert stat.S_IMODE(os.stat(embedded_socket(state)).st_mode) == expected
