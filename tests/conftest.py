@@ -67,3 +67,20 @@ def daemon_factory(tmp_path):
     yield start
     for d in started:
         d.stop()
+
+
+@pytest.fixture
+def daemon(request, redis_url, daemon_factory):
+    """One real daemon on the test's Redis, stopped after the test. Its options come from the
+    nearest `@pytest.mark.daemon(buckets=2, queues=1, DELAYD_LEASE="3", ...)` (a test's, or a
+    module's pytestmark), daemon_factory's defaults otherwise."""
+    options = request.node.get_closest_marker("daemon")
+    return daemon_factory(redis_url, **(options.kwargs if options else {}))
+
+
+def pytest_collection_modifyitems(items):
+    """A test that asks for a daemon is a system test even where its mark was forgotten, so that
+    `-m "not system"` stays the fast tier as tests are added."""
+    for item in items:
+        if {"daemon", "daemon_factory"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.system)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import redis
 from hypothesis import strategies as st
+from redis_server import now_ms
 
 BUCKETS = 2
 FIELDS = ("spec", "priority", "status", "created", "due", "runs", "claim", "last_run", "error", "queued",
@@ -121,11 +122,6 @@ _KIND_ARGS = {"string": ("SET", b"\xff not a hash"), "list": ("RPUSH", b"x"), "h
 def write_kind(r: Any, key: Any, kind: str, only_if_empty: bool = False) -> None:
     """Replace `key` by a key of type `kind` (atomically, and only if it is empty when asked)."""
     r.eval(_WRITE, 1, key, int(only_if_empty), *_KIND_ARGS[kind])
-
-
-def now_ms(r: Any) -> int:
-    seconds, micros = r.time()
-    return seconds * 1000 + micros // 1000
 
 
 def score_of(r: Any, score: Any) -> float:

@@ -1,4 +1,5 @@
-"""A private, real redis-server for tests, benchmarks and the chaos run."""
+"""A private, real redis-server for tests, benchmarks and the chaos run, and the plain helpers
+every test shares: a free port, the server's clock, waiting for a condition."""
 from __future__ import annotations
 
 import os
@@ -14,9 +15,16 @@ from delayd.daemon.embedded import find_redis_server
 
 
 def free_port() -> int:
+    """A loopback TCP port nothing listens on now (a server or a refused connection's target)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def now_ms(r: redis.Redis) -> int:
+    """The Redis server's clock in milliseconds: the clock due times and leases are kept by."""
+    seconds, micros = r.time()
+    return seconds * 1000 + micros // 1000
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition"):

@@ -166,6 +166,7 @@ def test_durable_adds_confirmed_by_waitaof_or_fsync(tmp_path):
         assert Client.from_url(server.url).get("d", 1199).status == "delayed"
 
 
+@pytest.mark.system
 def test_a_task_added_by_the_async_client_runs_in_the_daemon(redis_url, r, tmp_path):
     async def app() -> None:
         async with AsyncClient.from_url(redis_url) as c:
@@ -254,12 +255,14 @@ def _expected(seen: dict, url: str) -> None:
     client.close()
 
 
+@pytest.mark.system
 def test_round_trip_on_redis_cluster():
     from cluster_helper import Cluster
     with Cluster(3) as cluster:
         _expected(asyncio.run(_round_trip(cluster.url)), cluster.url)
 
 
+@pytest.mark.system
 def test_round_trip_behind_sentinel():
     from cluster_helper import SentinelSet
     with SentinelSet() as sentinels:

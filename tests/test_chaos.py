@@ -8,6 +8,8 @@ from __future__ import annotations
 import chaos
 import pytest
 
+pytestmark = pytest.mark.system
+
 
 # Its own deadlines (the drain's above all) are generous for a busy 2-core machine, and
 # pytest's stays above their sum, so a slow run fails with the run's own diagnosis.

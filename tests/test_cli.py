@@ -9,29 +9,24 @@ import sys
 from pathlib import Path
 
 import pytest
+from daemon_helper import DELAYD, delayd
 from redis_server import free_port
 from test_store import promote_all
 
 from delayd import Client
 from delayd.cli import build_parser
 
+pytestmark = pytest.mark.system
+
 SECTION_2_FIELDS = {"topic", "id", "call", "url", "params", "intervals", "persistent", "priority", "callback",
                     "status", "created_at", "due_at", "last_run_at", "runs", "last_error"}
 TASK_VERBS = ("add", "get", "del", "retry", "ls", "stats")
 
 
-def delayd(*args: str, env: dict | None = None, check: int | None = 0) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "delayd.cli", *args], capture_output=True, text=True,
-                          timeout=30, env={**os.environ, **(env or {})})
-    if check is not None:
-        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
-    return proc
-
-
 def delayd_many(cases: list[list[str]], env: dict | None = None) -> list[subprocess.CompletedProcess]:
     """Run several independent invocations at once (each is a fresh interpreter)."""
     full_env = {**os.environ, **(env or {})}
-    procs = [subprocess.Popen([sys.executable, "-m", "delayd.cli", *args], stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([*DELAYD, *args], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=full_env) for args in cases]
     done = []
     for args, proc in zip(cases, procs):
@@ -171,21 +166,21 @@ def test_every_time_says_its_zone(redis_url):
     utc = {"TZ": "UTC"}
     cron_due = r"\d{4}-\d\d-\d\d 03:00:00\.000 CES?T \(0[12]:00:00 UTC\)"
     added = delayd("add", "report", "daily", "--call", "x:y", "--cron", "0 3 * * mon-fri", "--tz", "Europe/Berlin",
-                   env=utc).stdout
+                   **utc).stdout
     assert re.fullmatch(r"added report:daily due " + cron_due + "\n", added), added
-    got = delayd("get", "report", "daily", env=utc).stdout
+    got = delayd("get", "report", "daily", **utc).stdout
     assert re.search(r"\ndue_at +" + cron_due + r", unix \d+\.000\n", got), got
     assert re.search(r"\ncreated_at +\S+ \S+ CES?T \(\S+ UTC\), unix ", got), got
-    delayd("add", "t", "1", "--call", "x:y", "--at", "2033-05-18T03:33:20Z", env=utc)
-    assert "due_at       2033-05-18 03:33:20.000 UTC, unix 2000000000.000" in delayd("get", "t", "1", env=utc).stdout
-    berlin = delayd("get", "t", "1", env={"TZ": "Europe/Berlin"}).stdout
+    delayd("add", "t", "1", "--call", "x:y", "--at", "2033-05-18T03:33:20Z", **utc)
+    assert "due_at       2033-05-18 03:33:20.000 UTC, unix 2000000000.000" in delayd("get", "t", "1", **utc).stdout
+    berlin = delayd("get", "t", "1", TZ="Europe/Berlin").stdout
     assert "due_at       2033-05-18 05:33:20.000 CEST, unix 2000000000.000" in berlin, "local time, named"
-    listed = delayd("ls", env=utc).stdout
+    listed = delayd("ls", **utc).stdout
     assert re.search(r"report:daily +delayed +0 \d{4}-\d\d-\d\d 03:00:00\.000 CES?T ", listed), listed
     assert re.search(r"t:1 +delayed +0 2033-05-18 03:33:20\.000 UTC ", listed), listed
     header, *rows = listed.splitlines()
     assert {row.index("call:x:y") for row in rows} == {header.index("TARGET")}, "the columns stay aligned"
-    stats = delayd("stats", env=utc).stdout
+    stats = delayd("stats", **utc).stdout
     assert re.search(r"next \d{4}-\S+ 0[12]:00:00\.000 UTC\n", stats) and re.search(r"next=\S+ \S+ UTC\n", stats)
 
 
@@ -285,10 +280,10 @@ def test_invalid_id_exits_1(redis_url, r):
 
 
 def test_allowlist_refusal_exits_1(redis_url, r):
-    proc = delayd("add", "t", "1", "--call", "evil.x:f", env={"DELAYD_ALLOWED_MODULES": "shop"}, check=1)
+    proc = delayd("add", "t", "1", "--call", "evil.x:f", DELAYD_ALLOWED_MODULES="shop", check=1)
     assert "allowed" in one_line_error(proc)
     assert r.dbsize() == 0
-    delayd("add", "t", "1", "--call", "shop.x:f", env={"DELAYD_ALLOWED_MODULES": "shop"})
+    delayd("add", "t", "1", "--call", "shop.x:f", DELAYD_ALLOWED_MODULES="shop")
 
 
 def test_redis_down_exits_1_with_one_line():
@@ -305,8 +300,7 @@ def test_redis_down_exits_1_with_one_line():
 
 def test_redis_flag_overrides_environment(redis_url, r):
     port = free_port()
-    delayd("add", "t", "1", "--call", "a:b", "--redis", redis_url,
-           env={"DELAYD_REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+    delayd("add", "t", "1", "--call", "a:b", "--redis", redis_url, DELAYD_REDIS_URL=f"redis://127.0.0.1:{port}/0")
     assert r.exists("delayd:meta")
     delayd("add", "t", "1", "--call", "a:b", "--prefix", "other:")
     assert r.exists("other:meta")
@@ -367,7 +361,7 @@ def with_tty_stderr(args: list[str]) -> tuple[int, str, str]:
 
     main, sub = pty.openpty()
     stdout = tempfile.TemporaryFile()  # not a pipe: a long listing must not block on it while we read the pty
-    proc = subprocess.Popen([sys.executable, "-m", "delayd.cli", *args], stdout=stdout, stderr=sub,
+    proc = subprocess.Popen([*DELAYD, *args], stdout=stdout, stderr=sub,
                             stdin=subprocess.DEVNULL, env=os.environ.copy())
     os.close(sub)
     seen = b""
@@ -425,9 +419,8 @@ def test_add_from_refused_part_way_says_how_many_were_written(redis_url, tmp_pat
 
 def test_add_from_stdin(redis_url, r):
     lines = "\n".join(json.dumps({"topic": "in", "id": i, "call": "a:b"}) for i in range(3)) + "\n"
-    proc = subprocess.run([sys.executable, "-m", "delayd.cli", "add", "--from", "-"], input=lines,
-                          capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0 and proc.stdout.strip() == "added 3 tasks from stdin" and proc.stderr == ""
+    proc = delayd("add", "--from", "-", input=lines)
+    assert proc.stdout.strip() == "added 3 tasks from stdin" and proc.stderr == ""
     assert len(r.keys("delayd:{*}:t:in:*")) == 3
 
 
@@ -451,7 +444,7 @@ def test_add_from_a_bad_line_names_it_and_writes_nothing(redis_url, tmp_path, r,
 def test_add_from_counts_every_bad_line_and_checks_the_allowlist(redis_url, tmp_path, r):
     path = write_jsonl(tmp_path / "t.jsonl", [{"topic": "t", "id": 1, "call": "shop.x:f"}, "{",
                                               {"topic": "t", "id": 2, "call": "evil:f"}, "[]"])
-    line = one_line_error(delayd("add", "--from", str(path), env={"DELAYD_ALLOWED_MODULES": "shop"}, check=1))
+    line = one_line_error(delayd("add", "--from", str(path), DELAYD_ALLOWED_MODULES="shop", check=1))
     assert "line 2: not valid JSON" in line and "(and 2 more bad lines)" in line
     assert r.dbsize() == 0
     assert "cannot read" in one_line_error(delayd("add", "--from", str(tmp_path / "missing.jsonl"), check=1))

@@ -1,14 +1,13 @@
 """The Client: connecting, adding (one and many), reading, listing, counting."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
 import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from daemon_helper import delayd
 from redis_server import RedisServer, free_port, wait_for
 
 from delayd import (
@@ -328,6 +327,7 @@ def test_add_many_refused_part_way_says_how_many_were_written(client, r):
 
 
 # -- the bucket count and the layout version -------------------------------------------
+@pytest.mark.system
 def test_the_layout_version_is_recorded_and_a_store_of_another_is_refused(redis_url, r):
     key = meta_key("delayd:")
     c = Client.from_url(redis_url)
@@ -343,9 +343,8 @@ def test_the_layout_version_is_recorded_and_a_store_of_another_is_refused(redis_
         with pytest.raises(DelaydError, match=f"this delayd reads layout {LAYOUT}"):
             Client.from_url(redis_url).add("t", 2, call="a:b")
         assert sorted(r.keys("*")) == before
-    proc = subprocess.run([sys.executable, "-m", "delayd.cli", "stats", "--redis", redis_url],
-                          capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = delayd("stats", "--redis", redis_url, check=1)
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "says layout = 'xxxx" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -517,6 +516,7 @@ def test_client_without_url_uses_environment(redis_url, r):
     assert r.exists("delayd:meta")
 
 
+@pytest.mark.system
 def test_client_warns_once_about_an_unknown_delayd_variable(tmp_path):
     """DELAYD_REDIS_UR (a typo) silently meant the embedded Redis; the daemon warns at start, now Client() too."""
     import os

@@ -1,10 +1,8 @@
 """Configuration: every option has its DELAYD_ variable, unknown ones are warned about, the lease default."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from daemon_helper import delayd
 
 from delayd import config as config_mod
 
@@ -52,12 +50,9 @@ def test_unknown_file_key_names_the_closest_option(tmp_path):
         config_mod.load(str(path), env={})
 
 
+@pytest.mark.system
 def test_the_cli_prints_the_warning(redis_url):
-    import os
-    env = {**os.environ, "DELAYD_QUEUS": "3"}
-    out = subprocess.run([sys.executable, "-m", "delayd.cli", "stats"], env=env, capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stderr
+    out = delayd("stats", DELAYD_QUEUS="3")
     assert out.stderr.strip() == ("delayd: warning: DELAYD_QUEUS is not a delayd option and is ignored "
                                   "(did you mean DELAYD_QUEUES?)")
 
@@ -93,13 +88,13 @@ def test_the_signing_secret_is_not_in_the_config_repr():
     assert "c2VjcmV0" not in repr(loaded)
 
 
+@pytest.mark.system
 def test_start_help_lists_every_option_with_its_variable_and_never_a_configured_secret():
     """`delayd start --help` (and restart, reload) list the options from the Config table itself."""
     secret, token = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "t0ken-never-shown"
     env = {"PATH": "/usr/bin:/bin", "DELAYD_URL_SIGNING_SECRET": secret, "DELAYD_WEB_TOKEN": token}
     for verb in ("start", "restart", "reload"):
-        out = subprocess.run([sys.executable, "-m", "delayd.cli", verb, "--help"], env=env, capture_output=True,
-                             text=True, timeout=60).stdout
+        out = delayd(verb, "--help", env=env).stdout
         listed = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and
                   not line.startswith("   ") and len(line.split()) >= 3 and line.split()[1].startswith("DELAYD_")}
         assert set(listed) == set(config_mod.OPTIONS), (verb, set(config_mod.OPTIONS) ^ set(listed))

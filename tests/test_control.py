@@ -14,21 +14,22 @@ import pytest
 from daemon_helper import DELAYD, Daemon, delayd
 from redis_server import RedisServer, free_port, wait_for
 
+pytestmark = pytest.mark.system
+
 
 def test_stop_returns_when_the_master_exited_even_unreaped(redis_url, tmp_path):
     # The harness (Popen) does not reap the master: it stays a zombie after it exits.
     d = Daemon(redis_url, tmp_path / "d").start()
     try:
         out = delayd("stop", "--timeout", "20", env=d.env)
-        assert out.returncode == 0, out.stderr
         assert "stopped" in out.stdout
         assert psutil.Process(d.proc.pid).status() == psutil.STATUS_ZOMBIE  # nobody reaped it yet
-        out = delayd("status", env=d.env)
-        assert out.returncode == 3 and "not running" in out.stdout
+        out = delayd("status", env=d.env, check=3)
+        assert "not running" in out.stdout
         out = delayd("restart", "--timeout", "20", env=d.env)  # nothing to stop, then a daemonized start
-        assert out.returncode == 0 and "started" in out.stdout, out.stderr
+        assert "started" in out.stdout, out.stderr
         out = delayd("stop", "--timeout", "20", env=d.env)
-        assert out.returncode == 0 and "stopped" in out.stdout, out.stderr
+        assert "stopped" in out.stdout, out.stderr
     finally:
         d.stop()
 
@@ -46,14 +47,14 @@ def test_status_while_the_lock_is_held_before_the_pidfile_says_starting(redis_ur
     fd = os.open(state / "delayd.pid.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # what PidFile.acquire does
-        out = delayd("status", env=env)
-        assert out.returncode == 4 and out.stdout.startswith("delayd is starting"), (out.returncode, out.stdout)
-        out = delayd("status", "--json", env=env)
-        assert out.returncode == 4 and json.loads(out.stdout) == {"running": False, "starting": True}
+        out = delayd("status", env=env, check=4)
+        assert out.stdout.startswith("delayd is starting"), out.stdout
+        out = delayd("status", "--json", env=env, check=4)
+        assert json.loads(out.stdout) == {"running": False, "starting": True}
     finally:
         os.close(fd)
-    out = delayd("status", env=env)
-    assert out.returncode == 3 and "not running" in out.stdout
+    out = delayd("status", env=env, check=3)
+    assert "not running" in out.stdout
 
 
 def blocked_on_a_lock(pid: int) -> bool:
@@ -69,12 +70,12 @@ def test_not_running_says_where_it_looked(tmp_path):
 
     env = {**os.environ, "DELAYD_STATE_DIR": str(tmp_path / "elsewhere")}
     where = f"(state directory {tmp_path / 'elsewhere'})"
-    status, stop = (delayd(verb, env=env) for verb in ("status", "stop"))
-    assert status.returncode == 3 and status.stdout.strip() == f"delayd is not running {where}"
-    assert stop.returncode == 0 and stop.stdout.strip() == f"delayd is not running {where}"
-    out = delayd("status", "--json", env=env)
+    status, stop = delayd("status", env=env, check=3), delayd("stop", env=env)
+    assert status.stdout.strip() == f"delayd is not running {where}"
+    assert stop.stdout.strip() == f"delayd is not running {where}"
+    out = delayd("status", "--json", env=env, check=3)
     assert json.loads(out.stdout) == {"running": False, "state_dir": str(tmp_path / "elsewhere")}
-    out = delayd("status", env={**env, "DELAYD_PIDFILE": str(tmp_path / "p.pid")})
+    out = delayd("status", env=env, check=3, DELAYD_PIDFILE=str(tmp_path / "p.pid"))
     assert out.stdout.strip() == f"delayd is not running (pidfile {tmp_path / 'p.pid'})"
 
 
@@ -92,9 +93,9 @@ def test_stop_while_the_master_starts_waits_for_it_and_stops_it(tmp_path, foregr
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stop = None
         try:
-            wait_for(lambda: delayd("status", env=env).returncode == 4, 30, message="status says starting")
-            out = delayd("stop", "--timeout", "0.5", env=env)
-            assert out.returncode == 1 and "still starting after 0.5 s" in out.stderr, (out.stdout, out.stderr)
+            wait_for(lambda: delayd("status", env=env, check=None).returncode == 4, 30, message="status says starting")
+            out = delayd("stop", "--timeout", "0.5", env=env, check=1)
+            assert "still starting after 0.5 s" in out.stderr, (out.stdout, out.stderr)
             stop = subprocess.Popen([*DELAYD, "stop", "--timeout", "60"], env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
             wait_for(lambda: stop.poll() is not None or blocked_on_a_lock(stop.pid), 30, message="stop waiting")
@@ -105,7 +106,7 @@ def test_stop_while_the_master_starts_waits_for_it_and_stops_it(tmp_path, foregr
             master = int(out.split("pid ")[1].rstrip(")\n"))
             assert not psutil.pid_exists(master) or psutil.Process(master).status() == psutil.STATUS_ZOMBIE
             start.wait(60)
-            assert delayd("status", env=env).returncode == 3
+            delayd("status", env=env, check=3)
             assert not [p for p in psutil.process_iter(["environ", "status"]) if (p.info["environ"] or {}).get(
                 "DELAYD_STATE_DIR") == str(state) and p.info["status"] != psutil.STATUS_ZOMBIE]
         finally:
@@ -113,7 +114,7 @@ def test_stop_while_the_master_starts_waits_for_it_and_stops_it(tmp_path, foregr
             for proc in (start, stop):
                 if proc is not None and proc.poll() is None:
                     proc.kill()
-            delayd("stop", "--timeout", "30", env=env)
+            delayd("stop", "--timeout", "30", env=env, check=None)
 
 
 # A stand-in for a master whose start-up checks take `start_s` seconds and that then ignores
@@ -146,9 +147,9 @@ def test_stop_timeout_covers_the_start_up_wait_and_the_stop_together(tmp_path):
     try:
         assert master.stdout.readline() == "locked\n"
         began = time.monotonic()
-        out = delayd("stop", "--timeout", "6", env={**os.environ, "DELAYD_STATE_DIR": str(state)})
+        out = delayd("stop", "--timeout", "6", check=1, DELAYD_STATE_DIR=str(state))
         took = time.monotonic() - began
-        assert out.returncode == 1 and f"(pid {master.pid}) did not stop within 6 s" in out.stderr, out
+        assert f"(pid {master.pid}) did not stop within 6 s" in out.stderr, out
         assert took < 9, f"stop took {took:.1f} s with --timeout 6 (a 4 s start, then up to 6 s more before)"
     finally:
         master.kill()

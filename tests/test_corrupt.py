@@ -11,14 +11,12 @@ as docs/redis-layout.md says.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import zlib
 
 import pytest
-from daemon_helper import Daemon
-from redis_server import wait_for
+from daemon_helper import delayd
+from redis_server import now_ms, wait_for
 from test_store import client_of
 from web_helper import Web
 
@@ -32,11 +30,6 @@ DAY_MS = 86400 * 1000
 QUOTAS = (5, 3, 2)
 BAD = "bad:1"
 GOOD = [f"good:{i}" for i in range(8)]
-
-
-def now_ms(r) -> int:
-    seconds, micros = r.time()
-    return seconds * 1000 + micros // 1000
 
 
 def add(store: Store, member: str, delay_ms: int = 0) -> None:
@@ -345,19 +338,14 @@ def test_a_quarantine_reason_leaves_with_its_failed_task(r, store, redis_url, ac
 
 
 # -- a real daemon: no child restarted ------------------------------------------------
-@pytest.fixture
-def daemon(redis_url, tmp_path):
-    d = Daemon(redis_url, tmp_path / "d", buckets=2, queues=1, DELAYD_TASK_TIMEOUT="2", DELAYD_LEASE="3").start()
-    yield d
-    d.stop()
-
-
 def make_due(r, client, member: str) -> None:
     keys = client.store.keys_for(member)
     r.zadd(keys.delayed, {member: now_ms(r)})
     r.publish(keys.wake_channel, 0)
 
 
+@pytest.mark.system
+@pytest.mark.daemon(buckets=2, queues=1, DELAYD_TASK_TIMEOUT="2", DELAYD_LEASE="3")
 def test_the_daemon_sets_corrupt_records_aside_and_restarts_no_child(daemon, client, r, redis_url):
     children = {c.pid for c in daemon.children()}
     params = {"list": "ran", "redis": redis_url}
@@ -381,16 +369,12 @@ def test_the_daemon_sets_corrupt_records_aside_and_restarts_no_child(daemon, cli
 
 
 # -- the command line reads damaged data: exit 0 or 1, one line, never a traceback ------------
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "delayd.cli", *args], capture_output=True, timeout=30,
-                          encoding="utf-8", errors="replace", env={**os.environ, **(env or {})})
-
-
-def assert_clean(proc: subprocess.CompletedProcess, *codes: int) -> None:
-    assert proc.returncode in codes, (proc.args, proc.returncode, proc.stdout, proc.stderr)
+def assert_clean(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 1, (proc.args, proc.stderr)
+    return proc
 
 
+@pytest.mark.system
 def test_the_command_line_reads_damaged_data(client, r):
     for member in ("c:good", "c:utf8", "c:list", "c:due"):
         client.add(*member.split(":"), call="a:b", delay=60)
@@ -417,18 +401,19 @@ def test_the_command_line_reads_damaged_data(client, r):
                         (["ls"], (0,)), (["ls", "--json"], (0,)), (["ls", "--status", "delayed"], (0,)),
                         (["stats"], (0,)), (["stats", "--json"], (0,)),
                         (["status", "--cluster"], (0,)), (["status", "--cluster", "--json"], (0,))):
-        assert_clean(cli(*args), *codes)
-    listed = [json.loads(line) for line in cli("ls", "--json").stdout.splitlines()]
+        assert_clean(delayd(*args, check=codes, errors="replace"))
+    listed = [json.loads(line) for line in delayd("ls", "--json", errors="replace").stdout.splitlines()]
     assert {t["key"]: t["last_error"] for t in listed if t["last_error"]}.keys() == {
         "c:utf8", "c:list", "c:due", "c:\\xff"}
-    assert len(json.loads(cli("status", "--cluster", "--json").stdout)["daemons"]) == 3  # good, types, bytes
+    daemons = json.loads(delayd("status", "--cluster", "--json", errors="replace").stdout)["daemons"]
+    assert len(daemons) == 3  # good, types, bytes
 
     r.delete(info)
     r.set(info, "not a hash")
-    assert_clean(cli("status", "--cluster"), 1)
+    assert_clean(delayd("status", "--cluster", check=1, errors="replace"))
     r.hset(meta_key("delayd:"), "buckets", "four")
     for verb in ("ls", "stats", "get"):
-        assert_clean(cli(verb, *(["c", "good"] if verb == "get" else [])), 1)
+        assert_clean(delayd(verb, *(["c", "good"] if verb == "get" else []), check=1, errors="replace"))
 
 
 # -- found by the fuzzer (tests/test_fuzz_stored.py), each example turned into a plain test ----------
@@ -472,31 +457,32 @@ def test_a_due_time_that_is_no_integer_when_its_topic_is_paused(r, store, redis_
     assert_good_ran_once(r, store, run_everything(store))
 
 
+@pytest.mark.system
 def test_ls_reads_a_paused_topic_that_is_not_utf8(client, r):
     client.add("c", "good", call="a:b", delay=60)
     keys = client.store.keys[0]
     r.hset(keys.paused, b"z\xc7", "1")
     r.zadd(keys.paused.encode() + b":z\xc7", {b"z\xc7:1": 1})
-    assert_clean(cli("ls"), 0)
+    assert_clean(delayd("ls", errors="replace"))
 
 
+@pytest.mark.system
 def test_status_cluster_reads_a_daemon_id_that_is_not_utf8(client, r):
     registry.register(r, "delayd:", "z", {"pid": 1, "started": 0, "host": "h", "children": []})
     info, expires = registry.keys("delayd:")
     r.hset(info, b"z\xb1", r.hget(info, "z"))
     r.zadd(expires, {b"z\xb1": now_ms(r) + 60_000})
-    proc = cli("status", "--cluster", "--json")
-    assert_clean(proc, 0)
+    proc = assert_clean(delayd("status", "--cluster", "--json", errors="replace"))
     assert sorted(d["id"] for d in json.loads(proc.stdout)["daemons"]) == ["z", "z\\xb1"]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("value", ["2000", "9" * 5000])
 def test_a_bucket_count_out_of_range_is_refused(client, r, value):
     """A huge count made every reader allocate keys for each bucket (MemoryError, or the host's
     memory: the fuzzer's run was killed by the OOM killer at 24 GB); 5000 digits were a traceback."""
     r.hset(meta_key("delayd:"), "buckets", value)
-    proc = cli("stats")
-    assert_clean(proc, 1)
+    proc = assert_clean(delayd("stats", check=1, errors="replace"))
     assert "not a bucket count (1-1024)" in proc.stderr
 
 
@@ -507,6 +493,7 @@ def web(redis_url):
         yield http
 
 
+@pytest.mark.system
 def test_the_dashboard_reads_a_paused_topic_that_is_not_utf8(web, client, r):
     client.add("c", "1", call="a:b", delay=60)
     r.hset(client.store.keys[0].paused, b"z\xc7", "1")
@@ -514,6 +501,7 @@ def test_the_dashboard_reads_a_paused_topic_that_is_not_utf8(web, client, r):
     assert answer.status_code == 200 and "z\\xc7" in answer.json()["paused"]  # shown as `delayd ls` shows it
 
 
+@pytest.mark.system
 def test_the_dashboard_lists_a_record_that_is_no_hash(web, client, r):
     """One record of another type made the whole list a 503 (and the HTML error page a 500)."""
     for id in ("good", "bad"):
@@ -527,11 +515,13 @@ def test_the_dashboard_lists_a_record_that_is_no_hash(web, client, r):
     assert detail.status_code == 200 and "not a hash" in detail.json()["corrupt"]
 
 
+@pytest.mark.system
 def test_the_dashboard_error_page_renders(web):
     answer = web.get("/tasks/no/such", headers={"accept": "text/html"})
     assert answer.status_code == 404 and "not found: no:such" in answer.text
 
 
+@pytest.mark.system
 def test_the_dashboard_reads_minute_counters_that_are_not_integers(web, client, r):
     keys = client.store.keys[0]
     minute = now_ms(r) // 60_000
@@ -541,6 +531,7 @@ def test_the_dashboard_reads_minute_counters_that_are_not_integers(web, client, 
     assert answer.status_code == 200 and answer.json()["last_hour"][-1]["started"] == 2
 
 
+@pytest.mark.system
 def test_the_dashboard_reads_index_entries_and_times_out_of_range(web, client, r):
     """A score of inf (int() of it raised) and a created time no calendar holds (strftime raised)."""
     client.add("c", "inf", call="a:b", delay=60)
@@ -556,6 +547,7 @@ def test_the_dashboard_reads_index_entries_and_times_out_of_range(web, client, r
     assert web.get("/api/stats").status_code == 200
 
 
+@pytest.mark.system
 def test_the_dashboard_pages_past_and_links_a_name_that_is_not_utf8(web, client, r):
     store = client.store
     for member in ("c:1", "c:2"):

@@ -355,6 +355,7 @@ def run_daemon(redis_url, daemon_factory):
                                         DELAYD_ALLOWED_MODULES="delayd.examples,handlers_fixture", **env)
 
 
+@pytest.mark.system
 def test_a_url_backlog_never_blocks_call_tasks_nor_the_reverse(run_daemon, client, http, tmp_path):
     run_daemon(DELAYD_CONCURRENCY="1", DELAYD_URL_CONCURRENCY="2", DELAYD_URL_HOST_CONCURRENCY="2")
     client.add_many([{"topic": "hook", "id": i, "url": f"{http.base}/busy?seconds=3"} for i in range(6)])
@@ -369,6 +370,7 @@ def test_a_url_backlog_never_blocks_call_tasks_nor_the_reverse(run_daemon, clien
     wait_for(lambda: client.get("hook", "fast").status == "ok", 15, message="a URL task ran while the pool was full")
 
 
+@pytest.mark.system
 def test_a_url_run_past_its_deadline_is_abandoned_and_frees_its_slot(run_daemon, client, http, tmp_path):
     """The queue's backstop: a URL run still going past the task timeout (and the engine's
     GRACE), here its callback, is cancelled and recorded as a timeout; with url_concurrency 1
@@ -385,6 +387,7 @@ def test_a_url_run_past_its_deadline_is_abandoned_and_frees_its_slot(run_daemon,
     assert len(http.requests) == 2 and not (tmp_path / "never").exists()
 
 
+@pytest.mark.system
 def test_a_url_task_without_the_url_flag_is_still_delivered(run_daemon, client, http):
     """A URL task written before add flagged URL records (`url`) is claimed through the call
     lists, and still delivered on the event loop."""
@@ -396,6 +399,7 @@ def test_a_url_task_without_the_url_flag_is_still_delivered(run_daemon, client, 
     assert len(http.requests) == 1
 
 
+@pytest.mark.system
 def test_an_open_circuit_defers_without_counting_runs(run_daemon, client):
     port = free_port()
     run_daemon(DELAYD_URL_HOST_CONCURRENCY="1", DELAYD_URL_BREAKER_FAILURES="2", DELAYD_URL_BREAKER_COOLDOWN="60")
@@ -415,6 +419,7 @@ def test_an_open_circuit_defers_without_counting_runs(run_daemon, client):
             assert task.runs == 1 and [a["outcome"] for a in task.attempts] == ["failed"]
 
 
+@pytest.mark.system
 def test_retry_after_delays_the_next_run_and_get_shows_the_attempts(run_daemon, client, http, redis_url):
     run_daemon()
     client.add("hook", 1, url=f"{http.base}/429?after=3", intervals=[0, 1])

@@ -5,12 +5,15 @@ import os
 import stat
 
 import psutil
+import pytest
 from daemon_helper import Daemon, delayd
 from redis_server import wait_for
 
 from delayd import Client
 from delayd.config import load
 from delayd.store.connection import embedded_socket
+
+pytestmark = pytest.mark.system
 
 
 def test_embedded_redis_persists_a_task_across_stop_and_start(tmp_path, monkeypatch):
@@ -39,13 +42,14 @@ def test_without_the_daemon_a_command_says_the_embedded_redis_needs_it(tmp_path)
     """With no daemon running, `add` on the embedded Redis failed with a bare socket error."""
     env = {**os.environ, "DELAYD_STATE_DIR": str(tmp_path / "s")}
     env.pop("DELAYD_REDIS_URL", None)
-    out = delayd("add", "t", "1", "--call", "delayd.examples:noop", env=env)
-    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
+    out = delayd("add", "t", "1", "--call", "delayd.examples:noop", env=env, check=1)
+    assert len(out.stderr.splitlines()) == 1, out.stderr
     where = tmp_path / "s"
     assert out.stderr.startswith(f"delayd: error: cannot reach the embedded Redis of state directory {where}: ")
     assert out.stderr.rstrip().endswith("start the daemon (delayd start) or set DELAYD_REDIS_URL")
-    out = delayd("add", "t", "1", "--call", "delayd.examples:noop", "--redis", "unix:///nonexistent.sock", env=env)
-    assert out.returncode == 1 and "cannot reach Redis at /nonexistent.sock" in out.stderr
+    out = delayd("add", "t", "1", "--call", "delayd.examples:noop", "--redis", "unix:///nonexistent.sock", env=env,
+                 check=1)
+    assert "cannot reach Redis at /nonexistent.sock" in out.stderr
     assert "delayd start" not in out.stderr  # a Redis of one's own: no word about the daemon
 
 

@@ -309,6 +309,7 @@ def test_an_async_callback_runs_on_the_loop(looped, tmp_path):
 SHOP_TASKS = "def cancel_order(task):\n    return 'success'\n"
 
 
+@pytest.mark.system
 def test_a_daemon_imports_handlers_from_its_start_directory_and_pythonpath(redis_url, client, tmp_path):
     """`DELAYD_ALLOWED_MODULES=shop delayd start` in the project folder: `cannot import module
     'shop.tasks'`, retried forever; it worked only with PYTHONPATH=$PWD. The `delayd` command is

@@ -58,6 +58,7 @@ def test_threads_share_a_client(client, r):
     assert client.stats()["counts"]["delayed"] == 800
 
 
+@pytest.mark.system
 def test_an_add_after_a_redis_restart(tmp_path):
     server = RedisServer(str(tmp_path)).start()
     try:
@@ -138,6 +139,7 @@ def test_without_redis_py_internals_adds_take_the_public_path(redis_url, r, monk
         client.close()
 
 
+@pytest.mark.system
 def test_adds_work_when_redis_py_renamed_its_private_parsers_module(redis_url, client):
     """Importing delayd does not need redis._parsers (blocked here as a renamed module would be)."""
     code = ("import sys, redis; sys.modules['redis._parsers'] = None\n"

@@ -227,6 +227,7 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
+@pytest.mark.system
 def test_the_daemon_runs_in_the_units_sandbox(tmp_path, monkeypatch):
     """The unit's CapabilityBoundingSet=, NoNewPrivileges= and MemoryDenyWriteExecute= (the parts
     that can be applied without systemd): the master, the embedded redis-server and a queue
@@ -343,6 +344,7 @@ def output(tmp_path: Path) -> str:
     return (tmp_path / "stderr.log").read_text(errors="replace")[-3000:]
 
 
+@pytest.mark.system
 def test_notify_ready_reload_stop(redis_url, tmp_path):
     notify = Notifications(tmp_path)
     proc = start_foreground(tmp_path, notify)
@@ -372,6 +374,7 @@ def test_notify_ready_reload_stop(redis_url, tmp_path):
     assert not (tmp_path / "state" / "delayd.pid").exists(), "the pidfile is removed on a clean stop"
 
 
+@pytest.mark.system
 def test_no_ready_when_a_queue_process_cannot_start(redis_url, tmp_path):
     """A preload module that does not import: the master sent READY=1 while its queue processes
     crash-looped, so systemd called the service started."""
@@ -389,6 +392,7 @@ def test_no_ready_when_a_queue_process_cannot_start(redis_url, tmp_path):
         notify.close()
 
 
+@pytest.mark.system
 def test_notify_watchdog(redis_url, tmp_path):
     notify = Notifications(tmp_path)
     proc = start_foreground(tmp_path, notify, WATCHDOG_USEC="1000000")
@@ -406,6 +410,7 @@ def test_notify_watchdog(redis_url, tmp_path):
         notify.close()
 
 
+@pytest.mark.system
 def test_notify_watchdog_for_another_pid_is_not_sent(redis_url, tmp_path):
     # WATCHDOG_PID names the process systemd expects keep-alives from; not us: stay quiet.
     notify = Notifications(tmp_path)
@@ -426,6 +431,7 @@ def started_lines(buckets: int, queues: int) -> list[str]:
             [f"event=queue_started queue={q}" for q in range(queues)])
 
 
+@pytest.mark.system
 def test_ready_is_sent_after_every_child_started(redis_url, tmp_path):
     notify = Notifications(tmp_path)
     proc = start_foreground(tmp_path, notify)
@@ -439,6 +445,7 @@ def test_ready_is_sent_after_every_child_started(redis_url, tmp_path):
         notify.close()
 
 
+@pytest.mark.system
 def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, tmp_path):
     """What etc/logrotate.d/delayd does: move the log, SIGUSR1 the master via the pidfile."""
     from redis_server import wait_for
@@ -466,6 +473,7 @@ def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, 
     assert "proc=queue.0" in log.read_text() and "proc=bucket.0" in log.read_text()
 
 
+@pytest.mark.system
 def test_after_a_log_reopen_what_a_daemonized_process_writes_to_stderr_goes_to_the_new_log(redis_url, tmp_path):
     """A daemonized process's stderr is the log file open at start. SIGUSR1 reopened the log handler
     only, so after logrotate uvicorn's warnings (and any traceback) went on into delayd.log.1."""
@@ -503,6 +511,7 @@ def test_after_a_log_reopen_what_a_daemonized_process_writes_to_stderr_goes_to_t
         psutil.wait_procs([master], timeout=30)
 
 
+@pytest.mark.system
 def test_a_log_file_that_cannot_be_reopened_keeps_the_old_one_and_every_process(redis_url, tmp_path):
     """SIGUSR1 after the log's directory was removed: the master crashed (master_crashed, every child
     stopped). Now each process warns in the old file and goes on writing there."""
@@ -538,6 +547,7 @@ def test_a_log_file_that_cannot_be_reopened_keeps_the_old_one_and_every_process(
 
 
 # -- the installed package ------------------------------------------------------------
+@pytest.mark.system
 def test_console_script_prints_the_version():
     scripts = [ep for ep in importlib.metadata.entry_points(group="console_scripts") if ep.name == "delayd"]
     assert scripts and scripts[0].value == "delayd.cli:main"
@@ -556,6 +566,7 @@ def test_lua_scripts_are_package_data():
     assert "redis.call" in (lua / "add.lua").read_text()
 
 
+@pytest.mark.system
 def test_built_package_contains_the_lua_files(tmp_path):
     """What `pip install .` copies (setuptools build_py): the .lua files must be in it."""
     build = tmp_path / "build"

@@ -10,11 +10,11 @@ import threading
 import time
 
 import pytest
-from daemon_helper import DELAYD, Daemon
-from redis_server import wait_for
-from test_cli import delayd, one_line_error
+from daemon_helper import DELAYD, Daemon, delayd
+from redis_server import now_ms, wait_for
+from test_cli import one_line_error
 from test_recurring import bucket_of_task, pushed
-from test_store import DAY_MS, claim, now_ms, promote_all
+from test_store import DAY_MS, claim, promote_all
 
 from delayd import Client
 from delayd.client.errors import Overtaken
@@ -145,6 +145,7 @@ def test_run_now(client, r):
     assert all_counts(client)["p"]["parked"] == 1
 
 
+@pytest.mark.system
 def test_cli_pause_resume_run(redis_url, r):
     delayd("add", "mail", "1", "--push", "out", "--delay", "3600")
     assert delayd("pause", "mail").stdout.startswith("paused mail")
@@ -160,6 +161,7 @@ def test_cli_pause_resume_run(redis_url, r):
     assert "must not be empty" in one_line_error(delayd("pause", "", check=1))
 
 
+@pytest.mark.system
 def test_pause_of_a_topic_without_tasks_warns_and_pauses_it(redis_url, r):
     """A typo in `delayd pause` succeeded silently and left the real topic running."""
     delayd("add", "mail", "1", "--push", "out", "--delay", "3600")
@@ -175,6 +177,7 @@ def test_pause_of_a_topic_without_tasks_warns_and_pauses_it(redis_url, r):
 
 
 # -- real daemons -------------------------------------------------------------------
+@pytest.mark.system
 def test_paused_tasks_wait_then_start_in_due_order_and_the_pause_survives_a_restart(redis_url, client, r, tmp_path):
     env = dict(redis_url=redis_url, state_dir=tmp_path / "d1", buckets=1, queues=1, DELAYD_CONCURRENCY="1")
     r.hset("delayd:meta", "buckets", 1)  # the daemon's layout, before the client first uses the store
@@ -196,6 +199,7 @@ def test_paused_tasks_wait_then_start_in_due_order_and_the_pause_survives_a_rest
     assert dues == sorted(dues)
 
 
+@pytest.mark.system
 def test_a_run_in_flight_finishes_while_its_topic_is_paused(redis_url, client, r, tmp_path):
     """The run in flight finishes; the topic's task that was ready beside it, and one that comes due
     after the pause, do not start, though the daemon runs another topic's task meanwhile."""
@@ -280,6 +284,7 @@ def test_a_flag_of_an_earlier_version_or_a_damaged_one_reads_as_the_oldest_pause
     assert client.paused() == []
 
 
+@pytest.mark.system
 def test_two_operators_and_two_daemons_the_pause_wins(redis_url, client, r, tmp_path):
     """With two daemons running, a pause issued while a resume runs: after the pause returns, no task
     of the topic starts (those the resume's first batch had released may run before it)."""
@@ -338,6 +343,7 @@ def test_pause_walks_the_ready_lists_a_bounded_chunk_per_call_and_misses_none(cl
 
 
 
+@pytest.mark.system
 def test_run_now_in_the_daemon_and_a_recurring_task_keeps_its_schedule(redis_url, client, r, tmp_path):
     with Daemon(redis_url, tmp_path / "d1", buckets=1, queues=1):
         client.add("tick", 1, push="out", every=3600)
@@ -366,6 +372,7 @@ def test_a_resume_in_batches_keeps_due_order(client, r):
     assert [run["member"] for run in claim(client.store, 0)] == [f"mail:{i}" for i in range(3, 10)] + ["mail:late"]
 
 
+@pytest.mark.system
 def test_a_resume_killed_part_way_leaves_the_topic_paused_and_a_second_resume_finishes_it(redis_url, client, r):
     """A real interruption: `delayd resume` SIGKILLed as Redis runs its second batch. What it moved
     waits in `delayed`, what it did not stays parked under the pause flag (the topic still reads as

@@ -6,29 +6,23 @@ import json
 import signal
 
 import pytest
-from daemon_helper import Daemon
-from redis_server import RedisServer, wait_for
+from redis_server import RedisServer, now_ms, wait_for
 
 from delayd import Client, DurabilityError
 from delayd.store import durable
 
-
-@pytest.fixture
-def daemon(redis_url, tmp_path):
-    d = Daemon(redis_url, tmp_path / "d", buckets=2, queues=1, DELAYD_TASK_TIMEOUT="2", DELAYD_LEASE="3").start()
-    yield d
-    d.stop()
+pytestmark = pytest.mark.daemon(buckets=2, queues=1, DELAYD_TASK_TIMEOUT="2", DELAYD_LEASE="3")
 
 
 def make_due_with_spec(client: Client, r, member: str, spec: str) -> None:
     """Overwrite the record's spec, then make the task due now (as a bad write to Redis would)."""
     keys = client.store.keys_for(member)
     r.hset(keys.task(member), "spec", spec)
-    seconds, micros = r.time()
-    r.zadd(keys.delayed, {member: seconds * 1000 + micros // 1000})
+    r.zadd(keys.delayed, {member: now_ms(r)})
     r.publish(keys.wake_channel, 0)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("spec", [
     "{not json",
     json.dumps(["a", "list"]),
@@ -115,6 +109,7 @@ def primary_and_replica(tmp_path):
     primary.stop()
 
 
+@pytest.mark.system
 def test_durable_waits_for_a_replica(primary_and_replica):
     primary, replica = primary_and_replica
     c = Client.from_url(primary.url)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from daemon_helper import Daemon
-from redis_server import wait_for
-from test_cli import delayd, one_line_error
-from test_store import claim, now_ms, promote_all, record
+from daemon_helper import Daemon, delayd
+from redis_server import now_ms, wait_for
+from test_cli import one_line_error
+from test_store import claim, promote_all, record
 
 from delayd.model import schedule
 from delayd.model.task import TaskError
@@ -62,6 +62,7 @@ def test_bad_schedules_are_refused_and_write_nothing(client, r, fields, says):
     assert r.keys("delayd:{*}:t:*") == []
 
 
+@pytest.mark.system
 def test_json_and_text_show_the_schedule(redis_url):
     delayd("add", "report", "1", "--push", "out", "--cron", "0 3 * * mon-fri", "--tz", "Europe/Berlin")
     task = json.loads(delayd("get", "report", "1", "--json").stdout)
@@ -74,6 +75,7 @@ def test_json_and_text_show_the_schedule(redis_url):
     assert json.loads(delayd("get", "tick", "1", "--json").stdout)["every"] == 90
 
 
+@pytest.mark.system
 def test_cli_schedule_errors(redis_url, r, tmp_path):
     for flags in (["--every", "5", "--cron", "* * * * *"], ["--intervals", "5", "--every", "5"],
                   ["--every", "soon"]):
@@ -129,6 +131,7 @@ def daemon_env(redis_url, tmp_path):
     return dict(redis_url=redis_url, state_dir=tmp_path / "d1", buckets=2, queues=1)
 
 
+@pytest.mark.system
 def test_success_does_not_end_an_every_task(daemon_env, client, r):
     with Daemon(**daemon_env):
         client.add("tick", 1, push="out", every=1, delay=0)
@@ -142,6 +145,7 @@ def test_success_does_not_end_an_every_task(daemon_env, client, r):
     assert task.last_error is None and task.last_due_at * 1000 == pytest.approx(dues[task.runs - 1], abs=1)
 
 
+@pytest.mark.system
 def test_a_cron_task_in_the_daemon_follows_its_calendar(daemon_env, client, r):
     with Daemon(**daemon_env):
         client.add("report", 1, push="out", cron="* * * * *", tz="America/New_York", delay=0)
@@ -152,6 +156,7 @@ def test_a_cron_task_in_the_daemon_follows_its_calendar(daemon_env, client, r):
     assert 0 < task.due_at * 1000 - claimed_ms <= 60_000
 
 
+@pytest.mark.system
 def test_missed_runs_after_a_downtime_run_once_then_follow_the_calendar(daemon_env, client, r):
     daemon = Daemon(**daemon_env).start()
     client.add("tick", 1, push="out", every=1, delay=0)
@@ -175,6 +180,7 @@ def test_missed_runs_after_a_downtime_run_once_then_follow_the_calendar(daemon_e
     assert dues[1] - dues[0] >= 3000
 
 
+@pytest.mark.system
 def test_two_daemons_run_a_recurring_task_once_per_due_time(daemon_env, client, r, tmp_path):
     with Daemon(**daemon_env), Daemon(**{**daemon_env, "state_dir": tmp_path / "d2"}):
         client.add("tick", 1, push="out", every=1, delay=0)

@@ -10,8 +10,9 @@ import json
 import re
 
 import pytest
+from daemon_helper import delayd
 from redis_server import free_port, wait_for
-from test_cli import delayd, one_line_error
+from test_cli import one_line_error
 from test_recurring import bucket_of_task
 from test_store import DAY_MS, claim, promote_all
 from url_helper import http  # noqa: F401  (fixture)
@@ -55,6 +56,7 @@ def finished(client, topic, id, status="failed"):
 
 
 # -- through a real daemon ---------------------------------------------------------------
+@pytest.mark.system
 def test_a_failing_task_runs_at_0_1_3_7_s_then_ends_failed_with_its_last_error(run_daemon, client):
     run_daemon()
     client.add("job", 1, call="delayd.examples:boom", retries=3)
@@ -69,6 +71,7 @@ def test_a_failing_task_runs_at_0_1_3_7_s_then_ends_failed_with_its_last_error(r
     assert task.retries == 3 and task.to_dict()["retries"] == 3
 
 
+@pytest.mark.system
 def test_the_daemons_retries_is_the_default_and_explicit_intervals_keep_the_seed_rules(run_daemon, client):
     run_daemon(DELAYD_RETRIES="1")
     client.add("job", "default", call="delayd.examples:boom")
@@ -85,6 +88,7 @@ def test_the_daemons_retries_is_the_default_and_explicit_intervals_keep_the_seed
     assert all(0.9 <= after - before <= 1 + SLACK for before, after in zip(times, times[1:])), times
 
 
+@pytest.mark.system
 def test_a_handler_timeout_backs_off_too(run_daemon, client):
     run_daemon(DELAYD_TASK_TIMEOUT="1", DELAYD_CONCURRENCY="4")
     client.add("job", "hang", call="delayd.examples:slow", params={"seconds": 30}, retries=1)
@@ -95,6 +99,7 @@ def test_a_handler_timeout_backs_off_too(run_daemon, client):
     assert_backs_off(times, at_least=1 + 1)  # the 1 s timeout, then the 1 s backoff
 
 
+@pytest.mark.system
 def test_url_tasks_back_off_and_retry_after_still_holds(run_daemon, client, http):  # noqa: F811
     run_daemon()
     client.add("hook", "error", url=f"{http.base}/error", retries=2)
@@ -121,6 +126,7 @@ def failed_once(client, topic, id, wait_s: int) -> None:
                                                wait_s * 1000)], DAY_MS) == [1]
 
 
+@pytest.mark.system
 def test_get_shows_the_retry_count_and_when_the_next_comes(client):
     client.add("job", 1, call="delayd.examples:boom", retries=3)
     failed_once(client, "job", 1, 30)
@@ -133,11 +139,12 @@ def test_get_shows_the_retry_count_and_when_the_next_comes(client):
     assert json.loads(delayd("get", "job", "1", "--json").stdout)["retries"] == 3
     client.add("job", 2, call="delayd.examples:boom")  # no retries of its own: the reader's setting
     assert json.loads(delayd("get", "job", "2", "--json").stdout)["retries"] == 20
-    got = json.loads(delayd("get", "job", "2", "--json", env={"DELAYD_RETRIES": "5"}).stdout)
+    got = json.loads(delayd("get", "job", "2", "--json", DELAYD_RETRIES="5").stdout)
     assert got["retries"] == 5 and got["intervals"] == [0]
-    assert re.search(r"^retries +0 of 5 used$", delayd("get", "job", "2", env={"DELAYD_RETRIES": "5"}).stdout, re.M)
+    assert re.search(r"^retries +0 of 5 used$", delayd("get", "job", "2", DELAYD_RETRIES="5").stdout, re.M)
 
 
+@pytest.mark.system
 def test_the_dashboards_task_page_shows_the_retry(client, redis_url):
     client.add("job", 1, call="delayd.examples:boom", retries=20)
     failed_once(client, "job", 1, 60)
@@ -185,6 +192,7 @@ def test_async_client_takes_retries(redis_url):
     asyncio.run(app())
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("flags, code, says", [
     (["--retries", "-1"], 1, "retries must be an integer from 0 to 10000, got -1"),
     (["--retries", "x"], 2, "invalid int value"),
@@ -199,6 +207,7 @@ def test_cli_bad_retries(r, flags, code, says):
     assert r.dbsize() == 0
 
 
+@pytest.mark.system
 def test_cli_add_retries(client):
     out = delayd("add", "t", "1", "--call", "a:b", "--retries", "0", "--json")
     assert json.loads(out.stdout)["task"]["retries"] == 0

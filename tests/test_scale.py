@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import chaos_handlers
 import pytest
@@ -11,6 +10,8 @@ from daemon_helper import Daemon, delayd, settled
 from redis_server import wait_for
 
 from delayd import Client
+
+pytestmark = pytest.mark.system
 
 
 def all_ok(client: Client, topic: str, n: int) -> bool:
@@ -53,8 +54,7 @@ def test_two_daemons_share_one_redis_without_duplicate_runs(redis_url, tmp_path,
 
 
 def status_cluster(redis_url: str, state_dir, *flags: str):
-    return delayd("status", "--cluster", *flags, "--redis", redis_url,
-                  env={**os.environ, "DELAYD_STATE_DIR": str(state_dir)})
+    return delayd("status", "--cluster", *flags, "--redis", redis_url, check=None, DELAYD_STATE_DIR=str(state_dir))
 
 
 def cluster_status(redis_url: str, state_dir) -> list[dict]:

@@ -54,6 +54,7 @@ def test_a_wrong_typed_index_is_set_aside_by_the_writers(client, r):
     assert r.type(keys.recurring) == "zset" and r.get(keys.recurring + ":corrupt") == "not a zset"
 
 
+@pytest.mark.system
 def test_a_daemon_takes_an_ended_task_out(redis_url, tmp_path, client, r):
     with Daemon(redis_url, tmp_path / "d"):
         client.add("tick", "ok", call="delayd.examples:noop", every=1, delay=0)
@@ -94,6 +95,7 @@ def api(redis_url):
         yield http
 
 
+@pytest.mark.system
 def test_schedules_page_and_api(api, client, r):
     client.add("report", "daily", call="delayd.examples:echo", cron="0 3 * * *", tz="Europe/Berlin")
     client.add("ping", "<b>x</b>", call="delayd.examples:echo", every=300, delay=600)

@@ -188,6 +188,7 @@ def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
     assert stats["counts"]["ok"] == 2
 
 
+@pytest.mark.system
 def test_deferred_runs_are_shown_by_stats_text_json_and_metrics(client, r):
     """A run deferred by an open circuit (finish's `defer`) is counted apart from the runs made."""
     store = client.store

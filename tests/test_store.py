@@ -11,7 +11,7 @@ import threading
 import pytest
 import redis
 from redis.crc import key_slot
-from redis_server import RedisServer, free_port, wait_for
+from redis_server import RedisServer, free_port, now_ms, wait_for
 
 from delayd import Client
 from delayd import config as config_mod
@@ -27,11 +27,6 @@ QUOTAS = (5, 3, 2)
 
 
 # -- helpers -----------------------------------------------------------------------
-def now_ms(r) -> int:
-    seconds, micros = r.time()
-    return seconds * 1000 + micros // 1000
-
-
 def task_of(topic, id, priority=2, **fields):
     if not any(k in fields for k in ("call", "url", "push")):
         fields["call"] = "shop.tasks:run"
@@ -702,6 +697,7 @@ def cluster():
     server.kill()
 
 
+@pytest.mark.system
 def test_scripts_stay_in_one_slot_on_a_cluster(cluster):
     c = cluster.client()
     c.flushall()
@@ -714,6 +710,7 @@ def test_scripts_stay_in_one_slot_on_a_cluster(cluster):
     c.close()
 
 
+@pytest.mark.system
 def test_client_on_a_cluster(cluster):
     from delayd import Client
 

@@ -12,6 +12,8 @@ import pytest
 from daemon_helper import Daemon
 from redis_server import free_port, wait_for
 
+pytestmark = pytest.mark.system
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 

@@ -11,9 +11,11 @@ from pathlib import Path
 import psutil
 import pytest
 from daemon_helper import Daemon, delayd
-from redis_server import wait_for
+from redis_server import free_port, wait_for
 from url_helper import http  # noqa: F401  (fixture)
-from web_helper import Web, answers, free_port
+from web_helper import Web, answers
+
+pytestmark = pytest.mark.system
 
 TOKEN = "t0ken-for-tests-only"
 XSS = "<script>alert(1)</script>"
@@ -41,8 +43,7 @@ def logged_in(web):
 
 
 def test_non_loopback_bind_without_a_token_refuses_to_start(redis_url):
-    result = delayd("web", "--bind", "0.0.0.0", "--port", str(free_port()), timeout=30)
-    assert result.returncode == 1
+    result = delayd("web", "--bind", "0.0.0.0", "--port", str(free_port()), timeout=30, check=1)
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "without a token" in result.stderr and "DELAYD_WEB_TOKEN" in result.stderr
 

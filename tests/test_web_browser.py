@@ -21,6 +21,8 @@ from redis_server import wait_for
 from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
+pytestmark = pytest.mark.system
+
 CHROMIUM = os.environ.get("DELAYD_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]

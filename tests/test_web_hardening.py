@@ -17,6 +17,8 @@ import pytest
 from test_web import TOKEN, api, logged_in, web  # noqa: F401  (fixtures)
 from web_helper import Web
 
+pytestmark = pytest.mark.system
+
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
 

@@ -2,21 +2,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 
 import httpx
-from redis_server import wait_for
-
-DELAYD = [sys.executable, "-m", "delayd.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from daemon_helper import DELAYD
+from redis_server import free_port, wait_for
 
 
 def answers(base: str) -> bool:
