@@ -119,6 +119,16 @@ class SentinelSet:
     def master_port(self) -> int:
         return int(self.sentinel_client().sentinel_get_master_addr_by_name("mymaster")[1])
 
+    def replicated(self) -> bool:
+        """True once the replica has applied every write the master had when asked.
+
+        Counting keys is not enough: a key may be there while the rest of its script's writes are not, and
+        SENTINEL FAILOVER promotes the replica without waiting for it, so unreplicated writes are lost
+        (Redis's asynchronous replication, not delayd's)."""
+        offset = self.master.client().info("replication")["master_repl_offset"]
+        return wait_for(lambda: self.replica.client().info("replication")["slave_repl_offset"] >= offset, 10,
+                        interval=0.05, message="the replica caught up with the master")
+
     def failover(self) -> int:
         """Force a failover; return the new master's port once the sentinel reports it."""
         old = self.master_port()

@@ -96,12 +96,16 @@ def test_cluster_runs_tasks_with_buckets_spread_over_shards(cluster, tmp_path):
 def test_sentinel_failover_loses_no_task(tmp_path):
     with SentinelSet() as sentinels:
         client = Client.from_url(sentinels.url)
-        with Daemon(sentinels.url, tmp_path / "d", buckets=2, queues=1):
+        with Daemon(sentinels.url, tmp_path / "d", buckets=2, queues=1) as d:
             client.add_many([{"topic": "f", "id": i, "call": "delayd.examples:noop", "delay": 1 + (i % 30) * 0.1}
                              for i in range(300)])
-            wait_for(lambda: sentinels.replica.client().dbsize() >= 300, 10, message="replicated")
+            sentinels.replicated()
             sentinels.failover()
-            wait_for(lambda: all_ok(client, "f", 300), 60, interval=0.2, message="all tasks ok after failover")
+            try:
+                wait_for(lambda: all_ok(client, "f", 300), 60, interval=0.2, message="all tasks ok after failover")
+            except AssertionError:
+                print(client.stats(), d.log()[-5000:])
+                raise
         client.close()
 
 
