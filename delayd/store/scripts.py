@@ -8,8 +8,6 @@ from typing import Any, Sequence
 
 from delayd.store import lua_lib, resp
 
-HEADS_KEPT = 64  # packed heads kept per script (a few per bucket: see Script.pack)
-
 
 class Script:
     """One Lua script from `delayd/store/lua/NAME.lua`."""
@@ -21,20 +19,17 @@ class Script:
         body = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
         self.source = lua_lib.source(self._lib, body)  # with the helpers of _lib.lua it uses
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
-        self._heads: dict[tuple[Any, ...], resp.Head] = {}
 
-    def pack(self, keys: Sequence[Any], args: Sequence[Any], fixed: int = 0) -> bytes:
-        """EVALSHA of this script with `keys` and `args`, in RESP. The head (keys and the first
-        `fixed` args: what every call of a bucket shares, e.g. add's) is packed once and kept."""
-        if not fixed:
-            return resp.pack_any(("EVALSHA", self.sha, len(keys), *keys, *args))
-        shared = (*keys, *args[:fixed])
-        head = self._heads.get(shared)
-        if head is None:
-            if len(self._heads) >= HEADS_KEPT:
-                self._heads.clear()
-            head = self._heads[shared] = resp.Head("EVALSHA", self.sha, len(keys), *shared)
-        return head.pack(args[fixed:])
+    def head(self, keys: Sequence[Any], args: Sequence[Any]) -> resp.Head:
+        """The start of calls of this script with these `keys` and leading `args`, packed once
+        (a ScriptCall's `head`: add's per bucket)."""
+        return resp.Head(("EVALSHA", self.sha, len(keys), *keys), args)
+
+    def pack(self, keys: Sequence[Any], args: Sequence[Any], head: resp.Head | None = None) -> bytes:
+        """EVALSHA of this script with `keys` and `args`, in RESP (`head`: their start, packed)."""
+        if head is not None:
+            return head.pack(args[head.covers:])
+        return resp.pack_any(("EVALSHA", self.sha, len(keys), *keys, *args))
 
     def load_command(self) -> bytes:
         """SCRIPT LOAD of this script, in RESP."""

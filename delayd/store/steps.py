@@ -35,13 +35,13 @@ class Batch(NamedTuple):
 
 
 class ScriptCall(NamedTuple):
-    """One call of a Lua script (delayd.store.scripts.Script). Its head (the keys and the first
-    `fixed` args) is packed once and reused by calls with the same head (see Script.pack)."""
+    """One call of a Lua script (delayd.store.scripts.Script). `head`, if given, is the call's
+    keys and leading args packed once (Script.head), shared by many calls (add's, per bucket)."""
 
     script: Any
     keys: Sequence[Any]
     args: Sequence[Any]
-    fixed: int = 0
+    head: Any = None
 
 
 class Stream(NamedTuple):

@@ -40,6 +40,7 @@ class Store:
         self.prefix = prefix
         self.buckets = buckets
         self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
+        self._add_starts: dict[tuple[int, bool], tuple[list[str], list[Any], Any]] = {}
 
     @cached_property
     def transport(self) -> Transport:
@@ -58,10 +59,14 @@ class Store:
         return args
 
     def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> ScriptCall:
-        """One add.lua call writing `tasks` of one bucket (its reply: 1/0 per task). The first three
-        args are the same for every call of a bucket: packed once (Script.pack)."""
-        return ScriptCall(SCRIPTS["add"], [keys.delayed], [keys.tag, int(nx), keys.wake_channel,
-                                                           *self.add_args(tasks)], fixed=3)
+        """One add.lua call writing `tasks` of one bucket (its reply: 1/0 per task). Its keys and
+        first three args are the same for every call of a bucket: packed once (Script.head)."""
+        start = self._add_starts.get((keys.bucket, nx))
+        if start is None:
+            add_keys, add_args = [keys.delayed], [keys.tag, int(nx), keys.wake_channel]
+            start = self._add_starts[keys.bucket, nx] = (add_keys, add_args, SCRIPTS["add"].head(add_keys, add_args))
+        add_keys, add_args, head = start
+        return ScriptCall(SCRIPTS["add"], add_keys, add_args + self.add_args(tasks), head)
 
     def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> list[int]:
         """Write tasks of one bucket in one script call; returns 1/0 per task."""

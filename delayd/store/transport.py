@@ -64,7 +64,7 @@ class Transport:
             except redis.exceptions.NoScriptError:
                 return self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys,
                                                    *call.args)
-        packed = call.script.pack(call.keys, call.args, call.fixed)
+        packed = call.script.pack(call.keys, call.args, call.head)
         try:
             return self.held.request(packed)
         except redis.exceptions.NoScriptError:
@@ -254,7 +254,7 @@ def _stream_steps(stream: Stream) -> Steps[Streamed]:
     for call in stream.calls:
         if errors:
             break
-        packed = call.script.pack(call.keys, call.args, call.fixed)
+        packed = call.script.pack(call.keys, call.args, call.head)
         sent.append((call, packed))
         yield _send(packed)
         pending.append(len(sent) - 1)
