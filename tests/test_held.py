@@ -75,12 +75,12 @@ def test_an_add_after_a_redis_restart(tmp_path):
 
 def test_a_forked_child_adds_on_a_connection_of_its_own(client, r):
     client.add("t", 0, call="a:b")
-    parent_port = client._held.sock.getsockname()[1]
+    parent_port = client.transport.held.sock.getsockname()[1]
     pid = os.fork()
     if pid == 0:  # the child: exit status 0 if its add was answered on a socket of its own
         try:
             added = client.add("t", "child", call="a:b", nx=True)
-            os._exit(0 if added is True and client._held.sock.getsockname()[1] != parent_port else 1)
+            os._exit(0 if added is True and client.transport.held.sock.getsockname()[1] != parent_port else 1)
         except BaseException:
             os._exit(2)
     _, status = os.waitpid(pid, 0)
@@ -127,7 +127,7 @@ def test_without_redis_py_internals_adds_take_the_public_path(redis_url, r, monk
     monkeypatch.setattr(redis_internals, "parse_error", None)
     client = Client.from_url(redis_url)
     try:
-        assert client._held is None
+        assert client.transport.held is None
         adds_and_reads(client)
         r.config_set("maxmemory", 1)  # an error reply, mapped to its exception by redis-py
         try:
@@ -143,7 +143,7 @@ def test_without_redis_py_internals_adds_take_the_public_path(redis_url, r, monk
 def test_adds_work_when_redis_py_renamed_its_private_parsers_module(redis_url, client):
     """Importing delayd does not need redis._parsers (blocked here as a renamed module would be)."""
     code = ("import sys, redis; sys.modules['redis._parsers'] = None\n"
-            "from delayd import Client; c = Client.from_url(sys.argv[1]); assert c._held is None\n"
+            "from delayd import Client; c = Client.from_url(sys.argv[1]); assert c.transport.held is None\n"
             "print(c.add('t', 1, call='a:b'), c.add_many([{'topic': 't', 'id': 2, 'call': 'a:b'}]))")
     done = subprocess.run([sys.executable, "-c", code, redis_url], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "True 1\n", "")

@@ -19,10 +19,10 @@ from test_store import DAY_MS, claim, promote_all
 from delayd import Client
 from delayd.client.errors import Overtaken
 from delayd.model.task import TaskError
-from delayd.store import steps
 from delayd.store import transitions as store_mod
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall
+from delayd.store.transport import Transport
 
 
 def all_counts(client) -> dict:
@@ -47,13 +47,13 @@ def interleaved(r, operation, when, then):
     """Run a Client operation (its steps) on `r`, calling then() right after the request for which
     when(request) is true was answered: another operator acting between two of its calls.
     Returns the operation's result; its exception is raised."""
-    reply = None
+    reply, transport = None, Transport(r)
     while True:
         try:
             request = operation.send(reply)
         except StopIteration as done:
             return done.value
-        reply = request.call(r)
+        reply = transport.send(request)
         if when(request):
             then()
 
@@ -361,7 +361,7 @@ def test_a_resume_in_batches_keeps_due_order(client, r):
     base = now_ms(r) - 100_000
     client.add_many([{"topic": "mail", "id": i, "push": "out", "at": (base + i * 1000) / 1000} for i in range(10)])
     promote_all(client.store, 0)
-    assert steps.run(r, client.store.resume_batch_steps(0, "mail", 3))[:2] == (3, 7)  # one batch (no Client call)
+    assert Transport(r).run(client.store.resume_batch_steps(0, "mail", 3))[:2] == (3, 7)  # one batch (no Client call)
     assert r.hget("delayd:{0}:paused", "mail") == "r"
     client.add("mail", "late", push="out", delay=0)                   # due after every task still parked
     client.add("mail", "early", push="out", at=(base + 1500) / 1000)  # due before them

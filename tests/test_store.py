@@ -940,20 +940,19 @@ def test_the_delivery_log_keeps_the_last_attempts(r, store, keys):
 
 
 def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keeps_the_order(r, store):
-    """store.stream (the queue's one round trip per turn): calls of two scripts after Redis lost
-    its script cache get the replies they get with a warm cache, in order, with one SCRIPT LOAD
+    """A Stream (the queue's one round trip per turn) of calls of two scripts after Redis lost
+    its script cache gets the replies it gets with a warm cache, in order, with one SCRIPT LOAD
     per script."""
-    from delayd.store.held import checked_out
-    from delayd.store.scripts import SCRIPTS, stream
-    from delayd.store.steps import ScriptCall
-    calls = [store.claim_call(0, (5, 3, 2), 4, 10_000, DAY_MS) if i % 2 else
-             ScriptCall(SCRIPTS["retry"], *store.retry_call(f"t:{i}")) for i in range(10)]
-    with checked_out(r) as conn:
-        warm = stream(conn, calls, window=4)
-        r.script_flush()
-        r.config_resetstat()
-        replies: list = []
-        cold = stream(conn, calls, window=4, replies=replies)
+    from delayd.store.steps import Stream
+    from delayd.store.transport import Transport
+    calls = [store.claim_call(0, (5, 3, 2), 4, 10_000, DAY_MS) if i % 2 else store.retry_call(f"t:{i}")
+             for i in range(10)]
+    transport = Transport(r)
+    warm = transport.stream(Stream(calls, window=4)).replies
+    r.script_flush()
+    r.config_resetstat()
+    replies: list = []
+    cold = transport.stream(Stream(calls, window=4, replies=replies)).replies
     assert cold is replies and len(cold) == len(calls)
 
     def without_clock(rows: list) -> list:  # (a claim's reply starts with Redis's time)

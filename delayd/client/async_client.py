@@ -5,29 +5,27 @@
     await c.add("order:cancel", 42, call="shop.tasks:cancel_order", delay=1800)
 
 Validation, the key layout, the scripts and reply decoding are Client's own
-(delayd.client.base, delayd.store.steps); this module only awaits the requests.
+(delayd.client.base), sent by delayd.store.transport; this module only awaits them.
 """
 from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Iterable
 
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-
 from delayd.client.base import BaseClient, Built
-from delayd.client.errors import counting_adds, redis_errors
+from delayd.client.errors import redis_errors
 from delayd.client.listing import Walk
 from delayd.model.task import Task
 from delayd.store import connection
 from delayd.store.keys import BucketKeys
-from delayd.store.scripts import SCRIPTS
-from delayd.store.steps import Steps, run_async
+from delayd.store.steps import Steps
+from delayd.store.transport import AsyncTransport
 
 
 def _awaitable(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:
     """An AsyncClient method running one of BaseClient's steps on the AsyncClient's connection."""
     @redis_errors
     async def method(self: "AsyncClient", *args: Any, **kwargs: Any) -> Any:
-        return await run_async(self.redis, operation(self, *args, **kwargs))
+        return await self.transport.run(operation(self, *args, **kwargs))
     method.__name__ = operation.__name__.removesuffix("_steps")
     method.__doc__ = operation.__doc__
     return method
@@ -38,11 +36,9 @@ class AsyncClient(BaseClient):
     and errors, each awaitable."""
 
     def connect(self, url: str) -> Any:
-        return connection.connect(url, connection.ASYNC)
-
-    @property
-    def on_cluster(self) -> bool:
-        return isinstance(self.redis, AsyncRedisCluster)
+        client = connection.connect(url, connection.ASYNC)
+        self.transport = AsyncTransport(client)
+        return client
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -58,7 +54,7 @@ class AsyncClient(BaseClient):
     @redis_errors
     async def add(self, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
         """Client.add, awaitable."""
-        store, (item,) = await run_async(self.redis, self.prepared_steps([self.build(topic, id, **fields)]))
+        store, (item,) = await self.transport.run(self.prepared_steps([self.build(topic, id, **fields)]))
         return bool(await self._write([(store.keys_for(item[0].key), [item])], nx, durable))
 
     @redis_errors
@@ -69,27 +65,12 @@ class AsyncClient(BaseClient):
     @redis_errors
     async def add_built(self, built: list[Built], nx: bool = False, durable: bool = False) -> int:
         """Client.add_built, awaitable."""
-        store, built = await run_async(self.redis, self.prepared_steps(built))
+        store, built = await self.transport.run(self.prepared_steps(built))
         return await self._write(self.batches(store, built), nx, durable)
 
     async def _write(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool, durable: bool) -> int:
-        """add.lua calls streamed on one connection, as Client's (BaseClient.write_steps)."""
-        wait = await run_async(self.redis, self.durable_steps()) if durable else ()
-        if self.on_cluster:  # one call per batch, as Client's (durable_steps refused durable=True)
-            with counting_adds(self, sum(len(entries) for _, entries in calls)) as replies:
-                for keys, entries in calls:
-                    call = self._store.add_call(keys, entries, nx)
-                    replies.append(await SCRIPTS["add"].call_async(self.redis, *call))
-                return sum(sum(reply) for reply in replies)
-        pool = self.redis.connection_pool
-        conn = await pool.get_connection()
-        try:
-            return await run_async(conn, self.write_steps(calls, nx, wait))
-        except BaseException:
-            await conn.disconnect()  # dropped rather than returned with replies in flight
-            raise
-        finally:
-            await pool.release(conn)
+        wait = await self.transport.run(self.durable_steps()) if durable else ()
+        return await self.transport.run(self.write_steps(calls, nx, wait))
 
     @redis_errors
     async def iter_tasks(self, topic: str | None = None, status: str | None = None,
@@ -99,7 +80,7 @@ class AsyncClient(BaseClient):
         while not walk.done:
             if progress:
                 progress(walk.bucket, walk.store.buckets, walk.read)
-            for task in await run_async(self.redis, walk.page_steps()):
+            for task in await self.transport.run(walk.page_steps()):
                 yield task
 
     async def list(self, topic: str | None = None, status: str | None = None, limit: int = 100,

@@ -27,15 +27,13 @@ from delayd.store import durable as durable_mod
 from delayd.store import stats as stats_mod
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import BucketKeys, StoreError, bucket_count, bucket_of
-from delayd.store.resp import pack
-from delayd.store.scripts import SCRIPTS
-from delayd.store.steps import Batch, Read, ScriptCall, Send, Steps, command
+from delayd.store.steps import Batch, Steps, Stream, command
 from delayd.store.transitions import Store
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
                          "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
-ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
+ADD_BATCH = 200  # tasks per add.lua call: one call holds Redis for a few ms at most
 
 log = logging.getLogger("delayd.client")
 
@@ -44,14 +42,10 @@ Built = tuple[Task, str, int]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while many tasks are validated and kept.
-
-    A collection starts every ~700 container allocations and scans the young objects, now
-    and then the old ones too: with tens of thousands of validated tasks alive (a Task, its
-    lists and the caller's dicts), add_many spent ~2 of the ~5 us per task in collections
-    that freed nothing. Reference counting frees everything else as usual meanwhile, and the
-    collector is switched back on after (left off if the application had switched it off).
-    The idiom is Mercurial's `util.nogc`, for the same reason."""
+    """Python's cyclic garbage collector held off while many tasks are validated and kept: with
+    tens of thousands of tasks alive, its collections (which free nothing here) took a large share
+    of add_many's time. Reference counting frees the rest as usual; the collector is switched back
+    on after, unless the application had it off (Mercurial's `util.nogc` idiom)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -120,11 +114,12 @@ class BaseClient:
         self._durable_plan: tuple[float, tuple[Any, Any]] | None = None  # (until, (INFO, appendfsync)): durable_steps
 
     def connect(self, url: str) -> Any:
+        """The Redis client for `url`; sets self.transport (delayd.store.transport) for it."""
         raise NotImplementedError
 
     @property
     def on_cluster(self) -> bool:
-        raise NotImplementedError
+        return self.transport.cluster
 
     @classmethod
     def from_url(cls, url: str, prefix: str | None = None, **kwargs: Any) -> Any:
@@ -191,23 +186,16 @@ class BaseClient:
 
     def write_steps(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
                     wait: tuple[Any, ...] = ()) -> Steps[int]:
-        """The add.lua calls of validated tasks on one connection (Send/Read: the caller's alone),
-        streamed (store.stream_steps), then `wait` (durable: WAIT/WAITAOF count that connection's
-        writes). Returns how many were written; AddInterrupted if a call fails midway."""
+        """The add.lua calls of validated tasks, streamed on one connection, then `wait` (durable:
+        WAIT/WAITAOF count that connection's writes). Returns how many were written;
+        AddInterrupted if a call fails midway."""
         store = self._store
         results: list[Any] = []
         try:
-            yield from SCRIPTS["add"].stream_steps((store.add_packed(keys, entries, nx) for keys, entries in calls),
-                                                   replies=results)
-            reply = None
-            if wait:
-                yield Send(pack(wait))
-                try:
-                    reply = yield Read()
-                except redis.exceptions.ResponseError as exc:  # WAITAOF on a Redis whose AOF was turned off
-                    reply = exc
+            streamed = yield Stream((store.add_call(keys, entries, nx) for keys, entries in calls),
+                                    replies=results, then=wait)
             written = sum(sum(r) for r in results)
-            self.unconfirmed(wait, reply, written)
+            self.unconfirmed(wait, streamed.then, written)
             return written
         except BaseException as exc:
             self._durable_plan = None  # asked again next time: a failure may mean Redis changed
@@ -346,12 +334,10 @@ class BaseClient:
             raise TaskError(f"{member}: corrupt record: {exc}") from None
 
     def stats_steps(self) -> Steps[dict[str, Any]]:
-        """stats(), one stats.lua call after the other (Client pipelines them: delayd.store.stats.collect)."""
+        """Counts per status (and ready per priority), oldest due lag, runs and tasks/s over
+        the last minute, lateness p50/p99: overall, per topic and per bucket (see delayd.store.stats)."""
         store = yield from self.store_steps()
-        answers = []
-        for b in range(store.buckets):
-            answers.append((yield ScriptCall(SCRIPTS["stats"], *stats_mod.bucket_call(store, b))))
-        return stats_mod.summary(answers)
+        return (yield from stats_mod.collect_steps(store))
 
     def count_steps(self, topic: Any = None, status: str | None = None) -> Steps[int]:
         """How many tasks (of a topic, with a status) there are, by the counters the scripts keep

@@ -9,8 +9,6 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterable, Iterator
 
-from redis.cluster import RedisCluster
-
 from delayd.client.base import (
     ADD_BATCH,
     NEXT_CRON,
@@ -24,16 +22,15 @@ from delayd.client.errors import (
     DelaydError,
     DurabilityError,
     RedisUnavailable,
-    counting_adds,
     redis_errors,
     refusal,
 )
 from delayd.client.listing import Walk
 from delayd.model.task import Task
-from delayd.store import connection, held
-from delayd.store import stats as stats_mod
+from delayd.store import connection
 from delayd.store.keys import BucketKeys
-from delayd.store.steps import Steps, run
+from delayd.store.steps import Steps
+from delayd.store.transport import Transport
 
 __all__ = ["Client", "DelaydError", "DurabilityError", "RedisUnavailable", "AddInterrupted", "ADD_BATCH",
            "TASK_FIELDS", "to_ms", "refusal"]
@@ -43,7 +40,7 @@ def _sync(operation: Callable[..., Steps[Any]]) -> Callable[..., Any]:
     """A Client method running one of BaseClient's steps on the Client's connection."""
     @redis_errors
     def method(self: "Client", *args: Any, **kwargs: Any) -> Any:
-        return run(self.redis, operation(self, *args, **kwargs))
+        return self.transport.run(operation(self, *args, **kwargs))
     method.__name__ = operation.__name__.removesuffix("_steps")
     method.__doc__ = operation.__doc__
     return method
@@ -53,12 +50,9 @@ class Client(BaseClient):
     """Access to one delayd store (a Redis URL and a key prefix)."""
 
     def connect(self, url: str) -> Any:
-        self._held = held.held(client := connection.connect(url))  # for single adds: see delayd/store/held.py
+        client = connection.connect(url)
+        self.transport = Transport(client, hold=True)  # single calls on a kept connection: delayd/store/held.py
         return client
-
-    @property
-    def on_cluster(self) -> bool:
-        return isinstance(self.redis, RedisCluster)
 
     def close(self) -> None:
         self.redis.close()
@@ -76,12 +70,11 @@ class Client(BaseClient):
         item = self.build(topic, id, **fields)
         store = self._store
         if store is None or item[1] == NEXT_CRON:  # else prepared_steps would need no request
-            store, (item,) = run(self.redis, self.prepared_steps([item]))
+            store, (item,) = self.transport.run(self.prepared_steps([item]))
         keys = store.keys_for(item[0].key)
         if durable:
-            wait = run(self.redis, self.durable_steps())
-            return bool(self._add_calls([(keys, [item])], nx, wait))
-        return bool(store.add(keys, [item], nx, held=self._held)[0])
+            return bool(self._write([(keys, [item])], nx, durable))
+        return bool(self.transport.call(store.add_call(keys, [item], nx))[0])
 
     @redis_errors
     def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False, durable: bool = False) -> int:
@@ -97,20 +90,12 @@ class Client(BaseClient):
     @redis_errors
     def add_built(self, built: list[Built], nx: bool = False, durable: bool = False) -> int:
         """Write tasks already validated by build() (what add_many does after validating)."""
-        store, built = run(self.redis, self.prepared_steps(built))
-        wait = run(self.redis, self.durable_steps()) if durable else ()
-        return self._add_calls(self.batches(store, built), nx, wait)
+        store, built = self.transport.run(self.prepared_steps(built))
+        return self._write(self.batches(store, built), nx, durable)
 
-    def _add_calls(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
-                   wait: tuple[Any, ...] = ()) -> int:
-        if self.on_cluster:
-            # redis-py's cluster pipeline refuses EVALSHA: one script call per bucket batch.
-            # A batch that fails raises AddInterrupted, counting what the replies before it wrote.
-            with counting_adds(self, sum(len(entries) for _, entries in calls)) as replies:
-                replies += (self.store.add(keys, entries, nx) for keys, entries in calls)
-                return sum(sum(reply) for reply in replies)
-        with held.checked_out(self.redis) as conn:
-            return run(conn, self.write_steps(calls, nx, wait))
+    def _write(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool, durable: bool) -> int:
+        wait = self.transport.run(self.durable_steps()) if durable else ()
+        return self.transport.run(self.write_steps(calls, nx, wait))
 
     delete = _sync(BaseClient.delete_steps)
     retry = _sync(BaseClient.retry_steps)
@@ -124,11 +109,7 @@ class Client(BaseClient):
     count = _sync(BaseClient.count_steps)
     daemons = _sync(BaseClient.daemons_steps)
 
-    @redis_errors
-    def stats(self) -> dict[str, Any]:
-        """Counts per status (and ready per priority), oldest due lag, runs and tasks/s over
-        the last minute, lateness p50/p99: overall, per topic and per bucket (see delayd.store.stats)."""
-        return stats_mod.collect(self.redis, self.store)
+    stats = _sync(BaseClient.stats_steps)
 
     @redis_errors
     def iter_tasks(self, topic: str | None = None, status: str | None = None,
@@ -143,7 +124,7 @@ class Client(BaseClient):
         while not walk.done:
             if progress:
                 progress(walk.bucket, walk.store.buckets, walk.read)
-            yield from run(self.redis, walk.page_steps())
+            yield from self.transport.run(walk.page_steps())
 
     def list(self, topic: str | None = None, status: str | None = None, limit: int = 100,
              offset: int = 0, progress: Callable[[int, int, int], None] | None = None) -> list[Task]:

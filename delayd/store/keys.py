@@ -14,7 +14,8 @@ import redis
 
 from delayd.config import MAX_BUCKETS
 from delayd.model.task import is_utf8
-from delayd.store.steps import Steps, command, run
+from delayd.store.steps import Steps, command
+from delayd.store.transport import Transport
 
 PRIORITIES = (3, 2, 1)
 
@@ -110,6 +111,11 @@ class BucketKeys:
         """`P{N}:w:<n>`: the same events as totals for the 10-second window n (expires)."""
         return self.tag + "w:"
 
+    def minute(self, minute: int) -> str:
+        """`P{N}:w:m:<minute>`: run events of that minute (Unix ms // 60000), for the dashboard's
+        charts (lua/_lib.lua, flush_stats; expires after 65 minutes)."""
+        return f"{self.window_prefix}m:{minute}"
+
     @property
     def wake_channel(self) -> str:
         """Published to when this bucket's next due time or lease expiry moved earlier."""
@@ -134,7 +140,7 @@ LAYOUT = 1
 def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
     """The bucket count recorded in Redis for `prefix`; records `default` on first use.
     Refuses (StoreError) a store of another layout version."""
-    return run(redis_client, bucket_count(prefix, default))
+    return Transport(redis_client).run(bucket_count(prefix, default))
 
 
 def bucket_count(prefix: str, default: int) -> Steps[int]:

@@ -22,7 +22,8 @@ from delayd.config import Config
 from delayd.model.task import printable
 from delayd.store.keys import wire
 from delayd.store.scripts import SCRIPTS
-from delayd.store.steps import Steps, command, run
+from delayd.store.steps import ScriptCall, Steps, command
+from delayd.store.transport import Transport
 
 BEAT = 5.0          # seconds between refreshes
 TTL = 3 * BEAT      # an entry not refreshed this long is a dead daemon
@@ -40,16 +41,16 @@ def daemon_id(config: Config, pid: int) -> str:
 def register(client: Any, prefix: str, ident: str, entry: dict[str, Any], ttl: float = TTL) -> int:
     """Write or refresh one daemon's entry; returns Redis's time in ms."""
     body = json.dumps({**entry, "id": ident, "ttl": ttl}, separators=(",", ":"))
-    return int(SCRIPTS["register"](client, keys(prefix), [ident, body, int(ttl * 1000)]))
+    return int(Transport(client).call(ScriptCall(SCRIPTS["register"], keys(prefix), [ident, body, int(ttl * 1000)])))
 
 
 def unregister(client: Any, prefix: str, ident: str) -> None:
-    SCRIPTS["register"](client, keys(prefix), [ident, "", 0])
+    Transport(client).call(ScriptCall(SCRIPTS["register"], keys(prefix), [ident, "", 0]))
 
 
 def live(client: Any, prefix: str) -> list[dict[str, Any]]:
     """The entries of every live daemon, oldest start first, each with `seen_ago` (s) added."""
-    return run(client, live_steps(prefix))
+    return Transport(client).run(live_steps(prefix))
 
 
 def live_steps(prefix: str) -> Steps[list[dict[str, Any]]]:

@@ -26,11 +26,13 @@ def _body(packed: bytes) -> bytes:
 
 
 class Head:
-    """The leading arguments of a command (`EVALSHA sha numkeys keys... args...`), packed once."""
+    """The leading arguments of a command (`EVALSHA sha numkeys keys...` and the first `covers`
+    of its own args), packed once."""
 
-    def __init__(self, *args: Any):
-        self.count = len(args)
-        self.body = _body(pack_any(args))
+    def __init__(self, command: Sequence[Any], args: Sequence[Any]):
+        self.count = len(command) + len(args)
+        self.covers = len(args)
+        self.body = _body(pack_any((*command, *args)))
 
     def pack(self, tail: Sequence[Any]) -> bytes:
         """The command: this head followed by `tail`."""

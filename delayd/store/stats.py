@@ -12,7 +12,9 @@ from typing import Any, Iterable
 from delayd.model.task import printable
 from delayd.store.keys import PRIORITIES
 from delayd.store.scripts import SCRIPTS
+from delayd.store.steps import ScriptCall, Steps, Stream
 from delayd.store.transitions import Store
+from delayd.store.transport import Transport
 
 # Upper bounds (ms) of the lateness histogram; lua/_lib.lua has the same list.
 LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
@@ -131,21 +133,25 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
     }
 
 
-def bucket_call(store: Store, b: int) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of bucket b's stats.lua call."""
+def bucket_call(store: Store, b: int) -> ScriptCall:
+    """Bucket b's stats.lua call."""
     keys = store.keys[b]
-    return ([keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused, *keys.ready_url],
-            [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
+    return ScriptCall(SCRIPTS["stats"],
+                      [keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused,
+                       *keys.ready_url],
+                      [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
 
 
-def read_buckets(redis_client: Any, store: Store) -> list[list[Any]]:
-    """One stats.lua answer per bucket, in one pipelined round trip (Script.many)."""
-    return SCRIPTS["stats"].many(redis_client, [bucket_call(store, b) for b in range(store.buckets)])
+def collect_steps(store: Store) -> Steps[dict[str, Any]]:
+    """Counts, lag, throughput and lateness, overall, per topic and per bucket: one stats.lua
+    call per bucket, all in one round trip."""
+    answers = yield Stream([bucket_call(store, b) for b in range(store.buckets)], window=None)
+    return summary(answers.replies)
 
 
 def collect(redis_client: Any, store: Store) -> dict[str, Any]:
-    """Counts, lag, throughput and lateness, overall, per topic and per bucket."""
-    return summary(read_buckets(redis_client, store))
+    """collect_steps on a redis-py client."""
+    return Transport(redis_client).run(collect_steps(store))
 
 
 def summary(answers: list[list[Any]]) -> dict[str, Any]:

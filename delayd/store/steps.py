@@ -1,17 +1,19 @@
-"""Redis operations written once for the sync Client and the AsyncClient (sans-I/O).
+"""Redis operations written once for sync and async code (sans-I/O), and the requests they make.
 
-An operation is a generator: it yields the Redis requests it needs (a `Command`, a `Batch`
-of commands in one round trip, a `ScriptCall` of a store.Script, or `Send`/`Read` on a
-checked-out connection), receives each reply (or has the request's exception
-raised at the `yield`), and returns its result. `run` drives it on a redis-py client,
-`run_async` on a redis.asyncio one: validation, key layout and reply decoding exist once.
+An operation is a generator: it yields the requests it needs (a `Command`, a `Batch` of commands
+in one round trip, a `ScriptCall` of a Lua script, a `Stream` of script calls on one connection),
+receives each reply (or has the request's exception raised at the `yield`), and returns its
+result. delayd.store.transport runs it, on redis-py or on redis.asyncio: validation, the key
+layout and reply decoding exist once, and only the transport talks to Redis.
 """
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Generator, NamedTuple, Sequence, TypeVar
+from typing import Any, Generator, Iterable, NamedTuple, Sequence, TypeVar
 
 T = TypeVar("T")
-Steps = Generator[Any, Any, T]  # yields Command | ScriptCall, returns T
+Steps = Generator[Any, Any, T]  # yields requests, returns T
+
+STREAM_WINDOW = 4  # script calls of a Stream sent ahead of their replies, by default
 
 
 class Command(NamedTuple):
@@ -20,29 +22,9 @@ class Command(NamedTuple):
     args: tuple[Any, ...]
     options: dict[str, Any] = {}
 
-    def call(self, client: Any) -> Any:
-        return client.execute_command(*self.args, **self.options)
-
-    async def call_async(self, client: Any) -> Any:
-        return await client.execute_command(*self.args, **self.options)
-
 
 def command(*args: Any, **options: Any) -> Command:
     return Command(args, options)
-
-
-class ScriptCall(NamedTuple):
-    """One call of a store.Script (EVALSHA, EVAL on NOSCRIPT)."""
-
-    script: Any
-    keys: Sequence[Any]
-    args: Sequence[Any]
-
-    def call(self, client: Any) -> Any:
-        return self.script(client, self.keys, self.args)
-
-    async def call_async(self, client: Any) -> Any:
-        return await self.script.call_async(client, self.keys, self.args)
 
 
 class Batch(NamedTuple):
@@ -51,69 +33,35 @@ class Batch(NamedTuple):
 
     commands: list[Command]
 
-    def _pipeline(self, client: Any) -> Any:
-        pipe = client.pipeline(transaction=False)
-        for c in self.commands:
-            pipe.execute_command(*c.args, **c.options)
-        return pipe
 
-    def call(self, client: Any) -> Any:
-        return self._pipeline(client).execute(raise_on_error=False)
+class ScriptCall(NamedTuple):
+    """One call of a Lua script (delayd.store.scripts.Script). `head`, if given, is the call's
+    keys and leading args packed once (Script.head), shared by many calls (add's, per bucket)."""
 
-    async def call_async(self, client: Any) -> Any:
-        return await self._pipeline(client).execute(raise_on_error=False)
+    script: Any
+    keys: Sequence[Any]
+    args: Sequence[Any]
+    head: Any = None
 
 
-class Send(NamedTuple):
-    """Send one packed command (delayd.store.resp) on a connection the caller has checked out; its
-    reply is read by a later Read: several requests can be in flight (store.stream_steps)."""
+class Stream(NamedTuple):
+    """Script calls run in order on one connection, `window` of them ahead of their replies (None:
+    all; Redis runs call k while the next ones are packed), then `then` (a command, e.g. WAIT,
+    that must follow them on the same connection). The calls may be produced lazily.
 
-    packed: bytes
+    The reply is a Streamed. After an error reply nothing more is sent and the first error is
+    raised once the replies in flight are read; `replies`, if given, fills as calls are answered,
+    in order, so that after a failure it holds what the calls answered before it did."""
 
-    def call(self, conn: Any) -> None:
-        conn.send_packed_command([self.packed])  # (a list of chunks: bytes alone would be iterated)
-
-    async def call_async(self, conn: Any) -> None:
-        await conn.send_packed_command([self.packed])
-
-
-class Read(NamedTuple):
-    """Read the next reply on that connection (an error reply is raised at the yield)."""
-
-    def call(self, conn: Any) -> Any:
-        return conn.read_response()
-
-    async def call_async(self, conn: Any) -> Any:
-        return await conn.read_response()
+    calls: Iterable[ScriptCall]
+    window: int | None = STREAM_WINDOW
+    replies: list[Any] | None = None
+    then: tuple[Any, ...] = ()
 
 
-def run(client: Any, steps: Steps[T]) -> T:
-    """Drive `steps` on a redis-py client (drive() never suspends there: done in one send)."""
-    async def call(request: Any) -> Any:
-        return request.call(client)
-    try:
-        drive(steps, call).send(None)
-    except StopIteration as done:
-        return done.value
-    raise RuntimeError("a sync request suspended")  # (unreachable: call never awaits)
+class Streamed(NamedTuple):
+    replies: list[Any]   # one per call
+    then: Any = None     # the reply to Stream.then (an error reply as its exception, not raised)
 
 
-async def run_async(client: Any, steps: Steps[T]) -> T:
-    """Drive `steps` on a redis.asyncio client."""
-    return await drive(steps, lambda request: request.call_async(client))
-
-
-async def drive(steps: Steps[T], call: Callable[[Any], Awaitable[Any]]) -> T:
-    """Send each request of `steps` to `call`, its reply (or its exception) back into `steps`."""
-    reply: Any = None
-    resume = steps.send
-    while True:
-        try:
-            request = resume(reply)
-        except StopIteration as done:
-            return done.value
-        try:
-            reply, resume = await call(request), steps.send
-        except Exception as exc:  # raised inside the operation, which may handle it
-            reply, resume = exc, steps.throw
-
+Request = Command | Batch | ScriptCall | Stream

@@ -2,10 +2,10 @@
 and ARGV and decoding its reply."""
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Iterable, Sequence
 
 from delayd.model.task import Task
-from delayd.store import resp
 from delayd.store.keys import BucketKeys, bucket_of, ready_channel, wire
 from delayd.store.replies import (
     CLAIMED_FIELDS,
@@ -23,6 +23,7 @@ from delayd.store.replies import (
 )
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall, Steps
+from delayd.store.transport import Transport
 
 # Parked tasks moved back per resume.lua call (a few ms of Redis time each, whatever the backlog).
 RESUME_BATCH = 1000
@@ -31,14 +32,19 @@ PARK_CHUNK = 1000
 
 
 class Store:
-    """The transitions of the task store, for one key prefix and bucket count."""
+    """The transitions of the task store, for one key prefix and bucket count. Steps run on
+    any transport; the plain methods run on `redis_client` (sync: the daemon's processes)."""
 
     def __init__(self, redis_client: Any, prefix: str, buckets: int):
         self.redis = redis_client
         self.prefix = prefix
         self.buckets = buckets
         self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
-        self._add_heads: dict[tuple[int, bool], resp.Head] = {}
+        self._add_starts: dict[tuple[int, bool], tuple[list[str], list[Any], Any]] = {}
+
+    @cached_property
+    def transport(self) -> Transport:
+        return Transport(self.redis)
 
     def keys_for(self, member: str) -> BucketKeys:
         return self.keys[bucket_of(member, self.buckets)]
@@ -52,24 +58,19 @@ class Store:
             args += [task.key, task.spec_json(), task.priority, mode + "*" if task.recurring else mode, value]
         return args
 
-    def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of one add.lua call writing `tasks` of one bucket."""
-        return [keys.delayed], [keys.tag, int(nx), keys.wake_channel, *self.add_args(tasks)]
+    def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> ScriptCall:
+        """One add.lua call writing `tasks` of one bucket (its reply: 1/0 per task). Its keys and
+        first three args are the same for every call of a bucket: packed once (Script.head)."""
+        start = self._add_starts.get((keys.bucket, nx))
+        if start is None:
+            add_keys, add_args = [keys.delayed], [keys.tag, int(nx), keys.wake_channel]
+            start = self._add_starts[keys.bucket, nx] = (add_keys, add_args, SCRIPTS["add"].head(add_keys, add_args))
+        add_keys, add_args, head = start
+        return ScriptCall(SCRIPTS["add"], add_keys, add_args + self.add_args(tasks), head)
 
-    def add_packed(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> bytes:
-        """add_call as one packed EVALSHA (the part that is the same for every call of a bucket
-        is packed once)."""
-        head = self._add_heads.get((keys.bucket, nx))
-        if head is None:
-            head = self._add_heads[keys.bucket, nx] = SCRIPTS["add"].head(*self.add_call(keys, [], nx))
-        return head.pack(self.add_args(tasks))
-
-    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool, held: Any = None) -> Any:
-        """Write tasks of one bucket in one script call; returns 1/0 per task. `held`: a
-        delayd.store.held.HeldConnection to send it on instead of the store's client."""
-        if held is not None:
-            return SCRIPTS["add"].request(held, self.add_packed(keys, tasks, nx))
-        return SCRIPTS["add"](self.redis, *self.add_call(keys, tasks, nx))
+    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> list[int]:
+        """Write tasks of one bucket in one script call; returns 1/0 per task."""
+        return self.transport.call(self.add_call(keys, tasks, nx))
 
     def delete_steps(self, member: str, hard: bool, retention_ms: int) -> Steps[bool]:
         keys = self.keys_for(member)
@@ -80,19 +81,20 @@ class Store:
             [wire(member), int(hard), retention_ms],
         )))
 
-    def retry_call(self, member: str) -> tuple[list[Any], list[Any]]:
-        """KEYS and ARGV of retry.lua for `member`."""
+    def retry_call(self, member: str) -> ScriptCall:
+        """retry.lua for `member`."""
         keys = self.keys_for(member)
-        return ([keys.task(member), keys.delayed, keys.done("failed"), keys.counts, keys.quarantine],
-                [wire(member), keys.wake_channel])
+        return ScriptCall(SCRIPTS["retry"],
+                          [keys.task(member), keys.delayed, keys.done("failed"), keys.counts, keys.quarantine],
+                          [wire(member), keys.wake_channel])
 
     def retry_steps(self, member: str) -> Steps[int]:
         """1: the failed task runs again now; 0: no such task; -1: it is not failed."""
-        return int((yield ScriptCall(SCRIPTS["retry"], *self.retry_call(member))))
+        return int((yield self.retry_call(member)))
 
     def retry_many(self, members: Sequence[str]) -> list[int]:
-        """retry_steps' answer for each member, in one pipelined round trip (Script.many)."""
-        return [int(code) for code in SCRIPTS["retry"].many(self.redis, [self.retry_call(m) for m in members])]
+        """retry_steps' answer for each member, in one round trip."""
+        return [int(code) for code in self.transport.many([self.retry_call(m) for m in members])]
 
     def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)
@@ -154,12 +156,12 @@ class Store:
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:
         keys = self.keys[bucket]
-        moved, reaped, next_due, next_lease, clock_us, full = SCRIPTS["promote"](
-            self.redis,
+        moved, reaped, next_due, next_lease, clock_us, full = self.transport.call(ScriptCall(
+            SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix],
-        )
+        ))
         return Promoted(moved, reaped, next_due, next_lease, clock_us, bool(full))
 
     # -- queue process ---------------------------------------------------------------
@@ -182,7 +184,7 @@ class Store:
               url: bool = False) -> Claimed:
         """Lease up to n ready tasks of a bucket: URL tasks if `url`, else call and push tasks
         (corrupt entries are quarantined by the script)."""
-        return self.claimed(self.claim_call(bucket, quotas, n, lease_ms, retention_ms, url).call(self.redis))
+        return self.claimed(self.transport.call(self.claim_call(bucket, quotas, n, lease_ms, retention_ms, url)))
 
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]
@@ -203,7 +205,7 @@ class Store:
         """Record outcomes, one Finish (or a tuple of its first fields) per run; a next due time
         (recurring tasks) reschedules the task whatever the outcome but failed, and SCHEDULE_ENDS
         in its place marks a recurring task's last run. False where the run was fenced off."""
-        return self.flags(self.finish_call(bucket, results, retention_ms, attempts_kept).call(self.redis))
+        return self.flags(self.transport.call(self.finish_call(bucket, results, retention_ms, attempts_kept)))
 
     def renew_call(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> ScriptCall:
         keys = self.keys[bucket]
@@ -214,7 +216,7 @@ class Store:
 
     def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
         """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
-        return self.flags(self.renew_call(bucket, runs, lease_ms).call(self.redis))
+        return self.flags(self.transport.call(self.renew_call(bucket, runs, lease_ms)))
 
     # -- the dashboard (reads only) ------------------------------------------------------
     def browse(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str, prefix: str,
@@ -222,8 +224,8 @@ class Store:
         """Walk each of `indexes` (`delayed`, `leases` or `done:<status>` of a bucket) from after `start`
         in `order` ('asc'/'desc'), keeping members of `topic` whose id starts with `prefix`; each walk
         stops after `limit` matches or `budget` entries examined (see lua/browse.lua). One pipelined
-        round trip for all (Script.many)."""
+        round trip for all."""
         cursor = (start[0], wire(start[1])) if start else ("", "")  # redis-py sends inf as 'inf'
         args = [order, *cursor, wire(topic), wire(prefix), limit, budget]
-        replies = SCRIPTS["browse"].many(self.redis, [([index], args) for index in indexes])
+        replies = self.transport.many([ScriptCall(SCRIPTS["browse"], [index], args) for index in indexes])
         return [browsed(index, reply) for index, reply in zip(indexes, replies)]

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from redis.cluster import RedisCluster
-
 from delayd.store import stats as stats_mod
+from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
 
 MINUTE_MS = 60_000   # lua/_lib.lua: MINUTE_MS
@@ -23,22 +22,17 @@ class Minute(NamedTuple):
     events: dict[str, int]       # started, ok, failed, retry, quarantine, lapsed, le:<ms> ... over every topic
 
 
-def minute_key(store: Store, bucket: int, minute: int) -> str:
-    return f"{store.keys[bucket].window_prefix}m:{minute}"
-
-
 def last_hour(store: Store, minutes: int = MINUTES) -> list[Minute]:
+    """last_hour_steps on the store's client."""
+    return store.transport.run(last_hour_steps(store, minutes))
+
+
+def last_hour_steps(store: Store, minutes: int = MINUTES) -> Steps[list[Minute]]:
     """The run events of each of the last `minutes` minutes (the current one last), summed over topics."""
-    seconds, micros = store.redis.time()
+    seconds, micros = yield command("TIME")
     current = (seconds * 1000 + micros // 1000) // MINUTE_MS
     wanted = [(b, m) for m in range(current - minutes + 1, current + 1) for b in range(store.buckets)]
-    if isinstance(store.redis, RedisCluster):
-        replies: list[Any] = [store.redis.hgetall(minute_key(store, b, m)) for b, m in wanted]
-    else:
-        pipe = store.redis.pipeline(transaction=False)
-        for b, m in wanted:
-            pipe.hgetall(minute_key(store, b, m))
-        replies = pipe.execute(raise_on_error=False)
+    replies: list[Any] = yield Batch([command("HGETALL", store.keys[b].minute(m)) for b, m in wanted])
     by_minute = {m: stats_mod.new_events() for m in range(current - minutes + 1, current + 1)}
     for (_, m), reply in zip(wanted, replies):
         if isinstance(reply, Exception):

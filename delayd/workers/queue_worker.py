@@ -14,7 +14,7 @@ One main thread owns all Redis state changes and batches them: each loop turn se
 its finishes (one call per bucket, every run that ended since the last turn), lease
 renewals and claims (up to the free slots of each kind: URL tasks wait in ready lists
 of their own, so a backlog of one kind never holds back the other) in one round trip
-(delayd.store.link). A handler past the task timeout is abandoned: its
+(delayd.store.transport.Link). A handler past the task timeout is abandoned: its
 slot is freed at once and the run is recorded as a timeout; its thread is
 replaced, and left to finish (or not) on its own. A URL run's timeout counts from
 the moment its request is sent (it may first wait for its host: delayd.targets.url.hosts).
@@ -46,7 +46,6 @@ from delayd.model.task import RETRY_JITTER, Task, TaskError
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import PRIORITIES, ready_channel
-from delayd.store.link import Link
 from delayd.store.replies import SCHEDULE_ENDS, Claimed, Finish
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
@@ -128,7 +127,7 @@ class QueueWorker:
         self.engine = Engine(config, self.runner)  # also runs async def targets for the pool's threads
         self.health = RedisHealth(log, config.redis_url)
         self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
-        self.link = Link(self.redis)
+        self.link = self.store.transport.link()
         self.pool = Pool(config.concurrency, self.execute, lambda: self.events.put(("results", None)))
         self.in_hand: dict[str, Run] = {}
         self.finished: dict[int, list[tuple[Run, Finish]]] = {}
@@ -347,7 +346,7 @@ class QueueWorker:
 
     def sync(self) -> None:
         """All Redis work of one turn: finishes, lease renewals, claims, in one round trip
-        (delayd.store.link); more claims follow only while a bucket fills every free slot."""
+        (delayd.store.transport.Link); more claims follow only while a bucket fills every free slot."""
         try:
             calls = self.finish_calls()
             if self.in_hand and time.monotonic() >= self.next_renew:

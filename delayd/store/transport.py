@@ -1,0 +1,275 @@
+"""The one road to Redis: the only code that sends requests to it.
+
+Operations are written once as steps (delayd.store.steps). A Transport runs them on a redis-py
+client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
+- a script call goes by SHA. After NOSCRIPT (Redis restarted, or its script cache was flushed)
+  the call is sent again once, with its script: as EVAL through redis-py's client, or after a
+  SCRIPT LOAD on a connection of our own (calls in flight behind it are sent again, in order);
+- a Stream of script calls goes on one connection, a window of calls ahead of their replies,
+  or one call after the other on Redis Cluster, whose pipeline refuses EVALSHA and whose buckets
+  live on several nodes (the only place that tells Cluster apart);
+- a Client's single script calls go on a connection it keeps aside (delayd.store.held), the
+  fast path of a single add; a queue process's main thread keeps one for its streams (`Link`).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
+
+import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from delayd.store import held as held_mod
+from delayd.store import resp
+from delayd.store.steps import Batch, Command, Request, ScriptCall, Steps, Stream, Streamed
+
+T = TypeVar("T")
+
+
+class Transport:
+    """Runs steps and sends requests on a redis-py client. `hold`: single script calls go on a
+    connection kept aside (a plain client only; see delayd.store.held)."""
+
+    def __init__(self, client: Any, hold: bool = False):
+        self.client = client
+        self.cluster = isinstance(client, RedisCluster)
+        self.held = held_mod.held(client) if hold else None
+
+    def run(self, steps: Steps[T]) -> T:
+        """Drive `steps` to its result (_drive never suspends here: done in one send)."""
+        async def send(request: Request) -> Any:
+            return self.send(request)
+        try:
+            _drive(steps, send).send(None)
+        except StopIteration as done:
+            return done.value
+        raise RuntimeError("a sync request suspended")  # (unreachable: send never awaits)
+
+    def send(self, request: Request) -> Any:
+        """One request's reply."""
+        if type(request) is ScriptCall:
+            return self.call(request)
+        if type(request) is Command:
+            return self.client.execute_command(*request.args, **request.options)
+        if type(request) is Batch:
+            return _pipeline(self.client, request).execute(raise_on_error=False)
+        return self.stream(request)
+
+    def call(self, call: ScriptCall) -> Any:
+        """One script call's reply (an error reply raised)."""
+        if self.held is None:
+            try:
+                return self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+            except redis.exceptions.NoScriptError:
+                return self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys,
+                                                   *call.args)
+        packed = call.script.pack(call.keys, call.args, call.head)
+        try:
+            return self.held.request(packed)
+        except redis.exceptions.NoScriptError:
+            self.held.request(call.script.load_command())
+            return self.held.request(packed)
+
+    def many(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """The replies of `calls`, all in flight at once (a Stream with no window)."""
+        return self.stream(Stream(calls, window=None)).replies
+
+    def stream(self, stream: Stream) -> Streamed:
+        """A Stream on a connection of the pool checked out for it (see delayd.store.steps.Stream)."""
+        if self.cluster:
+            return self._one_by_one(stream)
+        with held_mod.checked_out(self.client) as conn:
+            return _on_connection(conn, stream)
+
+    def _one_by_one(self, stream: Stream) -> Streamed:
+        if stream.then:
+            raise ValueError(f"{stream.then[0]} after a stream is not supported on Redis Cluster")
+        replies = [] if stream.replies is None else stream.replies
+        for call in stream.calls:
+            replies.append(self.call(call))
+        return Streamed(replies)
+
+    def link(self) -> "Link":
+        return Link(self)
+
+
+class Link:
+    """A connection kept for one thread's streams: the queue process's main thread sends each
+    turn's finishes, lease renewals and claims together, one round trip per turn."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.conn: Any = None
+
+    def run(self, calls: Sequence[ScriptCall], replies: list[Any]) -> None:
+        """Run `calls`, their replies read into `replies`; raises the first error (a reply or the
+        connection's) once the replies before it are there. After a connection error the effects
+        of the calls without a reply are unknown (and the connection is dropped)."""
+        stream = Stream(calls, window=None, replies=replies)
+        if self.transport.cluster:
+            self.transport._one_by_one(stream)
+            return
+        if self.conn is None:
+            self.conn = self.transport.client.connection_pool.get_connection()  # the thread's alone
+        held_mod.drop_if_stale(self.conn)
+        try:
+            _on_connection(self.conn, stream)
+        except BaseException:
+            self.conn.disconnect()  # a half-read reply must never be read as the next call's
+            raise
+
+
+class AsyncTransport:
+    """Transport's requests on a redis.asyncio client."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.cluster = isinstance(client, AsyncRedisCluster)
+
+    async def run(self, steps: Steps[T]) -> T:
+        return await _drive(steps, self.send)
+
+    async def send(self, request: Request) -> Any:
+        if type(request) is ScriptCall:
+            return await self.call(request)
+        if type(request) is Command:
+            return await self.client.execute_command(*request.args, **request.options)
+        if type(request) is Batch:
+            return await _pipeline(self.client, request).execute(raise_on_error=False)
+        return await self.stream(request)
+
+    async def call(self, call: ScriptCall) -> Any:
+        try:
+            return await self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                                                     *call.args)
+        except redis.exceptions.NoScriptError:
+            return await self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys,
+                                                     *call.args)
+
+    async def stream(self, stream: Stream) -> Streamed:
+        if self.cluster:
+            replies = [] if stream.replies is None else stream.replies
+            if stream.then:
+                raise ValueError(f"{stream.then[0]} after a stream is not supported on Redis Cluster")
+            for call in stream.calls:
+                replies.append(await self.call(call))
+            return Streamed(replies)
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            return await _drive(_stream_steps(stream), lambda request: request(conn))
+        except BaseException:
+            await conn.disconnect()  # dropped rather than returned with replies in flight
+            raise
+        finally:
+            await pool.release(conn)
+
+
+def _pipeline(client: Any, batch: Batch) -> Any:
+    pipe = client.pipeline(transaction=False)
+    for c in batch.commands:
+        pipe.execute_command(*c.args, **c.options)
+    return pipe
+
+
+async def _drive(steps: Steps[T], send: Callable[[Any], Awaitable[Any]]) -> T:
+    """Send each request of `steps`, its reply (or its exception) back into `steps`."""
+    reply: Any = None
+    resume = steps.send
+    while True:
+        try:
+            request = resume(reply)
+        except StopIteration as done:
+            return done.value
+        try:
+            reply, resume = await send(request), steps.send
+        except Exception as exc:  # raised inside the operation, which may handle it
+            reply, resume = exc, steps.throw
+
+
+def _on_connection(conn: Any, stream: Stream) -> Streamed:
+    """A Stream on a redis-py connection checked out for it."""
+    async def send(request: Callable[[Any], Any]) -> Any:
+        return request(conn)
+    try:
+        _drive(_stream_steps(stream), send).send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a sync request suspended")
+
+
+def _send(packed: bytes) -> Callable[[Any], Any]:
+    """A request of _stream_steps: send `packed` on the connection (sync or async)."""
+    return lambda conn: conn.send_packed_command([packed])  # (a list of chunks: bytes alone would be iterated)
+
+
+def _read(conn: Any) -> Any:
+    """A request of _stream_steps: the connection's next reply (an error reply raised)."""
+    return conn.read_response()
+
+
+def _stream_steps(stream: Stream) -> Steps[Streamed]:
+    """A Stream as sends and reads on one connection (see delayd.store.steps.Stream).
+
+    A call refused with NOSCRIPT is followed at once by a SCRIPT LOAD of its script (once per
+    script) and sent again, once; the calls in flight behind it are refused too and sent again in
+    their order, so the calls still run in order. Connection errors leave the connection to be dropped.
+    """
+    window = stream.window
+    replies = [] if stream.replies is None else stream.replies
+    sent: list[tuple[ScriptCall, bytes]] = []
+    answers: dict[int, Any] = {}           # replies read ahead of an earlier call's (sent again)
+    pending: deque[int | None] = deque()   # what each reply in flight answers: a call, or a SCRIPT LOAD
+    loaded: set[str] = set()
+    again: set[int] = set()
+    errors: list[Exception] = []
+
+    def read() -> Steps[None]:
+        n = pending.popleft()
+        try:
+            reply = yield _read
+        except redis.exceptions.NoScriptError as exc:
+            if n is None or n in again or errors:  # (after an error nothing more is sent)
+                errors.append(exc)
+                reply = exc
+            else:
+                script = sent[n][0].script
+                if script.name not in loaded:
+                    loaded.add(script.name)
+                    yield _send(script.load_command())
+                    pending.append(None)
+                again.add(n)
+                yield _send(sent[n][1])
+                pending.append(n)
+                return
+        except redis.exceptions.ResponseError as exc:
+            errors.append(exc)
+            reply = exc
+        if n is not None:
+            answers[n] = reply
+            while len(replies) in answers:
+                replies.append(answers.pop(len(replies)))
+
+    for call in stream.calls:
+        if errors:
+            break
+        packed = call.script.pack(call.keys, call.args, call.head)
+        sent.append((call, packed))
+        yield _send(packed)
+        pending.append(len(sent) - 1)
+        while window is not None and len(pending) > window:
+            yield from read()
+    while pending:
+        yield from read()
+    if errors:
+        raise errors[0]
+    then = None
+    if stream.then:
+        yield _send(resp.pack(stream.then))
+        try:
+            then = yield _read
+        except redis.exceptions.ResponseError as exc:  # e.g. WAITAOF on a Redis whose AOF was turned off
+            then = exc
+    return Streamed(replies, then)
+
