@@ -26,14 +26,17 @@ class Formatter(logging.Formatter):
     def __init__(self, style: str):
         super().__init__()
         self.style = style
-        self._second: tuple[int, str] = (-1, "")
+        self._second: tuple[int, str, str] = (-1, "", "")
 
     def timestamp(self, created: float) -> str:
-        """Local time with milliseconds; the strftime part is computed once per second."""
+        """Local time with milliseconds and its UTC offset (ISO 8601: 2026-12-04T21:50:07.123+01:00),
+        so that lines from hosts in other zones compare; the strftime part is computed once per second."""
         second = int(created)
         if second != self._second[0]:
-            self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(second)))
-        return f"{self._second[1]}.{int((created - second) * 1000):03d}"
+            local = time.localtime(second)
+            offset = time.strftime("%z", local)
+            self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", local), f"{offset[:3]}:{offset[3:]}")
+        return f"{self._second[1]}.{int((created - second) * 1000):03d}{self._second[2]}"
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {"ts": self.timestamp(record.created), "level": record.levelname.lower(),
