@@ -21,14 +21,14 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def head(self, keys: Sequence[Any], args: Sequence[Any]) -> resp.Head:
-        """The start of calls of this script with these `keys` and leading `args`, packed once
-        (a ScriptCall's `head`: add's per bucket)."""
-        return resp.Head(("EVALSHA", self.sha, len(keys), *keys), args)
+        """The start of calls of this script with these leading `keys` and `args`, packed once
+        (a ScriptCall's `head`: add's, per bucket)."""
+        return resp.Head(self.sha, keys, args)
 
     def pack(self, keys: Sequence[Any], args: Sequence[Any], head: resp.Head | None = None) -> bytes:
         """EVALSHA of this script with `keys` and `args`, in RESP (`head`: their start, packed)."""
         if head is not None:
-            return head.pack(args[head.covers:])
+            return head.pack(keys[head.key_count:], args[head.arg_count:])
         return resp.pack_any(("EVALSHA", self.sha, len(keys), *keys, *args))
 
     def load_command(self) -> bytes:

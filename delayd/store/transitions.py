@@ -31,6 +31,12 @@ RESUME_BATCH = 1000
 PARK_CHUNK = 1000
 
 
+def add_keys(keys: BucketKeys) -> list[str]:
+    """add.lua's leading KEYS: the bucket's keys it may touch (docs/protocol.md)."""
+    return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
+            keys.done("deleted"), keys.quarantine, keys.paused]
+
+
 class Store:
     """The transitions of the task store, for one key prefix and bucket count. Steps run on
     any transport; the plain methods run on `redis_client` (sync: the daemon's processes)."""
@@ -50,23 +56,28 @@ class Store:
         return self.keys[bucket_of(member, self.buckets)]
 
     # -- producers -------------------------------------------------------------------
-    def add_args(self, tasks: Iterable[tuple[Task, str, int]]) -> list[Any]:
-        """Flatten (task, mode, value_ms) triples into add.lua's per-task ARGV (a recurring
-        task's mode gets a '*': it goes in the `recurring` index too)."""
+    def add_args(self, keys: BucketKeys, tasks: Iterable[tuple[Task, str, int]]) -> tuple[list[Any], list[Any]]:
+        """add.lua's per-task KEYS (the record, the topic's parked set) and ARGV (spec, priority,
+        mode, value) of (task, mode, value_ms) triples (a recurring task's mode gets a '*': it goes
+        in the `recurring` index too)."""
+        task_keys: list[Any] = []
         args: list[Any] = []
         for task, mode, value in tasks:
-            args += [task.key, task.spec_json(), task.priority, mode + "*" if task.recurring else mode, value]
-        return args
+            task_keys += [keys.task(task.key), keys.parked(task.topic)]
+            args += [task.spec_json(), task.priority, mode + "*" if task.recurring else mode, value]
+        return task_keys, args
 
     def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> ScriptCall:
-        """One add.lua call writing `tasks` of one bucket (its reply: 1/0 per task). Its keys and
-        first three args are the same for every call of a bucket: packed once (Script.head)."""
+        """One add.lua call writing `tasks` of one bucket (docs/protocol.md; its reply: 1/0 per
+        task). Its leading keys and args are the same for every call of a bucket: packed once
+        (Script.head)."""
         start = self._add_starts.get((keys.bucket, nx))
         if start is None:
-            add_keys, add_args = [keys.delayed], [keys.tag, int(nx), keys.wake_channel]
-            start = self._add_starts[keys.bucket, nx] = (add_keys, add_args, SCRIPTS["add"].head(add_keys, add_args))
-        add_keys, add_args, head = start
-        return ScriptCall(SCRIPTS["add"], add_keys, add_args + self.add_args(tasks), head)
+            lead_keys, lead_args = add_keys(keys), [int(nx), keys.wake_channel]
+            start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, SCRIPTS["add"].head(lead_keys, lead_args))
+        lead_keys, lead_args, head = start
+        task_keys, args = self.add_args(keys, tasks)
+        return ScriptCall(SCRIPTS["add"], lead_keys + task_keys, lead_args + args, head)
 
     def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> list[int]:
         """Write tasks of one bucket in one script call; returns 1/0 per task."""

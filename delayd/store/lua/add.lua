@@ -1,52 +1,248 @@
--- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket.
--- KEYS: delayed (which names the bucket's slot)
--- ARGV: the bucket's key tag (`P{N}:`), nx (1/0), wake channel, then per task 5 values:
---       member (topic:id), spec JSON, priority, mode, value (ms)
+-- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
+-- KEYS: delayed, counts, recurring, leases, done:ok, done:failed, done:deleted, quarantine,
+--       paused (the bucket's keys, all under its tag `P{N}:`), then per task 2 keys: its
+--       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
+-- ARGV: nx (1/0), wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
--- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index.
+-- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
+-- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md).
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns one 1 (written) or 0 (exists, nx) per task.
+-- Every key the script may touch is in KEYS (Cluster proxies and Redis-compatible servers
+-- route and check by them); the task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a RENAME aside cannot
 -- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
--- type is checked by reading its head with pcall, before any write. The bucket's other
--- keys are named here, from the tag, when a task needs them: every argument costs Redis
--- ~0.25 us per call (parsed, then pushed into KEYS or ARGV), a third of add's arguments.
+-- type is checked by reading its head with pcall, before any write.
 local now = now_ms()
-local tag, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
-local prefix, counts_key = tag .. 't:', tag .. 'counts'
+local nx, channel = ARGV[1] == '1', ARGV[2]
+local delayed, counts_key, recurring_key = KEYS[1], KEYS[2], KEYS[3]
+local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
+local prefix = tag .. 't:'
+local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'counts'
+  or recurring_key ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases' or KEYS[5] ~= tag .. 'done:ok'
+  or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted' or KEYS[8] ~= tag .. 'quarantine'
+  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= 9 + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
+if bad_keys then
+  return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
+end
+-- The one gate of validity (docs/protocol.md, section 7): whatever would make the daemon misread
+-- a record is refused here, whoever the producer, with `ERR delayd:bad-task <field>: <reason>`,
+-- every task of the call checked before anything is written. Clients check first, for messages
+-- their users can act on (delayd.model.task); this is what holds when one does not.
+local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
+local FIELDS = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
+  body = 1, params = 1, intervals = 1, persistent = 1, retries = 1}
+local Refused = {}  -- raised (as a table) by refuse(), caught by the pcall around check()
+
+local function refuse(field, reason)
+  error({Refused, field .. ': ' .. reason}, 0)
+end
+
+-- UTF-8 text: ASCII at once, else every sequence well formed (no overlong forms, surrogates or
+-- code points past U+10FFFF), as Python's decoder reads it.
+local function utf8_ok(text)
+  if string.find(text, '^[%z\1-\127]*$') then return true end
+  local i, n = 1, #text
+  while i <= n do
+    local c = string.byte(text, i)
+    local len, low, high = 1, 128, 191
+    if c < 128 then len = 1
+    elseif c >= 194 and c <= 223 then len = 2
+    elseif c >= 224 and c <= 239 then
+      len = 3
+      if c == 224 then low = 160 elseif c == 237 then high = 159 end
+    elseif c >= 240 and c <= 244 then
+      len = 4
+      if c == 240 then low = 144 elseif c == 244 then high = 143 end
+    else return false end
+    for j = 1, len - 1 do
+      local b = string.byte(text, i + j)
+      if not b or b < (j == 1 and low or 128) or b > (j == 1 and high or 191) then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+-- A topic, id or push list: 1-512 characters of UTF-8, no space or control character. (Printable
+-- ASCII, the usual name, is one anchored pattern: far cheaper in Lua than a search for a class.)
+local function check_name(field, text)
+  if type(text) ~= 'string' then refuse(field, 'must be a string') end
+  if #text <= MAX_NAME and string.find(text, '^[!-~]+$') then return end
+  if text == '' then refuse(field, 'must not be empty') end
+  if string.find(text, '[%z\1-\32\127]') then refuse(field, 'must not contain spaces or control characters') end
+  if not utf8_ok(text) then refuse(field, 'is not valid UTF-8 text') end
+  if #text > MAX_NAME and #string.gsub(text, '[\128-\191]', '') > MAX_NAME then
+    refuse(field, 'is longer than ' .. MAX_NAME .. ' characters')
+  end
+end
+
+-- `package.module:function`: dotted identifiers on both sides of one ':'. Checked once per call
+-- for each distinct name (good_targets), as topics are (good_topics): a batch repeats a few.
+local good_targets, good_topics = {}, {}
+local function check_target(field, text)
+  if good_targets[text] then return end
+  if type(text) ~= 'string' or not string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
+      or string.find(text, '%.[^A-Za-z_]') or string.find(text, '%.$') then
+    refuse(field, 'must look like package.module:function')
+  end
+  good_targets[text] = true
+end
+
+local function check_number(field, value, low, high, low_open)
+  if type(value) ~= 'number' or value ~= value or value < low or value > high or (low_open and value == low) then
+    refuse(field, 'must be a number ' .. (low_open and '> ' or '>= ') .. low .. ' and <= ' .. high)
+  end
+end
+
+-- A JSON array (cjson decodes [] and {} both as an empty table: either passes as empty).
+local function is_array(t)
+  local n = #t
+  for k in pairs(t) do
+    if type(k) ~= 'number' or k < 1 or k > n then return false end
+  end
+  return true
+end
+
+-- One task of the call: its keys, priority, mode, value and spec. Returns the member.
+local function check(task_key, parked, spec, priority, mode, value)
+  if string.sub(task_key, 1, #prefix) ~= prefix then refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>') end
+  local member = string.sub(task_key, #prefix + 1)
+  local topic, id = string.match(member, '^(.*):([^:]*)$')
+  if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
+  if not good_topics[topic] then
+    check_name('topic', topic)
+    good_topics[topic] = true
+  end
+  check_name('id', id)
+  if parked ~= KEYS[9] .. ':' .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
+  if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
+  local at = mode == 'at' or mode == 'at*'
+  if mode == 'next*' then
+    if value ~= '0' then refuse('mode', 'next* takes the value 0') end
+  elseif not at and mode ~= 'delay' and mode ~= 'delay*' then
+    refuse('mode', 'must be delay, at, delay*, at* or next*')
+  end
+  local ms = int_of(value)
+  if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
+    refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
+  end
+  if #spec > MAX_SPEC then refuse('spec', 'is ' .. #spec .. ' bytes, more than ' .. MAX_SPEC) end
+  if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
+  local decoded, t = pcall(cjson.decode, spec)
+  if not decoded or type(t) ~= 'table' or (next(t) ~= nil and is_array(t)) then refuse('spec', 'is not a JSON object') end
+  for name in pairs(t) do
+    if not FIELDS[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
+  end
+  local call, url, push = t.call, t.url, t.push
+  local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
+    + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
+    + (push ~= nil and push ~= '' and push ~= cjson.null and 1 or 0)
+  if targets ~= 1 then refuse('target', 'give exactly one of call, url or push') end
+  if t.call ~= nil then check_target('call', t.call) end
+  if t.callback ~= nil then check_target('callback', t.callback) end
+  if t.push ~= nil then check_name('push', t.push) end
+  if t.url ~= nil then
+    local host = type(t.url) == 'string' and string.match(t.url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
+    host = host and string.gsub(host, '^.*@', '')
+    if not host or host == '' or host == ':' or string.find(t.url, '[%z\1-\32\127]') then
+      refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
+    end
+    if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
+  end
+  if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
+  if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
+  if t.params ~= nil and (type(t.params) ~= 'table' or (next(t.params) ~= nil and is_array(t.params))) then
+    refuse('params', 'must be a JSON object')
+  end
+  if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
+  if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
+  local schedules = 0
+  if t.intervals ~= nil then
+    schedules = 1
+    local list = t.intervals
+    if type(list) ~= 'table' or not is_array(list) or #list == 0 or #list > 1000 then
+      refuse('intervals', 'must be a list of 1 to 1000 numbers of seconds')
+    end
+    for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
+  end
+  if t.every ~= nil then
+    schedules = schedules + 1
+    check_number('every', t.every, 1, TEN_YEARS)
+  end
+  if t.cron ~= nil then
+    schedules = schedules + 1
+    local fields = 0
+    if type(t.cron) == 'string' then
+      for word in string.gmatch(t.cron, '%S+') do
+        fields = fields + 1
+        if not string.find(word, '^[%w%*/,%-%?#]+$') then fields = 99 end
+      end
+    end
+    if fields ~= 5 then refuse('cron', 'must be five fields: minute hour day-of-month month day-of-week') end
+  end
+  if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
+  if t.tz ~= nil then
+    if t.cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
+    if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
+      refuse('tz', 'must be an IANA zone name like Europe/Berlin')
+    end
+  end
+  if t.retries ~= nil then
+    if type(t.retries) ~= 'number' or int_of(t.retries) == nil or t.retries < 0 or t.retries > 10000 then
+      refuse('retries', 'must be an integer from 0 to 10000')
+    end
+    if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
+    if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
+  end
+  local recurs = string.sub(mode, -1) == '*'
+  if recurs ~= (t.every ~= nil or t.cron ~= nil) then
+    refuse('mode', "ends in '*' for a task with every or cron, and only then")
+  end
+  if mode == 'next*' and t.cron == nil then refuse('mode', 'next* is for a cron task') end
+  return member
+end
+
+local members = {}
+for i = 3, #ARGV, 4 do
+  local k = 10 + (i - 3) / 2
+  local ok, err = pcall(check, KEYS[k], KEYS[k + 1], ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+  if not ok then
+    if type(err) ~= 'table' or err[1] ~= Refused then error(err, 0) end
+    return redis.error_reply('ERR delayd:bad-task ' .. err[2] .. ' (task ' .. (i + 1) / 4 .. ' of the call)')
+  end
+  members[#members + 1] = err
+end
+
 local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
-local head = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head = redis.pcall('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if head['err'] then
-  expect('zset', KEYS[1])
+  expect('zset', delayed)
   head = {}
 end
 local head_due = tonumber(head[2] or math.huge)
 
--- What replacing a task takes, made at the first replacement of a call: the keys only a
--- replacement touches are type-checked then, and the lib helpers only it uses are defined
--- here (lua_lib), so a call that writes fresh tasks never builds them. The function it
--- returns clears the old record and its index entries, and gives the new record's token.
 local function replacing()
   --[[lib]]
-  expect('zset', tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed', tag .. 'done:deleted')
-  local quarantine_key, paused_key = tag .. 'quarantine', tag .. 'paused'
+  expect('zset', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+  local quarantine_key = KEYS[8]
   expect('hash', quarantine_key)
-  return function(task_key, member, topic, recurs, old)
+  return function(task_key, parked, member, topic, recurs, old)
     -- A live ready-list entry of the old record goes stale with it.
     if old[2] == '1' then count_ready(old[3], topic, -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
-    zrem_counted(tag .. 'leases', member, 'running', topic)
-    zrem_counted(tag .. 'done:ok', member, 'ok', topic)
-    zrem_counted(tag .. 'done:failed', member, 'failed', topic)
-    zrem_counted(tag .. 'done:deleted', member, 'deleted', topic)
-    expect('zset', parked_key(paused_key, topic))
-    zrem_counted(parked_key(paused_key, topic), member, 'parked', topic)
+    zrem_counted(KEYS[4], member, 'running', topic)
+    zrem_counted(KEYS[5], member, 'ok', topic)
+    zrem_counted(KEYS[6], member, 'failed', topic)
+    zrem_counted(KEYS[7], member, 'deleted', topic)
+    expect('zset', parked)
+    zrem_counted(parked, member, 'parked', topic)
     if not recurs then
-      schedules = schedules or recurring_index(tag .. 'recurring')
+      schedules = schedules or recurring_index(recurring_key)
       schedules.remove(member)
     end
     return claim_token(old[4], old[5]) + 1
@@ -57,22 +253,23 @@ local replace  -- replacing()'s function, once a task of this call replaces one
 local earliest = math.huge
 local written = {}
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
-for i = 4, #ARGV, 5 do
-  local member, spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local value = tonumber(ARGV[i + 4])
-  local task_key = prefix .. member
+for i = 3, #ARGV, 4 do
+  local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local value = tonumber(ARGV[i + 3])
+  local k = 10 + (i - 3) / 2
+  local task_key, parked, member = KEYS[k], KEYS[k + 1], members[(i + 1) / 4]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
   local old  -- the old record's fields; nil when there is none, or the key is not a hash
   if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created') end
-  local recurs = mode == 'delay*' or mode == 'at*'
+  local recurs = string.sub(mode, -1) == '*'
   if nx and old then
     written[#written + 1] = 0
   else
     local due = value
-    if mode == 'delay' or mode == 'delay*' then due = now + value end
+    if mode == 'delay' or mode == 'delay*' or mode == 'next*' then due = now + value end
     local topic = topic_of(member)
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
@@ -80,10 +277,11 @@ for i = 4, #ARGV, 5 do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, member, topic, recurs, old or {})
+      token = replace(task_key, parked, member, topic, recurs, old or {})
     end
     local url = is_url(spec)
-    if not url and priority == DEFAULT_PRIORITY and token <= now then  -- the usual case: no table to build
+    local first = mode == 'next*'
+    if not url and priority == DEFAULT_PRIORITY and token <= now and not first then  -- the usual case: no table
       redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now, 'due', due)
     else
       local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
@@ -100,6 +298,12 @@ for i = 4, #ARGV, 5 do
         fields[#fields + 1] = 'claim'
         fields[#fields + 1] = token
       end
+      -- A cron task without a first due time: due now, and its first claim gives it the calendar's
+      -- next time after `created` instead of running it (delayd.workers.queue_worker, first_due).
+      if first then
+        fields[#fields + 1] = 'first'
+        fields[#fields + 1] = 'cron'
+      end
       redis.call('HSET', task_key, unpack(fields))
     end
     local scores = by_topic[topic]
@@ -110,7 +314,7 @@ for i = 4, #ARGV, 5 do
     scores[#scores + 1] = due
     scores[#scores + 1] = member
     if recurs then
-      schedules = schedules or recurring_index(tag .. 'recurring')
+      schedules = schedules or recurring_index(recurring_key)
       schedules.add(member)
     end
     if due < earliest then earliest = due end
@@ -120,7 +324,7 @@ end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
 -- counts go through `counts` (flush_counts).
 for topic, scores in pairs(by_topic) do
-  local added = redis.call('ZADD', KEYS[1], unpack(scores))
+  local added = redis.call('ZADD', delayed, unpack(scores))
   if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end
 end
 -- The bucket process is woken once per batch, if the batch moved its head earlier.
