@@ -1,0 +1,259 @@
+// delayd-client: add, delete and read delayd tasks from Node with an ioredis connection.
+// Each call runs the package's own Lua scripts (delayd/store/lua, linked as the Python client
+// links them: ./lua.js) after the checks of delayd's Python Client (./task.js), so a task
+// added from here is stored as the same task added from Python. The key layout, the meta hash
+// and each script's KEYS/ARGV are those of docs/redis-layout.md.
+import { script } from './lua.js';
+import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
+
+export { TaskError } from './task.js';
+
+/** The store's metadata in Redis is unreadable, or from another version of delayd (one line). */
+export class StoreError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'StoreError';
+  }
+}
+
+const LAYOUT = '1'; // delayd.store.keys.LAYOUT: the layout this client writes
+const MAX_BUCKETS = 1024;
+const ADD_BATCH = 200; // tasks per add.lua call, as the Python client sends them
+const STATUSES = ['delayed', 'running', 'ok', 'failed', 'deleted'];
+const ATTEMPT_FIELDS = ['run', 'at', 'ms', 'outcome', 'status', 'error'];
+
+// CRC-32 (zlib's): a task's bucket is crc32(`topic:id` as UTF-8) % buckets.
+const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
+  let c = n;
+  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  return c >>> 0;
+});
+
+export function bucketOf(member, buckets) {
+  let crc = 0xffffffff;
+  for (const byte of Buffer.from(member, 'utf8')) crc = CRC_TABLE[(crc ^ byte) & 0xff] ^ (crc >>> 8);
+  return ((crc ^ 0xffffffff) >>> 0) % buckets;
+}
+
+const shown = (text) => JSON.stringify(text.length > 40 ? text.slice(0, 40) + '...' : text);
+
+export class Client {
+  /**
+   * @param redis an ioredis instance (connected or lazily connecting)
+   * @param options prefix ('delayd:'), buckets (recorded on first use of a store: 4),
+   *   paramsLimit (65536), retries (the daemon's default for `get`: 20), retention (s, 604800),
+   *   allowedModules (null: any module)
+   */
+  constructor(redis, { prefix = 'delayd:', buckets = 4, paramsLimit = DEFAULT_PARAMS_LIMIT, retries = DEFAULT_RETRIES,
+    retention = 604800, allowedModules = null } = {}) {
+    if (typeof prefix !== 'string' || !prefix || /[{}]/.test(prefix)) {
+      throw new TypeError("prefix must be non-empty and must not contain '{' or '}'");
+    }
+    this.redis = redis;
+    this.prefix = prefix;
+    this.options = { paramsLimit, allowedModules };
+    this.defaultBuckets = buckets;
+    this.defaultRetries = retries;
+    this.retentionMs = Math.trunc(retention * 1000);
+    this.buckets = null; // read from the meta hash on first use
+    this.scripts = { add: script('add'), delete: script('delete') };
+  }
+
+  /** The bucket count recorded in Redis (recorded on first use), the layout checked (keys.bucket_count). */
+  async store() {
+    if (this.buckets !== null) return this.buckets;
+    const key = `${this.prefix}meta`;
+    let stored;
+    let layout;
+    try {
+      [stored, layout] = await this.redis.hmget(key, 'buckets', 'layout');
+      if (stored === null || layout === null) {
+        if (stored === null) await this.redis.hsetnx(key, 'buckets', this.defaultBuckets);
+        await this.redis.hsetnx(key, 'layout', LAYOUT);
+        [stored, layout] = await this.redis.hmget(key, 'buckets', 'layout');
+      }
+    } catch (exc) {
+      if (!/WRONGTYPE/.test(exc.message)) throw exc;
+      throw new StoreError(`${key} in Redis is not a hash; it should hold the bucket count (buckets ${this.defaultBuckets}?)`);
+    }
+    if (layout !== LAYOUT) {
+      throw new StoreError(`${key} in Redis says layout = ${shown(layout)}; this client reads layout ${LAYOUT} (a store `
+        + 'written by another version of delayd: use that version, or another prefix)');
+    }
+    const count = /^\d{1,5}$/.test(stored) ? Number(stored) : 0;
+    if (!(count > 0 && count <= MAX_BUCKETS)) {
+      throw new StoreError(`${key} in Redis holds buckets = ${shown(stored)}, not a bucket count (1-${MAX_BUCKETS}); `
+        + `set it right (HSET ${key} buckets N) before using this store`);
+    }
+    this.buckets = count;
+    return count;
+  }
+
+  tag(bucket) {
+    return `${this.prefix}{${bucket}}:`;
+  }
+
+  /** Run script `name` by SHA; after NOSCRIPT (Redis lost its script cache) load it and run it again. */
+  async run(name, keys, args) {
+    const { sha, source } = this.scripts[name];
+    try {
+      return await this.redis.evalsha(sha, keys.length, ...keys, ...args);
+    } catch (exc) {
+      if (!String(exc.message).startsWith('NOSCRIPT')) throw exc;
+      await this.redis.script('LOAD', source);
+      return this.redis.evalsha(sha, keys.length, ...keys, ...args);
+    }
+  }
+
+  /** add.lua's KEYS and ARGV for `entries` (built tasks) of one bucket (transitions.add_call). */
+  addCall(bucket, entries, nx) {
+    const args = [this.tag(bucket), nx ? 1 : 0, `${this.prefix}wake:${bucket}`];
+    for (const { task, mode, value } of entries) {
+      args.push(task.key, task.spec, task.priority, task.recurring ? mode + '*' : mode, value);
+    }
+    return [[`${this.tag(bucket)}delayed`], args];
+  }
+
+  /** Cron tasks without delay/at: due at the calendar's next time after Redis's clock. */
+  async resolveCron(entries) {
+    if (!entries.some((e) => e.mode === 'cron')) return entries;
+    throw new TaskError('a cron task from Node needs delay or at (the first due time of a cron task is not resolved yet)');
+  }
+
+  /**
+   * Add (or replace) a task: an object of add()'s arguments (topic, id, call|url|push, delay|at, ...,
+   * nx); camelCase names are read as the Python ones. Resolves true if written, false if `nx`
+   * found the task; rejects with TaskError for invalid input (nothing written).
+   */
+  async add(task, { nx = false } = {}) {
+    const built = build(task, this.options);
+    const buckets = await this.store();
+    const [entry] = await this.resolveCron([built]);
+    const [keys, args] = this.addCall(bucketOf(entry.task.key, buckets), [entry], Boolean(nx || built.nx));
+    const [written] = await this.run('add', keys, args);
+    return written === 1;
+  }
+
+  /**
+   * Add many tasks (objects as add() takes), every one validated before anything is written;
+   * pipelined: one round trip for all (ADD_BATCH tasks per add.lua call). Resolves how many were written.
+   */
+  async addMany(tasks, { nx = false } = {}) {
+    if (!Array.isArray(tasks)) throw new TaskError('addMany takes an array of tasks');
+    const built = tasks.map((item, n) => {
+      try {
+        return build(item, this.options);
+      } catch (exc) {
+        if (exc instanceof TaskError) throw new TaskError(`item ${n}: ${exc.message}`);
+        throw exc;
+      }
+    });
+    const buckets = await this.store();
+    const entries = await this.resolveCron(built);
+    const byBucket = new Map();
+    for (const entry of entries) {
+      const bucket = bucketOf(entry.task.key, buckets);
+      if (!byBucket.has(bucket)) byBucket.set(bucket, []);
+      byBucket.get(bucket).push(entry);
+    }
+    const calls = [];
+    for (const [bucket, list] of byBucket) {
+      for (let i = 0; i < list.length; i += ADD_BATCH) calls.push(this.addCall(bucket, list.slice(i, i + ADD_BATCH), nx));
+    }
+    return this.pipelined(calls);
+  }
+
+  /** The add.lua calls in one pipeline; those refused with NOSCRIPT are sent again after a load. */
+  async pipelined(calls) {
+    const { sha, source } = this.scripts.add;
+    let written = 0;
+    let pending = calls;
+    for (let attempt = 0; pending.length; attempt++) {
+      const pipeline = this.redis.pipeline();
+      for (const [keys, args] of pending) pipeline.evalsha(sha, keys.length, ...keys, ...args);
+      const replies = await pipeline.exec();
+      const again = [];
+      replies.forEach(([error, reply], n) => {
+        if (error && String(error.message).startsWith('NOSCRIPT') && attempt === 0) again.push(pending[n]);
+        else if (error) throw new Error(`Redis refused an add after ${written} task(s) were written: ${error.message}`);
+        else written += reply.reduce((a, b) => a + b, 0);
+      });
+      if (again.length) await this.redis.script('LOAD', source);
+      pending = again;
+    }
+    return written;
+  }
+
+  /** Mark a task deleted (it never runs again); hard=true removes every trace. Resolves whether it existed. */
+  async delete(topic, id, hard = false) {
+    const member = `${topic}:${id}`;
+    const tag = this.tag(bucketOf(member, await this.store()));
+    const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
+      'counts', 'paused', 'recurring'].map((k) => tag + k)];
+    return (await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs])) === 1;
+  }
+
+  /** The task as `delayd get --json` prints it, or null; rejects with TaskError if its record is corrupt. */
+  async get(topic, id) {
+    const member = `${topic}:${id}`;
+    const key = `${this.tag(bucketOf(member, await this.store()))}t:${member}`;
+    let record;
+    try {
+      record = await this.redis.hgetall(key);
+    } catch (exc) {
+      if (!/WRONGTYPE/.test(exc.message)) throw exc;
+      throw new TaskError(`${member}: corrupt record: its key is not a hash`);
+    }
+    if (!Object.keys(record).length) return null;
+    try {
+      return this.taskDict(member, record);
+    } catch (exc) {
+      if (exc instanceof TaskError || exc instanceof SyntaxError) {
+        throw new TaskError(`${member}: corrupt record: ${exc.message}`);
+      }
+      throw exc;
+    }
+  }
+
+  /** A record read back (Task.from_record, then to_dict). */
+  taskDict(member, record) {
+    if (record.spec === undefined) throw new TaskError("record has no 'spec' field");
+    const spec = JSON.parse(record.spec);
+    if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) throw new TaskError('spec is not a JSON object');
+    const split = member.lastIndexOf(':');
+    const priority = Number(record.priority ?? 2);
+    const t = newTask({ ...spec, topic: member.slice(0, split), id: member.slice(split + 1), priority }, Infinity, true);
+    const status = record.status ?? 'delayed';
+    if (!STATUSES.includes(status)) throw new TaskError(`unknown status '${status}'`);
+    const seconds = (ms) => (ms === undefined || ms === '' ? null : Number(ms) / 1000);
+    let retries = null;
+    if (t.backoff) retries = !t.persistent ? 0 : t.retries ?? this.defaultRetries;
+    return {
+      topic: t.topic, id: t.id, key: t.key, call: t.call, url: t.url, push: t.push, method: t.method, body: t.body,
+      params: spec.params ?? {}, intervals: t.intervals, persistent: t.persistent, priority: t.priority,
+      callback: t.callback, timeout: t.timeout, every: t.every, cron: t.cron, tz: t.tz, retries, status,
+      created_at: seconds(record.created), due_at: seconds(record.due), last_run_at: seconds(record.last_run),
+      last_due_at: seconds(record.last_due), runs: Number(record.runs ?? 0), last_error: record.error || null,
+      attempts: attempts(record.attempts),
+    };
+  }
+}
+
+/** The delivery log (delayd.model.attempts.decode): one JSON array per line; lines that do not parse are skipped. */
+function attempts(text) {
+  const out = [];
+  for (const line of text ? text.split('\n') : []) {
+    let values;
+    try {
+      values = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (Array.isArray(values) && values.length === ATTEMPT_FIELDS.length) {
+      const entry = Object.fromEntries(ATTEMPT_FIELDS.map((f, i) => [f, values[i]]));
+      if (typeof entry.at === 'number') entry.at = Math.abs(entry.at) < 2 ** 53 ? entry.at / 1000 : null;
+      out.push(entry);
+    }
+  }
+  return out;
+}
