@@ -233,6 +233,7 @@ const AT_ERROR = 'at must be Unix seconds or an ISO 8601 time';
 
 /** An absolute time (Unix seconds, a Date, or an ISO 8601 string) in ms (base.to_ms). */
 export function toMs(at) {
+  if (typeof at === 'boolean') throw new TaskError(AT_ERROR);
   if (at instanceof Date) {
     if (Number.isNaN(at.getTime())) throw new TaskError(`${AT_ERROR}, got ${pyRepr(String(at))}`);
     return at.getTime();
@@ -264,7 +265,7 @@ export function toMs(at) {
   throw new TaskError(`${AT_ERROR}, got ${pyRepr(at)}`);
 }
 
-const snake = (name) => name.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
+const snake = (name) => name.replace(/(?<=[a-z0-9])[A-Z]/g, (c) => '_' + c.toLowerCase());
 
 /** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'cron', value (ms) }.
  * camelCase names (maxWait) are read as the Python ones (max_wait). */

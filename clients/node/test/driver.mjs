@@ -21,3 +21,4 @@ for await (const line of createInterface({ input: process.stdin })) {
   process.stdout.write(JSON.stringify(answer) + '\n');
 }
 redis.disconnect();
+process.exit(0); // (not waiting for ioredis's timers)
