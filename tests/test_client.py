@@ -19,7 +19,7 @@ from delayd import (
     TaskError,
 )
 from delayd import config as config_mod
-from delayd.store.keys import LAYOUT, meta_key
+from delayd.store.keys import LAYOUT, PROTOCOL, meta_key
 
 
 def now_s(r) -> float:
@@ -326,26 +326,27 @@ def test_add_many_refused_part_way_says_how_many_were_written(client, r):
     assert str(error).endswith(f"(after {error.written} of 5000 tasks were written)")
 
 
-# -- the bucket count and the layout version -------------------------------------------
+# -- the bucket count, the layout version and the protocol version ---------------------
 @pytest.mark.system
-def test_the_layout_version_is_recorded_and_a_store_of_another_is_refused(redis_url, r):
+@pytest.mark.parametrize("field, ours", [("layout", LAYOUT), ("protocol", PROTOCOL)])
+def test_the_versions_are_recorded_and_a_store_of_another_is_refused(redis_url, r, field, ours):
     key = meta_key("delayd:")
     c = Client.from_url(redis_url)
     c.add("t", 1, call="a:b")
-    assert r.hget(key, "layout") == str(LAYOUT)
-    # A store written before the field existed (same layout) gets it on first use.
-    r.hdel(key, "layout")
-    assert Client.from_url(redis_url).get("t", 1) is not None and r.hget(key, "layout") == str(LAYOUT)
-    # A store of another layout (a newer delayd's) is refused by every reader, and nothing is written.
+    assert r.hget(key, field) == str(ours)
+    # A store written before the field existed (same version) gets it on first use.
+    r.hdel(key, field)
+    assert Client.from_url(redis_url).get("t", 1) is not None and r.hget(key, field) == str(ours)
+    # A store of another version (a newer delayd's) is refused by every reader, and nothing is written.
     for other in ("2", "x" * 100):
-        r.hset(key, "layout", other)
+        r.hset(key, field, other)
         before = sorted(r.keys("*"))
-        with pytest.raises(DelaydError, match=f"this delayd reads layout {LAYOUT}"):
+        with pytest.raises(DelaydError, match=f"this delayd reads {field} {ours}"):
             Client.from_url(redis_url).add("t", 2, call="a:b")
         assert sorted(r.keys("*")) == before
     proc = delayd("stats", "--redis", redis_url, check=1)
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "says layout = 'xxxx" in proc.stderr and "Traceback" not in proc.stderr
+    assert f"says {field} = 'xxxx" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_bucket_count_is_recorded_and_reused(redis_url, r):

@@ -129,6 +129,10 @@ def meta_key(prefix: str) -> str:
 # delayd of another layout would misread (a key, a field, a format) comes with a new number, so
 # that such a delayd refuses the store in one line instead of misreading it or writing into it.
 LAYOUT = 1
+# The version of the producer protocol in docs/protocol.md (the meta hash's fields a producer
+# reads, the producer-facing scripts' KEYS, ARGV and replies, what add.lua refuses), kept in the
+# meta hash beside `layout`: a producer written for another version refuses the store in one line.
+PROTOCOL = 1
 
 
 def recorded_buckets(redis_client: Any, prefix: str, default: int) -> int:
@@ -141,19 +145,22 @@ def bucket_count(prefix: str, default: int) -> Steps[int]:
     """recorded_buckets as steps (see delayd.store.steps): one round trip once the store is in use."""
     key = meta_key(prefix)
     try:
-        stored, layout = yield command("HMGET", key, "buckets", "layout")
-        if stored is None or layout is None:  # first use (or a store from before the layout field)
+        stored, layout, protocol = yield command("HMGET", key, "buckets", "layout", "protocol")
+        if stored is None or layout is None or protocol is None:  # first use (or a store from before a field)
             if stored is None:
                 yield command("HSETNX", key, "buckets", default)
-            yield command("HSETNX", key, "layout", LAYOUT)
-            stored, layout = yield command("HMGET", key, "buckets", "layout")
+            if layout is None:
+                yield command("HSETNX", key, "layout", LAYOUT)
+            yield command("HSETNX", key, "protocol", PROTOCOL)
+            stored, layout, protocol = yield command("HMGET", key, "buckets", "layout", "protocol")
     except redis.exceptions.ResponseError:  # WRONGTYPE: not a hash
         raise StoreError(f"{key} in Redis is not a hash; it should hold the bucket count "
                          f"(buckets {default}?)") from None
-    if layout != str(LAYOUT):
-        shown = repr(layout[:40]) + ("..." if len(layout) > 40 else "")
-        raise StoreError(f"{key} in Redis says layout = {shown}; this delayd reads layout {LAYOUT} (a store "
-                         "written by another version of delayd: use that version, or another prefix)")
+    for field, value, ours in (("layout", layout, LAYOUT), ("protocol", protocol, PROTOCOL)):
+        if value != str(ours):
+            shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
+            raise StoreError(f"{key} in Redis says {field} = {shown}; this delayd reads {field} {ours} (a store "
+                             "written by another version of delayd: use that version, or another prefix)")
     # (At most MAX_BUCKETS, as the configuration: a huge count would allocate keys for every bucket.)
     count = int(stored) if stored.isascii() and stored.isdigit() and len(stored) <= 5 else 0
     if not 0 < count <= MAX_BUCKETS:

@@ -1,6 +1,6 @@
-"""RESP packing for the add path: a script call's fixed head packed once, each call's own
-arguments appended (hiredis's C packer), where redis-py packs every argument anew through
-several Python layers. Arguments are str (UTF-8), bytes, int or float, as redis-py sends them.
+"""RESP packing for the add path: a script call's fixed parts packed once, each call's own
+keys and arguments packed into place (hiredis's C packer), where redis-py packs every argument
+anew through several Python layers. Arguments are str (UTF-8), bytes, int or float, as redis-py sends them.
 """
 from __future__ import annotations
 
@@ -26,12 +26,17 @@ def _body(packed: bytes) -> bytes:
 
 
 class Head:
-    """The leading arguments of a command (`EVALSHA sha numkeys keys... args...`), packed once."""
+    """`EVALSHA sha numkeys keys... args...` whose leading keys and leading args are the same for
+    many calls (packed once) and each call adds keys after those keys and args after those args."""
 
-    def __init__(self, *args: Any):
-        self.count = len(args)
-        self.body = _body(pack_any(args))
+    def __init__(self, sha: str, keys: Sequence[Any], args: Sequence[Any]):
+        self.lead = _body(pack(("EVALSHA", sha)))
+        self.keys, self.key_count = _body(pack_any(keys)), len(keys)
+        self.args, self.arg_count = _body(pack_any(args)), len(args)
 
-    def pack(self, tail: Sequence[Any]) -> bytes:
-        """The command: this head followed by `tail`."""
-        return b"*%d\r\n%b%b" % (self.count + len(tail), self.body, _body(pack(tail)))
+    def pack(self, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
+        """The call with `keys` after the leading keys and `args` after the leading args."""
+        numkeys = b"%d" % (self.key_count + len(keys))
+        return b"*%d\r\n%b$%d\r\n%b\r\n%b%b%b%b" % (
+            3 + self.key_count + len(keys) + self.arg_count + len(args), self.lead, len(numkeys), numkeys,
+            self.keys, _body(pack(keys)) if keys else b"", self.args, _body(pack(args)) if args else b"")

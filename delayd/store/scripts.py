@@ -54,9 +54,9 @@ class Script:
             return self.stream(conn, calls, window=len(calls))
 
     def head(self, keys: Sequence[Any], args: Sequence[Any]) -> resp.Head:
-        """EVALSHA of this script with `keys` and leading `args`, packed once: head.pack(more_args)
-        is a whole call (see delayd.store.resp)."""
-        return resp.Head("EVALSHA", self.sha, len(keys), *keys, *args)
+        """EVALSHA of this script with leading `keys` and `args`, packed once: head.pack(more_keys,
+        more_args) is a whole call (see delayd.store.resp)."""
+        return resp.Head(self.sha, keys, args)
 
     def request(self, held: Any, packed: bytes) -> Any:
         """One call packed by head() on `held` (a delayd.store.held.HeldConnection); after NOSCRIPT,

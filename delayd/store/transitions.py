@@ -30,6 +30,12 @@ RESUME_BATCH = 1000
 PARK_CHUNK = 1000
 
 
+def add_keys(keys: BucketKeys) -> list[str]:
+    """add.lua's leading KEYS: the bucket's keys it may touch (docs/protocol.md)."""
+    return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
+            keys.done("deleted"), keys.quarantine, keys.paused]
+
+
 class Store:
     """The transitions of the task store, for one key prefix and bucket count."""
 
@@ -44,25 +50,29 @@ class Store:
         return self.keys[bucket_of(member, self.buckets)]
 
     # -- producers -------------------------------------------------------------------
-    def add_args(self, tasks: Iterable[tuple[Task, str, int]]) -> list[Any]:
-        """Flatten (task, mode, value_ms) triples into add.lua's per-task ARGV (a recurring
-        task's mode gets a '*': it goes in the `recurring` index too)."""
+    def add_args(self, keys: BucketKeys, tasks: Iterable[tuple[Task, str, int]]) -> tuple[list[Any], list[Any]]:
+        """add.lua's per-task KEYS (the record, the topic's parked set) and ARGV (spec, priority,
+        mode, value) of (task, mode, value_ms) triples (a recurring task's mode gets a '*': it goes
+        in the `recurring` index too)."""
+        task_keys: list[Any] = []
         args: list[Any] = []
         for task, mode, value in tasks:
-            args += [task.key, task.spec_json(), task.priority, mode + "*" if task.recurring else mode, value]
-        return args
+            task_keys += [keys.task(task.key), keys.parked(task.topic)]
+            args += [task.spec_json(), task.priority, mode + "*" if task.recurring else mode, value]
+        return task_keys, args
 
-    def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of one add.lua call writing `tasks` of one bucket."""
-        return [keys.delayed], [keys.tag, int(nx), keys.wake_channel, *self.add_args(tasks)]
+    def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> tuple[list[Any], list[Any]]:
+        """KEYS and ARGV of one add.lua call writing `tasks` of one bucket (docs/protocol.md)."""
+        task_keys, args = self.add_args(keys, tasks)
+        return [*add_keys(keys), *task_keys], [int(nx), keys.wake_channel, *args]
 
     def add_packed(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> bytes:
         """add_call as one packed EVALSHA (the part that is the same for every call of a bucket
         is packed once)."""
         head = self._add_heads.get((keys.bucket, nx))
         if head is None:
-            head = self._add_heads[keys.bucket, nx] = SCRIPTS["add"].head(*self.add_call(keys, [], nx))
-        return head.pack(self.add_args(tasks))
+            head = self._add_heads[keys.bucket, nx] = SCRIPTS["add"].head(add_keys(keys), [int(nx), keys.wake_channel])
+        return head.pack(*self.add_args(keys, tasks))
 
     def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool, held: Any = None) -> Any:
         """Write tasks of one bucket in one script call; returns 1/0 per task. `held`: a

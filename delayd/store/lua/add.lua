@@ -1,52 +1,58 @@
--- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket.
--- KEYS: delayed (which names the bucket's slot)
--- ARGV: the bucket's key tag (`P{N}:`), nx (1/0), wake channel, then per task 5 values:
---       member (topic:id), spec JSON, priority, mode, value (ms)
+-- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
+-- KEYS: delayed, counts, recurring, leases, done:ok, done:failed, done:deleted, quarantine,
+--       paused (the bucket's keys, all under its tag `P{N}:`), then per task 2 keys: its
+--       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
+-- ARGV: nx (1/0), wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
 -- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index.
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns one 1 (written) or 0 (exists, nx) per task.
+-- Every key the script may touch is in KEYS (Cluster proxies and Redis-compatible servers
+-- route and check by them); the task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a RENAME aside cannot
 -- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
--- type is checked by reading its head with pcall, before any write. The bucket's other
--- keys are named here, from the tag, when a task needs them: every argument costs Redis
--- ~0.25 us per call (parsed, then pushed into KEYS or ARGV), a third of add's arguments.
+-- type is checked by reading its head with pcall, before any write.
 local now = now_ms()
-local tag, nx, channel = ARGV[1], ARGV[2] == '1', ARGV[3]
-local prefix, counts_key = tag .. 't:', tag .. 'counts'
+local nx, channel = ARGV[1] == '1', ARGV[2]
+local delayed, counts_key, recurring_key = KEYS[1], KEYS[2], KEYS[3]
+local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
+local prefix = tag .. 't:'
+local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'counts'
+  or recurring_key ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases' or KEYS[5] ~= tag .. 'done:ok'
+  or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted' or KEYS[8] ~= tag .. 'quarantine'
+  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= 9 + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
+if bad_keys then
+  return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
+end
 local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
-local head = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head = redis.pcall('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if head['err'] then
-  expect('zset', KEYS[1])
+  expect('zset', delayed)
   head = {}
 end
 local head_due = tonumber(head[2] or math.huge)
 
--- What replacing a task takes, made at the first replacement of a call: the keys only a
--- replacement touches are type-checked then, and the lib helpers only it uses are defined
--- here (lua_lib), so a call that writes fresh tasks never builds them. The function it
--- returns clears the old record and its index entries, and gives the new record's token.
 local function replacing()
   --[[lib]]
-  expect('zset', tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed', tag .. 'done:deleted')
-  local quarantine_key, paused_key = tag .. 'quarantine', tag .. 'paused'
+  expect('zset', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+  local quarantine_key = KEYS[8]
   expect('hash', quarantine_key)
-  return function(task_key, member, topic, recurs, old)
+  return function(task_key, parked, member, topic, recurs, old)
     -- A live ready-list entry of the old record goes stale with it.
     if old[2] == '1' then count_ready(old[3], topic, -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
-    zrem_counted(tag .. 'leases', member, 'running', topic)
-    zrem_counted(tag .. 'done:ok', member, 'ok', topic)
-    zrem_counted(tag .. 'done:failed', member, 'failed', topic)
-    zrem_counted(tag .. 'done:deleted', member, 'deleted', topic)
-    expect('zset', parked_key(paused_key, topic))
-    zrem_counted(parked_key(paused_key, topic), member, 'parked', topic)
+    zrem_counted(KEYS[4], member, 'running', topic)
+    zrem_counted(KEYS[5], member, 'ok', topic)
+    zrem_counted(KEYS[6], member, 'failed', topic)
+    zrem_counted(KEYS[7], member, 'deleted', topic)
+    expect('zset', parked)
+    zrem_counted(parked, member, 'parked', topic)
     if not recurs then
-      schedules = schedules or recurring_index(tag .. 'recurring')
+      schedules = schedules or recurring_index(recurring_key)
       schedules.remove(member)
     end
     return claim_token(old[4], old[5]) + 1
@@ -57,10 +63,12 @@ local replace  -- replacing()'s function, once a task of this call replaces one
 local earliest = math.huge
 local written = {}
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
-for i = 4, #ARGV, 5 do
-  local member, spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local value = tonumber(ARGV[i + 4])
-  local task_key = prefix .. member
+for i = 3, #ARGV, 4 do
+  local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local value = tonumber(ARGV[i + 3])
+  local k = 10 + (i - 3) / 2
+  local task_key, parked = KEYS[k], KEYS[k + 1]
+  local member = string.sub(task_key, #prefix + 1)
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
@@ -80,7 +88,7 @@ for i = 4, #ARGV, 5 do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, member, topic, recurs, old or {})
+      token = replace(task_key, parked, member, topic, recurs, old or {})
     end
     local url = is_url(spec)
     if not url and priority == DEFAULT_PRIORITY and token <= now then  -- the usual case: no table to build
@@ -110,7 +118,7 @@ for i = 4, #ARGV, 5 do
     scores[#scores + 1] = due
     scores[#scores + 1] = member
     if recurs then
-      schedules = schedules or recurring_index(tag .. 'recurring')
+      schedules = schedules or recurring_index(recurring_key)
       schedules.add(member)
     end
     if due < earliest then earliest = due end
@@ -120,7 +128,7 @@ end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
 -- counts go through `counts` (flush_counts).
 for topic, scores in pairs(by_topic) do
-  local added = redis.call('ZADD', KEYS[1], unpack(scores))
+  local added = redis.call('ZADD', delayed, unpack(scores))
   if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end
 end
 -- The bucket process is woken once per batch, if the batch moved its head earlier.
