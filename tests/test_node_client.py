@@ -204,8 +204,9 @@ def test_camel_case_names_are_read_as_the_python_ones(node):
 
 
 def test_a_store_of_another_layout_or_a_bad_bucket_count_is_refused_in_one_line(redis_url, r):
-    for fields, words in (({"buckets": "4", "layout": "2"}, "layout = \"2\""),
-                          ({"buckets": "zero", "layout": "1"}, "not a bucket count")):
+    for fields, words in (({"buckets": "4", "layout": "2", "protocol": "1"}, "says layout = '2'; this client reads layout 1"),
+                          ({"buckets": "4", "layout": "1", "protocol": "2"}, "protocol = '2'; this client reads protocol 1"),
+                          ({"buckets": "zero", "layout": "1", "protocol": "1"}, "buckets = 'zero', not a bucket count")):
         r.flushall()
         r.hset("delayd:meta", mapping=fields)
         producer = NodeProducer(redis_url)
@@ -219,7 +220,7 @@ def test_a_store_of_another_layout_or_a_bad_bucket_count_is_refused_in_one_line(
 
 
 def test_the_bucket_count_recorded_in_redis_is_used(redis_url, r):
-    r.hset("delayd:meta", mapping={"buckets": "7", "layout": "1"})
+    r.hset("delayd:meta", mapping={"buckets": "7", "layout": "1", "protocol": "1"})
     producer = NodeProducer(redis_url)
     try:
         producer.add({"topic": "t", "id": 1, "push": "q"})

@@ -3,6 +3,7 @@
 // links them: ./lua.js) after the checks of delayd's Python Client (./task.js), so a task
 // added from here is stored as the same task added from Python. The key layout, the meta hash
 // and each script's KEYS/ARGV are those of docs/redis-layout.md.
+import { pyRepr } from './json.js';
 import { script } from './lua.js';
 import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
 
@@ -16,8 +17,12 @@ export class StoreError extends Error {
   }
 }
 
-const LAYOUT = '1'; // delayd.store.keys.LAYOUT: the layout this client writes
+// The meta hash's versions this client follows (delayd.store.keys.LAYOUT and PROTOCOL; docs/protocol.md).
+const VERSIONS = { layout: '1', protocol: '1' };
 const MAX_BUCKETS = 1024;
+// add.lua's leading KEYS: the bucket's keys it may touch, after its tag.
+const ADD_KEYS = ['delayed', 'counts', 'recurring', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
+  'paused'];
 const ADD_BATCH = 200; // tasks per add.lua call, as the Python client sends them
 const STATUSES = ['delayed', 'running', 'ok', 'failed', 'deleted'];
 const ATTEMPT_FIELDS = ['run', 'at', 'ms', 'outcome', 'status', 'error'];
@@ -35,7 +40,7 @@ export function bucketOf(member, buckets) {
   return ((crc ^ 0xffffffff) >>> 0) % buckets;
 }
 
-const shown = (text) => JSON.stringify(text.length > 40 ? text.slice(0, 40) + '...' : text);
+const shown = (text) => pyRepr(text.slice(0, 40)) + (text.length > 40 ? '...' : '');
 
 export class Client {
   /**
@@ -59,26 +64,31 @@ export class Client {
     this.scripts = { add: script('add'), delete: script('delete') };
   }
 
-  /** The bucket count recorded in Redis (recorded on first use), the layout checked (keys.bucket_count). */
+  /** The bucket count recorded in Redis (recorded on first use, as the Python client does), after
+   * checking the layout and protocol versions (docs/protocol.md section 1). */
   async store() {
     if (this.buckets !== null) return this.buckets;
     const key = `${this.prefix}meta`;
+    const fields = ['buckets', 'layout', 'protocol'];
     let stored;
-    let layout;
+    let versions;
     try {
-      [stored, layout] = await this.redis.hmget(key, 'buckets', 'layout');
-      if (stored === null || layout === null) {
+      [stored, ...versions] = await this.redis.hmget(key, ...fields);
+      if (stored === null || versions.includes(null)) { // first use (or a store from before a field)
         if (stored === null) await this.redis.hsetnx(key, 'buckets', this.defaultBuckets);
-        await this.redis.hsetnx(key, 'layout', LAYOUT);
-        [stored, layout] = await this.redis.hmget(key, 'buckets', 'layout');
+        if (versions[0] === null) await this.redis.hsetnx(key, 'layout', VERSIONS.layout);
+        await this.redis.hsetnx(key, 'protocol', VERSIONS.protocol);
+        [stored, ...versions] = await this.redis.hmget(key, ...fields);
       }
     } catch (exc) {
       if (!/WRONGTYPE/.test(exc.message)) throw exc;
       throw new StoreError(`${key} in Redis is not a hash; it should hold the bucket count (buckets ${this.defaultBuckets}?)`);
     }
-    if (layout !== LAYOUT) {
-      throw new StoreError(`${key} in Redis says layout = ${shown(layout)}; this client reads layout ${LAYOUT} (a store `
-        + 'written by another version of delayd: use that version, or another prefix)');
+    for (const [field, value] of [['layout', versions[0]], ['protocol', versions[1]]]) {
+      if (value !== VERSIONS[field]) {
+        throw new StoreError(`${key} in Redis says ${field} = ${shown(value)}; this client reads ${field} `
+          + `${VERSIONS[field]} (a store written by another version of delayd: use a client of that version, or another prefix)`);
+      }
     }
     const count = /^\d{1,5}$/.test(stored) ? Number(stored) : 0;
     if (!(count > 0 && count <= MAX_BUCKETS)) {
@@ -105,13 +115,16 @@ export class Client {
     }
   }
 
-  /** add.lua's KEYS and ARGV for `entries` (built tasks) of one bucket (transitions.add_call). */
+  /** add.lua's KEYS and ARGV for `entries` (built tasks) of one bucket (docs/protocol.md section 3). */
   addCall(bucket, entries, nx) {
-    const args = [this.tag(bucket), nx ? 1 : 0, `${this.prefix}wake:${bucket}`];
+    const tag = this.tag(bucket);
+    const keys = ADD_KEYS.map((name) => tag + name);
+    const args = [nx ? 1 : 0, `${this.prefix}wake:${bucket}`];
     for (const { task, mode, value } of entries) {
-      args.push(task.key, task.spec, task.priority, task.recurring ? mode + '*' : mode, value);
+      keys.push(`${tag}t:${task.key}`, `${tag}paused:${task.topic}`);
+      args.push(task.spec, task.priority, task.recurring ? mode + '*' : mode, value);
     }
-    return [[`${this.tag(bucket)}delayed`], args];
+    return [keys, args];
   }
 
   /** Cron tasks without delay/at: due at the calendar's next time after Redis's clock. */
