@@ -27,6 +27,190 @@ local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'c
 if bad_keys then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
+-- The one gate of validity (docs/protocol.md, section 7): whatever would make the daemon misread
+-- a record is refused here, whoever the producer, with `ERR delayd:bad-task <field>: <reason>`,
+-- every task of the call checked before anything is written. Clients check first, for messages
+-- their users can act on (delayd.model.task); this is what holds when one does not.
+local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
+local FIELDS = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
+  body = 1, params = 1, intervals = 1, persistent = 1, retries = 1}
+local Refused = {}  -- raised (as a table) by refuse(), caught by the pcall around check()
+
+local function refuse(field, reason)
+  error({Refused, field .. ': ' .. reason}, 0)
+end
+
+-- UTF-8 text: ASCII at once, else every sequence well formed (no overlong forms, surrogates or
+-- code points past U+10FFFF), as Python's decoder reads it.
+local function utf8_ok(text)
+  if string.find(text, '^[%z\1-\127]*$') then return true end
+  local i, n = 1, #text
+  while i <= n do
+    local c = string.byte(text, i)
+    local len, low, high = 1, 128, 191
+    if c < 128 then len = 1
+    elseif c >= 194 and c <= 223 then len = 2
+    elseif c >= 224 and c <= 239 then
+      len = 3
+      if c == 224 then low = 160 elseif c == 237 then high = 159 end
+    elseif c >= 240 and c <= 244 then
+      len = 4
+      if c == 240 then low = 144 elseif c == 244 then high = 143 end
+    else return false end
+    for j = 1, len - 1 do
+      local b = string.byte(text, i + j)
+      if not b or b < (j == 1 and low or 128) or b > (j == 1 and high or 191) then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+-- A topic, id or push list: 1-512 characters of UTF-8, no space or control character. (Printable
+-- ASCII, the usual name, is one anchored pattern: far cheaper in Lua than a search for a class.)
+local function check_name(field, text)
+  if type(text) ~= 'string' then refuse(field, 'must be a string') end
+  if #text <= MAX_NAME and string.find(text, '^[!-~]+$') then return end
+  if text == '' then refuse(field, 'must not be empty') end
+  if string.find(text, '[%z\1-\32\127]') then refuse(field, 'must not contain spaces or control characters') end
+  if not utf8_ok(text) then refuse(field, 'is not valid UTF-8 text') end
+  if #text > MAX_NAME and #string.gsub(text, '[\128-\191]', '') > MAX_NAME then
+    refuse(field, 'is longer than ' .. MAX_NAME .. ' characters')
+  end
+end
+
+-- `package.module:function`: dotted identifiers on both sides of one ':'. Checked once per call
+-- for each distinct name (good_targets), as topics are (good_topics): a batch repeats a few.
+local good_targets, good_topics = {}, {}
+local function check_target(field, text)
+  if good_targets[text] then return end
+  if type(text) ~= 'string' or not string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
+      or string.find(text, '%.[^A-Za-z_]') or string.find(text, '%.$') then
+    refuse(field, 'must look like package.module:function')
+  end
+  good_targets[text] = true
+end
+
+local function check_number(field, value, low, high, low_open)
+  if type(value) ~= 'number' or value ~= value or value < low or value > high or (low_open and value == low) then
+    refuse(field, 'must be a number ' .. (low_open and '> ' or '>= ') .. low .. ' and <= ' .. high)
+  end
+end
+
+-- A JSON array (cjson decodes [] and {} both as an empty table: either passes as empty).
+local function is_array(t)
+  local n = #t
+  for k in pairs(t) do
+    if type(k) ~= 'number' or k < 1 or k > n then return false end
+  end
+  return true
+end
+
+-- One task of the call: its keys, priority, mode, value and spec. Returns the member.
+local function check(task_key, parked, spec, priority, mode, value)
+  if string.sub(task_key, 1, #prefix) ~= prefix then refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>') end
+  local member = string.sub(task_key, #prefix + 1)
+  local topic, id = string.match(member, '^(.*):([^:]*)$')
+  if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
+  if not good_topics[topic] then
+    check_name('topic', topic)
+    good_topics[topic] = true
+  end
+  check_name('id', id)
+  if parked ~= KEYS[9] .. ':' .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
+  if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
+  local at = mode == 'at' or mode == 'at*'
+  if not at and mode ~= 'delay' and mode ~= 'delay*' then refuse('mode', 'must be delay, at, delay* or at*') end
+  local ms = int_of(value)
+  if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
+    refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
+  end
+  if #spec > MAX_SPEC then refuse('spec', 'is ' .. #spec .. ' bytes, more than ' .. MAX_SPEC) end
+  if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
+  local decoded, t = pcall(cjson.decode, spec)
+  if not decoded or type(t) ~= 'table' or (next(t) ~= nil and is_array(t)) then refuse('spec', 'is not a JSON object') end
+  for name in pairs(t) do
+    if not FIELDS[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
+  end
+  local call, url, push = t.call, t.url, t.push
+  local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
+    + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
+    + (push ~= nil and push ~= '' and push ~= cjson.null and 1 or 0)
+  if targets ~= 1 then refuse('target', 'give exactly one of call, url or push') end
+  if t.call ~= nil then check_target('call', t.call) end
+  if t.callback ~= nil then check_target('callback', t.callback) end
+  if t.push ~= nil then check_name('push', t.push) end
+  if t.url ~= nil then
+    local host = type(t.url) == 'string' and string.match(t.url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
+    host = host and string.gsub(host, '^.*@', '')
+    if not host or host == '' or host == ':' or string.find(t.url, '[%z\1-\32\127]') then
+      refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
+    end
+    if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
+  end
+  if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
+  if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
+  if t.params ~= nil and (type(t.params) ~= 'table' or (next(t.params) ~= nil and is_array(t.params))) then
+    refuse('params', 'must be a JSON object')
+  end
+  if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
+  if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
+  local schedules = 0
+  if t.intervals ~= nil then
+    schedules = 1
+    local list = t.intervals
+    if type(list) ~= 'table' or not is_array(list) or #list == 0 or #list > 1000 then
+      refuse('intervals', 'must be a list of 1 to 1000 numbers of seconds')
+    end
+    for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
+  end
+  if t.every ~= nil then
+    schedules = schedules + 1
+    check_number('every', t.every, 1, TEN_YEARS)
+  end
+  if t.cron ~= nil then
+    schedules = schedules + 1
+    local fields = 0
+    if type(t.cron) == 'string' then
+      for word in string.gmatch(t.cron, '%S+') do
+        fields = fields + 1
+        if not string.find(word, '^[%w%*/,%-%?#]+$') then fields = 99 end
+      end
+    end
+    if fields ~= 5 then refuse('cron', 'must be five fields: minute hour day-of-month month day-of-week') end
+  end
+  if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
+  if t.tz ~= nil then
+    if t.cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
+    if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
+      refuse('tz', 'must be an IANA zone name like Europe/Berlin')
+    end
+  end
+  if t.retries ~= nil then
+    if type(t.retries) ~= 'number' or int_of(t.retries) == nil or t.retries < 0 or t.retries > 10000 then
+      refuse('retries', 'must be an integer from 0 to 10000')
+    end
+    if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
+    if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
+  end
+  local recurs = string.sub(mode, -1) == '*'
+  if recurs ~= (t.every ~= nil or t.cron ~= nil) then
+    refuse('mode', "ends in '*' for a task with every or cron, and only then")
+  end
+  return member
+end
+
+local members = {}
+for i = 3, #ARGV, 4 do
+  local k = 10 + (i - 3) / 2
+  local ok, err = pcall(check, KEYS[k], KEYS[k + 1], ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+  if not ok then
+    if type(err) ~= 'table' or err[1] ~= Refused then error(err, 0) end
+    return redis.error_reply('ERR delayd:bad-task ' .. err[2] .. ' (task ' .. (i + 1) / 4 .. ' of the call)')
+  end
+  members[#members + 1] = err
+end
+
 local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
 local head = redis.pcall('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if head['err'] then
@@ -67,8 +251,7 @@ for i = 3, #ARGV, 4 do
   local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local value = tonumber(ARGV[i + 3])
   local k = 10 + (i - 3) / 2
-  local task_key, parked = KEYS[k], KEYS[k + 1]
-  local member = string.sub(task_key, #prefix + 1)
+  local task_key, parked, member = KEYS[k], KEYS[k + 1], members[(i + 1) / 4]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.

@@ -1,0 +1,187 @@
+"""add.lua as the one gate of validity (docs/protocol.md, section 7): a producer that skips
+every client-side check, sending raw EVALSHA, still cannot write a task the daemon would
+misread. Each bad call gets `ERR delayd:bad-task <field>: ...` (or `delayd:bad-call` for
+KEYS/ARGV of the wrong shape) and writes nothing, not even the good tasks beside the bad one."""
+from __future__ import annotations
+
+import pytest
+import redis
+
+from delayd.model.task import Task
+from delayd.store.scripts import SCRIPTS
+from delayd.store.transitions import Store
+
+TEN_YEARS_MS = 10 * 365 * 86400 * 1000
+
+
+@pytest.fixture
+def store(r):
+    return Store(r, "delayd:", 1)
+
+
+def good_call(store: Store, n: int = 2) -> tuple[list, list]:
+    """KEYS and ARGV of one add.lua call writing n valid tasks."""
+    tasks = [(Task.new("t", i, call="shop.tasks:run"), "delay", 1000) for i in range(n)]
+    keys, args = store.add_call(store.keys[0], tasks, False)
+    return list(keys), list(args)
+
+
+def spec_of(store: Store, **fields) -> str:
+    return Task.new("t", 0, **fields).spec_json()
+
+
+def refused(r, keys: list, args: list, match: str) -> None:
+    before = sorted(r.keys("*"))
+    with pytest.raises(redis.exceptions.ResponseError, match=match):
+        SCRIPTS["add"](r, keys, args)
+    assert sorted(r.keys("*")) == before
+
+
+# (ARGV index of the second task's spec, priority, mode, value in good_call(store, 2))
+SPEC, PRIORITY, MODE, VALUE = 6, 7, 8, 9
+
+BAD_SPECS = [
+    ('{"call":"shop.tasks:run"', "spec: is not a JSON object"),
+    ('[1,2]', "spec: is not a JSON object"),
+    ('"text"', "spec: is not a JSON object"),
+    ('{}', "target: give exactly one of call, url or push"),
+    ('{"call":"a:b","push":"q"}', "target: give exactly one"),
+    ('{"call":"a:b","intervalTime":[1]}', 'spec: unknown field "intervalTime"'),
+    ('{"call":"a b:c"}', "call: must look like package.module:function"),
+    ('{"call":"a.:c"}', "call: must look like"),
+    ('{"call":"a:b","callback":"nope"}', "callback: must look like"),
+    ('{"url":"ftp://h/x"}', "url: must be an http:// or https:// URL"),
+    ('{"url":"http:///x"}', "url: must be an http"),
+    ('{"url":"http://h/a b"}', "url: must be an http"),
+    ('{"method":"GET","url":"http://h/"}', 'url: the spec of a URL task must start with {"url":'),
+    ('{"push":"a b"}', "push: must not contain spaces"),
+    ('{"push":7}', "push: must be a string"),
+    ('{"url":"http://h/","method":"PUT"}', "method: must be GET or POST"),
+    ('{"url":"http://h/","body":"xml"}', "body: must be 'form' or 'json'"),
+    ('{"call":"a:b","params":[1]}', "params: must be a JSON object"),
+    ('{"call":"a:b","params":"x"}', "params: must be a JSON object"),
+    ('{"call":"a:b","persistent":1}', "persistent: must be true or false"),
+    ('{"call":"a:b","timeout":0}', "timeout: must be a number > 0"),
+    ('{"call":"a:b","timeout":86401}', "timeout: must be a number"),
+    ('{"call":"a:b","intervals":[]}', "intervals: must be a list of 1 to 1000"),
+    ('{"call":"a:b","intervals":5}', "intervals: must be a list"),
+    ('{"call":"a:b","intervals":[1,-1]}', "intervals: must be a number >= 0"),
+    ('{"call":"a:b","intervals":[1,"2"]}', "intervals: must be a number"),
+    ('{"call":"a:b","intervals":[1e300]}', "intervals: must be a number"),
+    ('{"call":"a:b","retries":-1}', "retries: must be an integer from 0 to 10000"),
+    ('{"call":"a:b","retries":1.5}', "retries: must be an integer"),
+    ('{"call":"a:b","retries":"3"}', "retries: must be an integer"),
+    ('{"call":"a:b","retries":3,"intervals":[1]}', "retries: is for a task without"),
+    ('{"call":"a:b","retries":3,"persistent":false}', "retries: give retries or persistent=false"),
+    ('{"call":"a:b","tz":"UTC"}', "tz: is the zone of a cron schedule"),
+]
+BAD_RECURRING_SPECS = [
+    ('{"call":"a:b","every":0.5}', "every: must be a number >= 1"),
+    ('{"call":"a:b","every":"60"}', "every: must be a number"),
+    ('{"call":"a:b","cron":"* * *"}', "cron: must be five fields"),
+    ('{"call":"a:b","cron":"* * * * * *"}', "cron: must be five fields"),
+    ('{"call":"a:b","cron":"* * * * $"}', "cron: must be five fields"),
+    ('{"call":"a:b","cron":"0 3 * * *","tz":"Europe/Ber lin"}', "tz: must be an IANA zone name"),
+    ('{"call":"a:b","cron":"0 3 * * *","every":60}', "schedule: give one of intervals, every or cron"),
+]
+
+
+@pytest.mark.parametrize("spec, message", BAD_SPECS)
+def test_a_bad_spec_is_refused_by_name_and_nothing_of_the_call_is_written(r, store, spec, message):
+    keys, args = good_call(store)
+    args[SPEC] = spec
+    refused(r, keys, args, "^delayd:bad-task " + message.replace("{", r"\{") + r".* \(task 2 of the call\)$")
+
+
+@pytest.mark.parametrize("spec, message", BAD_RECURRING_SPECS)
+def test_a_bad_schedule_is_refused(r, store, spec, message):
+    keys, args = good_call(store)
+    args[SPEC], args[MODE] = spec, "delay*"
+    refused(r, keys, args, "delayd:bad-task " + message)
+
+
+@pytest.mark.parametrize("index, value, message", [
+    (PRIORITY, "4", "priority: must be 1, 2 or 3"),
+    (PRIORITY, "", "priority: must be 1, 2 or 3"),
+    (MODE, "later", "mode: must be delay, at, delay\\* or at\\*"),
+    (MODE, "delay*", "mode: ends in '\\*' for a task with every or cron, and only then"),
+    (VALUE, "-1", "delay: must be an integer of ms"),
+    (VALUE, "1.5", "delay: must be an integer of ms"),
+    (VALUE, "nan", "delay: must be an integer of ms"),
+    (VALUE, str(TEN_YEARS_MS + 1), "delay: must be an integer of ms"),
+])
+def test_bad_priority_mode_and_times_are_refused(r, store, index, value, message):
+    keys, args = good_call(store)
+    args[index] = value
+    refused(r, keys, args, "delayd:bad-task " + message)
+
+
+def test_at_is_an_absolute_time_up_to_1e14_ms(r, store):
+    keys, args = good_call(store)
+    args[MODE], args[VALUE] = "at", str(10**14 + 1)
+    refused(r, keys, args, "delayd:bad-task at: must be an integer of ms from 0 to 1e14")
+    args[VALUE] = str(10**14)
+    assert SCRIPTS["add"](r, keys, args) == [1, 1]
+
+
+def test_a_recurring_spec_needs_a_recurring_mode(r, store):
+    keys, args = good_call(store)
+    args[SPEC] = spec_of(store, call="a:b", every=60)
+    refused(r, keys, args, "delayd:bad-task mode: ends in")
+    args[MODE] = "delay*"
+    assert SCRIPTS["add"](r, keys, args) == [1, 1]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("t:", "id: must not be empty"),
+    (":x", "topic: must not be empty"),
+    ("t:a b", "id: must not contain spaces"),
+    ("t\x01:x", "topic: must not contain spaces or control characters"),
+    (b"t:\xff\xfe", "id: is not valid UTF-8 text"),
+    (b"t:\xed\xa0\x80", "id: is not valid UTF-8 text"),  # a surrogate, which Python's decoder refuses
+    (b"t:\xc0\xaf", "id: is not valid UTF-8 text"),      # an overlong form
+    ("t:" + "x" * 513, "id: is longer than 512 characters"),
+    ("t" * 513 + ":x", "topic: is longer than 512 characters"),
+])
+def test_bad_names_in_the_record_key_are_refused(r, store, name, message):
+    keys, args = good_call(store)
+    member = name if isinstance(name, bytes) else name.encode()
+    topic = member.rpartition(b":")[0]
+    keys[11], keys[12] = b"delayd:{0}:t:" + member, b"delayd:{0}:paused:" + topic
+    refused(r, keys, args, "delayd:bad-task " + message)
+
+
+def test_names_of_many_characters_count_characters_not_bytes(r, store):
+    keys, args = good_call(store)
+    keys[11], keys[12] = ("delayd:{0}:t:t:" + "é" * 512).encode(), b"delayd:{0}:paused:t"
+    assert SCRIPTS["add"](r, keys, args) == [1, 1]
+
+
+def test_keys_of_another_bucket_or_shape_are_refused(r, store):
+    keys, args = good_call(store)
+    refused(r, [*keys[:11], "delayd:{1}:t:t:1", keys[12]], args, "delayd:bad-task key: not a record key of this bucket")
+    refused(r, [*keys[:12], "delayd:{0}:paused:u"], args, "delayd:bad-task key: the task's second key must be")
+    refused(r, [*keys[:3], "delayd:{0}:other", *keys[4:]], args, "delayd:bad-call")
+    refused(r, keys[:-1], args, "delayd:bad-call")
+    refused(r, keys, args[:-1], "delayd:bad-call")
+
+
+def test_an_oversized_or_non_utf8_spec_is_refused(r, store):
+    keys, args = good_call(store)
+    args[SPEC] = '{"call":"a:b","params":{"x":"' + "y" * (1 << 20) + '"}}'
+    refused(r, keys, args, r"delayd:bad-task spec: is \d+ bytes, more than 1048576")
+    args[SPEC] = b'{"call":"a:b","params":{"x":"\xff"}}'
+    refused(r, keys, args, "delayd:bad-task spec: is not valid UTF-8 text")
+
+
+def test_every_field_python_writes_passes_the_gate(r, store):
+    """The Python client's own specs, with every field, are what the gate lets through."""
+    tasks = [
+        Task.new("t", 1, url="https://example.com/hook?a=1", method="POST", body="json", params={"a": [1, {"b": None}]},
+                 callback="shop.tasks:done", timeout=2.5, intervals=[0, 1.5, 60], persistent=False, priority=3),
+        Task.new("t", 2, push="queue:jobs", retries=0),
+        Task.new("t", 3, call="shop.tasks:run", cron="0 3 * * MON-FRI", tz="Europe/Berlin"),
+        Task.new("t", 4, call="shop.tasks:run", every=1.5, params={}),
+    ]
+    keys, args = store.add_call(store.keys[0], [(task, "delay", 0) for task in tasks], False)
+    assert SCRIPTS["add"](r, keys, args) == [1, 1, 1, 1]
