@@ -97,6 +97,15 @@ REFUSED = [
 ]
 
 
+# Cron expressions: those cronsim accepts must pass, the others be refused with its reason.
+CRONS = ["* * * * *", "0 3 * * mon-fri", "*/5 * * * *", "0 0 L * *", "0 0 LW * *", "0 9 * * 5L", "0 9 * * 1#2",
+         "0 0 1,15 * *", "5-10/2 * * * *", "0 0 * jan,jul *", "0 0 * * 7", "0 0 31 1,3 *", "0 0 30 2 1", "7/15 * * * *",
+         "0 0 L/2 * *", "0 0 29 2 *", "0 0 */3 * SUN-sat",
+         "61 * * * *", "* 24 * * *", "0 0 0 * *", "0 0 32 * *", "0 0 * 13 *", "0 0 * * 8", "*/0 * * * *", "1,,2 * * * *",
+         "10-5 * * * *", "0 0 31 4 *", "0 0 30 2 *", "0 0 * * 1#6", "0 0 * * L5", "0 0 * * xL", "0 0 * foo *",
+         "a b c d e", "0 0 L5 * *", "0 0 * * mon#0", "- * * * *", "0 0 * * 1-", "0 0 31 2,4 *"]
+
+
 def records(r, prefix: str) -> dict[str, dict[str, str]]:
     """Every task record under `prefix`, by key without the prefix."""
     return {key[len(prefix):]: r.hgetall(key) for key in r.scan_iter(f"{prefix}{{*}}:t:*")}
@@ -164,6 +173,23 @@ def test_bad_input_is_refused_with_the_python_message_and_nothing_is_written(one
         one_node.add(item)
     assert (caught.value.name, str(caught.value)) == ("TaskError", python_error(item))
     assert r.keys("*") == []  # not even the meta hash: nothing is read or written before validation
+
+
+def test_cron_expressions_are_accepted_and_refused_as_cronsim_does(node, r):
+    mismatches = []
+    for expr in CRONS:
+        item = {"topic": "t", "id": 1, "call": "a.b:c", "cron": expr, "delay": 0}
+        try:
+            python = python_error(item)
+        except pytest.fail.Exception:
+            python = None  # accepted
+        try:
+            mine = node.add(item) and None
+        except NodeError as exc:
+            mine = str(exc)
+        if mine != python:
+            mismatches.append((expr, python, mine))
+    assert mismatches == []
 
 
 def test_add_many_validates_every_item_first_and_names_the_bad_one(node, r, client):

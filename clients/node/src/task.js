@@ -3,6 +3,7 @@
 // JSON it stores, written as Task.spec_json writes it. The add script refuses what would make
 // the daemon misread a record whatever a producer checks; these checks give the friendly
 // message first.
+import { cronProblem } from './cron.js';
 import { NotJson, compactJson, jsonString, pyNumber, pyRepr } from './json.js';
 
 export class TaskError extends Error {
@@ -127,6 +128,8 @@ function checkCronShape(expr) {
   if (fields.length !== 5) {
     throw new TaskError(`cron needs five fields (minute hour day-of-month month day-of-week), got ${pyRepr(expr)}`);
   }
+  const problem = cronProblem(expr);
+  if (problem) throw new TaskError(`invalid cron expression ${pyRepr(expr)}: ${problem}`);
   return fields.join(' ');
 }
 
