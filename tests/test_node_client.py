@@ -106,6 +106,11 @@ CRONS = ["* * * * *", "0 3 * * mon-fri", "*/5 * * * *", "0 0 L * *", "0 0 LW * *
          "a b c d e", "0 0 L5 * *", "0 0 * * mon#0", "- * * * *", "0 0 * * 1-", "0 0 31 2,4 *"]
 
 
+ZONES = ["Europe/Berlin", "UTC", "US/Pacific", "Etc/GMT+5", "EST5EDT", "Asia/Calcutta", "GMT", "Zulu", "Europe/Kyiv",
+         "America/Argentina/Buenos_Aires", "europe/berlin", "posixrules", "right/UTC", "Etc/Unknown", "localtime",
+         "Factory", "", "Europe/Berlin ", "../etc/passwd"]
+
+
 def records(r, prefix: str) -> dict[str, dict[str, str]]:
     """Every task record under `prefix`, by key without the prefix."""
     return {key[len(prefix):]: r.hgetall(key) for key in r.scan_iter(f"{prefix}{{*}}:t:*")}
@@ -175,10 +180,10 @@ def test_bad_input_is_refused_with_the_python_message_and_nothing_is_written(one
     assert r.keys("*") == []  # not even the meta hash: nothing is read or written before validation
 
 
-def test_cron_expressions_are_accepted_and_refused_as_cronsim_does(node, r):
+def test_cron_expressions_and_zones_are_accepted_and_refused_as_python_does(node, r):
     mismatches = []
-    for expr in CRONS:
-        item = {"topic": "t", "id": 1, "call": "a.b:c", "cron": expr, "delay": 0}
+    for expr, tz in [*((expr, "UTC") for expr in CRONS), *(("0 3 * * *", zone) for zone in ZONES)]:
+        item = {"topic": "t", "id": 1, "call": "a.b:c", "cron": expr, "tz": tz, "delay": 0}
         try:
             python = python_error(item)
         except pytest.fail.Exception:

@@ -110,7 +110,9 @@ function checkZone(name) {
   if (typeof name !== 'string' || !name) {
     throw new TaskError(`tz must be an IANA zone name like Europe/Berlin, got ${pyRepr(name)}`);
   }
-  let known = !NOT_PLACES.has(name) && /^[A-Za-z0-9_+\-/]+$/.test(name);
+  // Intl reads zone names in any case, the tz database (and the daemon) in its own: each part of a
+  // name starts with a capital there (Europe/Berlin, Etc/GMT+5, EST5EDT).
+  let known = !NOT_PLACES.has(name) && /^[A-Z][A-Za-z0-9_+-]*(\/[A-Z][A-Za-z0-9_+-]*)*$/.test(name);
   if (known) {
     try {
       new Intl.DateTimeFormat('en-US', { timeZone: name });
