@@ -5,6 +5,7 @@
 // and each script's KEYS/ARGV are those of docs/redis-layout.md.
 import { pyRepr } from './json.js';
 import { script } from './lua.js';
+import { PackedCall, bulk, evalsha } from './packed.js';
 import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
 
 export { TaskError } from './task.js';
@@ -36,7 +37,15 @@ const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
 
 export function bucketOf(member, buckets) {
   let crc = 0xffffffff;
-  for (const byte of Buffer.from(member, 'utf8')) crc = CRC_TABLE[(crc ^ byte) & 0xff] ^ (crc >>> 8);
+  for (let i = 0; i < member.length; i++) {
+    const code = member.charCodeAt(i);
+    if (code >= 0x80) { // not ASCII: over its UTF-8 bytes
+      crc = 0xffffffff;
+      for (const byte of Buffer.from(member, 'utf8')) crc = CRC_TABLE[(crc ^ byte) & 0xff] ^ (crc >>> 8);
+      break;
+    }
+    crc = CRC_TABLE[(crc ^ code) & 0xff] ^ (crc >>> 8);
+  }
   return ((crc ^ 0xffffffff) >>> 0) % buckets;
 }
 
@@ -61,6 +70,7 @@ export class Client {
     this.defaultRetries = retries;
     this.retentionMs = Math.trunc(retention * 1000);
     this.buckets = null; // read from the meta hash on first use
+    this.addHeads = new Map(); // bucket -> add.lua's packed fixed keys, its wake channel, its first key
     this.scripts = { add: script('add'), delete: script('delete') };
   }
 
@@ -103,28 +113,59 @@ export class Client {
     return `${this.prefix}{${bucket}}:`;
   }
 
-  /** Run script `name` by SHA; after NOSCRIPT (Redis lost its script cache) load it and run it again. */
-  async run(name, keys, args) {
-    const { sha, source } = this.scripts[name];
-    try {
-      return await this.redis.evalsha(sha, keys.length, ...keys, ...args);
-    } catch (exc) {
-      if (!String(exc.message).startsWith('NOSCRIPT')) throw exc;
-      await this.redis.script('LOAD', source);
-      return this.redis.evalsha(sha, keys.length, ...keys, ...args);
+  /** Send packed script calls ([name, text, firstKey], see ./packed.js) in one pipeline and resolve their
+   * replies (an Error in place of a refused one); those refused with NOSCRIPT (Redis lost its script
+   * cache) are sent again once after a SCRIPT LOAD. */
+  async send(calls) {
+    const replies = new Array(calls.length);
+    let pending = calls.map((call, n) => [n, call]);
+    for (let attempt = 0; pending.length; attempt++) {
+      const pipeline = this.redis.pipeline();
+      for (const [, [, text, firstKey]] of pending) pipeline.sendCommand(new PackedCall(text, firstKey));
+      const answers = await pipeline.exec();
+      const lost = new Set();
+      const again = [];
+      answers.forEach(([error, reply], i) => {
+        const [n, call] = pending[i];
+        if (error && attempt === 0 && String(error.message).startsWith('NOSCRIPT')) {
+          lost.add(call[0]);
+          again.push(pending[i]);
+        } else {
+          replies[n] = error || reply;
+        }
+      });
+      for (const name of lost) await this.redis.script('LOAD', this.scripts[name].source);
+      pending = again;
     }
+    return replies;
   }
 
-  /** add.lua's KEYS and ARGV for `entries` (built tasks) of one bucket (docs/protocol.md section 3). */
+  /** One script call's reply; rejects with Redis's error. */
+  async run(name, keys, args) {
+    const packed = evalsha(this.scripts[name].sha, keys.map(bulk).join(''), keys.length, args.map(bulk).join(''), args.length);
+    const [reply] = await this.send([[name, packed, keys[0]]]);
+    if (reply instanceof Error) throw reply;
+    return reply;
+  }
+
+  /** One add.lua call writing `entries` (built tasks) of one bucket, packed (docs/protocol.md section 3):
+   * KEYS the bucket's 9 keys, then the record and parked set of each task; ARGV nx, the wake
+   * channel, then each task's spec, priority, mode and value. */
   addCall(bucket, entries, nx) {
     const tag = this.tag(bucket);
-    const keys = ADD_KEYS.map((name) => tag + name);
-    const args = [nx ? 1 : 0, `${this.prefix}wake:${bucket}`];
-    for (const { task, mode, value } of entries) {
-      keys.push(`${tag}t:${task.key}`, `${tag}paused:${task.topic}`);
-      args.push(task.spec, task.priority, task.recurring ? mode + '*' : mode, value);
+    let head = this.addHeads.get(bucket);
+    if (head === undefined) {
+      head = [ADD_KEYS.map((name) => bulk(tag + name)).join(''), bulk(`${this.prefix}wake:${bucket}`), `${tag}delayed`];
+      this.addHeads.set(bucket, head);
     }
-    return [keys, args];
+    let keys = head[0];
+    let args = (nx ? '$1\r\n1\r\n' : '$1\r\n0\r\n') + head[1];
+    for (const { task, mode, value } of entries) {
+      keys += bulk(`${tag}t:${task.key}`) + bulk(`${tag}paused:${task.topic}`);
+      args += bulk(task.spec) + bulk(task.priority) + bulk(task.recurring ? mode + '*' : mode) + bulk(value);
+    }
+    const count = entries.length;
+    return ['add', evalsha(this.scripts.add.sha, keys, ADD_KEYS.length + 2 * count, args, 2 + 4 * count), head[2]];
   }
 
   /** Cron tasks without delay/at: due at the calendar's next time after Redis's clock. */
@@ -142,9 +183,9 @@ export class Client {
     const built = build(task, this.options);
     const buckets = await this.store();
     const [entry] = await this.resolveCron([built]);
-    const [keys, args] = this.addCall(bucketOf(entry.task.key, buckets), [entry], Boolean(nx || built.nx));
-    const [written] = await this.run('add', keys, args);
-    return written === 1;
+    const [reply] = await this.send([this.addCall(bucketOf(entry.task.key, buckets), [entry], Boolean(nx || built.nx))]);
+    if (reply instanceof Error) throw reply;
+    return reply[0] === 1;
   }
 
   /**
@@ -176,23 +217,14 @@ export class Client {
     return this.pipelined(calls);
   }
 
-  /** The add.lua calls in one pipeline; those refused with NOSCRIPT are sent again after a load. */
+  /** Send add.lua calls in one pipeline; resolves how many tasks they wrote. */
   async pipelined(calls) {
-    const { sha, source } = this.scripts.add;
     let written = 0;
-    let pending = calls;
-    for (let attempt = 0; pending.length; attempt++) {
-      const pipeline = this.redis.pipeline();
-      for (const [keys, args] of pending) pipeline.evalsha(sha, keys.length, ...keys, ...args);
-      const replies = await pipeline.exec();
-      const again = [];
-      replies.forEach(([error, reply], n) => {
-        if (error && String(error.message).startsWith('NOSCRIPT') && attempt === 0) again.push(pending[n]);
-        else if (error) throw new Error(`Redis refused an add after ${written} task(s) were written: ${error.message}`);
-        else written += reply.reduce((a, b) => a + b, 0);
-      });
-      if (again.length) await this.redis.script('LOAD', source);
-      pending = again;
+    for (const reply of await this.send(calls)) {
+      if (reply instanceof Error) {
+        throw new Error(`Redis refused an add after ${written} task(s) were written: ${reply.message}`);
+      }
+      written += reply.reduce((a, b) => a + b, 0);
     }
     return written;
   }

@@ -191,7 +191,7 @@ export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = fals
   if (!BODIES.includes(body)) throw new TaskError(`body must be 'form' or 'json', got ${pyRepr(body)}`);
   const paramsJson = checkParams(params, stored ? Infinity : paramsLimit);
   if (persistent !== true && persistent !== false) throw new TaskError('persistent must be true or false');
-  if (![1, 2, 3].includes(priority)) throw new TaskError(`priority must be 1, 2 or 3, got ${pyRepr(priority)}`);
+  if (priority !== 1 && priority !== 2 && priority !== 3) throw new TaskError(`priority must be 1, 2 or 3, got ${pyRepr(priority)}`);
   if (callback !== null) checkTarget('callback', callback);
   if (timeout !== null && (!isNumber(timeout) || !(timeout > 0 && timeout <= 86400))) {
     throw new TaskError(`timeout must be a number of seconds in (0, 86400], got ${pyRepr(timeout)}`);
@@ -270,22 +270,39 @@ export function toMs(at) {
   throw new TaskError(`${AT_ERROR}, got ${pyRepr(at)}`);
 }
 
-const snake = (name) => name.replace(/(?<=[a-z0-9])[A-Z]/g, (c) => '_' + c.toLowerCase());
+// A name as the Python client spells it (maxWait -> max_wait), remembered: tasks repeat a few names.
+const SNAKE = new Map();
+function snake(name) {
+  let python = SNAKE.get(name);
+  if (python === undefined) {
+    python = name.replace(/(?<=[a-z0-9])[A-Z]/g, (c) => '_' + c.toLowerCase());
+    if (SNAKE.size < 1024) SNAKE.set(name, python);
+  }
+  return python;
+}
+const ARGUMENTS = new Set(['topic', 'id', 'delay', 'at', 'nx']); // add()'s arguments besides TASK_FIELDS
 
-/** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'cron', value (ms) }.
+/** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'cron', value (ms), nx }.
  * camelCase names (maxWait) are read as the Python ones (max_wait). */
 export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModules = null } = {}) {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
     throw new TaskError('a task is an object of add() arguments');
   }
+  // (One pass, no object rest or spread: build runs per task of an addMany.)
   const fields = {};
-  for (const [name, value] of Object.entries(input)) {
-    if (value !== undefined) fields[snake(name)] = value;
+  let unknown = null;
+  for (const name of Object.keys(input)) {
+    const value = input[name];
+    if (value === undefined) continue;
+    const python = snake(name);
+    if (!TASK_FIELDS.has(python) && !ARGUMENTS.has(python)) (unknown ??= []).push(python);
+    fields[python] = value;
   }
-  const { topic, id, delay = null, at = null, nx, ...rest } = fields;
-  const unknown = Object.keys(rest).filter((n) => !TASK_FIELDS.has(n)).sort();
-  if (unknown.length) throw new TaskError(`unknown task field(s): ${unknown.join(', ')}`);
-  const task = newTask({ ...rest, topic, id }, paramsLimit);
+  if (unknown) throw new TaskError(`unknown task field(s): ${unknown.sort().join(', ')}`);
+  const delay = fields.delay ?? null;
+  const at = fields.at ?? null;
+  const nx = fields.nx;
+  const task = newTask(fields, paramsLimit);
   if (allowedModules) {
     for (const target of [task.call, task.callback]) {
       const module = target && target.split(':')[0];
