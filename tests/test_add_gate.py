@@ -4,6 +4,8 @@ misread. Each bad call gets `ERR delayd:bad-task <field>: ...` (or `delayd:bad-c
 KEYS/ARGV of the wrong shape) and writes nothing, not even the good tasks beside the bad one."""
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
 import redis
 
@@ -185,3 +187,16 @@ def test_every_field_python_writes_passes_the_gate(r, store):
     ]
     keys, args = store.add_call(store.keys[0], [(task, "delay", 0) for task in tasks], False)
     assert SCRIPTS["add"](r, keys, args) == [1, 1, 1, 1]
+
+
+def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):
+    """docs/protocol.md, section 6: a client in another language may put all of _lib.lua in
+    front of add.lua instead of linking the helpers it uses; the script then works the same."""
+    lua = resources.files("delayd.store").joinpath("lua")
+    source = lua.joinpath("_lib.lua").read_text() + "\n" + lua.joinpath("add.lua").read_text()
+    keys, args = good_call(store)
+    assert r.eval(source, len(keys), *keys, *args) == [1, 1]
+    assert r.eval(source, len(keys), *keys, "1", *args[1:]) == [0, 0]  # nx: both exist
+    args[SPEC] = "{}"
+    with pytest.raises(redis.exceptions.ResponseError, match="delayd:bad-task target"):
+        r.eval(source, len(keys), *keys, *args)
