@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,25 @@ def need_node() -> str:
     return node
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """End a driver: EOF on its stdin ends it."""
+    proc.stdin.close()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
+
+
 class NodeProducer:
-    """A delayd-client Client on `redis_url` with `prefix`, in its own node process."""
+    """A delayd-client Client on `redis_url` with `prefix`, in its own node process (ended by close(),
+    or when the object is collected)."""
 
     def __init__(self, redis_url: str, prefix: str = "delayd:"):
         self.proc = subprocess.Popen([need_node(), str(NODE_DIR / "test" / "driver.mjs"), redis_url, prefix],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
+        self.close = weakref.finalize(self, _stop, self.proc)
 
     def ask(self, op: str, *args: Any) -> Any:
         """The Client method `op`'s answer; NodeError for a rejection."""
@@ -69,10 +83,6 @@ class NodeProducer:
 
     def get(self, topic: str, id: Any) -> dict[str, Any] | None:
         return self.ask("get", topic, id)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(10)
 
 
 @pytest.fixture
