@@ -24,26 +24,39 @@ async function rate(count, one) {
   return count / (Number(process.hrtime.bigint() - start) / 1e9);
 }
 
+// Redis's own time in EVALSHA calls since the last call (INFO commandstats), in us.
+async function redisMicros() {
+  const usec = Number((await redis.info('commandstats')).match(/cmdstat_evalsha:calls=\d+,usec=(\d+)/)?.[1] ?? 0);
+  await redis.config('RESETSTAT');
+  return usec;
+}
+
 const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
-const rows = { evalsha: [], add: [], ratio: [], addMany: [] };
+const rows = { evalsha: [], add: [], ratio: [], addMany: [], addRedis: [], manyRedis: [] };
 for (let round = 0; round < rounds; round++) {
   const ceiling = await rate(n, () => redis.evalsha(trivial, 0));
+  await redisMicros();
   const adds = await rate(n, (i) => client.add({ topic: 'single', id: `${round}-${i}`, call: 'shop.tasks:run', delay: 60 }));
+  rows.addRedis.push((await redisMicros()) / n);
   rows.evalsha.push(ceiling);
   rows.add.push(adds);
   rows.ratio.push((100 * adds) / ceiling);
 }
 for (let round = 0; round < rounds; round++) {
   const tasks = Array.from({ length: many }, (_, i) => ({ topic: 'many', id: `${round}-${i}`, call: 'shop.tasks:run', delay: 60 }));
+  await redisMicros();
   const start = process.hrtime.bigint();
   const written = await client.addMany(tasks);
   rows.addMany.push(written / (Number(process.hrtime.bigint() - start) / 1e9));
+  rows.manyRedis.push((await redisMicros()) / many);
 }
 const show = (values, digits = 0) => `${median(values).toFixed(digits)} (${Math.min(...values).toFixed(digits)}–${Math.max(...values).toFixed(digits)})`;
 console.log(`node ${process.version}, Redis ${(await redis.info('server')).match(/redis_version:(\S+)/)[1]}, ${rounds} rounds`);
 console.log(`trivial EVALSHA round trip, ioredis, awaited one at a time: ${show(rows.evalsha)} calls/s`);
 console.log(`add, awaited one at a time: ${show(rows.add)} tasks/s`);
 console.log(`add as % of that round trip (per round): ${show(rows.ratio, 1)} %`);
+console.log(`Redis time in add.lua per single add: ${show(rows.addRedis, 1)} us`);
 console.log(`addMany of ${many}: ${show(rows.addMany)} tasks/s`);
+console.log(`Redis time in add.lua per task of addMany: ${show(rows.manyRedis, 1)} us`);
 await redis.flushdb();
 redis.disconnect();
