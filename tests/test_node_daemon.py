@@ -40,7 +40,7 @@ def test_tasks_added_from_node_are_run_by_the_daemon(daemon, node, client, r, ht
     assert r.llen("node:jobs") == 0 and r.llen("node:jobs:processing") == 0
 
 
-def test_the_consumer_example_first_handles_what_a_stopped_consumer_left(node, r, redis_url):
+def test_the_consumer_example_first_handles_what_a_stopped_consumer_left(r, redis_url):
     left = {"key": "t:1", "params": {"left": True}}
     r.rpush("q:processing", json.dumps(left))  # taken by a consumer that died before its acknowledgement
     r.rpush("q", json.dumps({"key": "t:2", "params": {}}))
