@@ -53,11 +53,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 class NodeProducer:
-    """A delayd-client Client on `redis_url` with `prefix`, in its own node process (ended by close(),
+    """A delayd-client Client on `redis_url` with `prefix` (and Client `options`), in its own node process (ended by close(),
     or when the object is collected)."""
 
-    def __init__(self, redis_url: str, prefix: str = "delayd:"):
-        self.proc = subprocess.Popen([need_node(), str(NODE_DIR / "test" / "driver.mjs"), redis_url, prefix],
+    def __init__(self, redis_url: str, prefix: str = "delayd:", **options: Any):
+        self.proc = subprocess.Popen([need_node(), str(NODE_DIR / "test" / "driver.mjs"), redis_url, prefix,
+                                      json.dumps(options)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
         self.close = weakref.finalize(self, _stop, self.proc)
 

@@ -12,6 +12,7 @@ from node_helper import NODE_DIR, NodeError, NodeProducer, need_node, node  # no
 
 from delayd import Client, TaskError
 from delayd.store import lua_lib
+from delayd.store.keys import bucket_of
 
 LUA = Path(__file__).parent.parent / "delayd" / "store" / "lua"
 
@@ -205,7 +206,26 @@ def test_add_many_validates_every_item_first_and_names_the_bad_one(node, r, clie
     assert node.add_many(items) == 1000
     assert client.count("m") == 1000
     assert node.add_many(items[:10] + [{"topic": "m", "id": "new", "push": "q"}], nx=True) == 1
+    with pytest.raises(NodeError, match=r"^item 0: unknown task field\(s\): nx$"):  # nx is addMany's, as in Python
+        node.add_many([{"topic": "m", "id": 1, "push": "q", "nx": True}])
     assert client.count("m") == 1001
+
+
+def test_what_the_add_script_refuses_rejects_with_a_task_error_and_writes_nothing(redis_url, r):
+    producer = NodeProducer(redis_url, paramsLimit=4 << 20)  # past the script's own limit on a spec (1 MiB)
+    try:
+        producer.add({"topic": "t", "id": 0, "push": "q"})
+        with pytest.raises(NodeError, match=r"^delayd:bad-task .*spec") as caught:
+            producer.add({"topic": "t", "id": 1, "push": "q", "params": {"x": "y" * (2 << 20)}})
+        assert caught.value.name == "TaskError"
+        # A call is written whole or not at all: two tasks of one bucket, the second refused.
+        same = next(i for i in range(3, 100) if bucket_of(f"t:{i}", 4) == bucket_of("t:2", 4))
+        with pytest.raises(NodeError, match=r"^delayd:bad-task .*\(0 of 2 task\(s\) were written\)$"):
+            producer.add_many([{"topic": "t", "id": 2, "push": "q"},
+                               {"topic": "t", "id": same, "push": "q", "params": {"x": "y" * (2 << 20)}}])
+        assert [key.rsplit(":", 1)[1] for key in r.keys("*:t:t:*")] == ["0"]
+    finally:
+        producer.close()
 
 
 def test_nx_replace_delete_and_get(node, client):

@@ -182,9 +182,9 @@ export class Client {
   async add(task, { nx = false } = {}) {
     const built = build(task, this.options);
     const buckets = await this.store();
-    const [entry] = await this.resolveCron([built]);
-    const [reply] = await this.send([this.addCall(bucketOf(entry.task.key, buckets), [entry], Boolean(nx || built.nx))]);
-    if (reply instanceof Error) throw reply;
+    await this.resolveCron([built]);
+    const [reply] = await this.send([this.addCall(bucketOf(built.task.key, buckets), [built], Boolean(nx || built.nx))]);
+    if (reply instanceof Error) throw refusal(reply);
     return reply[0] === 1;
   }
 
@@ -196,16 +196,18 @@ export class Client {
     if (!Array.isArray(tasks)) throw new TaskError('addMany takes an array of tasks');
     const built = tasks.map((item, n) => {
       try {
-        return build(item, this.options);
+        const entry = build(item, this.options);
+        if (entry.nx !== undefined) throw new TaskError('unknown task field(s): nx'); // (addMany's own option)
+        return entry;
       } catch (exc) {
         if (exc instanceof TaskError) throw new TaskError(`item ${n}: ${exc.message}`);
         throw exc;
       }
     });
     const buckets = await this.store();
-    const entries = await this.resolveCron(built);
+    await this.resolveCron(built);
     const byBucket = new Map();
-    for (const entry of entries) {
+    for (const entry of built) {
       const bucket = bucketOf(entry.task.key, buckets);
       if (!byBucket.has(bucket)) byBucket.set(bucket, []);
       byBucket.get(bucket).push(entry);
@@ -214,17 +216,21 @@ export class Client {
     for (const [bucket, list] of byBucket) {
       for (let i = 0; i < list.length; i += ADD_BATCH) calls.push(this.addCall(bucket, list.slice(i, i + ADD_BATCH), nx));
     }
-    return this.pipelined(calls);
+    return this.pipelined(calls, built.length);
   }
 
-  /** Send add.lua calls in one pipeline; resolves how many tasks they wrote. */
-  async pipelined(calls) {
+  /** Send add.lua calls in one pipeline; resolves how many tasks they wrote. If Redis refused a call (none
+   * of its tasks written), rejects with the first refusal, saying how many of the others were written. */
+  async pipelined(calls, total) {
     let written = 0;
+    let refused = null;
     for (const reply of await this.send(calls)) {
-      if (reply instanceof Error) {
-        throw new Error(`Redis refused an add after ${written} task(s) were written: ${reply.message}`);
-      }
-      written += reply.reduce((a, b) => a + b, 0);
+      if (reply instanceof Error) refused ??= refusal(reply);
+      else written += reply.reduce((a, b) => a + b, 0);
+    }
+    if (refused) {
+      refused.message = `${refused.message} (${written} of ${total} task(s) were written)`;
+      throw refused;
     }
     return written;
   }
@@ -282,6 +288,13 @@ export class Client {
       attempts: attempts(record.attempts),
     };
   }
+}
+
+/** add.lua's refusal of an invalid task (`ERR delayd:bad-task ...`: a check this client missed) as a
+ * TaskError; any other error as it is. */
+function refusal(error) {
+  const message = String(error.message);
+  return message.includes('delayd:bad-task') ? new TaskError(message.replace(/^ERR /, '')) : error;
 }
 
 /** The delivery log (delayd.model.attempts.decode): one JSON array per line; lines that do not parse are skipped. */
