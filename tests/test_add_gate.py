@@ -105,7 +105,7 @@ def test_a_bad_schedule_is_refused(r, store, spec, message):
 @pytest.mark.parametrize("index, value, message", [
     (PRIORITY, "4", "priority: must be 1, 2 or 3"),
     (PRIORITY, "", "priority: must be 1, 2 or 3"),
-    (MODE, "later", "mode: must be delay, at, delay\\* or at\\*"),
+    (MODE, "later", "mode: must be delay, at, delay\\*, at\\* or next\\*"),
     (MODE, "delay*", "mode: ends in '\\*' for a task with every or cron, and only then"),
     (VALUE, "-1", "delay: must be an integer of ms"),
     (VALUE, "1.5", "delay: must be an integer of ms"),
@@ -124,6 +124,17 @@ def test_at_is_an_absolute_time_up_to_1e14_ms(r, store):
     refused(r, keys, args, "delayd:bad-task at: must be an integer of ms from 0 to 1e14")
     args[VALUE] = str(10**14)
     assert SCRIPTS["add"](r, keys, args) == [1, 1]
+
+
+def test_next_is_for_a_cron_task_with_the_value_0(r, store):
+    keys, args = good_call(store)
+    args[SPEC], args[MODE], args[VALUE] = spec_of(store, call="a:b", every=60), "next*", "0"
+    refused(r, keys, args, "delayd:bad-task mode: next\\* is for a cron task")
+    args[SPEC], args[VALUE] = spec_of(store, call="a:b", cron="0 3 * * *"), "5"
+    refused(r, keys, args, "delayd:bad-task mode: next\\* takes the value 0")
+    args[VALUE] = "0"
+    assert SCRIPTS["add"](r, keys, args) == [1, 1]
+    assert r.hget("delayd:{0}:t:t:1", "first") == "cron" and r.hget("delayd:{0}:t:t:0", "first") is None
 
 
 def test_a_recurring_spec_needs_a_recurring_mode(r, store):

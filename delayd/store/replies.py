@@ -32,6 +32,7 @@ class ClaimedTask(NamedTuple):
     created: str
     error: str
     priority: str
+    first: str  # 'cron': a cron task added without a first due time (add.lua's mode next*), else ''
 
     def task(self, now_ms: int, default_retries: int = DEFAULT_RETRIES) -> Task:
         """The task as its handler sees it (`default_retries`: the daemon's `retries` setting);

@@ -41,13 +41,13 @@ from typing import Any, Callable
 from delayd import log as log_mod
 from delayd.config import Config
 from delayd.log import event
-from delayd.model import attempts
+from delayd.model import attempts, schedule
 from delayd.model.task import RETRY_JITTER, Task, TaskError
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import PRIORITIES, ready_channel
 from delayd.store.link import Link
-from delayd.store.replies import SCHEDULE_ENDS, Claimed, Finish
+from delayd.store.replies import SCHEDULE_ENDS, Claimed, ClaimedTask, Finish
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
 from delayd.targets.handlers import (
@@ -450,6 +450,8 @@ class QueueWorker:
                      Finish(row.member, row.claim, "quarantine", 0, str(exc))))
                 event(log, "quarantined", logging.ERROR, task=row.member, run=row.runs, reason=str(exc))
                 continue
+            if row.first and task.cron is not None and self.resolved_first(bucket, row, task, claimed.now):
+                continue
             limit = self.timeout_of(task)
             url = bool(task.url)
             run = Run(task, bucket, at, math.inf if url else at + limit, limit, at, claimed.now, url)
@@ -462,6 +464,22 @@ class QueueWorker:
             self.pool.put(handed, at)
         if urls:
             self.engine.start(urls, self.completed)  # one wake-up of the event loop per claim
+
+
+    def resolved_first(self, bucket: int, row: ClaimedTask, task: Task, now_ms: int) -> bool:
+        """A cron task added without a first due time (docs/protocol.md: add.lua's mode next*, for
+        producers without a cron implementation) gets the calendar's next time after it was added,
+        by the one implementation (delayd.model.schedule), as the Python client gives it at add:
+        not run now but deferred to that time (True), unless that time has come (False: it runs)."""
+        due = schedule.next_cron(task.cron, task.tz, round(task.created_at * 1000))
+        if due is not None and due <= now_ms:
+            return False
+        outcome = ("defer", "", due) if due is not None else (
+            "quarantine", f"cron expression {task.cron!r} has no next time", "")
+        self.finished.setdefault(bucket, []).append(
+            (Run(task, bucket, 0, 0), Finish(row.member, row.claim, outcome[0], 0, outcome[1], outcome[2], 0, "")))
+        event(log, "first_due", logging.DEBUG, task=row.member, due=due)
+        return True
 
 
 def main(config: Config, index: int, heartbeat: Heartbeat) -> None:

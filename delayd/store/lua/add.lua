@@ -4,7 +4,8 @@
 --       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
 -- ARGV: nx (1/0), wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
--- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index.
+-- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
+-- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md).
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns one 1 (written) or 0 (exists, nx) per task.
@@ -120,7 +121,11 @@ local function check(task_key, parked, spec, priority, mode, value)
   if parked ~= KEYS[9] .. ':' .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
   if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
   local at = mode == 'at' or mode == 'at*'
-  if not at and mode ~= 'delay' and mode ~= 'delay*' then refuse('mode', 'must be delay, at, delay* or at*') end
+  if mode == 'next*' then
+    if value ~= '0' then refuse('mode', 'next* takes the value 0') end
+  elseif not at and mode ~= 'delay' and mode ~= 'delay*' then
+    refuse('mode', 'must be delay, at, delay*, at* or next*')
+  end
   local ms = int_of(value)
   if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
     refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
@@ -197,6 +202,7 @@ local function check(task_key, parked, spec, priority, mode, value)
   if recurs ~= (t.every ~= nil or t.cron ~= nil) then
     refuse('mode', "ends in '*' for a task with every or cron, and only then")
   end
+  if mode == 'next*' and t.cron == nil then refuse('mode', 'next* is for a cron task') end
   return member
 end
 
@@ -258,12 +264,12 @@ for i = 3, #ARGV, 4 do
   local exists = redis.call('EXISTS', task_key) == 1
   local old  -- the old record's fields; nil when there is none, or the key is not a hash
   if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created') end
-  local recurs = mode == 'delay*' or mode == 'at*'
+  local recurs = string.sub(mode, -1) == '*'
   if nx and old then
     written[#written + 1] = 0
   else
     local due = value
-    if mode == 'delay' or mode == 'delay*' then due = now + value end
+    if mode == 'delay' or mode == 'delay*' or mode == 'next*' then due = now + value end
     local topic = topic_of(member)
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
@@ -274,7 +280,8 @@ for i = 3, #ARGV, 4 do
       token = replace(task_key, parked, member, topic, recurs, old or {})
     end
     local url = is_url(spec)
-    if not url and priority == DEFAULT_PRIORITY and token <= now then  -- the usual case: no table to build
+    local first = mode == 'next*'
+    if not url and priority == DEFAULT_PRIORITY and token <= now and not first then  -- the usual case: no table
       redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now, 'due', due)
     else
       local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
@@ -290,6 +297,12 @@ for i = 3, #ARGV, 4 do
       if token > now then
         fields[#fields + 1] = 'claim'
         fields[#fields + 1] = token
+      end
+      -- A cron task without a first due time: due now, and its first claim gives it the calendar's
+      -- next time after `created` instead of running it (delayd.workers.queue_worker, first_due).
+      if first then
+        fields[#fields + 1] = 'first'
+        fields[#fields + 1] = 'cron'
       end
       redis.call('HSET', task_key, unpack(fields))
     end

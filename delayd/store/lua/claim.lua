@@ -10,8 +10,8 @@
 -- neither 0 nor 1, a status other than delayed, a member that is not topic:id) is
 -- quarantined. Fields it only passes on (spec, due, created, ...) are checked by
 -- the worker, which quarantines the task through finish.
--- Returns {now, then per task 8 values: member, spec, runs, claim, due, created,
---          last error, priority}
+-- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
+--          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
 local now = now_ms()
 local prefix, n, lease = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6])
 local quota = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
@@ -39,7 +39,7 @@ local function take(list, want)
   for _, member in ipairs(members) do
     local task_key = prefix .. member
     local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-      'due', 'created', 'error', 'priority', 'status')
+      'due', 'created', 'error', 'priority', 'status', 'first')
     -- Entries whose task was deleted, replaced or already claimed are stale
     -- (queued is 0 or missing): skipped.
     if not r or (r[1] and r[1] ~= '0') then
@@ -57,7 +57,8 @@ local function take(list, want)
         count_ready(r[9], topic, -1)
         batch_add(leased, KEYS[4], topic, member, now + lease)
         tally_lateness(topic, now - (int_of(r[6]) or now))
-        for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY}) do
+        for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '',
+                            r[9] or DEFAULT_PRIORITY, r[11] or ''}) do
           out[#out + 1] = v
         end
         taken = taken + 1

@@ -10,8 +10,9 @@
 -- A next due time (a recurring task's next run, ok or retry) puts the task back
 -- to `delayed` at that time and keeps the due time this run was for in `last_due`;
 -- 'end' or a quarantine takes it out of the `recurring` index (add puts it in).
--- `defer` is a run that was never made (its URL's circuit is open): the task goes
--- back to `delayed` at now + wait and gives back the run number claim counted.
+-- `defer` is a run that was never made (its URL's circuit is open, or a cron task's first
+-- due time was resolved): the task goes back to `delayed` at now + wait (or at the next due
+-- time given) and gives back the run number claim counted.
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted), or
 -- whose record is no longer a hash, changes nothing. Returns one 1 (applied) or
 -- 0 (stale) per run.
@@ -71,10 +72,10 @@ for i = 6, #ARGV, 8 do
       local runs = (int_of(r[5]) or 1) - 1
       if runs > 0 then
         fields = {'runs', runs}
-      else
-        redis.call('HDEL', task_key, 'runs')
+      else  -- never run: no run number, no last run, and a first due time now resolved
+        redis.call('HDEL', task_key, 'runs', 'last_run', 'first')
       end
-      requeue(member, topic, not_before, fields)
+      requeue(member, topic, next_due or not_before, fields)
     elseif next_due and (outcome == 'ok' or outcome == 'retry') then
       if next_due < not_before then next_due = not_before end
       fields = {'last_due', r[3] or now}

@@ -1,0 +1,159 @@
+"""One conformance table (tests/conformance/cases.json) pushed through every producer.
+
+A case is an add (the keyword arguments of Client.add, `nx` apart) or a delete, maybe after some
+tasks added first (`before`), and its expected outcome: `added` or `deleted` (true/false), the
+task as `delayd get --json` prints it afterwards (minus the times, which vary), or the kind of
+error (`invalid`: the producer's validation error, writing nothing). A producer is a small
+adapter (add, delete); one for another language plugs in beside these, and every case is then
+checked through it with the same expectations.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_helper import delayd
+
+from delayd import AsyncClient, Client
+from delayd.model.task import TaskError
+
+CASES = json.loads((Path(__file__).parent / "conformance" / "cases.json").read_text())
+VARYING = ("created_at", "due_at", "last_run_at", "last_due_at")
+
+
+class Invalid(Exception):
+    """A producer refused the task as invalid (its message is the producer's one line)."""
+
+
+def expand(value: Any) -> Any:
+    """A case's value with `{"$repeat": [text, n]}` (a long string, kept short in the table) spelled out."""
+    if isinstance(value, dict):
+        if set(value) == {"$repeat"}:
+            text, times = value["$repeat"]
+            return text * times
+        return {k: expand(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand(v) for v in value]
+    return value
+
+
+class PythonClient:
+    name = "Client"
+
+    def __init__(self, url: str):
+        self.client = Client.from_url(url)
+
+    def add(self, task: dict, nx: bool) -> bool:
+        try:
+            return self.client.add(nx=nx, **task)
+        except TaskError as exc:
+            raise Invalid(str(exc)) from None
+
+    def delete(self, topic: str, id: Any, hard: bool) -> bool:
+        return self.client.delete(topic, id, hard=hard)
+
+
+class PythonAsyncClient:
+    name = "AsyncClient"
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def run(self, operation: str, *args: Any, **kwargs: Any) -> Any:
+        async def call() -> Any:
+            async with AsyncClient.from_url(self.url) as client:
+                return await getattr(client, operation)(*args, **kwargs)
+        return asyncio.run(call())
+
+    def add(self, task: dict, nx: bool) -> bool:
+        try:
+            return self.run("add", nx=nx, **task)
+        except TaskError as exc:
+            raise Invalid(str(exc)) from None
+
+    def delete(self, topic: str, id: Any, hard: bool) -> bool:
+        return self.run("delete", topic, id, hard=hard)
+
+
+class Cli:
+    """`delayd add TOPIC ID --flag ...` and `delayd del`: exit 1 and one line on stderr for an invalid task,
+    or exit 2 and the usage for what the command line's own syntax refuses (two targets, a priority of 4)."""
+    name = "delayd add"
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def add(self, task: dict, nx: bool) -> bool:
+        task = dict(task)
+        args = ["add", str(task.pop("topic")), str(task.pop("id")), "--json", *(["--nx"] if nx else [])]
+        for name, value in task.items():
+            if name == "persistent":
+                args += [] if value else ["--once"]
+            elif name == "params":
+                args += ["--params", json.dumps(value)]
+            elif name == "intervals" and isinstance(value, list):
+                args += ["--intervals", ",".join(str(v) for v in value)]
+            else:
+                args += [f"--{name}", str(value)]
+        proc = delayd(*args, check=(0, 1, 2), DELAYD_REDIS_URL=self.url)
+        if proc.returncode:
+            lines = proc.stderr.strip().splitlines()
+            assert (len(lines) == 1 or proc.returncode == 2) and "Traceback" not in proc.stderr, proc.stderr
+            raise Invalid(lines[-1])
+        return json.loads(proc.stdout)["result"] == "added"
+
+    def delete(self, topic: str, id: Any, hard: bool) -> bool:
+        proc = delayd("del", topic, str(id), *(["--hard"] if hard else []), check=(0, 1), DELAYD_REDIS_URL=self.url)
+        return proc.returncode == 0
+
+
+PRODUCERS = [PythonClient, PythonAsyncClient, Cli]
+
+
+def stored(url: str, topic: str, id: Any) -> dict | None:
+    """The task as `delayd get --json` prints it (Task.to_dict), minus the times that vary."""
+    task = Client.from_url(url).get(topic, id)
+    return None if task is None else {k: v for k, v in task.to_dict().items() if k not in VARYING}
+
+
+def check_case(producer: Any, url: str, r: Any, case: dict) -> None:
+    """Run one case through `producer` on an empty store; assert its expected outcome."""
+    setup = Client.from_url(url)
+    for task in case.get("before", []):
+        setup.add(**task)
+    expect = case["expect"]
+    if "delete" in case:
+        target = case["delete"]
+        assert producer.delete(target["topic"], target["id"], target.get("hard", False)) == expect["deleted"]
+        if "task" in expect:
+            assert stored(url, target["topic"], target["id"]) == expect["task"]
+            if hasattr(producer, "get"):
+                assert producer.get(target["topic"], target["id"]) == expect["task"]
+        return
+    task = expand(case["add"])
+    before = sorted(r.keys("*"))
+    if "error" in expect:
+        with pytest.raises(Invalid) as refused:
+            producer.add(task, case.get("nx", False))
+        assert "\n" not in str(refused.value)
+        assert sorted(r.keys("*")) == before, "an invalid task wrote something"
+        return
+    assert producer.add(task, case.get("nx", False)) == expect["added"]
+    assert stored(url, task["topic"], task["id"]) == expect["task"]
+    if hasattr(producer, "get"):  # the producer's own reading gives the same
+        assert producer.get(task["topic"], task["id"]) == expect["task"]
+
+
+def test_the_table_holds_happy_and_unhappy_cases():
+    names = [case["name"] for case in CASES]
+    assert len(names) == len(set(names))
+    assert any("error" in case["expect"] for case in CASES) and any("added" in case["expect"] for case in CASES)
+
+
+@pytest.mark.parametrize("producer", PRODUCERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case["name"])
+def test_conformance(producer, case, redis_url, r):
+    check_case(producer(redis_url), redis_url, r, case)
