@@ -243,10 +243,11 @@ def test_nx_replace_delete_and_get(node, client):
     assert node.delete("missing", "x", True) is False
 
 
-def test_a_cron_task_without_delay_or_at_is_refused_until_its_first_due_time_has_one_source(node, r):
-    with pytest.raises(NodeError, match="cron task"):
-        node.add({"topic": "t", "id": 1, "call": "a.b:c", "cron": "0 3 * * *"})
-    assert r.keys("*t:*") == []
+def test_a_cron_task_without_delay_or_at_leaves_its_first_due_time_to_the_daemon(node, r):
+    assert node.add({"topic": "t", "id": 1, "call": "a.b:c", "cron": "0 3 * * *", "tz": "Europe/Berlin"})
+    record = r.hgetall(next(r.scan_iter("delayd:{*}:t:t:1")))
+    assert record["first"] == "cron" and record["due"] == record["created"]  # resolved at the first claim
+    assert node.get("t", 1)["cron"] == "0 3 * * *"
 
 
 def test_camel_case_names_are_read_as_the_python_ones(node):

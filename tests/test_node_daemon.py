@@ -11,6 +11,8 @@ from node_helper import NODE_DIR, need_node, node  # noqa: F401  (fixture)
 from redis_server import wait_for
 from url_helper import http  # noqa: F401  (fixture)
 
+from delayd.model import schedule
+
 pytestmark = pytest.mark.daemon(DELAYD_ALLOWED_MODULES="delayd.examples,handlers_fixture")
 
 
@@ -38,6 +40,21 @@ def test_tasks_added_from_node_are_run_by_the_daemon(daemon, node, client, r, ht
     # The consumer example takes them (in the order they were pushed: buckets run them in any), acknowledging each.
     assert sorted(consume(redis_url, "node:jobs", 3)) == [f'node:push:{i} {{"n":{i}}}' for i in range(3)]
     assert r.llen("node:jobs") == 0 and r.llen("node:jobs:processing") == 0
+
+
+def test_a_cron_task_from_node_gets_the_first_due_time_of_delayds_cron(daemon, node, client):
+    for zone in ("UTC", "Europe/Berlin", "Asia/Kolkata"):
+        assert node.add({"topic": "node:cron", "id": zone, "call": "delayd.examples:echo", "cron": "0 3 * * *",
+                         "tz": zone})
+        task = {}
+
+        def resolved():
+            task.update(node.get("node:cron", zone))
+            return task["due_at"] > task["created_at"]
+        wait_for(resolved, message="the daemon gave the cron task its first due time")
+        created_ms = round(task["created_at"] * 1000)
+        assert round(task["due_at"] * 1000) == schedule.next_cron("0 3 * * *", zone, created_ms)
+        assert task["runs"] == 0 and task["status"] == "delayed"
 
 
 def test_the_consumer_example_first_handles_what_a_stopped_consumer_left(r, redis_url):

@@ -117,6 +117,7 @@ export class Client {
    * replies (an Error in place of a refused one); those refused with NOSCRIPT (Redis lost its script
    * cache) are sent again once after a SCRIPT LOAD. */
   async send(calls) {
+    if (calls.length === 1) return [await this.sendOne(calls[0])];
     const replies = new Array(calls.length);
     let pending = calls.map((call, n) => [n, call]);
     for (let attempt = 0; pending.length; attempt++) {
@@ -138,6 +139,17 @@ export class Client {
       pending = again;
     }
     return replies;
+  }
+
+  /** send() of one call, without a pipeline (what a single add waits for). */
+  async sendOne([name, text, firstKey]) {
+    try {
+      return await this.redis.sendCommand(new PackedCall(text, firstKey));
+    } catch (exc) {
+      if (!String(exc.message).startsWith('NOSCRIPT')) return exc;
+      await this.redis.script('LOAD', this.scripts[name].source);
+      return this.redis.sendCommand(new PackedCall(text, firstKey)).catch((error) => error);
+    }
   }
 
   /** One script call's reply; rejects with Redis's error. */
@@ -168,12 +180,6 @@ export class Client {
     return ['add', evalsha(this.scripts.add.sha, keys, ADD_KEYS.length + 2 * count, args, 2 + 4 * count), head[2]];
   }
 
-  /** Cron tasks without delay/at: due at the calendar's next time after Redis's clock. */
-  async resolveCron(entries) {
-    if (!entries.some((e) => e.mode === 'cron')) return entries;
-    throw new TaskError('a cron task from Node needs delay or at (the first due time of a cron task is not resolved yet)');
-  }
-
   /**
    * Add (or replace) a task: an object of add()'s arguments (topic, id, call|url|push, delay|at, ...,
    * nx); camelCase names are read as the Python ones. Resolves true if written, false if `nx`
@@ -182,7 +188,6 @@ export class Client {
   async add(task, { nx = false } = {}) {
     const built = build(task, this.options);
     const buckets = await this.store();
-    await this.resolveCron([built]);
     const [reply] = await this.send([this.addCall(bucketOf(built.task.key, buckets), [built], Boolean(nx || built.nx))]);
     if (reply instanceof Error) throw refusal(reply);
     return reply[0] === 1;
@@ -205,7 +210,6 @@ export class Client {
       }
     });
     const buckets = await this.store();
-    await this.resolveCron(built);
     const byBucket = new Map();
     for (const entry of built) {
       const bucket = bucketOf(entry.task.key, buckets);

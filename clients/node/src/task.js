@@ -282,7 +282,7 @@ function snake(name) {
 }
 const ARGUMENTS = new Set(['topic', 'id', 'delay', 'at', 'nx']); // add()'s arguments besides TASK_FIELDS
 
-/** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'cron', value (ms), nx }.
+/** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'next', value (ms), nx }.
  * camelCase names (maxWait) are read as the Python ones (max_wait). */
 export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModules = null } = {}) {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
@@ -314,7 +314,8 @@ export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModule
   }
   if (delay !== null && at !== null) throw new TaskError('give delay or at, not both');
   if (at !== null) return { task, mode: 'at', value: toMs(at), nx };
-  if (delay === null && task.cron !== null) return { task, mode: 'cron', value: 0, nx };
+  // A cron task's first due time comes from delayd's one cron implementation: the daemon resolves `next`.
+  if (delay === null && task.cron !== null) return { task, mode: 'next', value: 0, nx };
   const seconds = delay ?? task.every ?? task.intervals[0];
   if (!isNumber(seconds) || !(seconds >= 0 && seconds <= TEN_YEARS)) {
     throw new TaskError(`delay must be a number of seconds >= 0, got ${pyRepr(seconds)}`);
