@@ -306,3 +306,30 @@ def test_the_readme_node_example_works_as_written(redis_url, tmp_path, client):
     assert "order:cancel" in proc.stdout and "give exactly one of call, url or push" in proc.stdout
     assert client.get("order:cancel", 42).status == "deleted"
     assert client.get("order:notify", 5).intervals == [0, 30, 60, 150] and client.count("mail:welcome") == 3
+
+
+def test_get_of_a_corrupt_record_rejects_as_python_does(node, r, client):
+    node.add({"topic": "t", "id": 1, "push": "q"})
+    key = next(r.scan_iter("delayd:{*}:t:t:1"))
+    for damage in ({"spec": "[1, 2]"}, {"spec": "{nope"}, {"status": "exploded"}):
+        r.hset(key, mapping=damage)
+        with pytest.raises(NodeError, match=r"^t:1: corrupt record: ") as caught:
+            node.get("t", 1)
+        with pytest.raises(TaskError, match=r"^t:1: corrupt record: "):
+            client.get("t", 1)
+        assert caught.value.name == "TaskError"
+        r.hset(key, mapping={"spec": '{"push":"q"}', "status": "delayed"})
+    r.delete(key)
+    r.set(key, "not a hash")
+    with pytest.raises(NodeError, match=r"^t:1: corrupt record: its key is not a hash$"):
+        node.get("t", 1)
+
+
+def test_without_node_the_tests_skip_and_under_ci_they_fail(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="node is not installed"):
+        need_node()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="node is not installed"):
+        need_node()
