@@ -10,16 +10,19 @@ checked through it with the same expectations.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemon_helper import delayd
 from node_helper import NodeError, NodeProducer
+from php_helper import require_php
 
 from delayd import AsyncClient, Client
-from delayd.model.task import TaskError
+from delayd.model.task import TaskError, is_utf8
 
 CASES = json.loads((Path(__file__).parent / "conformance" / "cases.json").read_text())
 VARYING = ("created_at", "due_at", "last_run_at", "last_due_at")
@@ -111,6 +114,46 @@ class Cli:
         return proc.returncode == 0
 
 
+def wrapped(value: Any) -> Any:
+    """A value for another language's adapter: a str holding bytes that are not UTF-8 (lone
+    surrogates) travels as {"$bytes": base64}, which JSON can carry."""
+    if isinstance(value, dict):
+        return {k: wrapped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [wrapped(v) for v in value]
+    if isinstance(value, str) and not is_utf8(value):
+        return {"$bytes": base64.b64encode(value.encode("utf-8", "surrogateescape")).decode()}
+    return value
+
+
+class Php:
+    """clients/php through tests/conformance/php_producer.php, one `php` process per operation."""
+    name = "PHP"
+    script = Path(__file__).parent / "conformance" / "php_producer.php"
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def run(self, operation: dict) -> Any:
+        proc = subprocess.run(["php", str(self.script), self.url], input=json.dumps(wrapped(operation)),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and not proc.stderr, (proc.returncode, proc.stdout, proc.stderr)
+        answer = json.loads(proc.stdout)
+        if "error" in answer:
+            raise Invalid(answer["message"])
+        return answer["result"]
+
+    def add(self, task: dict, nx: bool) -> bool:
+        return self.run({"op": "add", "task": {**task, **({"nx": True} if nx else {})}})
+
+    def delete(self, topic: str, id: Any, hard: bool) -> bool:
+        return self.run({"op": "delete", "topic": topic, "id": str(id), "hard": hard})
+
+    def get(self, topic: str, id: Any) -> dict | None:
+        task = self.run({"op": "get", "topic": topic, "id": str(id)})
+        return None if task is None else {k: v for k, v in task.items() if k not in VARYING}
+
+
 class Node:
     """clients/node (delayd-client) in one node process per case (tests/node_helper.py)."""
     name = "Node"
@@ -134,7 +177,7 @@ class Node:
         return None if task is None else {k: v for k, v in task.items() if k not in VARYING}
 
 
-PRODUCERS = [PythonClient, PythonAsyncClient, Cli, Node]
+PRODUCERS = [PythonClient, PythonAsyncClient, Cli, Php, Node]
 
 
 def stored(url: str, topic: str, id: Any) -> dict | None:
@@ -180,4 +223,6 @@ def test_the_table_holds_happy_and_unhappy_cases():
 @pytest.mark.parametrize("producer", PRODUCERS, ids=lambda p: p.name)
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case["name"])
 def test_conformance(producer, case, redis_url, r):
+    if producer is Php:
+        require_php()
     check_case(producer(redis_url), redis_url, r, case)

@@ -1,0 +1,230 @@
+<?php
+// A delayd producer for PHP on phpredis: add, addMany (pipelined), delete and get, by the
+// protocol in docs/protocol.md. The Lua scripts are the package's own (delayd/store/lua), loaded
+// with the whole _lib.lua in front (docs/protocol.md, section 6): one copy in the repository.
+declare(strict_types=1);
+
+namespace Delayd;
+
+final class Client
+{
+    public const PROTOCOL = 1;
+    public const LAYOUT = 1;
+    private const MAX_BUCKETS = 1024;
+    private const ADD_BATCH = 200;  // tasks per add.lua call, as the Python client sends them
+
+    private string $prefix;
+    private ?int $buckets = null;
+    private array $options;
+    /** @var array<string, array{0: string, 1: string}> script name => [source, sha1] */
+    private static array $scripts = [];
+
+    /**
+     * @param \Redis $redis a connected phpredis client (without OPT_PREFIX: the keys are delayd's own)
+     * @param array{prefix?: string, buckets?: int, params_limit?: int, retention?: float, retries?: int,
+     *              lua_dir?: string} $options prefix (default 'delayd:'); buckets, written only to a store
+     *              nobody used yet (default 4); params_limit (bytes, default 65536); retention (seconds a
+     *              soft-deleted task stays readable, default 7 days); retries (what get() shows for a task
+     *              that gives none, default 20); lua_dir (default: the repository's delayd/store/lua)
+     */
+    public function __construct(private \Redis $redis, array $options = [])
+    {
+        $this->options = $options + ['prefix' => 'delayd:', 'buckets' => 4, 'params_limit' => 65536,
+            'retention' => 604800.0, 'retries' => 20, 'lua_dir' => dirname(__DIR__, 3) . '/delayd/store/lua'];
+        $this->prefix = (string) $this->options['prefix'];
+        if ($this->prefix === '' || strpbrk($this->prefix, '{}') !== false) {
+            throw new StoreError("prefix must be a non-empty string without '{' or '}'");
+        }
+    }
+
+    /**
+     * Add (or replace) a task: Client.add's arguments as an array, with topic and id ('intervalTime'
+     * is taken as 'intervals', the seed's name). 'nx' => true only adds it if it does not exist:
+     * false, and nothing changed, if it does. Throws TaskError for an invalid task (nothing written).
+     */
+    public function add(array $task): bool
+    {
+        $nx = $task['nx'] ?? false;
+        if (!is_bool($nx)) {
+            throw new TaskError('nx must be true or false');
+        }
+        unset($task['nx']);
+        $built = new Task($task, (int) $this->options['params_limit']);
+        [$keys, $args] = $this->addCall([$built], $nx);
+        return $this->call('add', $keys, $args)[0] === 1;
+    }
+
+    /**
+     * Add many tasks (each an add() array), every one validated before anything is written,
+     * in pipelined calls of up to 200 tasks of one bucket. Returns how many were written.
+     */
+    public function addMany(array $tasks, bool $nx = false): int
+    {
+        $byBucket = [];
+        foreach (array_values($tasks) as $n => $task) {
+            if (!is_array($task)) {
+                throw new TaskError("item $n: expected an array of add() arguments");
+            }
+            try {
+                $built = new Task($task, (int) $this->options['params_limit']);
+            } catch (TaskError $e) {
+                throw new TaskError("item $n: " . $e->getMessage());
+            }
+            $byBucket[$this->bucketOf($built->member)][] = $built;
+        }
+        $calls = [];
+        foreach ($byBucket as $entries) {
+            foreach (array_chunk($entries, self::ADD_BATCH) as $chunk) {
+                $calls[] = $this->addCall($chunk, $nx);
+            }
+        }
+        $written = 0;
+        foreach ($this->pipelined('add', $calls) as $reply) {
+            $written += array_sum($reply);
+        }
+        return $written;
+    }
+
+    /** Mark a task deleted (it never runs again); $hard removes every trace. False if there was none. */
+    public function delete(string $topic, string|int $id, bool $hard = false): bool
+    {
+        $member = "$topic:$id";
+        $tag = $this->tag($member);
+        $keys = ["{$tag}t:$member", "{$tag}delayed", "{$tag}leases", "{$tag}done:ok", "{$tag}done:failed",
+            "{$tag}done:deleted", "{$tag}quarantine", "{$tag}counts", "{$tag}paused", "{$tag}recurring"];
+        return $this->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]) === 1;
+    }
+
+    /** The task as `delayd get --json` prints it (docs/protocol.md, section 5), or null. */
+    public function get(string $topic, string|int $id): ?array
+    {
+        $member = "$topic:$id";
+        $record = $this->redis->hGetAll($this->tag($member) . "t:$member");
+        if (!is_array($record)) {
+            throw new StoreError("$member: corrupt record: its key is not a hash");
+        }
+        return $record ? Record::toArray($topic, (string) $id, $record, (int) $this->options['retries']) : null;
+    }
+
+    /** The bucket count of the store, read (and checked) once. */
+    public function buckets(): int
+    {
+        if ($this->buckets !== null) {
+            return $this->buckets;
+        }
+        $key = $this->prefix . 'meta';
+        $fields = ['buckets', 'layout', 'protocol'];
+        $meta = $this->redis->hMGet($key, $fields);
+        if (!is_array($meta)) {
+            throw new StoreError("$key in Redis is not a hash; it should hold the bucket count");
+        }
+        if (in_array(false, $meta, true)) {  // first use: the defaults, as the Python client writes them
+            $this->redis->hSetNx($key, 'buckets', (string) $this->options['buckets']);
+            $this->redis->hSetNx($key, 'layout', (string) self::LAYOUT);
+            $this->redis->hSetNx($key, 'protocol', (string) self::PROTOCOL);
+            $meta = $this->redis->hMGet($key, $fields);
+        }
+        foreach (['protocol' => self::PROTOCOL, 'layout' => self::LAYOUT] as $field => $ours) {
+            if ((string) $meta[$field] !== (string) $ours) {
+                throw new StoreError("$key in Redis says $field = '" . substr((string) $meta[$field], 0, 40)
+                    . "'; this client speaks $field $ours (a store of another version of delayd)");
+            }
+        }
+        $count = ctype_digit((string) $meta['buckets']) && strlen((string) $meta['buckets']) <= 5 ? (int) $meta['buckets'] : 0;
+        if ($count < 1 || $count > self::MAX_BUCKETS) {
+            throw new StoreError("$key in Redis holds buckets = '" . substr((string) $meta['buckets'], 0, 40)
+                . "', not a bucket count (1-" . self::MAX_BUCKETS . ')');
+        }
+        return $this->buckets = $count;
+    }
+
+    private function bucketOf(string $member): int
+    {
+        return crc32($member) % $this->buckets();
+    }
+
+    private function tag(string $member): string
+    {
+        return $this->prefix . '{' . $this->bucketOf($member) . '}:';
+    }
+
+    /** KEYS and ARGV of one add.lua call for tasks of one bucket (docs/protocol.md, section 3). */
+    private function addCall(array $tasks, bool $nx): array
+    {
+        $bucket = $this->bucketOf($tasks[0]->member);
+        $tag = $this->prefix . '{' . $bucket . '}:';
+        $keys = ["{$tag}delayed", "{$tag}counts", "{$tag}recurring", "{$tag}leases", "{$tag}done:ok",
+            "{$tag}done:failed", "{$tag}done:deleted", "{$tag}quarantine", "{$tag}paused"];
+        $args = [$nx ? 1 : 0, $this->prefix . 'wake:' . $bucket];
+        foreach ($tasks as $task) {
+            $keys[] = "{$tag}t:{$task->member}";
+            $keys[] = "{$tag}paused:{$task->topic}";
+            array_push($args, $task->spec, $task->priority, $task->mode, $task->value);
+        }
+        return [$keys, $args];
+    }
+
+    /** [source, sha1] of a script: _lib.lua, a newline, then the script. */
+    private function script(string $name): array
+    {
+        $dir = (string) $this->options['lua_dir'];
+        if (!isset(self::$scripts["$dir/$name"])) {
+            $lib = @file_get_contents("$dir/_lib.lua");
+            $body = @file_get_contents("$dir/$name.lua");
+            if ($lib === false || $body === false) {
+                throw new StoreError("cannot read delayd's Lua scripts in $dir (the lua_dir option)");
+            }
+            self::$scripts["$dir/$name"] = [$lib . "\n" . $body, sha1($lib . "\n" . $body)];
+        }
+        return self::$scripts["$dir/$name"];
+    }
+
+    /** One EVALSHA; after NOSCRIPT, SCRIPT LOAD and the call again. */
+    private function call(string $name, array $keys, array $args): mixed
+    {
+        [$source, $sha] = $this->script($name);
+        $this->redis->clearLastError();
+        $reply = $this->redis->evalSha($sha, array_merge($keys, $args), count($keys));
+        if ($reply === false && str_starts_with((string) $this->redis->getLastError(), 'NOSCRIPT')) {
+            $this->redis->clearLastError();
+            $this->redis->script('load', $source);
+            $reply = $this->redis->evalSha($sha, array_merge($keys, $args), count($keys));
+        }
+        $error = $this->redis->getLastError();
+        if ($reply === false && $error !== null) {
+            throw self::refusal($error);
+        }
+        return $reply;
+    }
+
+    /** Many calls of one script in one pipeline (the script loaded first, once per process and server). */
+    private function pipelined(string $name, array $calls): array
+    {
+        [$source, $sha] = $this->script($name);
+        if (!$calls) {
+            return [];
+        }
+        if (!($this->redis->script('exists', $sha)[0] ?? false)) {
+            $this->redis->script('load', $source);
+        }
+        $pipe = $this->redis->multi(\Redis::PIPELINE);
+        foreach ($calls as [$keys, $args]) {
+            $pipe->evalSha($sha, array_merge($keys, $args), count($keys));
+        }
+        $replies = $pipe->exec();
+        foreach ($replies as $i => $reply) {
+            if (!is_array($reply)) {  // an error reply: said again by the same call, alone
+                $replies[$i] = $this->call($name, ...$calls[$i]);
+            }
+        }
+        return $replies;
+    }
+
+    private static function refusal(string $error): \Exception
+    {
+        if (preg_match('/^(?:ERR )?delayd:bad-task (.*)$/', $error, $m)) {
+            return new TaskError($m[1]);
+        }
+        return new StoreError("Redis refused the call: $error");
+    }
+}
