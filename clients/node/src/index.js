@@ -5,7 +5,7 @@
 // and each script's KEYS/ARGV are those of docs/redis-layout.md.
 import { pyRepr } from './json.js';
 import { script } from './lua.js';
-import { PackedCall, bulk, evalsha } from './packed.js';
+import { bulk, evalsha, packedCallClass } from './packed.js';
 import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
 
 export { TaskError } from './task.js';
@@ -70,6 +70,7 @@ export class Client {
     this.defaultRetries = retries;
     this.retentionMs = Math.trunc(retention * 1000);
     this.buckets = null; // read from the meta hash on first use
+    this.PackedCall = packedCallClass(redis);
     this.addHeads = new Map(); // bucket -> add.lua's packed fixed keys, its wake channel, its first key
     this.scripts = { add: script('add'), delete: script('delete') };
   }
@@ -122,7 +123,7 @@ export class Client {
     let pending = calls.map((call, n) => [n, call]);
     for (let attempt = 0; pending.length; attempt++) {
       const pipeline = this.redis.pipeline();
-      for (const [, [, text, firstKey]] of pending) pipeline.sendCommand(new PackedCall(text, firstKey));
+      for (const [, [, text, firstKey]] of pending) pipeline.sendCommand(new this.PackedCall(text, firstKey));
       const answers = await pipeline.exec();
       const lost = new Set();
       const again = [];
@@ -144,11 +145,11 @@ export class Client {
   /** send() of one call, without a pipeline (what a single add waits for). */
   async sendOne([name, text, firstKey]) {
     try {
-      return await this.redis.sendCommand(new PackedCall(text, firstKey));
+      return await this.redis.sendCommand(new this.PackedCall(text, firstKey));
     } catch (exc) {
       if (!String(exc.message).startsWith('NOSCRIPT')) return exc;
       await this.redis.script('LOAD', this.scripts[name].source);
-      return this.redis.sendCommand(new PackedCall(text, firstKey)).catch((error) => error);
+      return this.redis.sendCommand(new this.PackedCall(text, firstKey)).catch((error) => error);
     }
   }
 

@@ -19,14 +19,37 @@ export function evalsha(sha, keys, keyCount, args, argCount) {
   return `*${3 + keyCount + argCount}\r\n$7\r\nEVALSHA\r\n$40\r\n${sha}\r\n${bulk(keyCount)}${keys}${args}`;
 }
 
-/** An ioredis command whose wire form is `text` (an EVALSHA of evalsha()). */
-export class PackedCall extends Command {
-  constructor(text, firstKey) {
-    super('evalsha', ['-', 1, firstKey], { replyEncoding: 'utf8' });
-    this.text = text;
-  }
+const CLASSES = new WeakMap();
 
-  toWritable() {
-    return this.text;
+/** The `Command` class of the application's own ioredis (its copy and version may not be this
+ * package's: ioredis 6 beside this package's 5): that of a command it queues in a pipeline that is
+ * never sent. This package's own when that cannot be read. */
+function commandOf(redis) {
+  try {
+    const pipeline = redis.pipeline();
+    pipeline.ping();
+    const made = pipeline._queue?.[0]?.constructor;
+    if (typeof made === 'function' && typeof made.prototype.toWritable === 'function') return made;
+  } catch {
+    // (a client without pipelines: this package's Command)
   }
+  return Command;
+}
+
+/** The class of ioredis commands for `redis` whose wire form is given (an EVALSHA of evalsha()). */
+export function packedCallClass(redis) {
+  const Base = commandOf(redis);
+  if (!CLASSES.has(Base)) {
+    CLASSES.set(Base, class PackedCall extends Base {
+      constructor(text, firstKey) {
+        super('evalsha', ['-', 1, firstKey], { replyEncoding: 'utf8' });
+        this.text = text;
+      }
+
+      toWritable() {
+        return this.text;
+      }
+    });
+  }
+  return CLASSES.get(Base);
 }
