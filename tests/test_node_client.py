@@ -4,6 +4,7 @@ read from Redis. Node runs as a real process (tests/node_helper.py) against the 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -333,3 +334,16 @@ def test_without_node_the_tests_skip_and_under_ci_they_fail(monkeypatch):
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="node is not installed"):
         need_node()
+
+
+def test_calls_are_made_with_the_command_class_of_the_applications_own_ioredis(tmp_path):
+    # An application with its own copy of ioredis (another version, in practice: ioredis 6's
+    # sendCommand refused the package's ioredis 5 commands).
+    shutil.copytree(NODE_DIR / "node_modules", tmp_path / "node_modules", symlinks=True)
+    (tmp_path / "node_modules" / "delayd-client").symlink_to(NODE_DIR)
+    script = ("import Redis, { Command } from 'ioredis'; import { Client } from 'delayd-client';"
+              "const c = new Client(new Redis({ lazyConnect: true }));"
+              "console.log(new c.PackedCall('', 'k') instanceof Command);")
+    out = subprocess.run([need_node(), "--input-type=module", "-e", script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert out.strip() == "true"
