@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import platform
 import shutil
 import socket
@@ -322,7 +323,7 @@ def url_figures(runs: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause")  # --only's names
+PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php")  # --only's names
 
 
 def parts(text: str) -> set[str]:
@@ -386,6 +387,10 @@ def main() -> None:
         "pausemax": ("… its slowest script call", "ms", "<= 5 ms"),
         "pausewall": ("… that pause's wall time, every bucket", "ms"),
         "pausecalls": ("… its script calls", "count"),
+        "php_rt": ("PHP (phpredis): one-client round trip of a trivial EVALSHA", "calls/s"),
+        "php_add": ("PHP client: `add`, one at a time (rounds alternating with the round trip above)", "tasks/s"),
+        "php_pct": ("PHP client: `add` as % of that round trip (per round)", "%", ">= 75 %"),
+        "php_many": ("PHP client: `addMany` of 20,000", "tasks/s", ">= 100,000"),
     }.items()}
     if args.big:
         figs["mem1m"] = Figure("Redis memory per pending minimal task (1,000,000)", "bytes", "<= 300")
@@ -462,6 +467,13 @@ def main() -> None:
                 figs["pausemax"].add(slowest)
                 figs["pausewall"].add(wall)
                 figs["pausecalls"].add(calls)
+            if want("php") and shutil.which("php"):
+                print(f"run {run + 1}/{args.runs}: the PHP client", flush=True)
+                php = json.loads(subprocess.run(["php", str(ROOT / "scripts/bench_php.php"), "127.0.0.1",
+                                                 str(server.port)], check=True, capture_output=True, text=True).stdout)
+                for name in ("rt", "add", "pct", "many"):
+                    figs[f"php_{name}"].add(php[name])
+                r.flushall()
         if args.big:
             client = Client.from_url(server.url)
             print("big: 1,000,000 pending", flush=True)

@@ -22,7 +22,8 @@ from node_helper import NodeError, NodeProducer
 from php_helper import require_php
 
 from delayd import AsyncClient, Client
-from delayd.model.task import TaskError, is_utf8
+from delayd.model.task import Task, TaskError, is_utf8
+from delayd.store.keys import bucket_of
 
 CASES = json.loads((Path(__file__).parent / "conformance" / "cases.json").read_text())
 VARYING = ("created_at", "due_at", "last_run_at", "last_due_at")
@@ -210,6 +211,13 @@ def check_case(producer: Any, url: str, r: Any, case: dict) -> None:
         return
     assert producer.add(task, case.get("nx", False)) == expect["added"]
     assert stored(url, task["topic"], task["id"]) == expect["task"]
+    if expect["added"]:  # the same record: the spec text Python writes, the same priority and URL flag
+        fields = {k: v for k, v in task.items() if k not in ("delay", "at")}
+        reference = Task.new(**fields)
+        key = f"delayd:{{{bucket_of(reference.key, setup.store.buckets)}}}:t:{reference.key}"
+        assert r.hmget(key, "spec", "priority", "url") == [
+            reference.spec_json(), None if reference.priority == 2 else str(reference.priority),
+            "1" if reference.url else None]
     if hasattr(producer, "get"):  # the producer's own reading gives the same
         assert producer.get(task["topic"], task["id"]) == expect["task"]
 

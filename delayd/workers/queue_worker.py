@@ -465,13 +465,13 @@ class QueueWorker:
         if urls:
             self.engine.start(urls, self.completed)  # one wake-up of the event loop per claim
 
-
     def resolved_first(self, bucket: int, row: ClaimedTask, task: Task, now_ms: int) -> bool:
         """A cron task added without a first due time (docs/protocol.md: add.lua's mode next*, for
         producers without a cron implementation) gets the calendar's next time after it was added,
         by the one implementation (delayd.model.schedule), as the Python client gives it at add:
         not run now but deferred to that time (True), unless that time has come (False: it runs)."""
-        due = schedule.next_cron(task.cron, task.tz, round(task.created_at * 1000))
+        added = now_ms if task.created_at is None else round(task.created_at * 1000)
+        due = schedule.next_cron(task.cron, task.tz, added)
         if due is not None and due <= now_ms:
             return False
         outcome = ("defer", "", due) if due is not None else (
