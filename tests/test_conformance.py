@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from daemon_helper import delayd
+from node_helper import NodeError, NodeProducer
 from php_helper import require_php
 
 from delayd import AsyncClient, Client
@@ -154,7 +155,30 @@ class Php:
         return None if task is None else {k: v for k, v in task.items() if k not in VARYING}
 
 
-PRODUCERS = [PythonClient, PythonAsyncClient, Cli, Php]
+class Node:
+    """clients/node (delayd-client) in one node process per case (tests/node_helper.py)."""
+    name = "Node"
+
+    def __init__(self, url: str):
+        self.producer = NodeProducer(url)
+
+    def add(self, task: dict, nx: bool) -> bool:
+        try:
+            return self.producer.add(task, nx)
+        except NodeError as exc:
+            if exc.name != "TaskError":
+                raise
+            raise Invalid(str(exc)) from None
+
+    def delete(self, topic: str, id: Any, hard: bool) -> bool:
+        return self.producer.delete(topic, id, hard)
+
+    def get(self, topic: str, id: Any) -> dict | None:
+        task = self.producer.get(topic, id)
+        return None if task is None else {k: v for k, v in task.items() if k not in VARYING}
+
+
+PRODUCERS = [PythonClient, PythonAsyncClient, Cli, Php, Node]
 
 
 def stored(url: str, topic: str, id: Any) -> dict | None:

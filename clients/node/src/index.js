@@ -1,0 +1,322 @@
+// delayd-client: add, delete and read delayd tasks from Node with an ioredis connection.
+// Each call runs the package's own Lua scripts (delayd/store/lua, linked as the Python client
+// links them: ./lua.js) after the checks of delayd's Python Client (./task.js), so a task
+// added from here is stored as the same task added from Python. The key layout, the meta hash
+// and each script's KEYS/ARGV are those of docs/redis-layout.md.
+import { pyRepr } from './json.js';
+import { script } from './lua.js';
+import { bulk, evalsha, packedCallClass } from './packed.js';
+import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
+
+export { TaskError } from './task.js';
+
+/** The store's metadata in Redis is unreadable, or from another version of delayd (one line). */
+export class StoreError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'StoreError';
+  }
+}
+
+// The meta hash's versions this client follows (delayd.store.keys.LAYOUT and PROTOCOL; docs/protocol.md).
+const VERSIONS = { layout: '1', protocol: '1' };
+const MAX_BUCKETS = 1024;
+// add.lua's leading KEYS: the bucket's keys it may touch, after its tag.
+const ADD_KEYS = ['delayed', 'counts', 'recurring', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
+  'paused'];
+const ADD_BATCH = 200; // tasks per add.lua call, as the Python client sends them
+const STATUSES = ['delayed', 'running', 'ok', 'failed', 'deleted'];
+const ATTEMPT_FIELDS = ['run', 'at', 'ms', 'outcome', 'status', 'error'];
+
+// CRC-32 (zlib's): a task's bucket is crc32(`topic:id` as UTF-8) % buckets.
+const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
+  let c = n;
+  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  return c >>> 0;
+});
+
+export function bucketOf(member, buckets) {
+  let crc = 0xffffffff;
+  for (let i = 0; i < member.length; i++) {
+    const code = member.charCodeAt(i);
+    if (code >= 0x80) { // not ASCII: over its UTF-8 bytes
+      crc = 0xffffffff;
+      for (const byte of Buffer.from(member, 'utf8')) crc = CRC_TABLE[(crc ^ byte) & 0xff] ^ (crc >>> 8);
+      break;
+    }
+    crc = CRC_TABLE[(crc ^ code) & 0xff] ^ (crc >>> 8);
+  }
+  return ((crc ^ 0xffffffff) >>> 0) % buckets;
+}
+
+const shown = (text) => pyRepr(text.slice(0, 40)) + (text.length > 40 ? '...' : '');
+
+export class Client {
+  /**
+   * @param redis an ioredis instance (connected or lazily connecting)
+   * @param options prefix ('delayd:'), buckets (recorded on first use of a store: 4),
+   *   paramsLimit (65536), retries (the daemon's default for `get`: 20), retention (s, 604800),
+   *   allowedModules (null: any module)
+   */
+  constructor(redis, { prefix = 'delayd:', buckets = 4, paramsLimit = DEFAULT_PARAMS_LIMIT, retries = DEFAULT_RETRIES,
+    retention = 604800, allowedModules = null } = {}) {
+    if (typeof prefix !== 'string' || !prefix || /[{}]/.test(prefix)) {
+      throw new TypeError("prefix must be non-empty and must not contain '{' or '}'");
+    }
+    this.redis = redis;
+    this.prefix = prefix;
+    this.options = { paramsLimit, allowedModules };
+    this.defaultBuckets = buckets;
+    this.defaultRetries = retries;
+    this.retentionMs = Math.trunc(retention * 1000);
+    this.buckets = null; // read from the meta hash on first use
+    this.PackedCall = packedCallClass(redis);
+    this.addHeads = new Map(); // bucket -> add.lua's packed fixed keys, its wake channel, its first key
+    this.scripts = { add: script('add'), delete: script('delete') };
+  }
+
+  /** The bucket count recorded in Redis (recorded on first use, as the Python client does), after
+   * checking the layout and protocol versions (docs/protocol.md section 1). */
+  async store() {
+    if (this.buckets !== null) return this.buckets;
+    const key = `${this.prefix}meta`;
+    const fields = ['buckets', 'layout', 'protocol'];
+    let stored;
+    let versions;
+    try {
+      [stored, ...versions] = await this.redis.hmget(key, ...fields);
+      if (stored === null || versions.includes(null)) { // first use (or a store from before a field)
+        if (stored === null) await this.redis.hsetnx(key, 'buckets', this.defaultBuckets);
+        if (versions[0] === null) await this.redis.hsetnx(key, 'layout', VERSIONS.layout);
+        await this.redis.hsetnx(key, 'protocol', VERSIONS.protocol);
+        [stored, ...versions] = await this.redis.hmget(key, ...fields);
+      }
+    } catch (exc) {
+      if (!/WRONGTYPE/.test(exc.message)) throw exc;
+      throw new StoreError(`${key} in Redis is not a hash; it should hold the bucket count (buckets ${this.defaultBuckets}?)`);
+    }
+    for (const [field, value] of [['layout', versions[0]], ['protocol', versions[1]]]) {
+      if (value !== VERSIONS[field]) {
+        throw new StoreError(`${key} in Redis says ${field} = ${shown(value)}; this client reads ${field} `
+          + `${VERSIONS[field]} (a store written by another version of delayd: use a client of that version, or another prefix)`);
+      }
+    }
+    const count = /^\d{1,5}$/.test(stored) ? Number(stored) : 0;
+    if (!(count > 0 && count <= MAX_BUCKETS)) {
+      throw new StoreError(`${key} in Redis holds buckets = ${shown(stored)}, not a bucket count (1-${MAX_BUCKETS}); `
+        + `set it right (HSET ${key} buckets N) before using this store`);
+    }
+    this.buckets = count;
+    return count;
+  }
+
+  tag(bucket) {
+    return `${this.prefix}{${bucket}}:`;
+  }
+
+  /** Send packed script calls ([name, text, firstKey], see ./packed.js) in one pipeline and resolve their
+   * replies (an Error in place of a refused one); those refused with NOSCRIPT (Redis lost its script
+   * cache) are sent again once after a SCRIPT LOAD. */
+  async send(calls) {
+    if (calls.length === 1) return [await this.sendOne(calls[0])];
+    const replies = new Array(calls.length);
+    let pending = calls.map((call, n) => [n, call]);
+    for (let attempt = 0; pending.length; attempt++) {
+      const pipeline = this.redis.pipeline();
+      for (const [, [, text, firstKey]] of pending) pipeline.sendCommand(new this.PackedCall(text, firstKey));
+      const answers = await pipeline.exec();
+      const lost = new Set();
+      const again = [];
+      answers.forEach(([error, reply], i) => {
+        const [n, call] = pending[i];
+        if (error && attempt === 0 && String(error.message).startsWith('NOSCRIPT')) {
+          lost.add(call[0]);
+          again.push(pending[i]);
+        } else {
+          replies[n] = error || reply;
+        }
+      });
+      for (const name of lost) await this.redis.script('LOAD', this.scripts[name].source);
+      pending = again;
+    }
+    return replies;
+  }
+
+  /** send() of one call, without a pipeline (what a single add waits for). */
+  async sendOne([name, text, firstKey]) {
+    try {
+      return await this.redis.sendCommand(new this.PackedCall(text, firstKey));
+    } catch (exc) {
+      if (!String(exc.message).startsWith('NOSCRIPT')) return exc;
+      await this.redis.script('LOAD', this.scripts[name].source);
+      return this.redis.sendCommand(new this.PackedCall(text, firstKey)).catch((error) => error);
+    }
+  }
+
+  /** One script call's reply; rejects with Redis's error. */
+  async run(name, keys, args) {
+    const packed = evalsha(this.scripts[name].sha, keys.map(bulk).join(''), keys.length, args.map(bulk).join(''), args.length);
+    const [reply] = await this.send([[name, packed, keys[0]]]);
+    if (reply instanceof Error) throw reply;
+    return reply;
+  }
+
+  /** One add.lua call writing `entries` (built tasks) of one bucket, packed (docs/protocol.md section 3):
+   * KEYS the bucket's 9 keys, then the record and parked set of each task; ARGV nx, the wake
+   * channel, then each task's spec, priority, mode and value. */
+  addCall(bucket, entries, nx) {
+    const tag = this.tag(bucket);
+    let head = this.addHeads.get(bucket);
+    if (head === undefined) {
+      head = [ADD_KEYS.map((name) => bulk(tag + name)).join(''), bulk(`${this.prefix}wake:${bucket}`), `${tag}delayed`];
+      this.addHeads.set(bucket, head);
+    }
+    let keys = head[0];
+    let args = (nx ? '$1\r\n1\r\n' : '$1\r\n0\r\n') + head[1];
+    for (const { task, mode, value } of entries) {
+      keys += bulk(`${tag}t:${task.key}`) + bulk(`${tag}paused:${task.topic}`);
+      args += bulk(task.spec) + bulk(task.priority) + bulk(task.recurring ? mode + '*' : mode) + bulk(value);
+    }
+    const count = entries.length;
+    return ['add', evalsha(this.scripts.add.sha, keys, ADD_KEYS.length + 2 * count, args, 2 + 4 * count), head[2]];
+  }
+
+  /**
+   * Add (or replace) a task: an object of add()'s arguments (topic, id, call|url|push, delay|at, ...,
+   * nx); camelCase names are read as the Python ones. Resolves true if written, false if `nx`
+   * found the task; rejects with TaskError for invalid input (nothing written).
+   */
+  async add(task, { nx = false } = {}) {
+    const built = build(task, this.options);
+    const buckets = await this.store();
+    const [reply] = await this.send([this.addCall(bucketOf(built.task.key, buckets), [built], Boolean(nx || built.nx))]);
+    if (reply instanceof Error) throw refusal(reply);
+    return reply[0] === 1;
+  }
+
+  /**
+   * Add many tasks (objects as add() takes), every one validated before anything is written;
+   * pipelined: one round trip for all (ADD_BATCH tasks per add.lua call). Resolves how many were written.
+   */
+  async addMany(tasks, { nx = false } = {}) {
+    if (!Array.isArray(tasks)) throw new TaskError('addMany takes an array of tasks');
+    const built = tasks.map((item, n) => {
+      try {
+        const entry = build(item, this.options);
+        if (entry.nx !== undefined) throw new TaskError('unknown task field(s): nx'); // (addMany's own option)
+        return entry;
+      } catch (exc) {
+        if (exc instanceof TaskError) throw new TaskError(`item ${n}: ${exc.message}`);
+        throw exc;
+      }
+    });
+    const buckets = await this.store();
+    const byBucket = new Map();
+    for (const entry of built) {
+      const bucket = bucketOf(entry.task.key, buckets);
+      if (!byBucket.has(bucket)) byBucket.set(bucket, []);
+      byBucket.get(bucket).push(entry);
+    }
+    const calls = [];
+    for (const [bucket, list] of byBucket) {
+      for (let i = 0; i < list.length; i += ADD_BATCH) calls.push(this.addCall(bucket, list.slice(i, i + ADD_BATCH), nx));
+    }
+    return this.pipelined(calls, built.length);
+  }
+
+  /** Send add.lua calls in one pipeline; resolves how many tasks they wrote. If Redis refused a call (none
+   * of its tasks written), rejects with the first refusal, saying how many of the others were written. */
+  async pipelined(calls, total) {
+    let written = 0;
+    let refused = null;
+    for (const reply of await this.send(calls)) {
+      if (reply instanceof Error) refused ??= refusal(reply);
+      else written += reply.reduce((a, b) => a + b, 0);
+    }
+    if (refused) {
+      refused.message = `${refused.message} (${written} of ${total} task(s) were written)`;
+      throw refused;
+    }
+    return written;
+  }
+
+  /** Mark a task deleted (it never runs again); hard=true removes every trace. Resolves whether it existed. */
+  async delete(topic, id, hard = false) {
+    const member = `${topic}:${id}`;
+    const tag = this.tag(bucketOf(member, await this.store()));
+    const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
+      'counts', 'paused', 'recurring'].map((k) => tag + k)];
+    return (await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs])) === 1;
+  }
+
+  /** The task as `delayd get --json` prints it, or null; rejects with TaskError if its record is corrupt. */
+  async get(topic, id) {
+    const member = `${topic}:${id}`;
+    const key = `${this.tag(bucketOf(member, await this.store()))}t:${member}`;
+    let record;
+    try {
+      record = await this.redis.hgetall(key);
+    } catch (exc) {
+      if (!/WRONGTYPE/.test(exc.message)) throw exc;
+      throw new TaskError(`${member}: corrupt record: its key is not a hash`);
+    }
+    if (!Object.keys(record).length) return null;
+    try {
+      return this.taskDict(member, record);
+    } catch (exc) {
+      if (exc instanceof TaskError || exc instanceof SyntaxError) {
+        throw new TaskError(`${member}: corrupt record: ${exc.message}`);
+      }
+      throw exc;
+    }
+  }
+
+  /** A record read back (Task.from_record, then to_dict). */
+  taskDict(member, record) {
+    if (record.spec === undefined) throw new TaskError("record has no 'spec' field");
+    const spec = JSON.parse(record.spec);
+    if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) throw new TaskError('spec is not a JSON object');
+    const split = member.lastIndexOf(':');
+    const priority = Number(record.priority ?? 2);
+    const t = newTask({ ...spec, topic: member.slice(0, split), id: member.slice(split + 1), priority }, Infinity, true);
+    const status = record.status ?? 'delayed';
+    if (!STATUSES.includes(status)) throw new TaskError(`unknown status '${status}'`);
+    const seconds = (ms) => (ms === undefined || ms === '' ? null : Number(ms) / 1000);
+    let retries = null;
+    if (t.backoff) retries = !t.persistent ? 0 : t.retries ?? this.defaultRetries;
+    return {
+      topic: t.topic, id: t.id, key: t.key, call: t.call, url: t.url, push: t.push, method: t.method, body: t.body,
+      params: spec.params ?? {}, intervals: t.intervals, persistent: t.persistent, priority: t.priority,
+      callback: t.callback, timeout: t.timeout, every: t.every, cron: t.cron, tz: t.tz, retries, status,
+      created_at: seconds(record.created), due_at: seconds(record.due), last_run_at: seconds(record.last_run),
+      last_due_at: seconds(record.last_due), runs: Number(record.runs ?? 0), last_error: record.error || null,
+      attempts: attempts(record.attempts),
+    };
+  }
+}
+
+/** add.lua's refusal of an invalid task (`ERR delayd:bad-task ...`: a check this client missed) as a
+ * TaskError; any other error as it is. */
+function refusal(error) {
+  const message = String(error.message);
+  return message.includes('delayd:bad-task') ? new TaskError(message.replace(/^ERR /, '')) : error;
+}
+
+/** The delivery log (delayd.model.attempts.decode): one JSON array per line; lines that do not parse are skipped. */
+function attempts(text) {
+  const out = [];
+  for (const line of text ? text.split('\n') : []) {
+    let values;
+    try {
+      values = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (Array.isArray(values) && values.length === ATTEMPT_FIELDS.length) {
+      const entry = Object.fromEntries(ATTEMPT_FIELDS.map((f, i) => [f, values[i]]));
+      if (typeof entry.at === 'number') entry.at = Math.abs(entry.at) < 2 ** 53 ? entry.at / 1000 : null;
+      out.push(entry);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,24 @@
+// The tests' way into delayd-client (tests/node_helper.py): one JSON request per stdin line,
+// `{"op": "add"|"addMany"|"delete"|"get", "args": [...]}`, answered by one JSON line on stdout,
+// `{"ok": result}` or `{"error": {"name": ..., "message": ...}}`, in order.
+// Usage: node test/driver.mjs REDIS_URL PREFIX [CLIENT_OPTIONS_JSON]
+import { createInterface } from 'node:readline';
+import Redis from 'ioredis';
+import { Client } from 'delayd-client';
+
+const [url, prefix, options = '{}'] = process.argv.slice(2);
+const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+const client = new Client(redis, { ...JSON.parse(options), prefix });
+
+for await (const line of createInterface({ input: process.stdin })) {
+  const { op, args } = JSON.parse(line);
+  let answer;
+  try {
+    answer = { ok: await client[op](...args) };
+  } catch (exc) {
+    answer = { error: { name: exc.name, message: exc.message } };
+  }
+  process.stdout.write(JSON.stringify(answer) + '\n');
+}
+redis.disconnect();
+process.exit(0); // (not waiting for ioredis's timers)
