@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 from delayd.model import schedule
 
-STATUSES = ("delayed", "running", "ok", "failed", "deleted")
 FINISHED = ("ok", "failed", "deleted")
+STATUSES = ("delayed", "running", *FINISHED)  # the one table of statuses (delayed first: stats counts it by state)
 METHODS = ("GET", "POST")
 BODIES = ("form", "json")
 DEFAULT_PARAMS_LIMIT = 64 * 1024
