@@ -35,7 +35,7 @@ TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "int
                          "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
 RETRY_BATCH = 200  # failed tasks put back per retry_failed step
-ADD_BATCH = 200  # tasks per add.lua call (~10 µs of Redis time each): one call stays a few ms
+ADD_BATCH = 200  # tasks per add.lua call: one call holds Redis for a few ms at most
 
 log = logging.getLogger("delayd.client")
 
@@ -44,14 +44,10 @@ Built = tuple[Task, str, int]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while many tasks are validated and kept.
-
-    A collection starts every ~700 container allocations and scans the young objects, now
-    and then the old ones too: with tens of thousands of validated tasks alive (a Task, its
-    lists and the caller's dicts), add_many spent ~2 of the ~5 us per task in collections
-    that freed nothing. Reference counting frees everything else as usual meanwhile, and the
-    collector is switched back on after (left off if the application had switched it off).
-    The idiom is Mercurial's `util.nogc`, for the same reason."""
+    """Python's cyclic garbage collector held off while many tasks are validated and kept: with
+    tens of thousands of tasks alive, its collections (which free nothing here) took a large share
+    of add_many's time. Reference counting frees the rest as usual; the collector is switched back
+    on after, unless the application had it off (Mercurial's `util.nogc` idiom)."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import logging
 import os
 
-import redis
-
 from delayd.config import Config
 from delayd.daemon import embedded
 from delayd.log import event
 from delayd.store import connection
-from delayd.store.connection import REDIS_ERRORS
+from delayd.store.connection import REDIS_ERRORS, ResponseError
 from delayd.store.keys import StoreError, recorded_buckets
 
 log = logging.getLogger("delayd.master")
@@ -38,7 +36,7 @@ def check_redis(config: Config) -> None:
         if not info.get("aof_enabled"):
             event(log, "redis_not_durable", logging.WARNING,
                   advice="enable appendonly yes (appendfsync everysec) or a Redis restart loses tasks")
-    except redis.exceptions.ResponseError as exc:
+    except ResponseError as exc:
         if "unknown command" in str(exc).lower():  # CONFIG may be renamed on managed Redis
             return
         raise StartError(f"Redis at {connection.where(config.redis_url)}: {exc}") from None

@@ -92,7 +92,7 @@ def _check_name(what: str, value: Any) -> str:
 
 
 # Topics and targets already found good: the items of an add_many (and a web app's adds)
-# repeat a few of them, so each is checked once, not per task (~0.3 us each). Bounded.
+# repeat a few of them, so each is checked once, not per task. Bounded.
 _GOOD_TOPICS: set[str] = set()
 _GOOD_TARGETS: set[str] = set()
 _GOOD_MAX = 1024

@@ -1,4 +1,6 @@
-"""Redis connections from URLs: plain, TLS, unix socket, Cluster and Sentinel.
+"""Redis connections from URLs: plain, TLS, unix socket, Cluster and Sentinel; and the few
+redis-py names the rest of delayd uses (its errors, its reconnect backoff), so that only the
+store and the clients import redis.
 
     redis://[[user]:password@]host[:port][/db]      rediss://… for TLS
     unix:///path/to/redis.sock[?db=0]
@@ -17,6 +19,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.sentinel
+from redis.backoff import EqualJitterBackoff as EqualJitterBackoff  # (re-exported: see the docstring)
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
@@ -32,6 +35,7 @@ SOCKET_OPTIONS = dict(socket_connect_timeout=5.0, socket_timeout=30.0, health_ch
 
 # What every process treats as "Redis is not there (now)": retried, reported, never fatal.
 REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+ResponseError = redis.exceptions.ResponseError  # an error reply (WRONGTYPE, a renamed command...)
 
 
 def embedded_socket(state_dir: str | os.PathLike) -> Path:

@@ -1,23 +1,17 @@
 """A connection of a client's pool held for its one-at-a-time script calls (a web request's `add`).
 
-redis-py checks a connection out of its pool and back in around every command, packs
-every argument anew and reads the reply through several layers: locks, counters, event
-dispatch and parser wrappers cost ~25 us of a ZADD whose bare round trip takes ~17 us
-on this machine. A plain client (not Cluster, not Sentinel) keeps one connection of its
-own pool aside instead, and sends requests packed by the caller (delayd.store.resp) on its
-socket, reading each reply with a hiredis reader of its own. redis-py still opens the
-connection (AUTH, SELECT, TLS, client name) and owns its retry policy. A thread that
-finds the held connection busy takes redis-py's usual path, so threads never wait for
-each other here. The redis-py internals this needs are checked first (delayd.store.redis_internals):
-without them no connection is held and every add takes redis-py's public path.
+redis-py checks a connection out of its pool and back in around every command and reads the
+reply through several layers, which costs more than the round trip itself. A plain client (not
+Cluster, not Sentinel) keeps one connection of its pool aside instead and sends requests packed
+by the caller (delayd.store.scripts) on its socket, reading replies with a hiredis reader of its
+own; redis-py still opens the connection (AUTH, SELECT, TLS, client name) and owns its retry
+policy. A thread that finds the held connection busy takes redis-py's usual path. Without the
+redis-py internals this needs (delayd.store.redis_internals) no connection is held.
 
-Before each request the socket is polled once: a server that closed it while it sat
-idle (a Redis restart) gets a fresh connection, as the pool's checkout does. Any error
-or interruption drops the connection, so a half-read reply is never read as the next
-request's. On Linux a plain TCP or unix socket is switched to blocking mode with the
-kernel enforcing redis-py's socket timeout (SO_SNDTIMEO/SO_RCVTIMEO): Python polls a
-socket that has a timeout before every send and receive, two system calls of the four
-a request would make (~1.4 us of CPU per round trip here).
+A socket the server closed while idle (a Redis restart) is replaced before use; any error drops
+the connection, so a half-read reply is never read as the next request's. On Linux the kernel
+enforces redis-py's socket timeout (SO_SNDTIMEO/SO_RCVTIMEO), sparing Python a poll per send
+and receive (BENCHMARKS.md has the figures).
 """
 from __future__ import annotations
 
@@ -45,7 +39,7 @@ def _forked() -> None:
     _forks += 1
 
 
-# (os.getpid() is a system call per request on glibc >= 2.25, ~0.16 us here; a fork runs this hook.)
+# (Counted by a fork hook: os.getpid() would be a system call per request.)
 os.register_at_fork(after_in_child=_forked)
 
 

@@ -30,10 +30,9 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import redis
-
 from delayd.config import Config
 from delayd.model.task import Task, TaskError, check_target, module_allowed
+from delayd.store.connection import REDIS_ERRORS
 
 HOW_TO_ALLOW = "add it to allowed_modules in the config or DELAYD_ALLOWED_MODULES"
 EXCERPT = 200          # characters of an answer or a value quoted in an error
@@ -275,7 +274,7 @@ class Runner:
     def _run_push(self, task: Task) -> Outcome:
         try:
             self.redis.rpush(task.push, task.to_json())
-        except (redis.RedisError, OSError) as exc:
+        except (*REDIS_ERRORS, OSError) as exc:
             return Outcome("retry", f"Redis error pushing to {task.push!r}: {type(exc).__name__}: {clip(str(exc))}")
         return OK
 

@@ -12,13 +12,12 @@ import signal
 import time
 from typing import Any, Callable
 
-from redis.backoff import EqualJitterBackoff
 from setproctitle import setproctitle
 
 from delayd import log as log_mod
 from delayd.config import Config
 from delayd.store import connection
-from delayd.store.connection import REDIS_ERRORS
+from delayd.store.connection import REDIS_ERRORS, EqualJitterBackoff
 
 log = logging.getLogger("delayd.worker")
 PR_SET_PDEATHSIG = 1
