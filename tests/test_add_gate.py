@@ -9,6 +9,7 @@ from importlib import resources
 import pytest
 import redis
 
+from delayd.model.record import spec_json
 from delayd.model.task import Task
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall
@@ -31,7 +32,7 @@ def good_call(store: Store, n: int = 2) -> tuple[list, list]:
 
 
 def spec_of(store: Store, **fields) -> str:
-    return Task.new("t", 0, **fields).spec_json()
+    return spec_json(Task.new("t", 0, **fields))
 
 
 def add(r, keys: list, args: list):

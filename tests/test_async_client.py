@@ -227,6 +227,87 @@ def test_list_and_iter_tasks_as_clients_own(redis_url, r):
     assert sync[5] == sync[1][1:3] and sync[6] == []
 
 
+def test_the_dashboards_reads_and_retry_failed_as_clients_own(redis_url, r):
+    """The dashboard's reads (browse, schedules, inspect, last_hour, topics, paused) and its bulk retry are
+    BaseClient's steps: the AsyncClient answers what the Client answers, damaged records included."""
+    client = Client()
+    client.add_many([{"topic": "t", "id": f"k{i:02d}", "call": "delayd.examples:noop", "delay": 60 + i}
+                     for i in range(30)])
+    client.add_many([{"topic": "s", "id": f"e{i:02d}", "push": "out", "every": 60} for i in range(12)])
+    client.pause("s")
+    key = client.store.keys_for("t:k03").task("t:k03")
+    r.delete(key)
+    r.rpush(key, "not", "a", "hash")
+    r.hset(client.store.keys_for("t:k04").task("t:k04"), "due", "soon")
+
+    def fail(members) -> None:  # as a run that failed leaves them (the counters aside)
+        for member in members:
+            keys = client.store.keys_for(member)
+            r.zadd(keys.done("failed"), {member: r.zscore(keys.delayed, member) or 1})
+            r.zrem(keys.delayed, member)
+            r.hset(keys.task(member), "status", "failed")
+
+    calls = [("browse", (None,), {"limit": 7}), ("browse", ("delayed", "t", "k1"), {}), ("browse", ("failed",), {}),
+             ("schedules", (), {"limit": 5}), ("schedules", ("s", "e1"), {}), ("inspect", ("t", "k03"), {}),
+             ("inspect", ("t", "k04"), {}), ("inspect", ("t", "k00"), {}), ("inspect", ("t", "nope"), {}),
+             ("topics", (), {}), ("paused", (), {})]
+    fail(["t:k05", "t:k06", "t:k07"])
+
+    def pages(read) -> list:  # every page of a list, by its cursors
+        found, cursor = [], None
+        while True:
+            page = read(cursor)
+            found.append(page)
+            if page.cursor is None:
+                return found
+            cursor = page.cursor
+
+    sync = [getattr(client, name)(*args, **kw) for name, args, kw in calls]
+    sync_pages = pages(lambda cursor: client.browse(limit=4, budget=5, cursor=cursor))
+    sync_minutes = [m.events for m in client.last_hour()]
+
+    async def app() -> tuple:
+        async with AsyncClient() as c:
+            answers = [await getattr(c, name)(*args, **kw) for name, args, kw in calls]
+            found, cursor = [], None
+            while True:
+                found.append(await c.browse(limit=4, budget=5, cursor=cursor))
+                if (cursor := found[-1].cursor) is None:
+                    break
+            minutes = [m.events for m in await c.last_hour()]
+            with pytest.raises(ValueError, match="cursor"):
+                await c.browse(cursor="!")
+            return answers, found, minutes
+
+    async def retry_failed() -> tuple:
+        async with AsyncClient() as c:
+            first = await c.retry_failed("t", batch=2)
+            return first, await c.retry_failed("t", first.cursor, batch=2)
+
+    answers, found, minutes = asyncio.run(app())
+    assert answers == sync and found == sync_pages and minutes == sync_minutes
+    first = client.retry_failed("t", batch=2)
+    sync_retried = first, client.retry_failed("t", first.cursor, batch=2)
+    fail(["t:k05", "t:k06", "t:k07"])
+    def outcome(steps) -> list:  # (a cursor holds a failure's time: the second sweep's are later)
+        return [(done.retried, done.failed_left, done.cursor is None) for done in steps]
+    assert outcome(asyncio.run(retry_failed())) == outcome(sync_retried) == [(2, 0, False), (1, 0, True)]
+    with pytest.raises(ValueError, match="cursor"):
+        client.browse(cursor="!")
+    client.close()
+    first, by_status, failed, schedules, of_s, not_a_hash, corrupt, good, missing, topics, paused = sync
+    assert len(first.rows) == 7 and first.cursor is not None
+    assert [row.member for row in failed.rows] == ["t:k07", "t:k06", "t:k05"]
+    assert [row.member for row in by_status.rows] == [f"t:k{i}" for i in range(10, 20)]
+    assert [row.member for row in schedules.rows] == [f"s:e{i:02d}" for i in range(5)]
+    assert [row.member for row in of_s.rows] == [f"s:e{i}" for i in range(10, 12)]
+    assert not_a_hash.kind == "list" and not_a_hash.read.task is None
+    assert corrupt.read.task is None and "does not parse" in corrupt.read.error and corrupt.read.record["due"] == "soon"
+    assert good.read.task.key == "t:k00" and good.quarantined is None and missing is None
+    assert topics == ["s", "t"] and paused == ["s"]
+    assert sum(len(page.rows) for page in sync_pages) == 42  # the record that is not a hash is a row too
+
+
 async def _round_trip(url: str) -> dict:
     """What an application does with AsyncClient, on `url`."""
     async with AsyncClient.from_url(url) as c:

@@ -22,6 +22,7 @@ from node_helper import NodeError, NodeProducer
 from php_helper import require_php
 
 from delayd import AsyncClient, Client
+from delayd.model.record import spec_json
 from delayd.model.task import Task, TaskError, is_utf8
 from delayd.store.keys import bucket_of
 
@@ -216,7 +217,7 @@ def check_case(producer: Any, url: str, r: Any, case: dict) -> None:
         reference = Task.new(**fields)
         key = f"delayd:{{{bucket_of(reference.key, setup.store.buckets)}}}:t:{reference.key}"
         assert r.hmget(key, "spec", "priority", "url") == [
-            reference.spec_json(), None if reference.priority == 2 else str(reference.priority),
+            spec_json(reference), None if reference.priority == 2 else str(reference.priority),
             "1" if reference.url else None]
     if hasattr(producer, "get"):  # the producer's own reading gives the same
         assert producer.get(task["topic"], task["id"]) == expect["task"]

@@ -9,7 +9,6 @@ from test_store import claim, promote_all
 from web_helper import Web
 
 from delayd.store.replies import SCHEDULE_ENDS
-from delayd.web import schedules
 
 TOKEN = "t0ken-for-tests-only"
 
@@ -74,7 +73,7 @@ def test_pages_are_complete_in_name_order_with_a_small_limit(client):
     def walk(**filters):
         seen, cursor, pages = [], None, 0
         while True:
-            found = schedules.page(client.store, cursor=cursor, limit=7, **filters)
+            found = client.schedules(cursor=cursor, limit=7, **filters)
             seen += [row.member for row in found.rows]
             cursor, pages = found.cursor, pages + 1
             if cursor is None:

@@ -16,6 +16,7 @@ from redis_server import RedisServer, free_port, now_ms, wait_for
 from delayd import Client
 from delayd import config as config_mod
 from delayd.model import attempts
+from delayd.model.record import from_record
 from delayd.model.task import Task, TaskError
 from delayd.store.keys import BucketKeys, bucket_of, meta_key, ready_channel
 from delayd.store.replies import Promoted
@@ -110,7 +111,7 @@ def test_a_fresh_record_leaves_defaults_out(r, store, keys):
     """Memory per pending task: priority 2, runs 0 and the claim token (default: created) are not stored."""
     add(store, "t", 1)
     assert set(record(r, store, "t:1")) == {"spec", "status", "created", "due"}
-    task = Task.from_record("t:1", record(r, store, "t:1"))
+    task = from_record("t:1", record(r, store, "t:1"))
     created = int(record(r, store, "t:1")["created"])
     assert (task.priority, task.runs, task.claim) == (2, 0, created)
     add(store, "t", 2, priority=1)
@@ -719,10 +720,8 @@ def test_client_on_a_cluster(cluster):
     assert client.add("t", "one", call="a:b") is True
     assert client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(30)]) == 30
     assert len(client.list(limit=1000)) == 31
-    from delayd.web import (
-        browse,  # the dashboard's list: one browse call per bucket, one after the other
-    )
-    assert len(browse.page(client.store, "delayed", "t", limit=100).rows) == 31
+    # the dashboard's list: one browse call per bucket, one after the other
+    assert len(client.browse("delayed", "t", limit=100).rows) == 31
     stats = client.stats()
     assert stats["counts"]["delayed"] == 31 and stats["buckets"] == 4
     assert client.delete("t", 1) is True and client.get("t", 1).status == "deleted"
@@ -912,7 +911,7 @@ def test_the_delivery_log_is_trimmed_to_the_count_kept_at_each_run(r, store, key
         [run] = claim(store, url=True)
         line = attempts.encode(n, n, 1.0, "retry", 500, "HTTP 500")
         store.finish(0, [("n:1", run["claim"], "retry", 1000, "HTTP 500", "", 0, line)], DAY_MS, attempts_kept=kept)
-    assert [a["run"] for a in Task.from_record("n:1", record(r, store, "n:1")).attempts] == expected
+    assert [a["run"] for a in from_record("n:1", record(r, store, "n:1")).attempts] == expected
 
 
 def test_an_attempt_line_is_the_compact_json_array_of_its_fields():
@@ -933,7 +932,7 @@ def test_the_delivery_log_keeps_the_last_attempts(r, store, keys):
         line = attempts.encode(n, 1000 * n, 1.5, "retry", 500, "HTTP 500: oops\nnext line")
         assert store.finish(0, [("n:1", run["claim"], "retry", 1000, "HTTP 500", "", 0, line)], DAY_MS,
                             attempts_kept=3) == [True]
-    task = Task.from_record("n:1", record(r, store, "n:1"))
+    task = from_record("n:1", record(r, store, "n:1"))
     assert [a["run"] for a in task.attempts] == [3, 4, 5]
     assert task.attempts[-1] == {"run": 5, "at": 5.0, "ms": 1.5, "outcome": "retry", "status": 500,
                                  "error": "HTTP 500: oops\nnext line"}

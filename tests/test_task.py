@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from delayd.model.record import from_record, spec_json
 from delayd.model.task import Task, TaskError, module_allowed, parse_intervals
 
 
@@ -76,7 +77,7 @@ def test_url_with_whitespace_or_control_characters_is_refused_at_add(url):
     with pytest.raises(TaskError, match="url must not contain spaces or control characters"):
         Task.new("t", 1, url=url)
     # A task stored before the rule still reads (and runs): it is no corrupt record.
-    assert Task.from_record("t:1", {"spec": json.dumps({"url": url}), "priority": "2"}).url == url
+    assert from_record("t:1", {"spec": json.dumps({"url": url}), "priority": "2"}).url == url
 
 
 def test_url_that_is_not_utf8_is_refused_as_names_are():
@@ -199,37 +200,37 @@ def test_errors_are_one_line():
 
 # -- the stored form -----------------------------------------------------------------
 def record_of(task: Task) -> dict[str, str]:
-    return {"spec": task.spec_json(), "priority": str(task.priority)}
+    return {"spec": spec_json(task), "priority": str(task.priority)}
 
 
 def test_spec_leaves_out_defaults():
-    assert json.loads(new().spec_json()) == {"call": "shop.tasks:cancel"}
+    assert json.loads(spec_json(new())) == {"call": "shop.tasks:cancel"}
 
 
 def test_round_trip_with_every_field():
     task = Task.new("order:notify", 5, url="http://merchant.example/notify", method="POST", body="json",
                     params={"order": 5, "nested": {"a": [1, 2.5, None, True]}}, intervals=[0, 30, 60, 150],
                     persistent=False, priority=3, callback="shop.tasks:notified", timeout=2.5)
-    back = Task.from_record(task.key, record_of(task))
+    back = from_record(task.key, record_of(task))
     assert back == task
-    assert back.spec_json() == task.spec_json()
+    assert spec_json(back) == spec_json(task)
 
 
 def test_method_and_body_survive_a_round_trip_on_any_target():
     task = Task.new("t", 1, push="list", method="post", body="json")
-    assert Task.from_record(task.key, record_of(task)) == task
+    assert from_record(task.key, record_of(task)) == task
 
 
 def test_from_record_bookkeeping():
     task = new()
     record = {**record_of(task), "status": "running", "created": "1700000000123", "due": "1700000001000",
               "last_run": "1700000001005", "runs": "3", "claim": "7", "error": "boom", "queued": "0"}
-    back = Task.from_record(task.key, record)
+    back = from_record(task.key, record)
     assert back.status == "running" and back.runs == 3 and back.claim == 7 and back.last_error == "boom"
     assert back.created_at == 1700000000.123 and back.due_at == 1700000001.0
     assert back.last_run_at == 1700000001.005
     assert all(isinstance(t, float) for t in (back.created_at, back.due_at, back.last_run_at))
-    assert Task.from_record(task.key, {**record, "error": ""}).last_error is None
+    assert from_record(task.key, {**record, "error": ""}).last_error is None
 
 
 _NESTED = "[" * 100000
@@ -255,7 +256,7 @@ _NESTED = "[" * 100000
 ]] + [(m, {"spec": '{"call": "a:b"}'}) for m in ("no-colon", ":1", "t:", "t:with space")])
 def test_from_record_rejects_corrupt_records(member, record):
     with pytest.raises(TaskError):
-        Task.from_record(member, record)
+        from_record(member, record)
 
 
 # Valid values for every argument of Task.new, and a mix of valid and invalid ones.
@@ -310,9 +311,9 @@ def _build(args):
 
 
 def _check_round_trip(task):
-    back = Task.from_record(task.key, record_of(task))
+    back = from_record(task.key, record_of(task))
     assert back == task
-    assert back.spec_json() == task.spec_json()
+    assert spec_json(back) == spec_json(task)
     assert back.key == task.key
     assert task.intervals and all(math.isfinite(i) and i >= 0 for i in task.intervals)
 
@@ -396,26 +397,26 @@ def test_the_retry_limit_follows_the_schedule_and_persistent():
 
 
 def test_explicit_intervals_are_stored_even_as_zero_and_retries_only_when_given():
-    assert json.loads(new(intervals=0).spec_json()) == {"call": "shop.tasks:cancel", "intervals": [0]}
-    assert json.loads(new(intervals=[0]).spec_json())["intervals"] == [0]
-    assert json.loads(new(retries=5).spec_json()) == {"call": "shop.tasks:cancel", "retries": 5}
+    assert json.loads(spec_json(new(intervals=0))) == {"call": "shop.tasks:cancel", "intervals": [0]}
+    assert json.loads(spec_json(new(intervals=[0])))["intervals"] == [0]
+    assert json.loads(spec_json(new(retries=5))) == {"call": "shop.tasks:cancel", "retries": 5}
     for task in (new(), new(intervals=0), new(retries=0), new(retries=7)):
-        assert Task.from_record(task.key, record_of(task)) == task
+        assert from_record(task.key, record_of(task)) == task
 
 
 def test_a_record_without_a_schedule_retries_by_the_readers_setting():
     """Records written before `retries` existed (no intervals: `{"call": ...}`) read as tasks without
     a schedule; the reader's `retries` (the daemon's, at run time) applies to any that gives none."""
     old = {"spec": '{"call":"a:b"}', "status": "delayed", "created": "1", "due": "1"}
-    task = Task.from_record("t:1", old, default_retries=5)
+    task = from_record("t:1", old, default_retries=5)
     assert task.backoff and task.retries is None and task.retry_limit == 5 and task.to_dict()["retries"] == 5
-    assert Task.from_record("t:1", old).retry_limit == 20
+    assert from_record("t:1", old).retry_limit == 20
     given = {**old, "spec": '{"call":"a:b","retries":2}'}
-    assert Task.from_record("t:1", given, default_retries=5).retry_limit == 2
-    seed = Task.from_record("t:1", {**old, "spec": '{"call":"a:b","intervals":[0]}'}, default_retries=5)
+    assert from_record("t:1", given, default_retries=5).retry_limit == 2
+    seed = from_record("t:1", {**old, "spec": '{"call":"a:b","intervals":[0]}'}, default_retries=5)
     assert not seed.backoff and seed.retry_limit is None and seed.to_dict()["retries"] is None
     with pytest.raises(TaskError, match="retries must be an integer"):
-        Task.from_record("t:1", {**old, "spec": '{"call":"a:b","retries":"x"}'})
+        from_record("t:1", {**old, "spec": '{"call":"a:b","retries":"x"}'})
 
 
 def test_describe_retries():
@@ -478,8 +479,8 @@ def test_spec_json_is_the_compact_json_of_the_spec(fields):
         expected["persistent"] = False
     if task.tz not in (None, "UTC"):
         expected["tz"] = task.tz
-    assert task.spec_json() == json.dumps(expected, separators=(",", ":"))
-    assert Task.from_record("t:1", {"spec": task.spec_json(), "priority": str(task.priority)}) == task
+    assert spec_json(task) == json.dumps(expected, separators=(",", ":"))
+    assert from_record("t:1", {"spec": spec_json(task), "priority": str(task.priority)}) == task
 
 
 def test_topics_and_targets_found_good_are_remembered_within_a_bound():

@@ -324,7 +324,6 @@ def test_master_refuses_a_non_loopback_web_bind_without_a_token(redis_url, tmp_p
 def test_browse_pages_are_exact_with_a_small_budget(client, r, status):
     """Pages that stop on the budget still list every match once, in order, across buckets
     (equal scores included: add_many gives a batch one due time)."""
-    from delayd.web import browse
     client.add_many([{"topic": "t" if i % 7 else "other", "id": f"k{i:03d}", "call": "delayd.examples:echo",
                       "delay": 600 + i // 10} for i in range(200)])
     if status == "failed":  # move them to done:failed with scores that tie in tens
@@ -339,7 +338,7 @@ def test_browse_pages_are_exact_with_a_small_budget(client, r, status):
     seen, cursor, pages = [], None, 0
     r.script_flush()  # the buckets' pipelined browse calls load the script again (NOSCRIPT)
     while True:
-        page = browse.page(client.store, status, "t", "k", cursor, limit=9, budget=12)
+        page = client.browse(status, "t", "k", cursor, limit=9, budget=12)
         seen += [(row.score, row.member) for row in page.rows]
         pages += 1
         cursor = page.cursor

@@ -1,6 +1,6 @@
 """What Client and AsyncClient share: configuration, validation, the key layout and every
-read or transition written once as steps (delayd.store.steps), which each flavour runs on its
-own connection (redis-py or redis.asyncio)."""
+transition written once as steps (delayd.store.steps; the reads are delayd.client.reads), which
+each flavour runs on its own connection (redis-py or redis.asyncio)."""
 from __future__ import annotations
 
 import contextlib
@@ -8,11 +8,12 @@ import gc
 import logging
 import time
 from datetime import datetime
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import redis
 
 from delayd import config as config_mod
+from delayd.client import browse
 from delayd.client.errors import (
     DelaydError,
     DurabilityError,
@@ -20,19 +21,20 @@ from delayd.client.errors import (
     interrupted,
     refusal,
 )
+from delayd.client.reads import Reads
 from delayd.model import schedule
 from delayd.model.task import Task, TaskError, check_topic, module_allowed
-from delayd.store import connection, registry
+from delayd.store import connection
 from delayd.store import durable as durable_mod
-from delayd.store import stats as stats_mod
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import BucketKeys, StoreError, bucket_count, bucket_of
-from delayd.store.steps import Batch, Steps, Stream, command
+from delayd.store.steps import Steps, Stream, command
 from delayd.store.transitions import Store
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
                          "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
+RETRY_BATCH = 200  # failed tasks put back per retry_failed step
 ADD_BATCH = 200  # tasks per add.lua call: one call holds Redis for a few ms at most
 
 log = logging.getLogger("delayd.client")
@@ -92,8 +94,18 @@ def warn_once(warnings: Iterable[str]) -> None:
             log.warning("delayd: %s", warning)
 
 
-class BaseClient:
+class RetriedFailed(NamedTuple):
+    """What one retry_failed step did: see BaseClient.retry_failed_steps."""
+
+    retried: int            # failed tasks put back to run now
+    failed_left: int        # failed tasks of the topic still there (by the counters)
+    cursor: str | None      # where the next step starts; None: the sweep is over
+
+
+class BaseClient(Reads):
     """Access to one delayd store (a Redis URL and a key prefix), without I/O of its own."""
+
+    redact = staticmethod(connection.redact)  # a URL with its password masked (for the dashboard's pages)
 
     durable_timeout = durable_mod.DEFAULT_TIMEOUT  # seconds a durable add waits for WAIT / WAITAOF
 
@@ -273,6 +285,21 @@ class BaseClient:
             raise TaskError(f"{topic}:{id} is not failed; only failed tasks can be retried")
         return result == 1
 
+    def retry_failed_steps(self, topic: str, cursor: str | None = None,
+                           batch: int = RETRY_BATCH) -> Steps[RetriedFailed]:
+        """Put back up to `batch` failed tasks of `topic` (a name as stored), newest failure first; the
+        caller repeats with the returned `cursor` until it is None. A task that fails again meanwhile
+        is newer than the cursor, so one sweep retries each failure once however fast tasks fail. The
+        ids come from the failed index (no record is read) and are retried in one round trip.
+        BadCursor (delayd.client.browse) for a cursor this server did not give."""
+        store = yield from self.store_steps()
+        found = yield from browse.find_steps(store, "failed", topic, cursor=cursor, limit=batch)
+        members = [member for member, _, _ in found.hits]
+        # (0: gone meanwhile; -1: no longer failed, retried or deleted meanwhile)
+        codes = (yield from store.retry_many_steps(members)) if members else []
+        left = yield from self.counted_steps(topic, "failed")
+        return RetriedFailed(codes.count(1), left, found.cursor)
+
     def run_now_steps(self, topic: Any, id: Any) -> Steps[bool]:
         """Make a delayed task due now (a recurring one then continues on its schedule).
 
@@ -309,55 +336,3 @@ class BaseClient:
                             f"stays paused ({resumed.moved} due task{'s' if resumed.moved != 1 else ''} "
                             "had gone back; they wait for the next resume)")
         return resumed.moved
-
-    def paused_steps(self) -> Steps[list[str]]:
-        """The topics paused now."""
-        store = yield from self.store_steps()
-        topics: set[str] = set()
-        for keys in store.keys:
-            topics.update((yield command("HKEYS", keys.paused)))
-        return sorted(topics)
-
-    def get_steps(self, topic: Any, id: Any) -> Steps[Task | None]:
-        """The task, or None. Raises TaskError if its record in Redis is corrupt."""
-        member = f"{topic}:{id}"
-        store = yield from self.store_steps()
-        try:
-            record = yield command("HGETALL", store.keys_for(member).task(member))
-        except redis.exceptions.ResponseError:  # WRONGTYPE
-            raise TaskError(f"{member}: corrupt record: its key is not a hash") from None
-        if not record:
-            return None
-        try:
-            return Task.from_record(member, record, self.config.retries)
-        except TaskError as exc:
-            raise TaskError(f"{member}: corrupt record: {exc}") from None
-
-    def stats_steps(self) -> Steps[dict[str, Any]]:
-        """Counts per status (and ready per priority), oldest due lag, runs and tasks/s over
-        the last minute, lateness p50/p99: overall, per topic and per bucket (see delayd.store.stats)."""
-        store = yield from self.store_steps()
-        return (yield from stats_mod.collect_steps(store))
-
-    def count_steps(self, topic: Any = None, status: str | None = None) -> Steps[int]:
-        """How many tasks (of a topic, with a status) there are, by the counters the scripts keep
-        (delayd.store.stats): one read of each bucket's counts hash, in one round trip; never a scan.
-        Finished tasks count until their retention ends; a counts hash that is not a hash, none."""
-        store = yield from self.store_steps()
-        if topic is None:
-            replies = yield Batch([command("HGETALL", keys.counts) for keys in store.keys])
-        else:
-            topic = check_topic(topic)
-            fields = [f"{state}|{topic}" for state in stats_mod.STATES]
-            values = yield Batch([command("HMGET", keys.counts, *fields) for keys in store.keys])
-            replies = [dict(zip(fields, reply)) if isinstance(reply, list) else reply for reply in values]
-        return sum(stats_mod.task_count(reply, status) for reply in replies if isinstance(reply, dict))
-
-    def daemons_steps(self) -> Steps[list[dict[str, Any]]]:
-        """The live daemons on this store (each master refreshes its entry every few seconds):
-        id, host, pid, version, started, buckets, queues, concurrency, children, seen_ago."""
-        try:
-            return (yield from registry.live_steps(self.prefix))
-        except redis.exceptions.ResponseError as exc:  # WRONGTYPE: the next refresh sets it aside
-            raise DelaydError(f"the registry of daemons in Redis is corrupt ({exc}); "
-                              "a running daemon rewrites it within seconds") from None

@@ -5,15 +5,17 @@ The walk goes bucket by bucket through each bucket's own indexes (ready lists, t
 delayed zset, parked tasks, leases, the finished zsets), a page of at most PAGE
 members at a time; a member seen twice in a bucket (a ready list may hold a stale
 entry) is listed once. Each page's records are read in one round trip. A corrupt
-record is listed too, as `Task.unreadable`, with what is wrong in its last_error.
+record is listed too, as `Read.unreadable` (delayd.model.record), with what is wrong in its
+last_error. `records_steps` is the one read of task records (the dashboard's pages use it too).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import redis
 
-from delayd.model.task import DEFAULT_RETRIES, FINISHED, Task, TaskError
+from delayd.model import record as record_mod
+from delayd.model.task import DEFAULT_RETRIES, FINISHED, Task
 from delayd.store.keys import BucketKeys
 from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
@@ -72,20 +74,20 @@ class Walk:
         if not members:
             return []
         self.read += len(members)
-        records = yield Batch([command("HGETALL", keys.task(m)) for m in members])
-        return [task for member, record in zip(members, records)
-                if (task := _task(member, record, self.default_retries)) is not None and self.status in (None, task.status)]
+        reads = yield from records_steps(self.store, members, self.default_retries, keys)
+        tasks = [read.task or read.unreadable() for read in reads if not read.gone]  # corrupt: shown, not hidden
+        return [task for task in tasks if self.status in (None, task.status)]
 
 
-def _task(member: str, record: Any, default_retries: int) -> Task | None:
-    """The task of an HGETALL reply (None: removed since the index was read)."""
-    if isinstance(record, redis.exceptions.ResponseError):  # WRONGTYPE
-        return Task.unreadable(member, {}, "its key is not a hash")
-    if isinstance(record, Exception):
-        raise record
-    if not record:
-        return None
-    try:
-        return Task.from_record(member, record, default_retries)
-    except TaskError as exc:  # shown, with the reason, rather than hidden
-        return Task.unreadable(member, record, str(exc))
+def records_steps(store: Store, members: Sequence[str], default_retries: int = DEFAULT_RETRIES,
+                  keys: BucketKeys | None = None) -> Steps[list[record_mod.Read]]:
+    """The records of `members` (delayd.model.record.read), in one round trip (none for no members),
+    from `keys`' bucket (None: each member's own). A reply that is an error other than WRONGTYPE
+    (not a hash) is raised."""
+    if not members:
+        return []
+    replies = yield Batch([command("HGETALL", (keys or store.keys_for(m)).task(m)) for m in members])
+    for reply in replies:
+        if isinstance(reply, Exception) and not isinstance(reply, redis.exceptions.ResponseError):
+            raise reply
+    return [record_mod.read(member, reply, default_retries) for member, reply in zip(members, replies)]

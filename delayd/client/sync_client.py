@@ -103,11 +103,17 @@ class Client(BaseClient):
     pause = _sync(BaseClient.pause_steps)
     resume = _sync(BaseClient.resume_steps)
     paused = _sync(BaseClient.paused_steps)
+    retry_failed = _sync(BaseClient.retry_failed_steps)
 
-    # -- reading ---------------------------------------------------------------------
+    # -- reading (delayd.client.reads) -------------------------------------------------
     get = _sync(BaseClient.get_steps)
     count = _sync(BaseClient.count_steps)
     daemons = _sync(BaseClient.daemons_steps)
+    inspect = _sync(BaseClient.inspect_steps)
+    browse = _sync(BaseClient.browse_steps)
+    schedules = _sync(BaseClient.schedules_steps)
+    last_hour = _sync(BaseClient.last_hour_steps)
+    topics = _sync(BaseClient.topics_steps)
 
     stats = _sync(BaseClient.stats_steps)
 

@@ -34,6 +34,7 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from delayd.config import Config
 from delayd.log import event
+from delayd.model.task import STATUSES
 from delayd.store import connection
 from delayd.store import stats as stats_mod
 from delayd.store.connection import REDIS_ERRORS
@@ -43,7 +44,6 @@ from delayd.version import __version__
 from delayd.workers.process import HANDLED_SIGNALS
 
 log = logging.getLogger("delayd.metrics")
-STATUSES = ("delayed", "running", "ok", "failed", "deleted")
 
 # (kind, name, up, restarts, crash_looping) for each slot the master keeps alive
 Slots = Callable[[], Iterable[tuple[str, str, bool, int, bool]]]

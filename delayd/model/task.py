@@ -1,12 +1,10 @@
-"""The task model: what a task is, how it is validated, and how it is stored.
+"""The task model: what a task is and how it is validated.
 
-A task is data that anyone with Redis access can write, so everything read back
-from Redis is parsed defensively (`Task.from_record`) and everything written is
-validated first (`Task.new`). Nothing is ever eval-ed or unpickled.
+Everything written is validated first (`Task.new`); how a task is stored, and read back
+defensively, is delayd.model.record (the wire format).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -14,11 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from delayd.model import attempts as attempts_mod
 from delayd.model import schedule
 
-STATUSES = ("delayed", "running", "ok", "failed", "deleted")
 FINISHED = ("ok", "failed", "deleted")
+STATUSES = ("delayed", "running", *FINISHED)  # the one table of statuses (delayed first: stats counts it by state)
 METHODS = ("GET", "POST")
 BODIES = ("form", "json")
 DEFAULT_PARAMS_LIMIT = 64 * 1024
@@ -31,10 +28,6 @@ _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
-
-
-_compact_json = json.JSONEncoder(separators=(",", ":")).encode
-_json_text = json.encoder.encode_basestring_ascii  # a str as JSON, as json.dumps writes it
 
 
 class TaskError(ValueError):
@@ -284,104 +277,6 @@ class Task:
             backoff=backoff, retries=retries,
         )
 
-    # -- storage ---------------------------------------------------------------------
-    def spec_json(self) -> str:
-        """The immutable part of the task, as stored in Redis (defaults left out).
-
-        Topic and id are not in it: they are the record's member (`topic:id`), which
-        the key and every index already hold, so a record always runs as the task
-        its key names. Written piece by piece (the same text as json.dumps with compact
-        separators; every add pays for it), the target first: add.lua flags a URL
-        task by its spec starting `{"url":`."""
-        spec = []
-        for name in ("call", "url", "push", "callback"):
-            value = getattr(self, name)
-            if value is not None:
-                spec.append(f'"{name}":{_json_text(value)}')
-        for name in ("timeout", "every", "cron"):
-            value = getattr(self, name)
-            if value is not None:
-                spec.append(f'"{name}":{_compact_json(value)}')
-        # method and body matter only for url tasks, but are kept if given so that
-        # a task reads back exactly as it was added.
-        if self.url or self.method != "GET":
-            spec.append(f'"method":{_json_text(self.method)}')
-        if self.body != "form":
-            spec.append(f'"body":{_json_text(self.body)}')
-        if self.params:
-            spec.append(f'"params":{_compact_json(self.params)}')
-        if not (self.backoff or self.recurring):  # given, even as [0]: no intervals means backoff
-            spec.append(f'"intervals":{_compact_json(self.intervals)}')
-        if not self.persistent:
-            spec.append('"persistent":false')
-        if self.retries is not None:
-            spec.append(f'"retries":{self.retries}')
-        if self.tz is not None and self.tz != "UTC":
-            spec.append(f'"tz":{_json_text(self.tz)}')
-        return "{" + ",".join(spec) + "}"
-
-    @classmethod
-    def from_record(cls, member: str, record: dict[str, Any], default_retries: int = DEFAULT_RETRIES) -> "Task":
-        """Rebuild task `member` (`topic:id`) from its Redis hash; raise TaskError if corrupt.
-        `default_retries`: the reader's `retries` setting, for a task that gives none.
-
-        Bytes that are not UTF-8 reach us as lone surrogates (connections decode with
-        surrogateescape, see delayd.store.connection): a spec or error holding any is corrupt
-        (in a number or the status they fail to parse; in a name, _check_name refuses them)."""
-        for name in ("spec", "error"):
-            value = record.get(name)
-            if isinstance(value, str) and not value.isascii() and not is_utf8(value):
-                raise TaskError(f"field {name!r} is not UTF-8 text")
-        try:
-            spec = json.loads(record["spec"])
-            if not isinstance(spec, dict):
-                raise TaskError("spec is not a JSON object")
-            topic, _, id = member.rpartition(":")
-            task = cls.new(
-                topic, id, call=spec.get("call"), url=spec.get("url"),
-                push=spec.get("push"), method=spec.get("method", "GET"), body=spec.get("body", "form"),
-                params=spec.get("params"), intervals=spec.get("intervals"),
-                persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
-                callback=spec.get("callback"), timeout=spec.get("timeout"),
-                every=spec.get("every"), cron=spec.get("cron"), tz=spec.get("tz"),
-                retries=spec.get("retries"), params_limit=None,
-            )
-            task.default_retries = default_retries
-            status = record.get("status", "delayed")
-            if status not in STATUSES:
-                raise TaskError(f"unknown status {status!r}")
-            task.status = status
-            task.created_at = _seconds(record.get("created"))
-            task.due_at = _seconds(record.get("due"))
-            task.last_run_at = _seconds(record.get("last_run"))
-            task.runs = int(record.get("runs", 0))
-            task.claim = int(record["claim"] if "claim" in record else record.get("created", 0))  # default: created
-            task.last_error = record.get("error") or None
-            task.last_due_at = _seconds(record.get("last_due"))
-            task.attempts = attempts_mod.decode(record.get("attempts"))
-        except KeyError as exc:
-            raise TaskError(f"record has no {exc.args[0]!r} field") from None
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise TaskError(f"record does not parse: {exc}") from None
-        return task
-
-    @classmethod
-    def unreadable(cls, member: str, record: dict[str, Any], reason: str) -> "Task":
-        """What a listing shows of a corrupt record: its name, status, times and why it is corrupt.
-
-        Its target is unknown (None); a name that is not UTF-8 shows its bytes as \\xNN escapes."""
-        topic, _, id = printable(member).rpartition(":")
-        status = record.get("status")
-        error = printable(str(record.get("error") or ""))
-        task = cls(topic=topic, id=id, status=status if status in STATUSES else "failed",
-                   last_error=error if error.startswith("quarantined: ") else f"corrupt record: {reason}")
-        for attr, name in (("created_at", "created"), ("due_at", "due"), ("last_run_at", "last_run"),
-                           ("runs", "runs")):
-            with contextlib.suppress(ValueError, TypeError):
-                value = record.get(name)
-                setattr(task, attr, int(value or 0) if attr == "runs" else _seconds(value))
-        return task
-
     def to_dict(self) -> dict[str, Any]:
         """The task as `delayd get --json` prints it: the field names of SPEC section 2."""
         return {
@@ -516,14 +411,3 @@ def printable(text: str) -> str:
     if text.isascii() or is_utf8(text):
         return text
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _seconds(ms: str | None) -> float | None:
-    """A stored time (ms) in seconds; ValueError for one that is not a time (even one too large
-    for a float: it would raise OverflowError, which readers of records do not expect)."""
-    if ms in (None, ""):
-        return None
-    try:
-        return int(ms) / 1000.0
-    except OverflowError:
-        raise ValueError("a time out of range") from None

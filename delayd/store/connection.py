@@ -27,7 +27,7 @@ from redis.sentinel import Sentinel
 # Replies are decoded as UTF-8 with surrogateescape: bytes that are not UTF-8 (written
 # by anyone with access to Redis) become lone surrogates instead of an exception in
 # the reply parser, which would crash whichever process read them. They survive a
-# round trip (a member name sent back names the same key); Task.from_record rejects
+# round trip (a member name sent back names the same key); delayd.model.record rejects
 # them in a record, and task.printable() makes them safe to print.
 SOCKET_OPTIONS = dict(socket_connect_timeout=5.0, socket_timeout=30.0, health_check_interval=15,
                       socket_keepalive=True, decode_responses=True, encoding_errors="surrogateescape")

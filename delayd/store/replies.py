@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from delayd.model.record import from_record
 from delayd.model.task import DEFAULT_RETRIES, Task
 
 
@@ -22,7 +23,7 @@ class ClaimedTask(NamedTuple):
     """One task handed out by claim.lua: its member and the record fields it was claimed with.
 
     runs and claim were computed by the script; the other fields are as stored (so
-    any of them may be corrupt: `Task.from_record` checks them)."""
+    any of them may be corrupt: delayd.model.record checks them)."""
 
     member: str
     spec: str
@@ -37,7 +38,7 @@ class ClaimedTask(NamedTuple):
     def task(self, now_ms: int, default_retries: int = DEFAULT_RETRIES) -> Task:
         """The task as its handler sees it (`default_retries`: the daemon's `retries` setting);
         raises TaskError for a corrupt record."""
-        return Task.from_record(self.member, {
+        return from_record(self.member, {
             "spec": self.spec, "priority": self.priority, "status": "running", "created": self.created,
             "due": self.due, "last_run": now_ms, "runs": self.runs, "claim": self.claim, "error": self.error},
             default_retries)

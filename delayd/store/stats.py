@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from delayd.model.task import printable
+from delayd.model.task import STATUSES, printable
 from delayd.store.keys import PRIORITIES
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall, Steps, Stream
@@ -24,7 +24,9 @@ SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due t
 OUTCOMES = ("ok", "failed", "retry", "quarantine")  # of runs made (tasks/s counts these)
 DEFER = "defer"  # a run not made: its URL's circuit was open, the task waits for the probe (no run counted)
 SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome
-STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "running", "ok", "failed", "deleted")
+# The counters of task states: a delayed task is waiting, ready (per priority) or parked; the
+# other states are the statuses themselves (delayd.model.task.STATUSES).
+STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", *STATUSES[1:])
 
 
 def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
@@ -44,7 +46,7 @@ def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
 
 def status_of(state: str) -> str:
     """The task status a state counter counts: waiting, ready and parked tasks are delayed."""
-    return state if state in ("running", "ok", "failed", "deleted") else "delayed"
+    return state if state in STATUSES else "delayed"
 
 
 def task_count(counters: dict[str, Any], status: str | None = None) -> int:
@@ -119,8 +121,8 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
     ready = {str(p): counts[f"ready:{p}"] for p in PRIORITIES}
     finished = sum(recent[o] for o in OUTCOMES)
     return {
-        "counts": {"delayed": counts["waiting"] + sum(ready.values()) + counts["parked"], "running": counts["running"],
-                   "ok": counts["ok"], "failed": counts["failed"], "deleted": counts["deleted"]},
+        "counts": {"delayed": counts["waiting"] + sum(ready.values()) + counts["parked"],
+                   **{status: counts[status] for status in STATUSES[1:]}},
         "waiting": counts["waiting"],
         "ready": ready,
         "parked": counts["parked"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Iterable, Sequence
 
+from delayd.model.record import spec_json
 from delayd.model.task import Task
 from delayd.store.keys import BucketKeys, bucket_of, ready_channel, wire
 from delayd.store.replies import (
@@ -22,7 +23,7 @@ from delayd.store.replies import (
     browsed,
 )
 from delayd.store.scripts import SCRIPTS
-from delayd.store.steps import ScriptCall, Steps
+from delayd.store.steps import ScriptCall, Steps, Stream
 from delayd.store.transport import Transport
 
 # Parked tasks moved back per resume.lua call (a few ms of Redis time each, whatever the backlog).
@@ -64,7 +65,7 @@ class Store:
         args: list[Any] = []
         for task, mode, value in tasks:
             task_keys += [keys.task(task.key), keys.parked(task.topic)]
-            args += [task.spec_json(), task.priority, mode + "*" if task.recurring else mode, value]
+            args += [spec_json(task), task.priority, mode + "*" if task.recurring else mode, value]
         return task_keys, args
 
     def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> ScriptCall:
@@ -103,9 +104,10 @@ class Store:
         """1: the failed task runs again now; 0: no such task; -1: it is not failed."""
         return int((yield self.retry_call(member)))
 
-    def retry_many(self, members: Sequence[str]) -> list[int]:
+    def retry_many_steps(self, members: Sequence[str]) -> Steps[list[int]]:
         """retry_steps' answer for each member, in one round trip."""
-        return [int(code) for code in self.transport.many([self.retry_call(m) for m in members])]
+        answers = yield Stream([self.retry_call(m) for m in members], window=None)
+        return [int(code) for code in answers.replies]
 
     def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)
@@ -230,13 +232,13 @@ class Store:
         return self.flags(self.transport.call(self.renew_call(bucket, runs, lease_ms)))
 
     # -- the dashboard (reads only) ------------------------------------------------------
-    def browse(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str, prefix: str,
-               limit: int, budget: int) -> list[Browsed]:
+    def browse_steps(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str,
+                     prefix: str, limit: int, budget: int) -> Steps[list[Browsed]]:
         """Walk each of `indexes` (`delayed`, `leases` or `done:<status>` of a bucket) from after `start`
         in `order` ('asc'/'desc'), keeping members of `topic` whose id starts with `prefix`; each walk
-        stops after `limit` matches or `budget` entries examined (see lua/browse.lua). One pipelined
-        round trip for all."""
+        stops after `limit` matches or `budget` entries examined (see lua/browse.lua). All in one
+        round trip."""
         cursor = (start[0], wire(start[1])) if start else ("", "")  # redis-py sends inf as 'inf'
         args = [order, *cursor, wire(topic), wire(prefix), limit, budget]
-        replies = self.transport.many([ScriptCall(SCRIPTS["browse"], [index], args) for index in indexes])
-        return [browsed(index, reply) for index, reply in zip(indexes, replies)]
+        answers = yield Stream([ScriptCall(SCRIPTS["browse"], [index], args) for index in indexes], window=None)
+        return [browsed(index, reply) for index, reply in zip(indexes, answers.replies)]

@@ -71,10 +71,6 @@ class Transport:
             self.held.request(call.script.load_command())
             return self.held.request(packed)
 
-    def many(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        """The replies of `calls`, all in flight at once (a Stream with no window)."""
-        return self.stream(Stream(calls, window=None)).replies
-
     def stream(self, stream: Stream) -> Streamed:
         """A Stream on a connection of the pool checked out for it (see delayd.store.steps.Stream)."""
         if self.cluster:

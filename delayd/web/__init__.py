@@ -1,10 +1,9 @@
 """The dashboard: `delayd web`, or the master's `delayd: web` child when web_port is set.
 
 app.py (routes, auth rules), auth.py (token, session cookie, CSRF), views.py (what pages
-and the API show), display.py (showing stored data safely: names, times, JSON),
-browse.py + lua/browse.lua (the task list with bounded work), schedules.py (recurring
-tasks, from the `recurring` index), series.py + charts.py (the last hour per minute),
-actions.py (buttons and POSTs),
-command.py (the verb), child.py (the supervised child). Templates and static files
-ship as package data.
+and the API show), display.py (showing stored data safely: names, times, JSON), charts.py
+(the last hour per minute), actions.py (buttons and POSTs), command.py (the verb), child.py
+(the supervised child). Templates and static files ship as package data. Every read and
+action goes through an AsyncClient (its pages' reads: delayd.client.reads, browse.py,
+schedules.py, series.py); nothing here imports delayd.store or redis (.importlinter).
 """

@@ -15,14 +15,14 @@ login form is read before anyone is authenticated.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import urllib.parse
 from importlib import resources
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import jinja2
-import redis
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -30,7 +30,9 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from delayd.client.sync_client import Client, DelaydError
+from delayd.client.async_client import AsyncClient
+from delayd.client.browse import BadCursor
+from delayd.client.errors import REDIS_ERRORS, DelaydError
 from delayd.config import Config
 from delayd.model.task import STATUSES, printable
 from delayd.version import __version__
@@ -44,7 +46,6 @@ from delayd.web.auth import (
     host_of,
     is_loopback,
 )
-from delayd.web.browse import BadCursor
 
 HERE = resources.files(__package__)
 SECURITY_HEADERS = {
@@ -55,7 +56,7 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
-FAILURES = (DelaydError, redis.exceptions.RedisError)
+FAILURES = (DelaydError, *REDIS_ERRORS)
 FORM_LIMIT = 64 * 1024       # bytes of a form body (the login form, the action buttons); more answers 413
 PARSE_ON_LOOP = 16 * 1024    # a bigger form is parsed in a worker thread, off the event loop
 
@@ -75,9 +76,9 @@ def local_next(value: str | None) -> str:
 class Dashboard:
     """The Starlette application and what its handlers share."""
 
-    def __init__(self, config: Config, client: Client | None = None):
+    def __init__(self, config: Config, client: AsyncClient | None = None):
         self.config = config
-        self.client = client or Client(config=config)
+        self.client = client or AsyncClient(config=config)
         self.auth = Auth(config.web_token)
         self.throttle = LoginThrottle()
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
@@ -103,8 +104,13 @@ class Dashboard:
             Route("/api/schedules", guarded(self.api_schedules)),
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
-        ])
+        ], lifespan=self.lifespan)
         self.app.add_middleware(_Headers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        await self.client.close()
 
     # -- the rules every request passes -----------------------------------------------
     def guarded(self, handler: Callable[[Request, Identity], Awaitable[Response]]) -> Callable:
@@ -168,16 +174,16 @@ class Dashboard:
 
     # -- pages ------------------------------------------------------------------------
     async def page_overview(self, request: Request, who: Identity) -> Response:
-        data = await run_in_threadpool(views.overview, self.client)
+        data = await views.overview(self.client)
         return self.render(request, who, "overview.html", {"s": data, "charts": data["_charts"]})
 
     async def page_tasks(self, request: Request, who: Identity) -> Response:
         params = _list_params(request)
         try:
-            data = await run_in_threadpool(views.listing, self.client, *params)
+            data = await views.listing(self.client, *params)
         except ValueError as exc:
             return self.refuse(request, 400, str(exc))
-        topics = await run_in_threadpool(actions.topic_names, self.client)
+        topics = await self.client.topics()
         return self.render(request, who, "tasks.html", {"d": data, "topic": params[0], "status": params[1] or "",
                                                         "q": params[2], "topics": topics})
 
@@ -185,7 +191,7 @@ class Dashboard:
         parts = segments(request, "/tasks/")
         if len(parts) != 2:
             return self.refuse(request, 404, "no such page: tasks are at /tasks/TOPIC/ID")
-        data = await run_in_threadpool(views.detail, self.client, *parts)
+        data = await views.detail(self.client, *parts)
         if data is None:
             return self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
         return self.render(request, who, "task.html", {"t": data})
@@ -193,7 +199,7 @@ class Dashboard:
     async def page_schedules(self, request: Request, who: Identity) -> Response:
         topic, _, q, cursor = _list_params(request)
         try:
-            data = await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor)
+            data = await views.schedule_list(self.client, topic, q, cursor)
         except BadCursor as exc:
             return self.refuse(request, 400, str(exc))
         return self.render(request, who, "schedules.html", {"d": data, "topic": topic, "q": q})
@@ -234,12 +240,12 @@ class Dashboard:
                              "version": __version__})
 
     async def api_stats(self, request: Request, who: Identity) -> Response:
-        return display.Json(views.public(await run_in_threadpool(views.overview, self.client)))
+        return display.Json(views.public(await views.overview(self.client)))
 
     async def api_tasks(self, request: Request, who: Identity) -> Response:
         try:
-            return display.Json(await run_in_threadpool(views.listing, self.client, *_list_params(request),
-                                                        _limit(request, views.PAGE_SIZE)))
+            return display.Json(await views.listing(self.client, *_list_params(request),
+                                                    _limit(request, views.PAGE_SIZE)))
         except ValueError as exc:
             return self.refuse(request, 400, str(exc))
 
@@ -250,14 +256,14 @@ class Dashboard:
         except ValueError as exc:
             return self.refuse(request, 400, f"limit: {exc}")
         try:
-            return display.Json(await run_in_threadpool(views.schedule_list, self.client, topic, q, cursor, limit))
+            return display.Json(await views.schedule_list(self.client, topic, q, cursor, limit))
         except BadCursor as exc:
             return self.refuse(request, 400, str(exc))
 
     async def api_task(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/api/tasks/")
         if request.method == "GET" and len(parts) == 2:
-            data = await run_in_threadpool(views.detail, self.client, *parts)
+            data = await views.detail(self.client, *parts)
             return display.Json(data) if data else self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
         if request.method == "POST" and len(parts) == 3:
             hard = request.query_params.get("hard") == "1" or request.state.form.get("hard") == "1"
@@ -271,10 +277,11 @@ class Dashboard:
         cursor = request.query_params.get("cursor") or request.state.form.get("cursor")
         return await self.act(request, actions.topic_action, self.client, *parts, cursor=cursor)
 
-    async def act(self, request: Request, action: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> Response:
+    async def act(self, request: Request, action: Callable[..., Awaitable[dict[str, Any]]], *args: Any,
+                  **kwargs: Any) -> Response:
         """Run an action; a form post is sent back to its page with the outcome, an API call gets JSON."""
         try:
-            result = await run_in_threadpool(lambda: action(*args, **kwargs))
+            result = await action(*args, **kwargs)
         except actions.ActionError as exc:
             return self.refuse(request, exc.status, str(exc))
         if "next" in request.state.form:

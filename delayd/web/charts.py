@@ -8,9 +8,8 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
+from delayd.client.series import Minute
 from delayd.model.clock import zone_name
-from delayd.store import stats as stats_mod
-from delayd.web.series import Minute
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 420, 150, 36, 18, 8
 
@@ -79,7 +78,7 @@ def hour_charts(minutes: list[Minute]) -> list[Chart]:
         return [float(m.events[name]) for m in minutes]
 
     def lateness(q: float) -> list[float | None]:
-        values = [stats_mod.quantile(m.events, q) for m in minutes]
+        values = [m.lateness(q) for m in minutes]
         return [None if v is None else v * 1000 for v in values]
 
     return [

@@ -3,7 +3,8 @@
 Every script that records run events also adds them to a per-minute hash
 `P{N}:w:m:<minute>` (lua/_lib.lua, flush_stats) that expires after 65 minutes, so the
 series is bounded (minutes x topics x events), survives restarts of any process and
-sums every daemon on every host. Reading it is one pipelined HGETALL per bucket and minute.
+sums every daemon on every host. Reading it (Client.last_hour, AsyncClient.last_hour) is one
+HGETALL per bucket and minute, all in one round trip.
 """
 from __future__ import annotations
 
@@ -21,10 +22,9 @@ class Minute(NamedTuple):
     start: float                 # Unix seconds
     events: dict[str, int]       # started, ok, failed, retry, quarantine, lapsed, le:<ms> ... over every topic
 
-
-def last_hour(store: Store, minutes: int = MINUTES) -> list[Minute]:
-    """last_hour_steps on the store's client."""
-    return store.transport.run(last_hour_steps(store, minutes))
+    def lateness(self, q: float) -> float | None:
+        """The q-quantile of this minute's lateness (seconds; None without runs)."""
+        return stats_mod.quantile(self.events, q)
 
 
 def last_hour_steps(store: Store, minutes: int = MINUTES) -> Steps[list[Minute]]:

@@ -1,4 +1,5 @@
-"""The dashboard's task list: pages of tasks by status, topic and id prefix, with bounded work.
+"""The dashboard's task list, as steps (delayd.store.steps): pages of tasks by status, topic and id
+prefix, with bounded work (Client.browse, AsyncClient.browse).
 
 Tasks live in per-bucket indexes (docs/redis-layout.md): `delayed` (due time), `leases`
 (lease expiry) and `done:<status>` (finish time). A page walks one status's index of
@@ -21,9 +22,11 @@ import math
 import re
 from typing import NamedTuple
 
-from delayd.model.task import DEFAULT_RETRIES, Task, TaskError
+from delayd.client.listing import records_steps
+from delayd.model.task import DEFAULT_RETRIES, Task
 from delayd.store.keys import BucketKeys
 from delayd.store.replies import Score
+from delayd.store.steps import Steps
 from delayd.store.transitions import Store
 
 # (status, index of a bucket, order): the statuses a list without one walks, in this order
@@ -96,13 +99,13 @@ class Walked(NamedTuple):
     problems: list[str]
 
 
-def walk(store: Store, status: str, start: tuple[Score, str] | None, topic: str, prefix: str, limit: int,
-         budget: int) -> Walked:
+def walk_steps(store: Store, status: str, start: tuple[Score, str] | None, topic: str, prefix: str, limit: int,
+               budget: int) -> Steps[Walked]:
     """One status over every bucket."""
     desc = ORDER[status] == "desc"
     per_bucket = max(limit, budget // store.buckets)
-    answers = store.browse([index_key(keys, status) for keys in store.keys], ORDER[status], start, topic, prefix,
-                           limit, per_bucket)
+    answers = yield from store.browse_steps([index_key(keys, status) for keys in store.keys], ORDER[status], start,
+                                            topic, prefix, limit, per_bucket)
     found = sorted(((score, member) for a in answers for member, score in a.matches), reverse=desc)
     # A bucket that stopped early has examined everything up to its stop entry, so only the
     # matches up to the first such stop (in this order) are sure to be complete and in order.
@@ -125,9 +128,9 @@ class Found(NamedTuple):
     problems: list[str]
 
 
-def find(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
-         limit: int = 50, budget: int = BUDGET) -> Found:
-    """The members of one page (see `page`), without reading their records."""
+def find_steps(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
+               limit: int = 50, budget: int = BUDGET) -> Steps[Found]:
+    """The members of one page (see `page_steps`), without reading their records."""
     sources = [i for i, (s, _) in enumerate(SOURCES) if status in (None, s)]
     source, start = decode_cursor(cursor) if cursor else (sources[0], None)
     if source not in sources:
@@ -137,7 +140,8 @@ def find(store: Store, status: str | None, topic: str = "", prefix: str = "", cu
     examined = indexed = 0
     next_cursor = None
     while True:
-        walked = walk(store, SOURCES[source][0], start, topic, prefix, limit - len(hits), max(limit, budget - examined))
+        walked = yield from walk_steps(store, SOURCES[source][0], start, topic, prefix, limit - len(hits),
+                                       max(limit, budget - examined))
         hits += [(member, score, source) for score, member in walked.found]
         examined, indexed = examined + walked.examined, indexed + walked.size
         problems += walked.problems
@@ -153,37 +157,14 @@ def find(store: Store, status: str | None, topic: str = "", prefix: str = "", cu
     return Found(hits, next_cursor, examined, indexed, problems)
 
 
-def page(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
-         limit: int = 50, budget: int = BUDGET, default_retries: int = DEFAULT_RETRIES) -> Page:
+def page_steps(store: Store, status: str | None, topic: str = "", prefix: str = "", cursor: str | None = None,
+               limit: int = 50, budget: int = BUDGET, default_retries: int = DEFAULT_RETRIES) -> Steps[Page]:
     """One page of tasks with `status` (None: every status, running first) of `topic` whose id starts
-    with `prefix`. Reads at most about `budget` index entries."""
-    found = find(store, status, topic, prefix, cursor, limit, budget)
-    return Page(read_tasks(store, found.hits, default_retries), found.cursor, found.examined, found.indexed,
-                found.problems)
-
-
-def read_tasks(store: Store, hits: list[tuple[str, Score, int]], default_retries: int = DEFAULT_RETRIES) -> list[Row]:
-    """The records of the members found, in one pipelined round trip; a record that is
-    corrupt (or not a hash) is a row with the reason. `default_retries`: the reader's `retries`."""
-    if not hits:
-        return []
-    pipe = store.redis.pipeline(transaction=False)
-    for member, _, _ in hits:
-        pipe.hgetall(store.keys_for(member).task(member))
-    rows = []
-    for (member, score, source), record in zip(hits, pipe.execute(raise_on_error=False)):
-        status = SOURCES[source][0]
-        if not record:
-            continue  # expired or removed since the index was read
-        rows.append(row_of(member, score, status, record, default_retries))
-    return rows
-
-
-def row_of(member: str, score: Score, status: str, record: dict[str, str] | Exception,
-           default_retries: int = DEFAULT_RETRIES) -> Row:
-    if isinstance(record, Exception):
-        return Row(member, score, status, None, "the record's key is not a hash")
-    try:
-        return Row(member, score, status, Task.from_record(member, record, default_retries), None)
-    except TaskError as exc:
-        return Row(member, score, status, None, str(exc))
+    with `prefix`. Reads at most about `budget` index entries, then the records of the page in one
+    round trip: a record that is corrupt (or not a hash) is a row with the reason, one that is gone
+    meanwhile is left out. `default_retries`: the reader's `retries`."""
+    found = yield from find_steps(store, status, topic, prefix, cursor, limit, budget)
+    reads = yield from records_steps(store, [member for member, _, _ in found.hits], default_retries)
+    rows = [Row(member, score, SOURCES[source][0], read.task, read.error)
+            for (member, score, source), read in zip(found.hits, reads) if not read.gone]
+    return Page(rows, found.cursor, found.examined, found.indexed, found.problems)

@@ -1,4 +1,5 @@
-"""The dashboard's schedules page: recurring tasks (every/cron) with their next and last runs.
+"""The dashboard's schedules page, as steps (delayd.store.steps): recurring tasks (every/cron) in
+name order (Client.schedules, AsyncClient.schedules).
 
 Recurring tasks are found through each bucket's `recurring` index (docs/redis-layout.md),
 a zset of members at score 0 that add, finish and delete keep: add puts a recurring task
@@ -15,13 +16,16 @@ and the cursor (the last name shown) resumes after it.
 from __future__ import annotations
 
 import base64
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from delayd.model.task import Task
+from delayd.client.browse import CURSOR_SHAPE, BadCursor
+from delayd.client.listing import records_steps
+from delayd.model.task import DEFAULT_RETRIES, Task
+from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
-from delayd.web.browse import CURSOR_SHAPE, BadCursor, row_of
 
 PAGE_SIZE = 50
+GONE = "the record is gone (expired after its last run, or removed); delete the task to drop it from this list"
 
 
 class Schedule(NamedTuple):
@@ -74,15 +78,14 @@ def wanted(member: str, topic: str, prefix: str) -> bool:
     return (not topic or found_topic == topic) and id.startswith(prefix)
 
 
-def page(store: Store, topic: str = "", prefix: str = "", cursor: str | None = None,
-         limit: int = PAGE_SIZE) -> SchedulePage:
-    """One page of recurring tasks of `topic` (any) whose id starts with `prefix`, in name order."""
+def page_steps(store: Store, topic: str = "", prefix: str = "", cursor: str | None = None,
+               limit: int = PAGE_SIZE, default_retries: int = DEFAULT_RETRIES) -> Steps[SchedulePage]:
+    """One page of recurring tasks of `topic` (any) whose id starts with `prefix`, in name order: one
+    round trip for the names, one for their records."""
     low, high = name_range(topic, prefix, decode_cursor(cursor))
-    pipe = store.redis.pipeline(transaction=False)
-    for keys in store.keys:
-        pipe.zrangebylex(keys.recurring, low, high, 0, limit)
+    replies = yield Batch([command("ZRANGEBYLEX", keys.recurring, low, high, "LIMIT", 0, limit) for keys in store.keys])
     names, problems, stops = [], [], []
-    for keys, reply in zip(store.keys, pipe.execute(raise_on_error=False)):
+    for keys, reply in zip(store.keys, replies):
         if isinstance(reply, Exception):
             problems.append(f"{keys.recurring} is not a sorted set: it is left as it is for a person to look at")
             continue
@@ -96,44 +99,6 @@ def page(store: Store, topic: str = "", prefix: str = "", cursor: str | None = N
     next_cursor = encode_cursor(names[limit - 1]) if len(names) > limit else \
         encode_cursor(stop.decode("utf-8", "surrogateescape")) if stop is not None else None
     shown = [n for n in names[:limit] if wanted(n, topic, prefix)]
-    return SchedulePage(read(store, shown), next_cursor, problems)
-
-
-def read(store: Store, members: list[str]) -> list[Schedule]:
-    """The records of `members`, in one pipelined round trip."""
-    if not members:
-        return []
-    pipe = store.redis.pipeline(transaction=False)
-    for member in members:
-        pipe.hgetall(store.keys_for(member).task(member))
-    return [schedule_of(member, record) for member, record in zip(members, pipe.execute(raise_on_error=False))]
-
-
-def schedule_of(member: str, record: dict[str, str] | Exception) -> Schedule:
-    if not record:
-        return Schedule(member, None, "the record is gone (expired after its last run, or removed); "
-                                      "delete the task to drop it from this list")
-    row = row_of(member, 0, "", record)
-    return Schedule(member, row.task, row.error)
-
-
-def paused_topics(store: Store) -> set[str]:
-    """The paused topics (a bucket whose flag hash is not a hash counts as none paused)."""
-    pipe = store.redis.pipeline(transaction=False)
-    for keys in store.keys:
-        pipe.hkeys(keys.paused)
-    return {topic for reply in pipe.execute(raise_on_error=False) if isinstance(reply, list) for topic in reply}
-
-
-def to_dict(row: Schedule, paused: set[str]) -> dict[str, Any]:
-    """A row as GET /api/schedules has it (times in Unix seconds)."""
-    topic, _, id = row.member.rpartition(":")
-    task = row.task
-    data: dict[str, Any] = {"key": row.member, "topic": topic, "id": id, "paused": topic in paused,
-                            "status": None, "corrupt": row.error}
-    if task is not None:
-        data.update(status=task.status, schedule=task.describe_schedule(), every=task.every, cron=task.cron,
-                    tz=task.tz, persistent=task.persistent, runs=task.runs,
-                    next_due_at=task.due_at if task.status in ("delayed", "running") else None,
-                    last_due_at=task.last_due_at, last_run_at=task.last_run_at, last_error=task.last_error)
-    return data
+    reads = yield from records_steps(store, shown, default_retries)
+    rows = [Schedule(read.member, read.task, GONE if read.gone else read.error) for read in reads]
+    return SchedulePage(rows, next_cursor, problems)

@@ -1,0 +1,156 @@
+"""The wire format of a task: its record in Redis (a hash, docs/redis-layout.md) and back.
+
+A record is data that anyone with Redis access can write, so everything read back is parsed
+defensively: `read` is the one decoder of a record as Redis answers it (a hash, nothing when
+the task is gone, or an error when its key is not a hash), and `from_record` raises TaskError
+for a record that does not parse. Nothing is ever eval-ed or unpickled.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, NamedTuple
+
+from delayd.model import attempts as attempts_mod
+from delayd.model.task import DEFAULT_RETRIES, STATUSES, Task, TaskError, is_utf8, printable
+
+NOT_A_HASH = "its key is not a hash"
+
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode
+_json_text = json.encoder.encode_basestring_ascii  # a str as JSON, as json.dumps writes it
+
+
+def spec_json(task: Task) -> str:
+    """The immutable part of the task, as stored in Redis (defaults left out).
+
+    Topic and id are not in it: they are the record's member (`topic:id`), which
+    the key and every index already hold, so a record always runs as the task
+    its key names. Written piece by piece (the same text as json.dumps with compact
+    separators; every add pays for it), the target first: add.lua flags a URL
+    task by its spec starting `{"url":`."""
+    spec = []
+    for name in ("call", "url", "push", "callback"):
+        value = getattr(task, name)
+        if value is not None:
+            spec.append(f'"{name}":{_json_text(value)}')
+    for name in ("timeout", "every", "cron"):
+        value = getattr(task, name)
+        if value is not None:
+            spec.append(f'"{name}":{_compact_json(value)}')
+    # method and body matter only for url tasks, but are kept if given so that
+    # a task reads back exactly as it was added.
+    if task.url or task.method != "GET":
+        spec.append(f'"method":{_json_text(task.method)}')
+    if task.body != "form":
+        spec.append(f'"body":{_json_text(task.body)}')
+    if task.params:
+        spec.append(f'"params":{_compact_json(task.params)}')
+    if not (task.backoff or task.recurring):  # given, even as [0]: no intervals means backoff
+        spec.append(f'"intervals":{_compact_json(task.intervals)}')
+    if not task.persistent:
+        spec.append('"persistent":false')
+    if task.retries is not None:
+        spec.append(f'"retries":{task.retries}')
+    if task.tz is not None and task.tz != "UTC":
+        spec.append(f'"tz":{_json_text(task.tz)}')
+    return "{" + ",".join(spec) + "}"
+
+
+def from_record(member: str, record: dict[str, Any], default_retries: int = DEFAULT_RETRIES) -> Task:
+    """Rebuild task `member` (`topic:id`) from its Redis hash; raise TaskError if corrupt.
+    `default_retries`: the reader's `retries` setting, for a task that gives none.
+
+    Bytes that are not UTF-8 reach us as lone surrogates (connections decode with
+    surrogateescape, see delayd.store.connection): a spec or error holding any is corrupt
+    (in a number or the status they fail to parse; in a name, Task.new refuses them)."""
+    for name in ("spec", "error"):
+        value = record.get(name)
+        if isinstance(value, str) and not value.isascii() and not is_utf8(value):
+            raise TaskError(f"field {name!r} is not UTF-8 text")
+    try:
+        spec = json.loads(record["spec"])
+        if not isinstance(spec, dict):
+            raise TaskError("spec is not a JSON object")
+        topic, _, id = member.rpartition(":")
+        task = Task.new(
+            topic, id, call=spec.get("call"), url=spec.get("url"),
+            push=spec.get("push"), method=spec.get("method", "GET"), body=spec.get("body", "form"),
+            params=spec.get("params"), intervals=spec.get("intervals"),
+            persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
+            callback=spec.get("callback"), timeout=spec.get("timeout"),
+            every=spec.get("every"), cron=spec.get("cron"), tz=spec.get("tz"),
+            retries=spec.get("retries"), params_limit=None,
+        )
+        task.default_retries = default_retries
+        status = record.get("status", "delayed")
+        if status not in STATUSES:
+            raise TaskError(f"unknown status {status!r}")
+        task.status = status
+        task.created_at = _seconds(record.get("created"))
+        task.due_at = _seconds(record.get("due"))
+        task.last_run_at = _seconds(record.get("last_run"))
+        task.runs = int(record.get("runs", 0))
+        task.claim = int(record["claim"] if "claim" in record else record.get("created", 0))  # default: created
+        task.last_error = record.get("error") or None
+        task.last_due_at = _seconds(record.get("last_due"))
+        task.attempts = attempts_mod.decode(record.get("attempts"))
+    except KeyError as exc:
+        raise TaskError(f"record has no {exc.args[0]!r} field") from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise TaskError(f"record does not parse: {exc}") from None
+    return task
+
+
+class Read(NamedTuple):
+    """A record as read: the task, or why there is none."""
+
+    member: str
+    task: Task | None            # None: gone, or corrupt (`error` says why)
+    error: str | None            # why the record is corrupt (NOT_A_HASH: its key is of another type)
+    record: dict[str, Any]       # the fields as stored ({} when gone or not a hash)
+
+    @property
+    def gone(self) -> bool:
+        """No record (expired or removed since the index naming it was read)."""
+        return self.task is None and self.error is None
+
+    def unreadable(self) -> Task:
+        """What a listing shows of a corrupt record: its name, status, times and why it is corrupt.
+
+        Its target is unknown (None); a name that is not UTF-8 shows its bytes as \\xNN escapes."""
+        record = self.record
+        topic, _, id = printable(self.member).rpartition(":")
+        status = record.get("status")
+        error = printable(str(record.get("error") or ""))
+        task = Task(topic=topic, id=id, status=status if status in STATUSES else "failed",
+                    last_error=error if error.startswith("quarantined: ") else f"corrupt record: {self.error}")
+        for attr, name in (("created_at", "created"), ("due_at", "due"), ("last_run_at", "last_run"),
+                           ("runs", "runs")):
+            with contextlib.suppress(ValueError, TypeError):
+                value = record.get(name)
+                setattr(task, attr, int(value or 0) if attr == "runs" else _seconds(value))
+        return task
+
+
+def read(member: str, reply: dict[str, Any] | Exception, default_retries: int = DEFAULT_RETRIES) -> Read:
+    """The record of `member` from Redis's reply to HGETALL of its key: a hash, {} (gone) or the
+    error reply (WRONGTYPE: the key is not a hash). The one decoder of records."""
+    if isinstance(reply, Exception):
+        return Read(member, None, NOT_A_HASH, {})
+    if not reply:
+        return Read(member, None, None, {})
+    try:
+        return Read(member, from_record(member, reply, default_retries), None, reply)
+    except TaskError as exc:
+        return Read(member, None, str(exc), reply)
+
+
+def _seconds(ms: str | None) -> float | None:
+    """A stored time (ms) in seconds; ValueError for one that is not a time (even one too large
+    for a float: it would raise OverflowError, which readers of records do not expect)."""
+    if ms in (None, ""):
+        return None
+    try:
+        return int(ms) / 1000.0
+    except OverflowError:
+        raise ValueError("a time out of range") from None
