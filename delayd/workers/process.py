@@ -7,6 +7,7 @@ never returns from it.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import queue as queue_mod
@@ -218,6 +219,9 @@ def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Co
         return pid
     code = 0
     try:
+        # The master's garbage (a preflight's Sentinel client, say) goes now, while its sockets'
+        # descriptors are the inherited ones: collected later, it would close whatever reuses them.
+        gc.collect()
         close_inherited({heartbeat_fd, *log_mod.descriptors(), *keep})
         os.environ["DELAYD_PROC"] = role.replace(" ", ".")
         setproctitle(title(config, role))
