@@ -192,19 +192,30 @@ def fork(death_signal: int) -> int:
     """Fork; returns the child's pid, or 0 in the child. The child gets the default handling of
     every signal the master handles, an empty signal mask and a process group of its own (a
     terminal's Ctrl-C reaches the master only; it stops the children), and dies with
-    `death_signal` when the master dies. The caller's child branch must end in os._exit."""
+    `death_signal` when the master dies. The caller's child branch must end in os._exit.
+
+    The child never garbage-collects what it inherits (gc.freeze): the master's garbage (a
+    preflight's Sentinel client, say) holds sockets whose descriptors the child closes, and
+    finalized later it would close whatever reuses those numbers (an epoll, a Redis socket)."""
     parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for sig in HANDLED_SIGNALS:
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            os.setpgid(0, 0)
-            set_death_signal(death_signal, parent)
-        except BaseException:  # noqa: BLE001 - a child must never return into the master's code
-            os._exit(1)
-    return pid
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except BaseException:
+        gc.unfreeze()
+        raise
+    if pid:
+        gc.unfreeze()
+        return pid
+    try:
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.setpgid(0, 0)
+        set_death_signal(death_signal, parent)
+    except BaseException:  # noqa: BLE001 - a child must never return into the master's code
+        os._exit(1)
+    return 0
 
 
 def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Config, Heartbeat], Any],
@@ -219,9 +230,6 @@ def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Co
         return pid
     code = 0
     try:
-        # The master's garbage (a preflight's Sentinel client, say) goes now, while its sockets'
-        # descriptors are the inherited ones: collected later, it would close whatever reuses them.
-        gc.collect()
         close_inherited({heartbeat_fd, *log_mod.descriptors(), *keep})
         os.environ["DELAYD_PROC"] = role.replace(" ", ".")
         setproctitle(title(config, role))
