@@ -1,4 +1,4 @@
-"""The queue process's handler threads (delayd.workers.pool): batched handoff, and its promises —
+"""The queue process's handler threads (delayd.workers.queue.pool): batched handoff, and its promises —
 a slow handler never holds back the runs handed over with it, an abandoned run frees
 its place, results come back in batches."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from redis_server import wait_for
 
-from delayd.workers.pool import Pool
+from delayd.workers.queue.pool import Pool
 
 
 @dataclass(eq=False)

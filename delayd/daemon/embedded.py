@@ -3,15 +3,24 @@
 Used when no Redis URL is configured. It listens on a unix socket only (no TCP
 port, no password needed; only the daemon's user may connect, or its group with
 redis_socket_mode 770), persists with AOF (`appendfsync everysec`) and never
-evicts keys, which is what delayd's no-loss promise needs.
+evicts keys, which is what delayd's no-loss promise needs. The master starts it (`spawn`) and waits
+for its first answer (`wait_until_up`), then supervises it as any other child.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import time
 from pathlib import Path
+from typing import Callable
 
-from delayd.store.connection import embedded_socket
+from delayd.config import Config
+from delayd.store import connection
+from delayd.store.connection import REDIS_ERRORS, embedded_socket
+from delayd.workers.process import fork, title
+
+START_TIMEOUT = 30.0  # seconds the embedded redis-server has to answer its first PING
 
 
 def find_redis_server() -> str:
@@ -45,3 +54,41 @@ def server_args(state_dir: str | os.PathLike, socket_mode: str = "700") -> list[
         "--logfile", str(state / "redis.log"),
         "--hz", "100",
     ]
+
+
+def spawn(config: Config) -> int:
+    """Fork and exec the embedded redis-server (stdio on /dev/null: it logs to state_dir/redis.log);
+    returns its pid. It gets SIGTERM when the master dies, so it shuts down cleanly (AOF flushed)."""
+    Path(config.state_dir).mkdir(parents=True, exist_ok=True)
+    args = server_args(config.state_dir, config.redis_socket_mode)
+    pid = fork(signal.SIGTERM)
+    if pid == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.execv(args[0], [title(config, "redis")] + args[1:])
+        finally:
+            os._exit(127)
+    return pid
+
+
+def wait_until_up(config: Config, alive: Callable[[], bool]) -> str:
+    """Until the embedded Redis answers a PING: '' then, else why it did not (`alive()` turned
+    False: it exited; or START_TIMEOUT passed)."""
+    client = connection.connect(config.redis_url, socket_connect_timeout=1.0)
+    deadline = time.monotonic() + START_TIMEOUT
+    try:
+        while True:
+            try:
+                if client.ping():
+                    return ""
+            except (*REDIS_ERRORS, FileNotFoundError):
+                pass
+            if not alive():
+                return f"the embedded redis-server exited at start; see {config.state_dir}/redis.log"
+            if time.monotonic() > deadline:
+                return f"the embedded redis-server did not answer within {START_TIMEOUT:g} s"
+            time.sleep(0.02)  # start-up only: Redis has no readiness signal to wait on
+    finally:
+        client.close()

@@ -3,7 +3,9 @@
 Modelled on gunicorn's arbiter: signal handlers only put the signal on a queue;
 one loop does all the work (reaping, restarting, reloading, heartbeat checks), and
 an exception that escapes it is logged, the children are stopped, and the master
-exits 1. Slots, backoff and heartbeat files: see slots.py.
+exits 1. Slots, backoff and heartbeat files: slots.py; SIGHUP: reload.py; status.json,
+the registry entry and /metrics' view of the slots: status.py; the embedded Redis:
+embedded.py; the fork of a child: delayd.workers.process.
 
 The /metrics and registry threads open sockets while the master forks; a child
 closes every descriptor it inherits except its own (start_child), so forks need
@@ -11,14 +13,11 @@ no lock against those threads and a slow Redis never stalls the loop.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue as queue_mod
 import signal
-import socket
 import time
-from pathlib import Path
 from typing import Callable
 
 from setproctitle import setproctitle
@@ -30,6 +29,7 @@ from delayd.daemon import embedded, notify
 from delayd.daemon.pidfile import PidFile
 from delayd.daemon.preflight import StartError, check_redis
 from delayd.daemon.registrar import Registrar
+from delayd.daemon.reload import Reloading
 from delayd.daemon.slots import (
     KILL_AFTER_ABORT,
     Retiring,
@@ -41,20 +41,19 @@ from delayd.daemon.slots import (
     read_note,
     silent_for,
 )
+from delayd.daemon.status import Reports, status_path
 from delayd.log import event
 from delayd.store import connection, registry
-from delayd.store.connection import REDIS_ERRORS
-from delayd.version import __version__
 from delayd.web import child as web_child
 from delayd.workers import bucket
-from delayd.workers import queue_worker as queue_worker
-from delayd.workers.process import HANDLED_SIGNALS, set_death_signal, start_child, title
+from delayd.workers.process import HANDLED_SIGNALS, start_child, title
+from delayd.workers.queue import loop as queue_loop
 
 log = logging.getLogger("delayd.master")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
-class Master:
+class Master(Reloading, Reports):
     def __init__(self, config: Config, pidfile: PidFile, reread: Callable[[], Config] = config_mod.load,
                  ready: Callable[[str], None] | None = None):
         """`reread` builds the config again on SIGHUP, with the start's flags and environment."""
@@ -187,19 +186,6 @@ class Master:
         if due:
             self.write_status()
 
-    def start_metrics(self) -> None:
-        """Serve /metrics from a thread (config metrics_port; off when unset)."""
-        if self.config.metrics_port is None:
-            return
-        from delayd.daemon.metrics import MetricsServer
-        try:
-            self.metrics = MetricsServer(self.config, self.slot_states).start()
-        except OSError as exc:
-            raise StartError(f"cannot serve metrics on {self.config.metrics_bind}:{self.config.metrics_port}: "
-                             f"{exc.strerror or exc}") from None
-        host, port = self.metrics.address
-        event(log, "metrics_serving", url=f"http://{host}:{port}/metrics")
-
     def start_web(self) -> None:
         """Open the dashboard's socket and add its `delayd: web` slot (config web_port; off when unset)."""
         try:
@@ -208,10 +194,6 @@ class Master:
             raise StartError(str(exc)) from None
         if self.web_socket is not None:
             self.slots.append(Slot("web", 0))
-
-    def slot_states(self) -> list[tuple[str, str, bool, int, bool]]:
-        """For /metrics (read from its thread): kind, name, up, restarts, crash-looping of each slot."""
-        return [(s.kind, s.name, s.pid is not None, s.restarts, s.crash_looping) for s in list(self.slots)]
 
     def spawn(self, slot: Slot) -> bool:
         """Start the slot's child; a failed fork or mkstemp (EAGAIN, EMFILE) is retried after a backoff."""
@@ -226,12 +208,12 @@ class Master:
 
     def _spawn(self, slot: Slot) -> None:
         if slot.kind == "redis":
-            pid = self.spawn_redis()
+            pid = embedded.spawn(self.config)
         else:
             if slot.heartbeat is None:
                 slot.heartbeat = heartbeat_file(slot)
             slot.spawned_at = backdate(slot.heartbeat)
-            body = bucket.main if slot.kind == "bucket" else queue_worker.main
+            body = bucket.main if slot.kind == "bucket" else queue_loop.main
             keep = ()
             if slot.kind == "web":
                 body = lambda cfg, _index, hb: web_child.main(cfg, self.web_socket, hb)  # noqa: E731
@@ -242,45 +224,17 @@ class Master:
         self.by_pid[pid] = slot
         event(log, "child_started", child=slot.name, child_pid=pid, restarts=slot.restarts)
 
-    def spawn_redis(self) -> int:
-        Path(self.config.state_dir).mkdir(parents=True, exist_ok=True)
-        args = embedded.server_args(self.config.state_dir, self.config.redis_socket_mode)
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                for sig in HANDLED_SIGNALS:
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_SETMASK, [])
-                os.setpgid(0, 0)
-                set_death_signal(signal.SIGTERM, parent)  # Redis shuts down cleanly (AOF flushed)
-                devnull = os.open(os.devnull, os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(devnull, fd)
-                os.execv(args[0], [title(self.config, "redis")] + args[1:])
-            finally:
-                os._exit(127)
-        return pid
-
     def start_embedded_redis(self) -> None:
         slot = Slot("redis", 0)
         self.slots.append(slot)
         self.spawn(slot)
-        client = connection.connect(self.config.redis_url, socket_connect_timeout=1.0)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if client.ping():
-                    break
-            except (*REDIS_ERRORS, FileNotFoundError):
-                pass
+
+        def alive() -> bool:
             self.reap()
-            if slot.pid is None:
-                raise StartError(f"the embedded redis-server exited at start; see {self.config.state_dir}/redis.log")
-            if time.monotonic() > deadline:
-                raise StartError("the embedded redis-server did not answer within 30 s")
-            time.sleep(0.02)  # start-up only: Redis has no readiness signal to wait on
-        client.close()
+            return slot.pid is not None
+        problem = embedded.wait_until_up(self.config, alive)
+        if problem:
+            raise StartError(problem)
 
     def wait_children_up(self) -> None:
         """Until every Python child has touched its heartbeat once. A child that dies first (or
@@ -412,53 +366,6 @@ class Master:
         event(log, "queues_resized", queues=len([s for s in self.slots if s.kind == "queue"]))
         self.write_status()
 
-    def reload(self) -> None:
-        """SIGHUP: reread the config and replace the children one by one; children waiting to restart
-        start at once (the reload may be their fix). The outcome goes to status.json, where `delayd
-        reload` waits for it: refused (the old config keeps running), or a child that did not come up."""
-        notify.reloading()
-        try:
-            new = self.reread()
-            if self.embedded:
-                new = config_mod.replace(new, redis_url=self.config.redis_url)
-            if new.buckets != self.config.buckets or new.prefix != self.config.prefix:
-                raise config_mod.ConfigError("buckets and prefix cannot change on reload; restart instead")
-        except config_mod.ConfigError as exc:
-            self.reloaded(f"{exc}; the old config keeps running", "reload failed, running the old config")
-            return
-        self.config = new
-        log_mod.setup(new.log_level, new.log_format, log_mod.current_path())
-        wanted = new.queues
-        queues = [s for s in self.slots if s.kind == "queue"]
-        for extra in queues[wanted:]:
-            self.drop(extra)
-        for index in range(len(queues), wanted):
-            self.slots.append(Slot("queue", index))
-        for slot in self.slots:
-            if slot.kind != "redis" and slot.pid:
-                old = self.retire(slot)
-                self.spawn(slot)          # the new child starts before the old one is told to stop
-                self.kill(old, signal.SIGTERM)
-            elif slot.kind != "redis":
-                slot.start_at = time.monotonic()
-        self.spawn_due()
-        try:
-            self.wait_children_up()
-        except StartError as exc:
-            self.reloaded(f"the new config is in use, but {exc}", "reloaded, a child is down")
-            return
-        event(log, "reloaded", queues=wanted)
-        self.reloaded("", "running")
-
-    def reloaded(self, error: str, status: str) -> None:
-        """Record a reload's outcome ('' = done) for `delayd reload`, and end systemd's RELOADING=1."""
-        if error:
-            event(log, "reload_failed", logging.ERROR, error=error)
-        self.reloads += 1
-        self.reload_error = error
-        notify.notify(f"READY=1\nSTATUS={status}")
-        self.write_status()
-
     def stop_all(self) -> None:
         """Stop the workers, leave the registry, then stop Redis (the embedded one goes last)."""
         notify.notify("STOPPING=1")
@@ -472,8 +379,7 @@ class Master:
         if self.web_socket is not None:
             self.web_socket.close()
         self.pidfile.release()
-        status = Path(self.config.state_dir) / "status.json"
-        status.unlink(missing_ok=True)
+        status_path(self.config).unlink(missing_ok=True)
 
     def stop_children(self, kinds: tuple[str, ...]) -> None:
         """SIGTERM to the children of these kinds, wait up to graceful_timeout, SIGKILL the rest."""
@@ -491,27 +397,3 @@ class Master:
             except queue_mod.Empty:
                 pass
 
-    def registry_entry(self) -> dict:
-        """This daemon's entry in the registry of live daemons (read from the registry thread)."""
-        return {"host": socket.gethostname(), "pid": os.getpid(), "name": self.config.name,
-                "version": __version__, "started": self.started, "state": "stopping" if self.stopping else "running",
-                "buckets": self.config.buckets, "queues": self.config.queues,
-                "concurrency": self.config.concurrency, "embedded_redis": self.embedded,
-                "children": [{"name": s.name, "pid": s.pid, "restarts": s.restarts, "crash_looping": s.crash_looping}
-                             for s in list(self.slots)]}
-
-    def write_status(self) -> None:
-        """state_dir/status.json: what `delayd status` adds to what psutil shows."""
-        data = {"pid": os.getpid(), "started": self.started,
-                "redis": connection.redact(self.config.redis_url), "embedded_redis": self.embedded,
-                "metrics": "http://{}:{}/metrics".format(*self.metrics.address) if self.metrics else None,
-                "reloads": self.reloads, "reload_error": self.reload_error,
-                "slots": [{"name": s.name, "pid": s.pid, "restarts": s.restarts,
-                           "crash_looping": s.crash_looping, "last_error": s.last_error} for s in self.slots]}
-        path = Path(self.config.state_dir) / "status.json"
-        tmp = path.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, path)
-        except OSError as exc:
-            event(log, "status_not_written", logging.WARNING, error=str(exc))

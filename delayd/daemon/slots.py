@@ -7,7 +7,7 @@
     heartbeat     each Python child touches its own unlinked temp file with the monotonic
                   clock (system-wide on Linux, so a wall-clock step changes nothing); one
                   silent for heartbeat_timeout gets SIGABRT, then SIGKILL; a child that dies of an
-                  exception writes why into it (worker.leave_note), the slot's `last_error`
+                  exception writes why into it (delayd.workers.process.leave_note), the slot's `last_error`
     retiring      a child replaced by a reload or removed by SIGTTOU: told to stop, it keeps
                   its own heartbeat file until it exits, and is killed if it outlives its
                   graceful timeout

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import logging
 import queue as queue_mod
-import signal
-import threading
 
 from delayd import log as log_mod
 from delayd.config import Config
 from delayd.log import event
-from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
-from delayd.store.transitions import Store
-from delayd.workers.process import Heartbeat, RedisHealth, listen
+from delayd.workers.process import ChildProcess, Heartbeat
 
 log = logging.getLogger("delayd.bucket")
 WAIT_CAP = 5.0          # seconds: the longest sleep, whatever the next due time
@@ -29,17 +25,11 @@ WAIT_CAP = 5.0          # seconds: the longest sleep, whatever the next due time
 MIN_BATCH, MAX_BATCH = 50, 200
 
 
-class BucketWorker:
+class BucketWorker(ChildProcess):
     def __init__(self, config: Config, bucket: int, heartbeat: Heartbeat):
-        self.config = config
+        super().__init__(config, heartbeat, log)
         self.bucket = bucket
-        self.heartbeat = heartbeat
-        self.redis = connection.connect(config.redis_url)
-        self.store = Store(self.redis, config.prefix, config.buckets)
-        self.health = RedisHealth(log, config.redis_url)
         self.batch = MIN_BATCH
-        # Wake-ups from the listener thread and the stop signal arrive here.
-        self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
 
     def tick(self) -> float:
         """Promote what is due; return how long (s) to sleep before the next tick."""
@@ -77,11 +67,7 @@ class BucketWorker:
         return ("stop", None) not in items
 
     def run(self) -> None:
-        signal.signal(signal.SIGTERM, lambda s, f: self.events.put(("stop", None)))
-        signal.signal(signal.SIGINT, lambda s, f: self.events.put(("stop", None)))
-        signal.signal(signal.SIGUSR1, lambda s, f: self.events.put(("reopen", None)))
-        threading.Thread(target=listen, args=(self.redis, self.store.keys[self.bucket].wake_channel,
-                                              self.events, "wake"), daemon=True, name="listener").start()
+        self.start_listening(self.store.keys[self.bucket].wake_channel, "wake")
         event(log, "bucket_started", bucket=self.bucket)
         sleep = 0.0
         while self.wait(sleep):

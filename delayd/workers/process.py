@@ -1,14 +1,19 @@
-"""What every child process shares: set-up after fork, heartbeat, Redis backoff.
+"""What every child process shares: the fork and the set-up after it, heartbeat, Redis backoff,
+and (ChildProcess) the signals, Redis client and event queue of a bucket or queue process.
 
-The master forks a child with `start_child`; the child never returns from it.
+The master forks a child with `start_child` (the embedded Redis with `fork` alone); the child
+never returns from it.
 """
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
+import queue as queue_mod
 import random
 import signal
+import threading
 import time
 from typing import Any, Callable
 
@@ -18,6 +23,7 @@ from delayd import log as log_mod
 from delayd.config import Config
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS, EqualJitterBackoff
+from delayd.store.transitions import Store
 
 log = logging.getLogger("delayd.worker")
 PR_SET_PDEATHSIG = 1
@@ -29,6 +35,8 @@ PR_SET_PDEATHSIG = 1
 NOTE_BYTES = 2000  # at most this much of a dying child's note is kept
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD,
                    signal.SIGTTIN, signal.SIGTTOU, signal.SIGQUIT)
+# What a bucket or queue process's signals put on its event queue: stop gracefully, reopen the log.
+CHILD_SIGNALS = {signal.SIGTERM: "stop", signal.SIGINT: "stop", signal.SIGUSR1: "reopen"}
 
 
 class StartupFailure(RuntimeError):
@@ -147,6 +155,27 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
         time.sleep(RECONNECT.compute(failures))
 
 
+class ChildProcess:
+    """What a bucket and a queue process are made of: the config and heartbeat, a Redis client
+    and Store, RedisHealth for outages, and one event queue on which the signals (CHILD_SIGNALS)
+    and the listener of the wake-up channel put what happens, so the process sleeps in one place."""
+
+    def __init__(self, config: Config, heartbeat: Heartbeat, log: logging.Logger):
+        self.config = config
+        self.heartbeat = heartbeat
+        self.redis = connection.connect(config.redis_url)
+        self.store = Store(self.redis, config.prefix, config.buckets)
+        self.health = RedisHealth(log, config.redis_url)
+        self.events: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+
+    def start_listening(self, channel: str, kind: str) -> None:
+        """Route the signals to the event queue and start the listener thread of `channel`."""
+        for sig, what in CHILD_SIGNALS.items():
+            signal.signal(sig, lambda s, f, what=what: self.events.put((what, None)))
+        threading.Thread(target=listen, args=(self.redis, channel, self.events, kind),
+                         daemon=True, name="listener").start()
+
+
 def close_inherited(keep: set[int]) -> None:
     """Close every descriptor above stderr except `keep`: the master's lock, the other
     children's heartbeat files, and whatever its /metrics and registry threads had open
@@ -158,6 +187,36 @@ def close_inherited(keep: set[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
+def fork(death_signal: int) -> int:
+    """Fork; returns the child's pid, or 0 in the child. The child gets the default handling of
+    every signal the master handles, an empty signal mask and a process group of its own (a
+    terminal's Ctrl-C reaches the master only; it stops the children), and dies with
+    `death_signal` when the master dies. The caller's child branch must end in os._exit.
+
+    The child never garbage-collects what it inherits (gc.freeze): the master's garbage (a
+    preflight's Sentinel client, say) holds sockets whose descriptors the child closes, and
+    finalized later it would close whatever reuses those numbers (an epoll, a Redis socket)."""
+    parent = os.getpid()
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except BaseException:
+        gc.unfreeze()
+        raise
+    if pid:
+        gc.unfreeze()
+        return pid
+    try:
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.setpgid(0, 0)
+        set_death_signal(death_signal, parent)
+    except BaseException:  # noqa: BLE001 - a child must never return into the master's code
+        os._exit(1)
+    return 0
+
+
 def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Config, Heartbeat], Any],
                 keep: tuple[int, ...] = ()) -> int:
     """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid.
@@ -165,17 +224,11 @@ def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Co
     The child closes every inherited descriptor but its heartbeat, the log and `keep`. A child
     that dies of an exception leaves a one-line note in its heartbeat file (leave_note).
     """
-    parent = os.getpid()
-    pid = os.fork()
+    pid = fork(signal.SIGKILL)
     if pid:
         return pid
     code = 0
     try:
-        for sig in HANDLED_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the master only; it stops the children
-        set_death_signal(signal.SIGKILL, parent)
         close_inherited({heartbeat_fd, *log_mod.descriptors(), *keep})
         os.environ["DELAYD_PROC"] = role.replace(" ", ".")
         setproctitle(title(config, role))
