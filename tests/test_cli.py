@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from daemon_helper import DELAYD, delayd
+from daemon_helper import DELAYD, delayd, one_line_error
 from redis_server import free_port
-from test_store import promote_all
+from store_helper import promote_all
 
 from delayd import Client
 from delayd.cli import build_parser
@@ -33,13 +33,6 @@ def delayd_many(cases: list[list[str]], env: dict | None = None) -> list[subproc
         out, err = proc.communicate(timeout=60)
         done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
     return done
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
 
 
 # -- add / get ---------------------------------------------------------------------

@@ -1,9 +1,8 @@
 """The package's wings import only downward (the contract in .importlinter, checked with import-linter)."""
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from daemon_helper import ROOT
 
 
 def test_wings_import_only_downward():
