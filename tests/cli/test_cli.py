@@ -331,6 +331,16 @@ def test_top_level_help_lists_task_verbs():
     assert delayd("--version").stdout.startswith("delayd ")
 
 
+def test_a_verb_imports_only_what_it_needs(redis_url):
+    """The parser (--help, a syntax error) needs no redis-py, a task verb no AsyncClient: each import
+    is start-up time of every `delayd` run."""
+    script = ("import sys; from delayd.cli import build_parser, main; build_parser(); print('redis' in sys.modules); "
+              "main(['get', 'x', 'y']); print('redis' in sys.modules, 'delayd.client.async_client' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["False", "True", "False"], (proc.stdout, proc.stderr)
+    assert proc.stderr == "delayd: error: not found: x:y\n"
+
+
 def test_console_script_entry_point(redis_url):
     script = Path(sys.executable).parent / "delayd"
     if not script.exists():
