@@ -1,6 +1,7 @@
 """The `delayd` command: task verbs (tasks.py), `stats` (stats.py), daemon verbs
 (daemon.py), schedule verbs (schedule.py) and `web` (delayd.web.command); what they
-share is in common.py. This module builds the parser and runs a verb.
+share is in common.py. This module builds the parser and runs a verb; a verb imports the
+client (and redis-py) itself when it runs, so that the parser alone starts quickly.
 
 Exit codes: 0 success, 1 failure (bad task, Redis unreachable, not found; `status`: a child
 is down or crash-looping), 2 command-line syntax, 3 `status` when not running, 4 starting.

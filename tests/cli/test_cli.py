@@ -1,7 +1,4 @@
-"""The `delayd` command's task verbs, run as a real process against a real Redis.
-
-A test that runs one or two commands is in the fast tier; one that runs many (tables, paging,
-every verb's help, a terminal) is marked `system`: each run is a fresh interpreter."""
+"""The `delayd` command's task verbs, run as a real process against a real Redis."""
 from __future__ import annotations
 
 import json
@@ -18,6 +15,8 @@ from store_helper import promote_all
 
 from delayd import Client
 from delayd.cli import build_parser
+
+pytestmark = pytest.mark.system
 
 SECTION_2_FIELDS = {"topic", "id", "call", "url", "params", "intervals", "persistent", "priority", "callback",
                     "status", "created_at", "due_at", "last_run_at", "runs", "last_error"}
@@ -52,7 +51,6 @@ def test_add_then_get_json(redis_url):
     assert task["due_at"] - task["created_at"] == pytest.approx(1800, abs=0.002)
 
 
-@pytest.mark.system
 def test_add_url_and_push_and_at(redis_url):
     delayd("add", "order:notify", "5", "--url", "http://merchant.example/notify", "--method", "post",
            "--body", "json", "--timeout", "2.5", "--at", "2033-05-18T03:33:20Z")
@@ -75,7 +73,6 @@ def test_get_text(redis_url):
     assert "status" in out and "delayed" in out and "a:b" in out and '{"x": 1}' in out
 
 
-@pytest.mark.system
 def test_get_text_shows_method_and_body_of_url_tasks_only(redis_url):
     delayd("add", "t", "call", "--call", "a:b")
     delayd("add", "t", "url", "--url", "http://h/n", "--method", "POST", "--body", "json")
@@ -90,14 +87,12 @@ def test_get_missing_exits_1(redis_url):
     assert "not found" in one_line_error(delayd("get", "nope", "1", "--json", check=1))
 
 
-@pytest.mark.system
 def test_a_name_that_is_not_utf8_is_shown_as_xNN(redis_url):
     for verb in ("get", "del", "retry", "run"):
         proc = delayd(verb, "c", "\udcfe", check=1)  # argv byte 0xfe
         assert one_line_error(proc) == "delayd: error: not found: c:\\xfe", verb
 
 
-@pytest.mark.system
 def test_nx_exits_0_both_ways(redis_url):
     first = delayd("add", "t", "1", "--call", "a:b", "--nx", "--params", '{"v": 1}')
     second = delayd("add", "t", "1", "--call", "a:b", "--nx", "--params", '{"v": 2}')
@@ -108,7 +103,6 @@ def test_nx_exits_0_both_ways(redis_url):
 
 
 # -- ls / stats --------------------------------------------------------------------
-@pytest.mark.system
 def test_ls(redis_url):
     for i in range(3):
         delayd("add", "a", str(i), "--call", "x:y", "--delay", "60")
@@ -127,7 +121,6 @@ def test_ls(redis_url):
     assert delayd("ls", "--json", "--status", "failed").stdout == ""
 
 
-@pytest.mark.system
 def test_ls_says_on_stderr_how_many_more_and_how_to_page(redis_url, client):
     """`ls` stopped at 100 rows without a word (1,013 tasks stored)."""
     client.add_many([{"topic": "a", "id": i, "push": "out", "delay": 600} for i in range(250)]
@@ -149,7 +142,6 @@ def test_ls_says_on_stderr_how_many_more_and_how_to_page(redis_url, client):
     assert delayd("ls", "--json", "--limit", "9", "--topic", "b").stderr.startswith("delayd: 9 tasks shown, 1 more: ")
 
 
-@pytest.mark.system
 def test_stats(redis_url):
     delayd("add", "t", "1", "--call", "x:y", "--at", "2000000000")
     delayd("add", "t", "2", "--call", "x:y", "--delay", "60")
@@ -161,7 +153,6 @@ def test_stats(redis_url):
     assert "delayed=1" in text and "deleted=1" in text and "bucket 0" in text
 
 
-@pytest.mark.system
 def test_every_time_says_its_zone(redis_url):
     """add, get, ls and stats name the zone of each time; a cron task's times are in its zone first,
     with the local time beside them (issue 25: 'due 2026-12-07 02:00:00.000' beside 'in Europe/Berlin')."""
@@ -195,7 +186,6 @@ def test_stats_counts_parked_tasks_in_words(redis_url, client):
 
 
 # -- del / retry -------------------------------------------------------------------
-@pytest.mark.system
 def test_del_soft_then_hard(redis_url, r):
     delayd("add", "t", "1", "--call", "x:y", "--delay", "60")
     assert delayd("del", "t", "1").stdout.strip() == "deleted t:1"
@@ -206,7 +196,6 @@ def test_del_soft_then_hard(redis_url, r):
     assert "not found" in one_line_error(delayd("del", "t", "1", check=1))
 
 
-@pytest.mark.system
 def test_retry(redis_url):
     delayd("add", "t", "1", "--call", "x:y")
     assert "not failed" in one_line_error(delayd("retry", "t", "1", check=1))
@@ -243,7 +232,6 @@ USAGE_ERRORS = [
 ]
 
 
-@pytest.mark.system
 def test_usage_errors_exit_2(redis_url, r):
     for proc in delayd_many(USAGE_ERRORS):
         assert proc.returncode == 2, (proc.args, proc.returncode, proc.stderr)
@@ -269,7 +257,6 @@ INVALID_TASKS = [
 ]
 
 
-@pytest.mark.system
 def test_invalid_task_exits_1_and_writes_nothing(redis_url, r):
     procs = delayd_many([["add", "t", "1", *args] for args, _ in INVALID_TASKS])
     for (args, says), proc in zip(INVALID_TASKS, procs):
@@ -292,7 +279,6 @@ def test_allowlist_refusal_exits_1(redis_url, r):
     delayd("add", "t", "1", "--call", "shop.x:f", DELAYD_ALLOWED_MODULES="shop")
 
 
-@pytest.mark.system
 def test_redis_down_exits_1_with_one_line():
     port = free_port()  # nothing listens there
     cases = [["add", "t", "1", "--call", "a:b", "--nx"], ["get", "t", "1", "--json"], ["del", "t", "1", "--hard"],
@@ -327,33 +313,11 @@ def every_verb() -> list[str]:
     return sorted(set(sub.choices) | set(TASK_VERBS))
 
 
-@pytest.mark.system
 def test_help_on_every_verb():
     verbs = every_verb()
     for verb, proc in zip(verbs, delayd_many([[verb, "--help"] for verb in verbs])):
         assert proc.returncode == 0, (verb, proc.stderr)
         assert proc.stdout.startswith(f"usage: delayd {verb}"), (verb, proc.stdout)
-
-
-def test_add_help_says_intervals_are_gaps():
-    text = " ".join(delayd("add", "--help").stdout.split())
-    assert "gaps in seconds, each from the previous run's due time: 0,30,60 runs at +0, +30, +90 s" in text
-
-
-def test_top_level_help_lists_task_verbs():
-    out = delayd("--help").stdout
-    assert all(verb in out for verb in TASK_VERBS)
-    assert delayd("--version").stdout.startswith("delayd ")
-
-
-def test_a_verb_imports_only_what_it_needs(redis_url):
-    """The parser (--help, a syntax error) needs no redis-py, a task verb no AsyncClient: each import
-    is start-up time of every `delayd` run."""
-    script = ("import sys; from delayd.cli import build_parser, main; build_parser(); print('redis' in sys.modules); "
-              "main(['get', 'x', 'y']); print('redis' in sys.modules, 'delayd.client.async_client' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert proc.stdout.split() == ["False", "True", "False"], (proc.stdout, proc.stderr)
-    assert proc.stderr == "delayd: error: not found: x:y\n"
 
 
 def test_console_script_entry_point(redis_url):
@@ -476,7 +440,6 @@ def test_add_from_usage_errors_exit_2(redis_url, tmp_path):
         assert proc.stderr.startswith("usage: delayd add"), (args, proc.stderr)
 
 
-@pytest.mark.system
 def test_progress_on_a_terminal_only(redis_url, tmp_path):
     items = [{"topic": "p", "id": i, "call": "a:b", "delay": 60} for i in range(12_000)]
     path = write_jsonl(tmp_path / "tasks.jsonl", items)
