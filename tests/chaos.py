@@ -1,6 +1,6 @@
 """The chaos run: SPEC promise 1 ("nothing is lost") under SIGKILLs, SIGSTOP and a Redis restart.
 
-Shared by the suite (tests/test_chaos.py, a few thousand tasks) and `scripts/chaos`
+Shared by the suite (tests/system/test_chaos.py, a few thousand tasks) and `scripts/chaos`
 (50,000 by default). One run:
 
 1. a private redis-server with AOF (appendfsync everysec), and a daemon with

@@ -11,6 +11,7 @@ import psutil
 from redis_server import wait_for
 
 DELAYD = [sys.executable, "-m", "delayd.cli"]
+ROOT = Path(__file__).resolve().parent.parent  # the checkout whose tests/ this is
 
 
 def delayd(*args: str, env: dict | None = None, check: int | tuple[int, ...] | None = 0, timeout: float = 60,
@@ -25,6 +26,14 @@ def delayd(*args: str, env: dict | None = None, check: int | tuple[int, ...] | N
     codes = (check,) if isinstance(check, int) else check
     assert codes is None or proc.returncode in codes, (args, proc.returncode, proc.stdout, proc.stderr)
     return proc
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The one error line a failed command printed (asserted: one line, no traceback)."""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
 
 
 def titled(prefix: str) -> list[psutil.Process]:

@@ -1,4 +1,4 @@
-"""What the stored-data fuzzer writes into Redis (tests/test_fuzz_stored.py): hypothesis
+"""What the stored-data fuzzer writes into Redis (tests/store/test_fuzz_stored.py): hypothesis
 strategies for damage, and the functions that write it.
 
 A plan is a list of steps. A *victim* step adds a task, brings it to a phase (waiting,

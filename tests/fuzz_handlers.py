@@ -1,4 +1,4 @@
-"""The handler of the stored-data fuzzer (tests/test_fuzz_stored.py); tests/ is on the daemon's PYTHONPATH."""
+"""The handler of the stored-data fuzzer (tests/store/test_fuzz_stored.py); tests/ is on the daemon's PYTHONPATH."""
 import time
 
 from delayd.examples import _redis

@@ -1,4 +1,4 @@
-"""Handlers for tests/test_handlers.py (tests/ is on sys.path, see conftest.py)."""
+"""Handlers for tests/targets/test_handlers.py (tests/ is on sys.path, see conftest.py)."""
 import asyncio
 import os  # noqa: F401  (a target must not reach through it: handlers_fixture:os.remove)
 import time

@@ -1,6 +1,7 @@
 """The `delayd` command: task verbs (tasks.py), `stats` (stats.py), daemon verbs
 (daemon.py), schedule verbs (schedule.py) and `web` (delayd.web.command); what they
-share is in common.py. This module builds the parser and runs a verb.
+share is in common.py. This module builds the parser and runs a verb; a verb imports the
+client (and redis-py) itself when it runs, so that the parser alone starts quickly.
 
 Exit codes: 0 success, 1 failure (bad task, Redis unreachable, not found; `status`: a child
 is down or crash-looping), 2 command-line syntax, 3 `status` when not running, 4 starting.
@@ -15,9 +16,7 @@ from setproctitle import setproctitle
 from delayd import config as config_mod
 from delayd.cli import daemon, schedule, stats, tasks
 from delayd.cli.common import Verb, fail
-from delayd.client.sync_client import DelaydError
 from delayd.model.task import TaskError
-from delayd.store.connection import RedisURLError, redact
 from delayd.version import __version__
 from delayd.web import command as web_command
 
@@ -46,8 +45,11 @@ def hide_password(url: str | None) -> None:
     """Retitle this process with the password in `--redis URL` masked, since `ps` shows argv.
 
     (A password in DELAYD_REDIS_URL or the config file never reaches argv at all.)"""
+    if not url:
+        return
+    from delayd.store.connection import redact
     masked = redact(url)
-    if url and masked != url:
+    if masked != url:
         setproctitle(" ".join(arg.replace(url, masked) for arg in sys.argv))
 
 
@@ -61,9 +63,19 @@ def main(argv: list[str] | None = None) -> int:
         hide_password(getattr(args, "redis", None))
     try:
         return VERBS[args.verb](args)
-    except (TaskError, DelaydError, config_mod.ConfigError, RedisURLError) as exc:
-        return fail(str(exc))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        if isinstance(exc, reported_errors()):
+            return fail(str(exc))
+        raise
+
+
+def reported_errors() -> tuple[type[Exception], ...]:
+    """The errors a verb ends with as one line. Imported when one is raised: the client's and
+    the store's import redis-py, which verbs that never reach Redis (--help, stop) do without."""
+    from delayd.client.errors import DelaydError
+    from delayd.store.connection import RedisURLError
+    return (TaskError, DelaydError, config_mod.ConfigError, RedisURLError)

@@ -5,11 +5,13 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from delayd import config as config_mod
-from delayd.client.sync_client import Client
 from delayd.model.task import printable
+
+if TYPE_CHECKING:
+    from delayd.client.sync_client import Client
 
 Verb = Callable[[argparse.Namespace], int]
 
@@ -33,6 +35,7 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
 
 
 def client_for(args: argparse.Namespace) -> Client:
+    from delayd.client.sync_client import Client  # here, not above: only the verbs that reach Redis import redis-py
     return Client(config=load_config(args))
 
 

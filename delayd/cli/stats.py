@@ -7,10 +7,10 @@ from typing import Any
 
 from delayd.cli.common import Verb, client_for, fmt_ms, verb_parser
 from delayd.model.clock import local_time as fmt_time
-from delayd.store.stats import OUTCOMES
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from delayd.store.stats import OUTCOMES
     stats = client_for(args).stats()
     if args.json:
         print(json.dumps(stats, separators=(",", ":")))

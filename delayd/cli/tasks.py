@@ -6,7 +6,7 @@ import itertools
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from delayd.cli.common import (
     Progress,
@@ -20,12 +20,13 @@ from delayd.cli.common import (
     task_verb,
     verb_parser,
 )
-from delayd.client.base import gc_paused
-from delayd.client.sync_client import ADD_BATCH, AddInterrupted, Client
 from delayd.model import attempts
 from delayd.model.clock import local_time as fmt_time
 from delayd.model.clock import time_parts
 from delayd.model.task import STATUSES, TaskError
+
+if TYPE_CHECKING:
+    from delayd.client.sync_client import Client
 
 ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",
               "params", "method", "body", "timeout", "callback")
@@ -35,6 +36,7 @@ def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, i
     """Every line of `source` (a file, or - for stdin) validated: (built tasks, lines read).
 
     Raises TaskError naming the first bad line (and how many more there are); nothing is written."""
+    from delayd.client.base import gc_paused
     try:
         handle = sys.stdin if source == "-" else open(source, encoding="utf-8")
     except OSError as exc:
@@ -69,6 +71,7 @@ def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, i
 
 def add_from(args: argparse.Namespace) -> int:
     """`delayd add --from FILE.jsonl`: validate every line, then write in batches."""
+    from delayd.client.sync_client import ADD_BATCH, AddInterrupted
     client = client_for(args)
     progress = Progress()
     try:

@@ -9,12 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from daemon_helper import Daemon
+from daemon_helper import ROOT, Daemon
 from redis_server import free_port, wait_for
 
 pytestmark = pytest.mark.system
 
-ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from daemon_helper import DELAYD, delayd
+from daemon_helper import DELAYD, delayd, one_line_error
 from redis_server import free_port
-from test_store import promote_all
+from store_helper import promote_all
 
 from delayd import Client
 from delayd.cli import build_parser
@@ -33,13 +33,6 @@ def delayd_many(cases: list[list[str]], env: dict | None = None) -> list[subproc
         out, err = proc.communicate(timeout=60)
         done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
     return done
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
 
 
 # -- add / get ---------------------------------------------------------------------
@@ -325,17 +318,6 @@ def test_help_on_every_verb():
     for verb, proc in zip(verbs, delayd_many([[verb, "--help"] for verb in verbs])):
         assert proc.returncode == 0, (verb, proc.stderr)
         assert proc.stdout.startswith(f"usage: delayd {verb}"), (verb, proc.stdout)
-
-
-def test_add_help_says_intervals_are_gaps():
-    text = " ".join(delayd("add", "--help").stdout.split())
-    assert "gaps in seconds, each from the previous run's due time: 0,30,60 runs at +0, +30, +90 s" in text
-
-
-def test_top_level_help_lists_task_verbs():
-    out = delayd("--help").stdout
-    assert all(verb in out for verb in TASK_VERBS)
-    assert delayd("--version").stdout.startswith("delayd ")
 
 
 def test_console_script_entry_point(redis_url):

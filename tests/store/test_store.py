@@ -12,6 +12,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 from redis_server import RedisServer, free_port, now_ms, wait_for
+from store_helper import DAY_MS, claim, promote_all, record
 
 from delayd import Client
 from delayd import config as config_mod
@@ -19,12 +20,9 @@ from delayd.model import attempts
 from delayd.model.record import from_record
 from delayd.model.task import Task, TaskError
 from delayd.store.keys import BucketKeys, bucket_of, meta_key, ready_channel
-from delayd.store.replies import Promoted
 from delayd.store.transitions import Store
 
 PREFIX = "delayd:"
-DAY_MS = 86400 * 1000
-QUOTAS = (5, 3, 2)
 
 
 # -- helpers -----------------------------------------------------------------------
@@ -38,23 +36,6 @@ def add(store: Store, topic, id, *, delay_ms=0, at_ms=None, priority=2, nx=False
     task = task_of(topic, id, priority, **fields)
     mode, value = ("at", at_ms) if at_ms is not None else ("delay", delay_ms)
     return store.add(store.keys_for(task.key), [(task, mode, value)], nx)[0]
-
-
-def claim(store: Store, bucket=0, n=100, lease_ms=60_000, quotas=QUOTAS, url=False) -> list[dict]:
-    claimed = store.claim(bucket, quotas, n, lease_ms, DAY_MS, url)
-    return [{"member": t.member, "spec": json.loads(t.spec), "runs": t.runs, "claim": t.claim, "due": int(t.due),
-             "created": int(t.created), "error": t.error, "priority": int(t.priority), "now": claimed.now}
-            for t in claimed.tasks]
-
-
-def promote_all(store: Store, bucket=0, retention_ms=DAY_MS) -> Promoted:
-    result = store.promote(bucket, 1000, retention_ms)
-    assert not result.full
-    return result
-
-
-def record(r, store: Store, member: str) -> dict:
-    return r.hgetall(store.keys_for(member).task(member))
 
 
 def token(rec: dict) -> int:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from daemon_helper import Daemon, delayd
+from daemon_helper import Daemon, delayd, one_line_error
 from redis_server import now_ms, wait_for
-from test_cli import one_line_error
-from test_store import claim, promote_all, record
+from store_helper import claim, promote_all, record
 
 from delayd.model import schedule
 from delayd.model.task import TaskError

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from daemon_helper import ROOT
 from redis_server import wait_for
 
 import delayd
@@ -32,7 +33,6 @@ from delayd import Client
 from delayd import config as config_mod
 from delayd.config import Config
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "etc" / "delayd.toml"
 UNIT = ROOT / "systemd" / "delayd.service"
 TMPFILES = ROOT / "systemd" / "delayd.tmpfiles"

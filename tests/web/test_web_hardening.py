@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from daemon_helper import ROOT
 from test_web import TOKEN, api, logged_in, web  # noqa: F401  (fixtures)
 from web_helper import Web
 
 pytestmark = pytest.mark.system
 
-ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
 
 
@@ -214,7 +214,7 @@ def test_a_bad_forwarded_allow_ips_refuses_to_start(redis_url):
 def test_under_ci_a_missing_browser_fails_the_browser_tests(tmp_path, ci):
     env = {**os.environ, "CI": ci, "DELAYD_CHROMIUM": str(tmp_path / "no-chromium"), "PATH": str(tmp_path)}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             str(ROOT / "tests" / "test_web_browser.py")], env=env, cwd=ROOT,
+                             str(Path(__file__).with_name("test_web_browser.py"))], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     if ci:
         assert result.returncode != 0 and "CI=true and no chromium" in result.stdout, result.stdout

@@ -10,11 +10,10 @@ import json
 import re
 
 import pytest
-from daemon_helper import delayd
+from daemon_helper import delayd, one_line_error
 from redis_server import free_port, wait_for
-from test_cli import one_line_error
+from store_helper import DAY_MS, claim, promote_all
 from test_recurring import bucket_of_task
-from test_store import DAY_MS, claim, promote_all
 from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 

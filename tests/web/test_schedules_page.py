@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from daemon_helper import Daemon
 from redis_server import wait_for
-from test_store import claim, promote_all
+from store_helper import claim, promote_all
 from web_helper import Web
 
 from delayd.store.replies import SCHEDULE_ENDS

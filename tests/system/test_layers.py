@@ -3,9 +3,8 @@ downward, only the store and the clients import redis, and the dashboard reads R
 AsyncClient (no import of delayd.store)."""
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from daemon_helper import ROOT
 
 
 def test_wings_import_only_downward():

@@ -416,7 +416,7 @@ def test_the_command_line_reads_damaged_data(client, r):
         assert_clean(delayd(verb, *(["c", "good"] if verb == "get" else []), check=1, errors="replace"))
 
 
-# -- found by the fuzzer (tests/test_fuzz_stored.py), each example turned into a plain test ----------
+# -- found by the fuzzer (tests/store/test_fuzz_stored.py), each example turned into a plain test ----------
 # Numbers Lua's tonumber reads but that are no integer: a claim token written back as 1e+17 or
 # 1.5 went to the worker as another number, so the run never finished and ran once per lease.
 @pytest.mark.parametrize("field,value", [("claim", "1e17"), ("claim", "1.5"), ("claim", "nan"), ("claim", "-inf"),

@@ -10,11 +10,10 @@ import threading
 import time
 
 import pytest
-from daemon_helper import DELAYD, Daemon, delayd
+from daemon_helper import DELAYD, Daemon, delayd, one_line_error
 from redis_server import now_ms, wait_for
-from test_cli import one_line_error
+from store_helper import DAY_MS, claim, promote_all
 from test_recurring import bucket_of_task, pushed
-from test_store import DAY_MS, claim, promote_all
 
 from delayd import Client
 from delayd.client.errors import Overtaken
