@@ -12,16 +12,17 @@ from delayd.version import __version__
 
 if TYPE_CHECKING:
     from delayd.client.async_client import AsyncClient
+    from delayd.client.errors import Overtaken
     from delayd.client.sync_client import AddInterrupted, Client, DelaydError, DurabilityError, RedisUnavailable
     from delayd.model.task import Task, TaskError
 
 _HOMES = {"Client": "delayd.client.sync_client", "AsyncClient": "delayd.client.async_client",
           "Task": "delayd.model.task", "TaskError": "delayd.model.task", "DelaydError": "delayd.client.sync_client",
           "DurabilityError": "delayd.client.sync_client", "RedisUnavailable": "delayd.client.sync_client",
-          "AddInterrupted": "delayd.client.sync_client"}
+          "AddInterrupted": "delayd.client.sync_client", "Overtaken": "delayd.client.errors"}
 
 __all__ = ["Client", "AsyncClient", "Task", "TaskError", "DelaydError", "DurabilityError", "RedisUnavailable",
-           "AddInterrupted", "__version__"]
+           "AddInterrupted", "Overtaken", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

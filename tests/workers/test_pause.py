@@ -15,8 +15,7 @@ from redis_server import now_ms, wait_for
 from store_helper import DAY_MS, claim, promote_all
 from test_recurring import bucket_of_task, pushed
 
-from delayd import Client
-from delayd.client.errors import Overtaken
+from delayd import Client, Overtaken
 from delayd.model.task import TaskError
 from delayd.store import transitions as store_mod
 from delayd.store.scripts import SCRIPTS

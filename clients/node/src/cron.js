@@ -1,7 +1,7 @@
 // Whether a cron expression is one delayd accepts: the checks of cronsim's parser (the cron
 // implementation delayd.model.schedule uses), field by field, with its messages. Only the
 // check is here: due times come from delayd's one implementation, never from this file.
-// tests/test_node_client.py compares its verdicts with cronsim's on a table of expressions.
+// tests/producers/test_node_client.py compares its verdicts with cronsim's on a table of expressions.
 const RANGES = [[0, 59], [0, 59], [0, 23], [1, 31], [1, 12], [0, 7]];
 const NAMES = ['second', 'minute', 'hour', 'day-of-month', 'month', 'day-of-week'];
 const [MINUTE, DAY, MONTH, DOW] = [1, 3, 4, 5];

@@ -1,7 +1,7 @@
 // The package's own Lua scripts (one copy in the repository: delayd/store/lua), each linked
 // with the _lib.lua helpers it uses exactly as delayd/store/lua_lib.py links them, so Redis
 // runs the same source (and the same SHA1) whichever producer sent it. A port of lua_lib.source:
-// tests/test_node_client.py checks that both give the same text for every script.
+// tests/producers/test_node_client.py checks that both give the same text for every script.
 import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';

@@ -6,7 +6,7 @@
 // A string that is not UTF-8 travels as {"$bytes": "<base64>"}.
 declare(strict_types=1);
 
-require __DIR__ . '/../../clients/php/autoload.php';
+require __DIR__ . '/../../../clients/php/autoload.php';
 
 function unwrap(mixed $value): mixed
 {

@@ -1,4 +1,4 @@
-"""One conformance table (tests/conformance/cases.json) pushed through every producer.
+"""One conformance table (tests/producers/conformance/cases.json) pushed through every producer.
 
 A case is an add (the keyword arguments of Client.add, `nx` apart) or a delete, maybe after some
 tasks added first (`before`), and its expected outcome: `added` or `deleted` (true/false), the
@@ -129,7 +129,7 @@ def wrapped(value: Any) -> Any:
 
 
 class Php:
-    """clients/php through tests/conformance/php_producer.php, one `php` process per operation."""
+    """clients/php through tests/producers/conformance/php_producer.php, one `php` process per operation."""
     name = "PHP"
     script = Path(__file__).parent / "conformance" / "php_producer.php"
 

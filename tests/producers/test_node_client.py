@@ -15,7 +15,7 @@ from delayd import Client, TaskError
 from delayd.store import lua_lib
 from delayd.store.keys import bucket_of
 
-LUA = Path(__file__).parent.parent / "delayd" / "store" / "lua"
+LUA = Path(__file__).resolve().parents[2] / "delayd" / "store" / "lua"
 
 # add() arguments, each stored alike by both clients (times aside).
 SAME_RECORD = [
@@ -296,7 +296,7 @@ def test_adds_go_on_after_redis_loses_its_scripts(node, r, client):
 
 
 def test_the_readme_node_example_works_as_written(redis_url, tmp_path, client):
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     example = readme.split("## From Node", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
     (tmp_path / "node_modules").mkdir()
     (tmp_path / "node_modules" / "delayd-client").symlink_to(NODE_DIR)
