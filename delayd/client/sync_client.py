@@ -55,7 +55,7 @@ class Client(BaseClient):
         return client
 
     def close(self) -> None:
-        self.redis.close()
+        connection.close(self.redis)
 
     store = property(_sync(BaseClient.store_steps))
 

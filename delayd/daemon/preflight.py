@@ -45,7 +45,7 @@ def check_redis(config: Config) -> None:
     except StoreError as exc:
         raise StartError(str(exc)) from None
     finally:
-        client.close()
+        connection.close(client)
 
 
 def preflight(config: Config) -> None:

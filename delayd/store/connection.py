@@ -124,6 +124,16 @@ def connect(url: str, flavour: Flavour = SYNC, **options: Any) -> Any:
     return _plain(flavour.redis, url, opts)
 
 
+def close(client: Any) -> None:
+    """Close a sync client and, behind a Sentinel URL, its connections to the sentinels (the
+    client's own close leaves those to the garbage collector: in a process that forks after, a
+    child would then close descriptor numbers it reuses)."""
+    client.close()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()
+
+
 def _plain(factory: Any, url: str, opts: dict[str, Any]) -> Any:
     """A client of `factory` (redis.Redis or redis.asyncio.Redis) for a redis://, rediss:// or unix:// URL."""
     scheme = urlsplit(url).scheme

@@ -135,3 +135,20 @@ def test_killed_daemon_work_is_taken_over_by_the_other(redis_url, tmp_path, clie
         wait_for(lambda: all_ok(client, "k", 100), 60, interval=0.2, message="survivor finished all 100")
         finished = {entry.rpartition(":")[0] for entry in r.lrange("ran", 0, -1)}
         assert held <= finished and len(finished) == 100
+
+
+def test_closing_a_sentinel_client_closes_its_connections_to_the_sentinels():
+    """Client.close (and the daemon's start-up check) leave no sentinel connection behind for a
+    forked child to inherit (redis-py's own close leaves them to the garbage collector)."""
+    with SentinelSet() as sentinels:
+        watcher = sentinels.sentinel_client()
+
+        def sentinel_clients() -> int:
+            return watcher.execute_command("CLIENT", "LIST").count("cmd=")
+        alone = sentinel_clients()
+        client = Client.from_url(sentinels.url)
+        client.add("s", 1, push="out")
+        assert sentinel_clients() > alone
+        client.close()
+        wait_for(lambda: sentinel_clients() == alone, 5, message="the sentinel connection closed")
+        del client  # (kept alive until here: redis-py's close alone would leave its connection open)
