@@ -15,6 +15,8 @@ from delayd import Client, TaskError
 from delayd.store import lua_lib
 from delayd.store.keys import bucket_of
 
+pytestmark = pytest.mark.system  # (node processes)
+
 LUA = Path(__file__).resolve().parents[2] / "delayd" / "store" / "lua"
 
 # add() arguments, each stored alike by both clients (times aside).

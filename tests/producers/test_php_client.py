@@ -15,7 +15,7 @@ from url_helper import http  # noqa: F401  (fixture)
 from delayd.model import schedule
 from delayd.store.keys import meta_key
 
-pytestmark = pytest.mark.usefixtures("php_here")
+pytestmark = [pytest.mark.usefixtures("php_here"), pytest.mark.system]  # (a php process per test)
 
 
 @pytest.fixture
