@@ -79,9 +79,7 @@ class Transport:
             return _on_connection(conn, stream)
 
     def _one_by_one(self, stream: Stream) -> Streamed:
-        if stream.then:
-            raise ValueError(f"{stream.then[0]} after a stream is not supported on Redis Cluster")
-        replies = [] if stream.replies is None else stream.replies
+        replies = _one_by_one_replies(stream)
         for call in stream.calls:
             replies.append(self.call(call))
         return Streamed(replies)
@@ -145,9 +143,7 @@ class AsyncTransport:
 
     async def stream(self, stream: Stream) -> Streamed:
         if self.cluster:
-            replies = [] if stream.replies is None else stream.replies
-            if stream.then:
-                raise ValueError(f"{stream.then[0]} after a stream is not supported on Redis Cluster")
+            replies = _one_by_one_replies(stream)
             for call in stream.calls:
                 replies.append(await self.call(call))
             return Streamed(replies)
@@ -160,6 +156,14 @@ class AsyncTransport:
             raise
         finally:
             await pool.release(conn)
+
+
+def _one_by_one_replies(stream: Stream) -> list[Any]:
+    """The list a Stream sent one call at a time (Redis Cluster) answers into; a command to follow
+    the calls on their connection (`then`) has no meaning there."""
+    if stream.then:
+        raise ValueError(f"{stream.then[0]} after a stream is not supported on Redis Cluster")
+    return [] if stream.replies is None else stream.replies
 
 
 def _pipeline(client: Any, batch: Batch) -> Any:
