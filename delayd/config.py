@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 from delayd.model.task import DEFAULT_RETRIES, MAX_RETRIES
 
 MAX_BUCKETS = 1024  # the most buckets a store may have (each is a set of keys and a bucket process)
+MAX_PARAMS = 960 * 1024  # the most params_limit may be: a task's spec, params and the rest, stays under 1 MiB
 
 SYSTEM_CONFIG = Path("/etc/delayd/delayd.toml")
 
@@ -145,8 +146,11 @@ class Config:
         if self.url_signing_secret:
             signing_key(self.url_signing_secret)
         for name in ("lease", "task_timeout", "url_timeout", "graceful_timeout", "heartbeat_timeout",
-                     "retention", "params_limit", "max_response_bytes"):
+                     "retention", "max_response_bytes"):
             positive(name)
+        if not 0 < self.params_limit <= MAX_PARAMS:
+            raise ConfigError(f"params_limit must be > 0 and <= {MAX_PARAMS} (the add script refuses a task's "
+                              f"spec over 1 MiB, docs/protocol.md), got {self.params_limit!r}")
         if self.lease <= self.task_timeout:  # only a lease set explicitly can be (see default_lease)
             raise ConfigError(f"lease ({self.lease:g} s) must be longer than task_timeout "
                               f"({self.task_timeout:g} s), or a running task could be taken twice; "
