@@ -358,12 +358,24 @@ class Master(Reloading, Reports):
 
     def retire(self, slot: Slot) -> int:
         """The slot's child becomes a retiring one, with its heartbeat file; returns its pid (not signalled)."""
-        pid = slot.pid
-        self.by_pid.pop(pid, None)
-        kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
-        self.retiring[pid] = Retiring(pid, slot.kind, slot.name, slot.heartbeat, kill_at)
-        slot.pid, slot.heartbeat, slot.aborted_at = None, None, None
+        pid = self.hold(slot).pid
+        self.retiring[pid].kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
         return pid
+
+    def hold(self, slot: Slot) -> Retiring:
+        """The slot's child leaves it and is kept aside, running and not signalled, with no deadline
+        (a reload's old child, until the new one is up: let_go, or taken back)."""
+        held = Retiring(slot.pid, slot.kind, slot.name, slot.heartbeat, None)
+        self.by_pid.pop(slot.pid, None)
+        self.retiring[held.pid] = held
+        slot.pid, slot.heartbeat, slot.aborted_at = None, None, None
+        return held
+
+    def let_go(self, child: Retiring) -> None:
+        """Tell a retiring child to stop; it is killed if it outlives its graceful timeout."""
+        if child.pid in self.retiring:
+            child.kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
+            self.kill(child.pid, signal.SIGTERM)
 
     def drop(self, slot: Slot) -> None:
         """Remove a slot: its child is told to stop and retires."""
