@@ -55,8 +55,7 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
 
     from delayd.web.app import create
 
-    server = uvicorn.Server(uvicorn.Config(create(config), log_level="warning", access_log=False,
-                                           server_header=False, **proxy_headers(config)))
+    server = uvicorn.Server(uvicorn.Config(create(config), **server_settings(config)))
 
     signal.signal(signal.SIGTERM, _exit_stopped)
 
@@ -65,6 +64,11 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
             asyncio.get_running_loop().create_task(on_started())
         await server.serve(sockets=[sock])
     asyncio.run(main())
+
+
+def server_settings(config: Config) -> dict[str, Any]:
+    """uvicorn's settings for the dashboard (scripts/bench_http.py serves its ceiling with them too)."""
+    return {"log_level": "warning", "access_log": False, "server_header": False, **proxy_headers(config)}
 
 
 def proxy_headers(config: Config) -> dict[str, Any]:
