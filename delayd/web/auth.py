@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -50,6 +51,7 @@ class Identity(NamedTuple):
         return self.how == "producer"
 
 
+@functools.lru_cache(maxsize=256)  # (asked for every request's Host when there is no web_token)
 def is_loopback(host: str) -> bool:
     """True for a loopback address or name (the bind address, or a Host header without port)."""
     host = host.strip("[]").lower()

@@ -101,18 +101,19 @@ async def add(client: AsyncClient, body: bytes) -> tuple[dict[str, Any], int]:
     check = validated(client, body) if len(body) <= PARSE_ON_LOOP else await run_in_threadpool(validated, client, body)
     single, built, options = check
     try:
-        _, built = await client.prepare(built)  # cron tasks' first due times: before anything is written
-    except TaskError as exc:
+        if len(set(options)) > 1:  # cron tasks' first due times, before a first run is written (add_built
+            _, built = await client.prepare(built)  # finds them itself, before it writes, for a single run)
+        if any(durable for _, durable in options):
+            await client.durability()  # DurabilityError (503) now if this Redis cannot confirm: nothing written
+        written = 0
+        for (nx, durable), run in itertools.groupby(zip(built, options), key=lambda pair: pair[1]):
+            entries = [entry for entry, _ in run]
+            try:
+                written += await client.add_built(entries, nx, durable)
+            except AddInterrupted as exc:
+                raise exc.after(written, len(built)) from None
+    except TaskError as exc:  # (a cron expression without a next time: found before any write)
         raise BadInput(str(exc)) from None
-    if any(durable for _, durable in options):
-        await client.durability()  # DurabilityError (503) now, if this Redis cannot confirm: nothing written yet
-    written = 0
-    for (nx, durable), run in itertools.groupby(zip(built, options), key=lambda pair: pair[1]):
-        entries = [entry for entry, _ in run]
-        try:
-            written += await client.add_built(entries, nx, durable)
-        except AddInterrupted as exc:
-            raise exc.after(written, len(built)) from None
     if single:
         return ({"added": True}, 201) if written else ({"added": False}, 200)
     return {"added": written}, 200
