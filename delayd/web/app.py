@@ -92,6 +92,7 @@ class Dashboard:
         self.client = client or AsyncClient(config=config)
         self.auth = Auth(config.web_token, config.producer_token)
         self.throttle = LoginThrottle()
+        self.commit = producers.GroupCommit(self.client)
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                       autoescape=True, undefined=jinja2.StrictUndefined, finalize=display.shown)
         self.env.globals.update(task_url=display.task_url, statuses=STATUSES, version=__version__,
@@ -286,7 +287,7 @@ class Dashboard:
         except BodyTooLarge as exc:
             return self.refuse(request, 413, str(exc))
         try:
-            return display.Json(*await producers.add(self.client, body))
+            return display.Json(*await producers.add(self.client, body, self.commit))
         except producers.BadInput as exc:
             return display.Json(exc.answer(), exc.status)
 

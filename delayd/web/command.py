@@ -84,10 +84,12 @@ def _exit_stopped(signum: int, frame: Any) -> None:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    help = "serve the dashboard (pages and JSON API) over HTTP"
+    help = "serve the dashboard (pages and JSON API) and the producer API over HTTP"
     p = sub.add_parser("web", parents=[common], help=help,
                        description=help + f". Binds 127.0.0.1:{DEFAULT_PORT} unless told otherwise; a non-loopback "
-                                          "address needs web_token (DELAYD_WEB_TOKEN).")
+                                          "address needs web_token (DELAYD_WEB_TOKEN). producer_token "
+                                          "(DELAYD_PRODUCER_TOKEN) lets HTTP producers add, delete and read tasks "
+                                          "(POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID), nothing else.")
     p.add_argument("--bind", metavar="ADDR", help="address to listen on (default: web_bind, 127.0.0.1)")
     p.add_argument("--port", type=int, metavar="N", help=f"TCP port (default: web_port, else {DEFAULT_PORT})")
 

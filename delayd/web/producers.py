@@ -8,9 +8,14 @@ written in the array's order, each run of consecutive items with the same nx/dur
 AsyncClient.add_built (one streamed round trip per run). A body is read only up to MAX_BODY
 (app.read_body: 413 from Content-Length, or while a chunked body passes it), and a big one is
 parsed and validated in a worker thread, off the event loop that serves every other request.
+
+Single adds (without nx or durable) that arrive while others are being written are written
+together (GroupCommit): with many producers at once, one Redis round trip carries many adds, and
+the system calls of a round trip, not the add itself, are most of a single add's cost.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from typing import Any
@@ -19,13 +24,14 @@ from starlette.concurrency import run_in_threadpool
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.base import Built, ItemError
-from delayd.client.errors import AddInterrupted
+from delayd.client.errors import AddInterrupted, RedisUnavailable
 from delayd.model.task import TaskError
 from delayd.web import views
 
 MAX_BODY = 1024 * 1024      # bytes of a POST /api/tasks body; more answers 413
 MAX_BATCH = 1000            # items of one array
 PARSE_ON_LOOP = 32 * 1024   # a bigger body is parsed and validated in a worker thread
+WRITERS = 2                 # GroupCommit's writes in flight
 JSON_TYPE = "application/json"
 
 Options = tuple[bool, bool]  # (nx, durable) of one item
@@ -95,11 +101,55 @@ def validated(client: AsyncClient, body: bytes) -> tuple[bool, list[Built], list
         raise BadInput(str(exc), exc.index) from None
 
 
-async def add(client: AsyncClient, body: bytes) -> tuple[dict[str, Any], int]:
+class GroupCommit:
+    """Single adds written together: each waits in `waiting` until one of WRITERS writes it with
+    the others waiting then (one AsyncClient.add_built: an add.lua call per bucket), so a write
+    never waits for a timer, and under load each carries every add that arrived meanwhile."""
+
+    def __init__(self, client: AsyncClient):
+        self.client = client
+        self.waiting: list[tuple[Built, asyncio.Future]] = []
+        self.writers: set[asyncio.Task] = set()
+
+    async def add(self, built: Built) -> None:
+        """Write `built` (with nx and durable off); the client's errors as a lone add would raise them."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.waiting.append((built, future))
+        if len(self.writers) < WRITERS:
+            writer = loop.create_task(self._write())
+            self.writers.add(writer)
+            writer.add_done_callback(self.writers.discard)
+        await future
+
+    async def _write(self) -> None:
+        while self.waiting:
+            group = self.waiting[:MAX_BATCH]
+            del self.waiting[:MAX_BATCH]
+            outcome: BaseException | None = None
+            try:
+                await self.client.add_built([built for built, _ in group])
+            except AddInterrupted as exc:  # (which of the group were written is unknown: adding again is safe)
+                outcome = RedisUnavailable(exc.reason)
+            except Exception as exc:
+                outcome = exc
+            for _, future in group:
+                if not future.done():  # (a request given up meanwhile)
+                    future.set_result(None) if outcome is None else future.set_exception(outcome)
+
+
+async def add(client: AsyncClient, body: bytes, commit: GroupCommit | None = None) -> tuple[dict[str, Any], int]:
     """POST /api/tasks: (answer, HTTP status). BadInput (nothing written) for refused input;
-    DelaydError (503) if Redis fails, AddInterrupted saying how many of the request's were written."""
+    DelaydError (503) if Redis fails, AddInterrupted saying how many of the request's were written.
+    A single add without nx or durable goes through `commit` when given."""
     check = validated(client, body) if len(body) <= PARSE_ON_LOOP else await run_in_threadpool(validated, client, body)
     single, built, options = check
+    if single and commit is not None and options[0] == (False, False):
+        try:
+            await commit.add(built[0])
+        except TaskError as exc:  # (a cron expression without a next time: nothing written)
+            raise BadInput(str(exc)) from None
+        return {"added": True}, 201
     try:
         if len(set(options)) > 1:  # cron tasks' first due times, before a first run is written (add_built
             _, built = await client.prepare(built)  # finds them itself, before it writes, for a single run)

@@ -6,10 +6,13 @@ read-only; each test starts from a flushed Redis (the `r` fixture)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from datetime import datetime, timezone
 
 import httpx
 import pytest
+from daemon_helper import ROOT
 from redis_server import free_port
 from test_web import TOKEN, logged_in
 from test_web_hardening import MiB, post_unread
@@ -237,3 +240,23 @@ def test_redis_down_answers_503(redis_url):
     with Web(f"redis://127.0.0.1:{free_port()}/0", DELAYD_PRODUCER_TOKEN=PRODUCER) as web, web.client() as http:
         answer = http.post("/api/tasks", json=TASK, headers={"Authorization": f"Bearer {PRODUCER}"})
         assert answer.status_code == 503 and "cannot write to the store" in answer.json()["error"]
+
+
+def test_the_readme_curl_examples_work_as_written(server, client):
+    """README "Over HTTP": its commands run by bash on this server (its port; the module's token in
+    place of the random one the first line makes), each answer as the comments say."""
+    block = (ROOT / "README.md").read_text().partition("## Over HTTP")[2].partition("```sh\n")[2].partition("```")[0]
+    script = "\n".join(line for line in block.splitlines()
+                       if not line.startswith(("export DELAYD_PRODUCER_TOKEN=", "delayd web")))
+    done = subprocess.run(["bash", "-euc", script.replace("127.0.0.1:8470", f"127.0.0.1:{server.port}")],
+                          env={**os.environ, "DELAYD_PRODUCER_TOKEN": PRODUCER}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and not done.stderr, done
+    answers, text, decoder = [], done.stdout.strip(), json.JSONDecoder()
+    while text:
+        answer, end = decoder.raw_decode(text)
+        answers.append(answer)
+        text = text[end:].strip()
+    assert answers[:2] == [{"added": True}, {"added": 2}] and answers[3:] == [{"deleted": True}]
+    assert answers[2]["key"] == "order:cancel:42" and answers[2]["call"] == "delayd.examples:cancel_order"
+    assert client.get("order:cancel", 42) is None and client.get("order:notify", 5).intervals == [0, 30, 60, 150]
