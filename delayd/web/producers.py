@@ -184,4 +184,3 @@ async def get(client: AsyncClient, topic: str, id: str) -> tuple[dict[str, Any],
     except TaskError as exc:
         return {"error": str(exc)}, 409
     return (views.task_dict(client, task), 200) if task else ({"error": f"not found: {topic}:{id}"}, 404)
-

@@ -5,6 +5,7 @@ One server for the module (with web_token and producer_token), one without web_t
 read-only; each test starts from a flushed Redis (the `r` fixture)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -72,6 +73,18 @@ def test_one_task_is_added_with_201_and_nx_finds_it(producer, client):
     assert client.get("order:cancel", 42).call == "delayd.examples:echo", "nx changed nothing"
     assert producer.post("/api/tasks", json={**TASK, "call": "delayd.examples:other"}).status_code == 201
     assert client.get("order:cancel", 42).call == "delayd.examples:other", "without nx: replaced"
+
+
+def test_single_adds_sent_at_once_are_each_written(server, client):
+    """Many producers at once: their adds are written together (GroupCommit), each answered for itself."""
+    async def send_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.base, headers={"Authorization": f"Bearer {PRODUCER}"},
+                                     timeout=30) as http:
+            return await asyncio.gather(*(http.post("/api/tasks", json={**TASK, "id": i, "params": {"n": i}})
+                                          for i in range(200)))
+    answers = asyncio.run(send_all())
+    assert {(a.status_code, a.text) for a in answers} == {(201, '{"added":true}')}
+    assert client.count("order:cancel") == 200 and client.get("order:cancel", 137).params == {"n": 137}
 
 
 def test_at_cron_and_every_as_add_takes_them(producer, client):
