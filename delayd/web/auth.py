@@ -142,6 +142,7 @@ class LoginThrottle:
         self.failures: OrderedDict[str, tuple[float, int]] = OrderedDict()  # address: (window start, count)
 
     @staticmethod
+    @functools.lru_cache(maxsize=1024)  # (asked twice per request that carries a token)
     def key(address: str | None) -> str:
         """An IPv4 address, an IPv6 /64, or (a forwarded name that is no address) its first 64 characters."""
         try:

@@ -70,11 +70,11 @@ def parse(body: bytes) -> Any:
 def _options(item: dict[str, Any], index: int | None) -> Options:
     """Take nx and durable out of an item (strict booleans: they are not task fields)."""
     nx, durable = item.pop("nx", False), item.pop("durable", False)
-    for name, value in (("nx", nx), ("durable", durable)):
-        if value is not True and value is not False:
-            prefix = "" if index is None else f"item {index}: "
-            raise BadInput(f"{prefix}{name} must be true or false, got {json.dumps(value)}", index)
-    return nx, durable
+    if (nx is True or nx is False) and (durable is True or durable is False):
+        return nx, durable
+    name, value = ("nx", nx) if nx is not True and nx is not False else ("durable", durable)
+    prefix = "" if index is None else f"item {index}: "
+    raise BadInput(f"{prefix}{name} must be true or false, got {json.dumps(value)}", index)
 
 
 def validated(client: AsyncClient, body: bytes) -> tuple[bool, list[Built], list[Options]]:
