@@ -7,7 +7,9 @@
 drives all three: this process, keep-alive HTTP/1.1 connections with several requests in
 flight (one per connection), each request's bytes built in advance, answers read by
 Content-Length (a wrk-like client on asyncio, much lighter than an HTTP library's). Client,
-server and Redis share the machine's cores.
+server and Redis share the machine's cores, so on a busy host the rates move with the neighbours'
+load; the server's CPU time per request (its process's user + system time over every answer)
+moves much less, and their ratio is what a host where the server is the bottleneck would see.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 from bench import Figure
 from redis_server import free_port, wait_for
 from web_helper import Web, answers
@@ -47,7 +50,8 @@ def batch_bodies(n: int) -> list[bytes]:
 async def _connection(port: int, requests: list[bytes], first: int, step: int, stop: list[float],
                       done: list[int]) -> None:
     """Send requests[first], requests[first + step], … one at a time on one kept-alive connection
-    until the stop time; count the answers received after the warm-up (done[0]), check their status."""
+    until the stop time; count the answers (done[1]) and those after the warm-up (done[0]), check
+    their status."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     i, warm = first, stop[1]
     while True:
@@ -58,6 +62,7 @@ async def _connection(port: int, requests: list[bytes], first: int, step: int, s
         length = int(head.lower().partition(b"content-length:")[2].partition(b"\r\n")[0])
         await reader.readexactly(length)
         now = time.perf_counter()
+        done[1] += 1
         if now >= warm:
             done[0] += 1
         if now >= stop[0]:
@@ -66,14 +71,18 @@ async def _connection(port: int, requests: list[bytes], first: int, step: int, s
     writer.close()
 
 
-def load(port: int, requests: list[bytes], conns: int, seconds: float = SECONDS) -> float:
-    """Requests answered per second over `seconds`, with `conns` connections each keeping one in flight."""
-    async def main() -> float:
+def load(port: int, pid: int, requests: list[bytes], conns: int, seconds: float = SECONDS) -> tuple[float, float]:
+    """(requests answered per second over `seconds`, µs of CPU the server (process `pid`) spent per
+    request), with `conns` connections each keeping one in flight."""
+    async def main() -> list[int]:
         start = time.perf_counter()
-        stop, done = [start + WARMUP + seconds, start + WARMUP], [0]
+        stop, done = [start + WARMUP + seconds, start + WARMUP], [0, 0]
         await asyncio.gather(*(_connection(port, requests, c, conns, stop, done) for c in range(conns)))
-        return done[0] / seconds
-    return asyncio.run(main())
+        return done
+    server = psutil.Process(pid)
+    before = sum(server.cpu_times()[:2])
+    measured, total = asyncio.run(main())
+    return measured / seconds, 1e6 * (sum(server.cpu_times()[:2]) - before) / total
 
 
 def serve_ceiling(port: int) -> None:
@@ -122,6 +131,10 @@ def figures() -> dict[str, Figure]:
         "http_pct": ("HTTP producer: single adds as % of that ceiling (per round)", "%", ">= 50 %"),
         "http_batch": (f"HTTP producer: POST /api/tasks, batches of {BATCH:,}, {BATCH_CONNS} in flight", "tasks/s",
                        ">= 50,000"),
+        "http_ceiling_cpu": ("… CPU of the ceiling's server per request", "µs"),
+        "http_add_cpu": ("… CPU of `delayd web` per single add", "µs"),
+        "http_cpu_pct": ("… the ceiling's CPU per request as % of delayd's per single add (per round)", "%"),
+        "http_batch_cpu": ("… CPU of `delayd web` per task in batches of 1,000", "µs"),
     }.items()}
 
 
@@ -129,14 +142,21 @@ def run_round(redis_url: str, r, figs: dict[str, Figure]) -> None:
     """One round of the three figures (the ceiling first, then delayd on a flushed Redis)."""
     singles = single_bodies(200_000)
     with Ceiling() as ceiling:
-        figs["http_ceiling"].add(load(ceiling.port, [request(ceiling.port, b) for b in singles], SINGLE_CONNS))
+        rate, cpu = load(ceiling.port, ceiling.proc.pid, [request(ceiling.port, b) for b in singles], SINGLE_CONNS)
+        figs["http_ceiling"].add(rate)
+        figs["http_ceiling_cpu"].add(cpu)
     r.flushall()
     with Web(redis_url, DELAYD_PRODUCER_TOKEN=TOKEN) as web:
-        figs["http_add"].add(load(web.port, [request(web.port, b) for b in singles], SINGLE_CONNS))
-        figs["http_pct"].add(100 * figs["http_add"].values[-1] / figs["http_ceiling"].values[-1])
+        rate, cpu = load(web.port, web.proc.pid, [request(web.port, b) for b in singles], SINGLE_CONNS)
+        figs["http_add"].add(rate)
+        figs["http_add_cpu"].add(cpu)
+        figs["http_pct"].add(100 * rate / figs["http_ceiling"].values[-1])
+        figs["http_cpu_pct"].add(100 * figs["http_ceiling_cpu"].values[-1] / cpu)
         r.flushall()
         batches = [request(web.port, b) for b in batch_bodies(400)]
-        figs["http_batch"].add(BATCH * load(web.port, batches, BATCH_CONNS))
+        rate, cpu = load(web.port, web.proc.pid, batches, BATCH_CONNS)
+        figs["http_batch"].add(BATCH * rate)
+        figs["http_batch_cpu"].add(cpu / BATCH)
     r.flushall()
 
 
