@@ -11,7 +11,7 @@ path themselves (`segments`).
 
 A request body is read only up to its limit (bodies.py), answered 413 beyond it. The
 producer API (producers.py: POST /api/tasks, DELETE /api/tasks/TOPIC/ID) passes the same
-rules, and its own token (producer_token) passes nothing else (PRODUCER_ROUTES).
+rules, and its own token (producer_token) passes nothing else (producer_route).
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def producer_route(request: Request) -> bool:
     path, method = raw_path(request), request.method
     if path == "/api/tasks":
         return method == "POST"
-    return method in ("GET", "HEAD", "DELETE") and path.startswith("/api/tasks/") and path.count("/") == 4
+    return method in ("GET", "DELETE") and path.startswith("/api/tasks/") and path.count("/") == 4
 
 
 def local_next(value: str | None) -> str:

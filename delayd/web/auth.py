@@ -15,7 +15,7 @@
   token (form field `csrf` or header `X-CSRF-Token`) that the pages embed; a Bearer token
   needs none, since a browser never adds that header on its own.
 - `producer_token` (Bearer only, never a login) is the narrow credential of HTTP producers:
-  app.py lets it add, delete and read single tasks (PRODUCER_ROUTES there), nothing else.
+  app.py lets it add, delete and read single tasks (producer_route there), nothing else.
   It does not make a non-loopback bind possible: that still takes web_token.
 """
 from __future__ import annotations

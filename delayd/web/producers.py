@@ -23,7 +23,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from delayd.client.async_client import AsyncClient
-from delayd.client.base import Built, ItemError
+from delayd.client.base import NEXT_CRON, Built, ItemError
 from delayd.client.errors import AddInterrupted, RedisUnavailable
 from delayd.model.task import TaskError
 from delayd.web import views
@@ -134,21 +134,23 @@ class GroupCommit:
             except Exception as exc:
                 outcome = exc
             for _, future in group:
-                if not future.done():  # (a request given up meanwhile)
-                    future.set_result(None) if outcome is None else future.set_exception(outcome)
+                if future.done():  # (a request given up meanwhile)
+                    continue
+                if outcome is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(outcome)
 
 
 async def add(client: AsyncClient, body: bytes, commit: GroupCommit | None = None) -> tuple[dict[str, Any], int]:
     """POST /api/tasks: (answer, HTTP status). BadInput (nothing written) for refused input;
     DelaydError (503) if Redis fails, AddInterrupted saying how many of the request's were written.
-    A single add without nx or durable goes through `commit` when given."""
+    A single add without nx or durable goes through `commit` when given (but a cron task without
+    delay or at: its first due time, from Redis's clock, could fail the others' write)."""
     check = validated(client, body) if len(body) <= PARSE_ON_LOOP else await run_in_threadpool(validated, client, body)
     single, built, options = check
-    if single and commit is not None and options[0] == (False, False):
-        try:
-            await commit.add(built[0])
-        except TaskError as exc:  # (a cron expression without a next time: nothing written)
-            raise BadInput(str(exc)) from None
+    if single and commit is not None and options[0] == (False, False) and built[0][1] != NEXT_CRON:
+        await commit.add(built[0])
         return {"added": True}, 201
     try:
         if len(set(options)) > 1:  # cron tasks' first due times, before a first run is written (add_built
