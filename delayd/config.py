@@ -110,6 +110,8 @@ class Config:
     web_bind: str = option("127.0.0.1", "address the dashboard binds to")
     web_token: str = option("", "token the dashboard asks for; required for a non-loopback web_bind",
                             repr=False)
+    producer_token: str = option("", "Bearer token of HTTP producers: only POST /api/tasks, DELETE and GET "
+                                     "/api/tasks/TOPIC/ID; unset: off", repr=False)
     web_readonly: bool = option(False, "the dashboard shows, but every action is refused (403)")
     web_forwarded_allow_ips: tuple = option((), "proxies (addresses or networks, * = any) whose X-Forwarded-Proto "
                                                 "and X-Forwarded-For the dashboard believes; unset: none")
@@ -175,6 +177,8 @@ class Config:
             raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
         if self.web_port is not None and not 0 <= self.web_port <= 65535:
             raise ConfigError(f"web_port must be a TCP port, got {self.web_port!r}")
+        if self.producer_token and self.producer_token == self.web_token:
+            raise ConfigError("producer_token must differ from web_token (it allows only the producer API)")
         for proxy in self.web_forwarded_allow_ips:
             if proxy != "*" and not _is_network(proxy):
                 raise ConfigError(f"web_forwarded_allow_ips: {proxy!r} is not an IP address, a network or *")
@@ -236,7 +240,7 @@ NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
           "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
-SECRETS = frozenset({"url_signing_secret", "web_token"})  # never quoted in an error
+SECRETS = frozenset({"url_signing_secret", "web_token", "producer_token"})  # never quoted in an error
 LIST_SEPARATORS = {"pythonpath": ":"}  # how a variable spells a list; the others are comma-separated
 
 
