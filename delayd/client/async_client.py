@@ -54,7 +54,7 @@ class AsyncClient(BaseClient):
     durability = _awaitable(BaseClient.durable_steps)  # how this Redis confirms a durable write; else DurabilityError
 
     @redis_errors
-    async def add(self, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
+    async def add(self, /, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
         """Client.add, awaitable."""
         store, (item,) = await self.transport.run(self.prepared_steps([self.build(topic, id, **fields)]))
         return bool(await self._write([(store.keys_for(item[0].key), [item])], nx, durable))

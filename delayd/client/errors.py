@@ -113,14 +113,14 @@ def redis_errors(method):
     if inspect.isgeneratorfunction(method):
         # A generator's body runs while it is iterated, not when it is called.
         @functools.wraps(method)
-        def gen_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def gen_wrapper(self: Any, /, *args: Any, **kwargs: Any) -> Any:
             with translated(self):
                 yield from method(self, *args, **kwargs)
         return gen_wrapper
 
     if inspect.isasyncgenfunction(method):
         @functools.wraps(method)
-        async def async_gen_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        async def async_gen_wrapper(self: Any, /, *args: Any, **kwargs: Any) -> Any:
             with translated(self):
                 async for item in method(self, *args, **kwargs):
                     yield item
@@ -128,13 +128,13 @@ def redis_errors(method):
 
     if inspect.iscoroutinefunction(method):
         @functools.wraps(method)
-        async def async_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        async def async_wrapper(self: Any, /, *args: Any, **kwargs: Any) -> Any:
             with translated(self):
                 return await method(self, *args, **kwargs)
         return async_wrapper
 
     @functools.wraps(method)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Any, /, *args: Any, **kwargs: Any) -> Any:
         try:  # (not `with translated`: a single add is on the hot path)
             return method(self, *args, **kwargs)
         except REDIS_ERRORS as exc:

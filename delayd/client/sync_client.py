@@ -61,7 +61,7 @@ class Client(BaseClient):
 
     # -- writing ---------------------------------------------------------------------
     @redis_errors
-    def add(self, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
+    def add(self, /, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
         """Add (or replace) a task. With nx=True, return False and change nothing if it exists.
 
         durable=True returns only once the write is on a replica or on disk (see delayd.store.durable);

@@ -75,6 +75,7 @@ BAD_ADDS = [
     (("t", 1), {"call": "a:b", "delay": 1, "at": 5}),
     (("t", 1), {"call": "a:b", "at": "yesterday"}),
     (("t", 1), {"call": "a:b", "colour": "red"}),
+    (("t", 1), {"call": "a:b", "self": 1}),  # (a TypeError of the method's own `self` before)
     (("", 1), {"call": "a:b"}),
     (("t", 1), {"call": "a:b", "every": 60, "cron": "* * * * *"}),
     (("t", 1), {}),
