@@ -37,5 +37,5 @@ class Script:
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
-                                           "stats", "register", "pause", "park", "resume", "run_now",
+                                           "stats", "register", "pause", "park", "resume", "run_now", "limit",
                                            "browse")}

@@ -1,0 +1,179 @@
+"""Limits per topic in the scripts (docs/redis-layout.md, "Limits"): claim holds back what a limit does
+not let start, promote releases it in due order when the limit allows, finish and lapsed leases give
+concurrency slots back; against a real Redis, store level."""
+from __future__ import annotations
+
+import pytest
+from redis_server import now_ms
+from store_helper import DAY_MS, claim, promote_all, record
+from test_store import PREFIX, add, client_of
+
+from delayd.client.errors import DelaydError
+from delayd.model.limit import Limit, decode, encode, parse_rate
+from delayd.model.task import TaskError
+from delayd.store.keys import limits_prefix
+from delayd.store.transitions import Store
+
+LP = limits_prefix(PREFIX)
+
+
+@pytest.fixture
+def store(r):
+    return Store(r, PREFIX, 2)
+
+
+@pytest.fixture
+def client(redis_url, store):
+    c = client_of(redis_url, store)
+    yield c
+    c.close()
+
+
+def due_tasks(store, topic, count, start_ms):
+    """`count` tasks of `topic` due (at the given times, in order) now."""
+    for i in range(count):
+        add(store, topic, i, at_ms=start_ms + i)
+    for b in range(store.buckets):
+        promote_all(store, b)
+
+
+def claim_all(store, n=100, lease_ms=60_000) -> list[dict]:
+    return [run for b in range(store.buckets) for run in claim(store, b, n=n, lease_ms=lease_ms)]
+
+
+def release(store):
+    """Each bucket's promote, as the bucket process runs it when its `limited` time comes."""
+    for b in range(store.buckets):
+        store.promote(b, 1000, DAY_MS)
+
+
+def held(r, store, topic) -> int:
+    return sum(int(r.hget(keys.counts, f"throttled|{topic}") or 0) for keys in store.keys)
+
+
+def test_limit_values_are_checked_and_stored_short():
+    assert parse_rate("20/s") == (20, 1000) and parse_rate("3/m") == (3, 60_000) and parse_rate("1/h") == (1, 3_600_000)
+    assert encode("50/s", 3) == "50 1000 3" and encode(concurrency=1) == "0 1000 1"
+    for rate, concurrency in (("0/s", None), ("5/d", None), ("x", None), (None, 0), (None, True), (None, None)):
+        with pytest.raises(TaskError):
+            encode(rate, concurrency)
+    assert decode("t", "50 1000 3") == Limit("t", "50/s", 3)
+    assert decode("t", "garbage") is None
+
+
+def test_concurrency_holds_the_rest_back_and_a_finish_releases_the_next_in_due_order(r, store, client):
+    client.set_limit("lim", concurrency=2)
+    start = now_ms(r) - 1000
+    due_tasks(store, "lim", 5, start)
+    due_tasks(store, "free", 3, start)
+    runs = claim_all(store)
+    limited = sorted(run["due"] for run in runs if run["member"].startswith("lim:"))
+    assert len(limited) == 2 and len([run for run in runs if run["member"].startswith("free:")]) == 3
+    assert held(r, store, "lim") == 3 and int(r.zcard(LP + "run:lim")) == 2
+    for member in (f"lim:{i}" for i in range(5)):
+        rec = record(r, store, member)
+        assert rec["status"] in ("running", "delayed") and rec.get("runs", "0") in ("0", "1")
+    [limit] = client.limits()
+    assert (limit.concurrency, limit.held, limit.running) == (2, 3, 2)
+    # Nothing more starts while both slots are taken, even after a promote.
+    release(store)
+    assert claim_all(store) == []
+    first = next(run for run in runs if run["member"].startswith("lim:"))
+    bucket = store.keys_for(first["member"]).bucket
+    assert store.finish(bucket, [(first["member"], first["claim"], "ok", 0, "")], DAY_MS) == [True]
+    release(store)
+    [nxt] = claim_all(store)
+    bucket = store.keys_for(nxt["member"]).bucket
+    started = {run["member"] for run in runs}
+    held_here = [i for i in range(5) if store.keys_for(f"lim:{i}").bucket == bucket and f"lim:{i}" not in started]
+    assert nxt["member"] == f"lim:{held_here[0]}"  # its bucket's earliest held one
+    assert held(r, store, "lim") == 2
+
+
+def test_a_rate_lets_its_burst_start_and_says_when_the_next_may(r, store, client):
+    client.set_limit("lim", rate="10/s")  # one start per 100 ms, a burst of one
+    due_tasks(store, "lim", 4, now_ms(r) - 1000)
+    assert len(claim_all(store)) == 1
+    assert held(r, store, "lim") == 3
+    nows = [int(score) for keys in store.keys for _, score in r.zrange(keys.limited, 0, -1, withscores=True)]
+    assert nows and all(now_ms(r) - 5 <= at <= now_ms(r) + 100 for at in nows)
+    # Held back is not run: the held tasks are still delayed with no run counted.
+    for i in range(4):
+        rec = record(r, store, f"lim:{i}")
+        assert rec["status"] == "running" or (rec["status"] == "delayed" and "runs" not in rec)
+
+
+def test_clearing_releases_every_held_task_in_due_order(r, store, client):
+    client.set_limit("lim", concurrency=1)
+    start = now_ms(r) - 1000
+    due_tasks(store, "lim", 6, start)
+    assert len(claim_all(store)) == 1
+    assert client.clear_limit("lim") is True and client.clear_limit("lim") is False
+    release(store)
+    runs = claim_all(store)
+    assert len(runs) == 5 and held(r, store, "lim") == 0
+    for b in range(store.buckets):
+        dues = [run["due"] for run in runs if store.keys_for(run["member"]).bucket == b]
+        assert dues == sorted(dues)
+    assert client.limits() == []
+
+
+def test_a_lapsed_lease_gives_its_slot_back(r, store, client):
+    client.set_limit("lim", concurrency=1)
+    due_tasks(store, "lim", 2, now_ms(r) - 1000)
+    [run] = claim_all(store, lease_ms=1)
+    start = now_ms(r)
+    while now_ms(r) <= start + 2:  # the 1 ms lease lapses (Redis's clock, a few ms)
+        pass
+    release(store)  # promote reaps the lapse: the slot is free, the held task is released
+    [again] = claim_all(store)  # one slot: the lapsed run again (its slot came back), the other still held
+    assert again["member"] == run["member"] and again["runs"] == run["runs"]
+    assert held(r, store, "lim") == 1 and r.zcard(LP + "run:lim") == 1
+
+
+def test_a_deleted_held_task_never_runs(r, store, client):
+    client.set_limit("lim", concurrency=1)
+    due_tasks(store, "lim", 3, now_ms(r) - 1000)
+    [run] = claim_all(store)
+    others = [f"lim:{i}" for i in range(3) if f"lim:{i}" != run["member"]]
+    client.delete("lim", others[0].split(":")[1])
+    client.clear_limit("lim")
+    release(store)
+    assert [x["member"] for x in claim_all(store)] == [others[1]]
+    assert held(r, store, "lim") == 0
+
+
+def test_a_held_run_counts_its_wait_apart_from_its_lateness(r, store, client):
+    client.set_limit("lim", concurrency=1)
+    due_tasks(store, "lim", 2, now_ms(r))
+    [run] = claim_all(store)
+    rec = record(r, store, next(f"lim:{i}" for i in range(2) if f"lim:{i}" != run["member"]))
+    assert rec["queued"] == "0" and "held" in rec
+    bucket = store.keys_for(run["member"]).bucket
+    store.finish(bucket, [(run["member"], run["claim"], "ok", 0, "")], DAY_MS)
+    release(store)
+    [second] = claim_all(store)
+    totals = {}
+    for keys in store.keys:
+        for field, value in r.hgetall(keys.totals).items():
+            totals[field] = totals.get(field, 0) + int(value)
+    assert totals["limited|lim"] == 1 and totals["limited_ms|lim"] >= 0
+    assert sum(v for k, v in totals.items() if k.startswith("le:") and k.endswith("|lim")) == 2
+    assert "held" not in record(r, store, second["member"])
+
+
+def test_renew_keeps_the_slot_with_the_lease(r, store, client):
+    client.set_limit("lim", concurrency=1)
+    due_tasks(store, "lim", 1, now_ms(r) - 1000)
+    [run] = claim_all(store, lease_ms=1000)
+    bucket = store.keys_for(run["member"]).bucket
+    assert store.renew(bucket, [(run["member"], run["claim"])], 60_000) == [True]
+    assert int(r.zscore(LP + "run:lim", run["member"])) > now_ms(r) + 50_000
+
+
+def test_limits_are_refused_on_cluster_in_one_line(client, monkeypatch):
+    store = client.transport.run(client.store_steps())
+    monkeypatch.setattr(store, "limits", "")
+    with pytest.raises(DelaydError, match="not available on Redis Cluster"):
+        client.set_limit("lim", concurrency=1)
+    assert client.limits() == []
