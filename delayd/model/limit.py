@@ -37,6 +37,13 @@ def parse_rate(text: Any) -> tuple[int, int]:
     return int(match.group(1)), PERIODS_MS[match.group(2)]
 
 
+def per_second(rate: str) -> float:
+    """A rate as Limit shows it ('20/s', '3/m', '5/1500ms') in starts per second."""
+    count, _, period = rate.partition("/")
+    period_ms = PERIODS_MS.get(period) or float(period.removesuffix("ms"))
+    return int(count) * 1000 / period_ms
+
+
 def check_concurrency(value: Any) -> int:
     if type(value) is not int or not 1 <= value < MAX_COUNT:
         raise TaskError(f"concurrency must be a whole number from 1 to {MAX_COUNT - 1}, got {value!r}")

@@ -3,13 +3,15 @@ holds while a queue process is SIGKILLed, a limit set while tasks wait, and a cl
 in due order; measured at the receiver (tests/limit_handlers.py writes one line per run)."""
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
 
 import pytest
-from daemon_helper import Daemon
-from redis_server import wait_for
+from daemon_helper import Daemon, delayd
+from redis_server import free_port, wait_for
+from test_observability import samples, scrape, value
 
 pytestmark = pytest.mark.system
 MODULES = "delayd.examples,limit_handlers"
@@ -109,3 +111,20 @@ def test_clearing_a_limit_releases_its_tasks_in_due_order(tmp_path, redis_url, c
         order = [int(key.split(":")[1]) for kind, _, key, _ in events(path) if kind == "start"]
         assert order == list(range(20))
         assert client.get("later", 5).runs == 1
+
+
+def test_stats_and_metrics_show_what_a_limit_holds(redis_url, daemon_factory, client, tmp_path):
+    port = free_port()
+    daemon_factory(redis_url, buckets=2, queues=1, DELAYD_ALLOWED_MODULES=MODULES, DELAYD_METRICS_PORT=str(port))
+    client.set_limit("slow", rate="1/h", concurrency=2)
+    client.add_many([{"topic": "slow", "id": i, "call": "limit_handlers:stamp",
+                      "params": {"path": str(tmp_path / "runs")}} for i in range(10)])
+    wait_for(lambda: client.stats()["topics"].get("slow", {}).get("throttled") == 9, 10, message="9 held")
+    stats = json.loads(delayd("stats", "--json").stdout)
+    assert stats["throttled"] == 9 and stats["counts"]["delayed"] == 9
+    assert stats["limits"] == {"slow": {"rate": "1/h", "concurrency": 2, "held": 9, "running": 0}}
+    assert "limited  slow: rate 1/h, concurrency 2 (9 held back, 0 running)" in delayd("stats").stdout
+    families = samples(scrape(port))
+    assert value(families, "delayd_tasks_throttled", topic="slow") == 9
+    assert value(families, "delayd_limit_concurrency", topic="slow") == 2
+    assert value(families, "delayd_limit_rate_per_second", topic="slow") == pytest.approx(1 / 3600)
