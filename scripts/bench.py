@@ -334,7 +334,7 @@ def limited_claim_us(client: Client, r, limited: bool, calls: int = 50, n: int =
     if limited:
         client.set_limit("claimed", **UNBINDING)
     store = client.store
-    client.add_many([{"topic": "claimed", "id": i, "call": NOOP} for i in range(calls * n)])
+    client.add_many([{"topic": "claimed", "id": i, "call": NOOP} for i in range(2 * calls * n)])  # (spread)
     for b in range(store.buckets):
         while store.promote(b, 1000, 60_000).full:
             pass

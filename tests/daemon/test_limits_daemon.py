@@ -9,9 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_helper import Daemon, delayd
+from cluster_helper import Cluster
+from daemon_helper import Daemon, delayd, one_line_error
 from redis_server import free_port, wait_for
 from test_observability import samples, scrape, value
+
+from delayd import Client
+from delayd.client.errors import DelaydError
 
 pytestmark = pytest.mark.system
 MODULES = "delayd.examples,limit_handlers"
@@ -128,3 +132,18 @@ def test_stats_and_metrics_show_what_a_limit_holds(redis_url, daemon_factory, cl
     assert value(families, "delayd_tasks_throttled", topic="slow") == 9
     assert value(families, "delayd_limit_concurrency", topic="slow") == 2
     assert value(families, "delayd_limit_rate_per_second", topic="slow") == pytest.approx(1 / 3600)
+
+
+def test_limits_are_refused_on_redis_cluster_and_nothing_else_changes():
+    with Cluster(3) as cluster:
+        client = Client.from_url(cluster.url)
+        try:
+            with pytest.raises(DelaydError, match="not available on Redis Cluster"):
+                client.set_limit("payment:refund", rate="50/s")
+            with pytest.raises(DelaydError, match="not available on Redis Cluster"):
+                client.clear_limit("payment:refund")
+            assert client.limits() == [] and client.stats()["limits"] == {}
+            proc = delayd("limit", "payment:refund", "--rate", "50/s", check=1, DELAYD_REDIS_URL=cluster.url)
+            assert "Redis Cluster" in one_line_error(proc)
+        finally:
+            client.close()

@@ -145,7 +145,7 @@ def test_a_deleted_held_task_never_runs(r, store, client):
 
 def test_a_held_run_counts_its_wait_apart_from_its_lateness(r, store, client):
     client.set_limit("lim", concurrency=1)
-    due_tasks(store, "lim", 2, now_ms(r))
+    due_tasks(store, "lim", 2, now_ms(r) - 1000)
     [run] = claim_all(store)
     rec = record(r, store, next(f"lim:{i}" for i in range(2) if f"lim:{i}" != run["member"]))
     assert rec["queued"] == "0" and "held" in rec
@@ -177,3 +177,11 @@ def test_limits_are_refused_on_cluster_in_one_line(client, monkeypatch):
     with pytest.raises(DelaydError, match="not available on Redis Cluster"):
         client.set_limit("lim", concurrency=1)
     assert client.limits() == []
+
+
+@pytest.mark.parametrize("rate, burst", [("100/s", 10), ("6000/m", 10), ("20/s", 2), ("1/h", 1)])
+def test_a_rate_never_lets_more_than_100_ms_of_starts_through_at_once(r, store, client, rate, burst):
+    client.set_limit("lim", rate=rate)
+    due_tasks(store, "lim", burst + 40, now_ms(r) - 1000)
+    assert len(claim_all(store, n=1000)) in (burst, burst + 1)  # (+1: a start's worth of time may pass meanwhile)
+    assert held(r, store, "lim") >= 39

@@ -47,8 +47,9 @@ end
 
 -- Hold a ready task back: out of the ready count, into its topic's held set at its due time.
 local function hold(topic, member, task_key, r)
-  if r[12] then
+  if r[12] then  -- held before: its first hold counts (a release that lost its start is forgotten)
     redis.call('HSET', task_key, 'queued', '0')
+    if r[13] then redis.call('HDEL', task_key, 'released') end
   else
     redis.call('HSET', task_key, 'queued', '0', 'held', now)
   end

@@ -15,7 +15,8 @@ for i = 4, #ARGV, 2 do
   if r and r[1] == claim and r[2] == 'running' and redis.call('ZSCORE', KEYS[1], member) then
     redis.call('ZADD', KEYS[1], 'XX', now + lease, member)
     local l = limits and limits[topic_of(member)]
-    if l and l.slots > 0 then redis.pcall('ZADD', lp .. 'run:' .. topic_of(member), 'XX', now + lease, member) end
+    -- (not XX: a run renewed after its lease expired, before promote reaped it, takes its slot back)
+    if l and l.slots > 0 then redis.pcall('ZADD', lp .. 'run:' .. topic_of(member), now + lease, member) end
     renewed[#renewed + 1] = 1
   else
     renewed[#renewed + 1] = 0
