@@ -3,8 +3,10 @@ not let start, promote releases it in due order when the limit allows, finish an
 concurrency slots back; against a real Redis, store level."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from redis_server import now_ms
+from redis_server import now_ms, wait_for
 from store_helper import DAY_MS, claim, promote_all, record
 from test_store import PREFIX, add, client_of
 
@@ -123,8 +125,7 @@ def test_a_lapsed_lease_gives_its_slot_back(r, store, client):
     due_tasks(store, "lim", 2, now_ms(r) - 1000)
     [run] = claim_all(store, lease_ms=1)
     start = now_ms(r)
-    while now_ms(r) <= start + 2:  # the 1 ms lease lapses (Redis's clock, a few ms)
-        pass
+    wait_for(lambda: now_ms(r) > start + 2, 1, message="the 1 ms lease lapsed (Redis's clock)")
     release(store)  # promote reaps the lapse: the slot is free, the held task is released
     [again] = claim_all(store)  # one slot: the lapsed run again (its slot came back), the other still held
     assert again["member"] == run["member"] and again["runs"] == run["runs"]
@@ -185,3 +186,16 @@ def test_a_rate_never_lets_more_than_100_ms_of_starts_through_at_once(r, store, 
     due_tasks(store, "lim", burst + 40, now_ms(r) - 1000)
     assert len(claim_all(store, n=1000)) in (burst, burst + 1)  # (+1: a start's worth of time may pass meanwhile)
     assert held(r, store, "lim") >= 39
+
+
+def test_the_async_client_sets_lists_and_clears_limits(redis_url, store):
+    from delayd import AsyncClient
+
+    async def app() -> tuple:
+        async with AsyncClient.from_url(redis_url, PREFIX) as c:
+            replaced = (await c.set_limit("lim", rate="3/m"), await c.set_limit("lim", rate="3/m", concurrency=2))
+            listed = await c.limits()
+            return replaced, listed, await c.clear_limit("lim"), await c.limits()
+
+    replaced, listed, cleared, after = asyncio.run(app())
+    assert replaced == (False, True) and listed == [Limit("lim", "3/m", 2)] and cleared and after == []
