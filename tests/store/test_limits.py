@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import test_store
 from redis_server import now_ms, wait_for
 from store_helper import DAY_MS, claim, promote_all, record
-from test_store import PREFIX, add, client_of
+from test_store import PREFIX, add
 
 from delayd.client.errors import DelaydError
 from delayd.model.limit import Limit, decode, encode, parse_rate
@@ -17,18 +18,12 @@ from delayd.store.keys import limits_prefix
 from delayd.store.transitions import Store
 
 LP = limits_prefix(PREFIX)
+client = test_store.client  # the fixture, on this module's store
 
 
 @pytest.fixture
 def store(r):
     return Store(r, PREFIX, 2)
-
-
-@pytest.fixture
-def client(redis_url, store):
-    c = client_of(redis_url, store)
-    yield c
-    c.close()
 
 
 def due_tasks(store, topic, count, start_ms):
