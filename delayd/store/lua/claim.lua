@@ -15,7 +15,7 @@
 -- (and, while the bucket holds earlier tasks of the topic, only when promote released it): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
 -- and the topic's entry in `limited` says when promote should look at it again. The pops go on
--- past held tasks until n are taken or the lists are empty (at most HOLD_MAX held per call; then
+-- past held tasks until n are taken or the lists are empty (at most HOLD_MAX, 200, held per call; then
 -- the bucket is announced ready again). A released task's wait for its limit is counted apart
 -- (`limited`, `limited_ms`) from its lateness, which keeps only the daemon's own delay.
 -- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
@@ -28,7 +28,7 @@ local out = {now}
 local taken = 0
 local lease_head = on('zset', 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
-local HOLD_MAX = 1000
+local HOLD_MAX = 200  -- (a hold costs Redis about what a claim does: a call stays as short as a claim of 200)
 local lp, bucket = ARGV[10], ARGV[11]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
