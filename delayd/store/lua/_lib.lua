@@ -326,6 +326,9 @@ end
 -- LIMIT_BURST_US of its starts through at once (at least one), so 100/s starts 10 per 100 ms.
 local LIMIT_BURST_US = 100000
 local LIMIT_PAUSE_MS = 5000  -- a held topic is looked at again this often, whatever it waits for
+-- A released task's slot, taken by promote, is kept this long for its claim (which renews it to its
+-- lease); a task deleted before it is claimed gives the slot back then.
+local LIMIT_RESERVE_MS = 30000
 
 -- The limits set, topic -> {every = µs between starts (0: no rate), burst = starts let through at
 -- once, slots = runs in flight allowed (0: no cap)}; nil when none is set or `lp` is ''. A value
@@ -379,20 +382,32 @@ local function gate_room(g)
   return math.max(0, room)
 end
 
--- Take one start for `member` leased until `expiry` (ms), or false when the limit holds it back.
--- Without a member: counted as taken (promote's release, which claim takes for real) but not written.
+-- Take one start (and slot) for `member`, its slot held until `expiry` (ms); false when the limit
+-- holds it back.
 local function gate_take(g, member, expiry)
   if gate_room(g) < 1 then return false end
   if g.l.every > 0 then
     g.tat = math.max(g.tat, g.now) + g.l.every
-    g.dirty = g.dirty or member ~= nil
+    g.dirty = true
   end
   if g.l.slots > 0 then
     g.flight = g.flight + 1
-    if member then
-      g.taken[#g.taken + 1] = expiry
-      g.taken[#g.taken + 1] = member
+    g.taken[#g.taken + 1] = expiry
+    g.taken[#g.taken + 1] = member
+  end
+  return true
+end
+
+-- Claim a task that promote released, having taken its start and slot then: it starts, its slot
+-- held until `expiry`; unless that slot lapsed meanwhile and none is free now (false).
+local function gate_claim_released(g, member, expiry)
+  if g.l.slots > 0 then
+    if not redis.call('ZSCORE', g.runs, member) then
+      if g.flight >= g.l.slots then return false end
+      g.flight = g.flight + 1
     end
+    g.taken[#g.taken + 1] = expiry
+    g.taken[#g.taken + 1] = member
   end
   return true
 end

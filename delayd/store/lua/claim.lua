@@ -12,7 +12,8 @@
 -- quarantined. Fields it only passes on (spec, due, created, ...) are checked by
 -- the worker, which quarantines the task through finish.
 -- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
--- (and, while the bucket holds earlier tasks of the topic, only when promote released it): else
+-- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
+-- start and slot for it then): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
 -- and the topic's entry in `limited` says when promote should look at it again. The pops go on
 -- past held tasks until n are taken or the lists are empty (at most HOLD_MAX, 200, held per call; then
@@ -41,7 +42,8 @@ local function admitted(topic, member, r)
     g.waiting = redis.call('EXISTS', held_key(KEYS[9], topic)) == 1
     gates[topic] = g
   end
-  if g.waiting and not r[13] then return false end  -- earlier ones are held: after them
+  if r[13] then return gate_claim_released(g, member, now + lease) end
+  if g.waiting then return false end  -- earlier ones are held: after them
   return gate_take(g, member, now + lease)
 end
 
