@@ -102,6 +102,11 @@ class BucketKeys:
         `limited:<topic>` is the zset of those held tasks (member -> due time)."""
         return self.tag + "limited"
 
+    def held(self, topic: str) -> str | bytes:
+        """Zset member -> due time of the topic's tasks its limit holds back (a topic read from
+        `limited` may not be UTF-8: sent back as its own bytes)."""
+        return wire(f"{self.limited}:{topic}")
+
     @property
     def counts(self) -> str:
         """Hash `<state>|<topic>` -> tasks in that state (kept in step by every script)."""
