@@ -72,7 +72,8 @@ async def limit_action(client: AsyncClient, topic: str, form: dict[str, str]) ->
         if form.get("clear"):
             had = await client.clear_limit(topic)
             return {"result": "cleared" if had else "none",
-                    "message": f"limit of {topic} cleared: its held tasks start now" if had else f"{topic} had no limit"}
+                    "message": f"limit of {topic} cleared: its held tasks start now" if had
+                    else f"{topic} had no limit"}
         concurrency = form.get("concurrency") or None
         if concurrency is not None:
             if not concurrency.isdigit():

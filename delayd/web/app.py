@@ -283,7 +283,8 @@ class Dashboard:
         parts = segments(request, "/api/limits/")
         topic = parts[0] or form.get("topic", "")  # (the overview's form names the topic in a field)
         if len(parts) != 1 or not topic:
-            return self.refuse(request, 404, "use POST /api/limits/TOPIC with rate=N/s and/or concurrency=K, or clear=1")
+            return self.refuse(request, 404,
+                               "use POST /api/limits/TOPIC with rate=N/s and/or concurrency=K, or clear=1")
         return await self.act(request, actions.limit_action, self.client, topic, form)
 
     async def act(self, request: Request, action: Callable[..., Awaitable[dict[str, Any]]], *args: Any,

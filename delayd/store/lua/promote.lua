@@ -7,7 +7,8 @@
 -- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
 -- as many as the limit lets start now, earliest due first, to the front of their ready lists
 -- (all of them, a batch at a time, when the topic has no limit any more), their starts and slots
--- taken for them (so that buckets releasing at the same time never release more than the limit). A lapsed lease of a limited topic frees its slot (free_slots).
+-- taken for them (so that buckets releasing at the same time never release more than the limit).
+-- A lapsed lease of a limited topic frees its slot (free_slots).
 -- A member whose record is missing or corrupt (not a hash, a status or priority it
 -- cannot have there) is quarantined: set aside as a failed task with the reason.
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
