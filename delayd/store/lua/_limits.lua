@@ -94,11 +94,14 @@ local function gate_claim_released(g, member, expiry)
 end
 
 -- When (ms) the gate may next let `want` starts through (at most LIMIT_PAUSE_MS ahead).
+-- (At most half a burst is waited for: a wake-up that comes late finds the starts that came due
+-- meanwhile still in the burst, where waiting for a whole burst would lose them and run slow.)
 local function gate_next(g, want)
   local l, now_ms = g.l, math.floor(g.now / 1000)
   local at = now_ms
   if l.every > 0 then
-    local ready = math.max(g.tat, g.now) - (l.burst - 1) * l.every + (math.min(want, l.burst) - 1) * l.every
+    want = math.min(want, math.ceil(l.burst / 2))
+    local ready = math.max(g.tat, g.now) - (l.burst - 1) * l.every + (want - 1) * l.every
     at = math.max(at, math.ceil(ready / 1000))
   end
   if l.slots > 0 and g.flight >= l.slots then
