@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 from delayd.model.task import DEFAULT_RETRIES, MAX_RETRIES
 
 MAX_BUCKETS = 1024  # the most buckets a store may have (each is a set of keys and a bucket process)
+MAX_PARAMS = 960 * 1024  # the most params_limit may be: a task's spec, params and the rest, stays under 1 MiB
 
 SYSTEM_CONFIG = Path("/etc/delayd/delayd.toml")
 
@@ -109,6 +110,8 @@ class Config:
     web_bind: str = option("127.0.0.1", "address the dashboard binds to")
     web_token: str = option("", "token the dashboard asks for; required for a non-loopback web_bind",
                             repr=False)
+    producer_token: str = option("", "Bearer token of HTTP producers: only POST /api/tasks, DELETE and GET "
+                                     "/api/tasks/TOPIC/ID; unset: off", repr=False)
     web_readonly: bool = option(False, "the dashboard shows, but every action is refused (403)")
     web_forwarded_allow_ips: tuple = option((), "proxies (addresses or networks, * = any) whose X-Forwarded-Proto "
                                                 "and X-Forwarded-For the dashboard believes; unset: none")
@@ -145,8 +148,11 @@ class Config:
         if self.url_signing_secret:
             signing_key(self.url_signing_secret)
         for name in ("lease", "task_timeout", "url_timeout", "graceful_timeout", "heartbeat_timeout",
-                     "retention", "params_limit", "max_response_bytes"):
+                     "retention", "max_response_bytes"):
             positive(name)
+        if not 0 < self.params_limit <= MAX_PARAMS:
+            raise ConfigError(f"params_limit must be > 0 and <= {MAX_PARAMS} (the add script refuses a task's "
+                              f"spec over 1 MiB, docs/protocol.md), got {self.params_limit!r}")
         if self.lease <= self.task_timeout:  # only a lease set explicitly can be (see default_lease)
             raise ConfigError(f"lease ({self.lease:g} s) must be longer than task_timeout "
                               f"({self.task_timeout:g} s), or a running task could be taken twice; "
@@ -171,6 +177,8 @@ class Config:
             raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
         if self.web_port is not None and not 0 <= self.web_port <= 65535:
             raise ConfigError(f"web_port must be a TCP port, got {self.web_port!r}")
+        if self.producer_token and self.producer_token == self.web_token:
+            raise ConfigError("producer_token must differ from web_token (it allows only the producer API)")
         for proxy in self.web_forwarded_allow_ips:
             if proxy != "*" and not _is_network(proxy):
                 raise ConfigError(f"web_forwarded_allow_ips: {proxy!r} is not an IP address, a network or *")
@@ -232,7 +240,7 @@ NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
           "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
-SECRETS = frozenset({"url_signing_secret", "web_token"})  # never quoted in an error
+SECRETS = frozenset({"url_signing_secret", "web_token", "producer_token"})  # never quoted in an error
 LIST_SEPARATORS = {"pythonpath": ":"}  # how a variable spells a list; the others are comma-separated
 
 

@@ -349,7 +349,8 @@ def limited_claim_us(client: Client, r, limited: bool, calls: int = 50, n: int =
     return r.info("commandstats")["cmdstat_evalsha"]["usec"] / calls
 
 
-PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php", "limits")  # --only's names
+PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php", "http",
+         "limits")  # --only's names
 
 
 def parts(text: str) -> set[str]:
@@ -424,6 +425,8 @@ def main() -> None:
         "php_pct": ("PHP client: `add` as % of that round trip (per round)", "%", ">= 75 %"),
         "php_many": ("PHP client: `addMany` of 20,000", "tasks/s", ">= 100,000"),
     }.items()}
+    import bench_http  # (it imports this module's Figure)
+    figs.update(bench_http.figures())
     if args.big:
         figs["mem1m"] = Figure("Redis memory per pending minimal task (1,000,000)", "bytes", "<= 300")
         figs["add1m"] = Figure("enqueue: `add` with 1,000,000 pending", "tasks/s")
@@ -513,6 +516,9 @@ def main() -> None:
                 figs["pausemax"].add(slowest)
                 figs["pausewall"].add(wall)
                 figs["pausecalls"].add(calls)
+            if want("http"):
+                print(f"run {run + 1}/{args.runs}: the HTTP producer API (scripts/bench_http.py)", flush=True)
+                bench_http.run_round(server.url, r, figs)
             if want("php") and shutil.which("php"):
                 print(f"run {run + 1}/{args.runs}: the PHP client", flush=True)
                 php = json.loads(subprocess.run(["php", str(ROOT / "scripts/bench_php.php"), "127.0.0.1",

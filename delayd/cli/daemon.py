@@ -24,8 +24,8 @@ DEGRADED_EXIT = 1  # `status` of a master with a child down or crash-looping: ru
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from delayd.daemon import control
-    return control.start(load_config(args), config_loader(args), args.foreground)
+    from delayd.daemon import launch
+    return launch.start(load_config(args), config_loader(args), args.foreground)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -34,10 +34,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    from delayd.daemon import control
+    from delayd.daemon import control, launch
     config = load_config(args)
     code = control.stop(config, args.timeout)
-    return code or control.start(config, config_loader(args), foreground=False)
+    return code or launch.start(config, config_loader(args), foreground=False)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:

@@ -50,6 +50,8 @@ class AsyncClient(BaseClient):
         await self.close()
 
     get_store = _awaitable(BaseClient.store_steps)
+    prepare = _awaitable(BaseClient.prepared_steps)  # (store, built): cron tasks given their first due time
+    durability = _awaitable(BaseClient.durable_steps)  # how this Redis confirms a durable write; else DurabilityError
 
     @redis_errors
     async def add(self, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:

@@ -95,6 +95,14 @@ def warn_once(warnings: Iterable[str]) -> None:
             log.warning("delayd: %s", warning)
 
 
+class ItemError(TaskError):
+    """An item of add_many refused: the message names it (`item 3: ...`), `index` is its position."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"item {index}: {reason}")
+        self.index = index
+
+
 class RetriedFailed(NamedTuple):
     """What one retry_failed step did: see BaseClient.retry_failed_steps."""
 
@@ -142,7 +150,7 @@ class BaseClient(Reads, LimitSteps):
         return f"{type(self).__name__}({connection.redact(self.url)!r}, prefix={self.prefix!r})"
 
     # -- validation (pure) -------------------------------------------------------------
-    def build(self, topic: Any = None, id: Any = None, *, delay: float | None = None, at: Any = None,
+    def build(self, /, topic: Any = None, id: Any = None, *, delay: float | None = None, at: Any = None,
               **fields: Any) -> Built:
         """Validate one add's arguments: (task, 'delay'|'at', ms). Raises TaskError."""
         unknown = fields.keys() - TASK_FIELDS
@@ -174,11 +182,11 @@ class BaseClient(Reads, LimitSteps):
         with gc_paused():
             for n, item in enumerate(items):
                 if not isinstance(item, dict):
-                    raise TaskError(f"item {n}: expected a dict of add() arguments")
+                    raise ItemError(n, "expected a dict of add() arguments")
                 try:
                     append(build(**item))  # (a missing topic or id is None: refused as such)
                 except TaskError as exc:
-                    raise TaskError(f"item {n}: {exc}") from None
+                    raise ItemError(n, str(exc)) from None
         return built
 
     @staticmethod

@@ -1,8 +1,9 @@
 """The dashboard's task list, as steps (delayd.store.steps): pages of tasks by status, topic and id
 prefix, with bounded work (Client.browse, AsyncClient.browse).
 
-Tasks live in per-bucket indexes (docs/redis-layout.md): `delayed` (due time), `leases`
-(lease expiry) and `done:<status>` (finish time). A page walks one status's index of
+Tasks live in per-bucket indexes (docs/redis-layout.md): `delayed` (due time; a paused
+topic's due tasks in `paused:<topic>`, by due time too), `leases` (lease expiry) and
+`done:<status>` (finish time). A page walks one status's index of
 every bucket with browse.lua, which keeps the members of the wanted topic and id
 prefix and stops after `limit` matches or `budget` entries examined, whichever comes
 first. So a page costs at most `budget` entries of Redis work however many tasks are
@@ -26,7 +27,7 @@ from delayd.client.listing import records_steps
 from delayd.model.task import DEFAULT_RETRIES, Task
 from delayd.store.keys import BucketKeys
 from delayd.store.replies import Score
-from delayd.store.steps import Steps
+from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
 
 # (status, index of a bucket, order): the statuses a list without one walks, in this order
@@ -55,6 +56,18 @@ class Page(NamedTuple):
 
 def index_key(keys: BucketKeys, status: str) -> str:
     return {"delayed": keys.delayed, "running": keys.leases}.get(status) or keys.done(status)
+
+
+def indexes_steps(store: Store, status: str, topic: str) -> Steps[list[str]]:
+    """The indexes a status's list walks: one per bucket, and for `delayed` also the parked tasks
+    of each paused topic (`paused:<topic>`, scored by due time like `delayed`): a paused topic's
+    due tasks wait there, and are still delayed."""
+    indexes = [index_key(keys, status) for keys in store.keys]
+    if status == "delayed":
+        replies = yield Batch([command("HKEYS", keys.paused) for keys in store.keys])
+        indexes += [keys.parked(paused) for keys, reply in zip(store.keys, replies) if isinstance(reply, list)
+                    for paused in reply if topic in ("", paused)]
+    return indexes
 
 
 def encode_cursor(source: int, start: tuple[Score, str] | None) -> str:
@@ -101,11 +114,11 @@ class Walked(NamedTuple):
 
 def walk_steps(store: Store, status: str, start: tuple[Score, str] | None, topic: str, prefix: str, limit: int,
                budget: int) -> Steps[Walked]:
-    """One status over every bucket."""
+    """One status over every bucket (its indexes: indexes_steps)."""
     desc = ORDER[status] == "desc"
-    per_bucket = max(limit, budget // store.buckets)
-    answers = yield from store.browse_steps([index_key(keys, status) for keys in store.keys], ORDER[status], start,
-                                            topic, prefix, limit, per_bucket)
+    indexes = yield from indexes_steps(store, status, topic)
+    per_index = max(limit, budget // len(indexes))
+    answers = yield from store.browse_steps(indexes, ORDER[status], start, topic, prefix, limit, per_index)
     found = sorted(((score, member) for a in answers for member, score in a.matches), reverse=desc)
     # A bucket that stopped early has examined everything up to its stop entry, so only the
     # matches up to the first such stop (in this order) are sure to be complete and in order.

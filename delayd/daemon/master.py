@@ -17,6 +17,7 @@ import logging
 import os
 import queue as queue_mod
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -51,6 +52,7 @@ from delayd.workers.queue import loop as queue_loop
 
 log = logging.getLogger("delayd.master")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+UP = "up"  # an event beside the signals: a child's first heartbeat (the wake-up pipe)
 
 
 class Master(Reloading, Reports):
@@ -77,17 +79,29 @@ class Master(Reloading, Reports):
         self.metrics = None
         self.registrar: Registrar | None = None
         self.web_socket = None  # the dashboard's listening socket, shared by each `delayd: web` child
+        self.up_pipe: int | None = None  # the write end each child is given (Heartbeat): see watch_ups
 
     # -- signals -------------------------------------------------------------------
     def install_signals(self) -> None:
         for sig in HANDLED_SIGNALS:
             signal.signal(sig, lambda signum, frame: self.events.put(signum))
 
+    def watch_ups(self) -> None:
+        """A pipe every child writes one byte to at its first heartbeat; a thread turns each byte
+        into an UP event, so waiting for children to come up sleeps until one does (or a signal)."""
+        read_end, self.up_pipe = os.pipe()  # (not inherited by the embedded redis-server's exec)
+
+        def relay() -> None:
+            while os.read(read_end, 512):
+                self.events.put(UP)
+        threading.Thread(target=relay, name="child-ups", daemon=True).start()
+
     # -- lifecycle -----------------------------------------------------------------
     def run(self) -> int:
         setproctitle(title(self.config, "master"))
         os.environ["DELAYD_PROC"] = "master"
         self.install_signals()
+        self.watch_ups()
         self.pidfile.write()
         event(log, "master_started", redis=connection.redact(self.config.redis_url), buckets=self.config.buckets,
               queues=self.config.queues, lease_s=self.config.lease,
@@ -144,7 +158,7 @@ class Master(Reloading, Reports):
             item = self.events.get(timeout=self.next_timeout())
         except queue_mod.Empty:
             item = None
-        if item is not None:
+        if item is not None and item != UP:  # (a restarted child's first beat: nothing to do)
             self.handle_signal(item)
         self.reap()
         self.check_heartbeats()
@@ -219,7 +233,7 @@ class Master(Reloading, Reports):
                 body = lambda cfg, _index, hb: web_child.main(cfg, self.web_socket, hb)  # noqa: E731
                 keep = (self.web_socket.fileno(),)
             pid = start_child(self.config, slot.name, slot.heartbeat,
-                              lambda cfg, hb, index=slot.index: body(cfg, index, hb), keep=keep)
+                              lambda cfg, hb, index=slot.index: body(cfg, index, hb), keep=keep, up=self.up_pipe)
         slot.pid, slot.started, slot.aborted_at = pid, time.monotonic(), None
         self.by_pid[pid] = slot
         event(log, "child_started", child=slot.name, child_pid=pid, restarts=slot.restarts)
@@ -241,7 +255,8 @@ class Master(Reloading, Reports):
         cannot be forked), or one still silent after heartbeat_timeout, fails the start: StartError
         with the error it left (so `delayd start` says it, and systemd never hears READY=1).
 
-        A stop signal ends the wait at once; other signals are kept for the main loop."""
+        It sleeps until a child's first beat (UP), a signal or the deadline: no poll. A stop signal
+        ends the wait at once; other signals are kept for the main loop."""
         timeout = self.config.heartbeat_timeout
         deadline = time.monotonic() + timeout
         kept = []
@@ -259,13 +274,13 @@ class Master(Reloading, Reports):
                 raise StartError(f"{', '.join(s.name for s in waiting)} did not come up within {timeout:g} s "
                                  "(heartbeat_timeout); see the log")
             try:
-                sig = self.events.get(timeout=0.05)
+                sig = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue_mod.Empty:
                 continue
             if sig in STOP_SIGNALS:
                 self.stopping = True
                 return
-            if sig != signal.SIGCHLD:
+            if sig not in (signal.SIGCHLD, UP):
                 kept.append(sig)
         for sig in kept:
             self.events.put(sig)
@@ -343,12 +358,24 @@ class Master(Reloading, Reports):
 
     def retire(self, slot: Slot) -> int:
         """The slot's child becomes a retiring one, with its heartbeat file; returns its pid (not signalled)."""
-        pid = slot.pid
-        self.by_pid.pop(pid, None)
-        kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
-        self.retiring[pid] = Retiring(pid, slot.kind, slot.name, slot.heartbeat, kill_at)
-        slot.pid, slot.heartbeat, slot.aborted_at = None, None, None
+        pid = self.hold(slot).pid
+        self.retiring[pid].kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
         return pid
+
+    def hold(self, slot: Slot) -> Retiring:
+        """The slot's child leaves it and is kept aside, running and not signalled, with no deadline
+        (a reload's old child, until the new one is up: let_go, or taken back)."""
+        held = Retiring(slot.pid, slot.kind, slot.name, slot.heartbeat, None)
+        self.by_pid.pop(slot.pid, None)
+        self.retiring[held.pid] = held
+        slot.pid, slot.heartbeat, slot.aborted_at = None, None, None
+        return held
+
+    def let_go(self, child: Retiring) -> None:
+        """Tell a retiring child to stop; it is killed if it outlives its graceful timeout."""
+        if child.pid in self.retiring:
+            child.kill_at = time.monotonic() + self.config.graceful_timeout + KILL_AFTER_ABORT
+            self.kill(child.pid, signal.SIGTERM)
 
     def drop(self, slot: Slot) -> None:
         """Remove a slot: its child is told to stop and retires."""
@@ -385,15 +412,17 @@ class Master(Reloading, Reports):
         """SIGTERM to the children of these kinds, wait up to graceful_timeout, SIGKILL the rest."""
         self.signal_children(signal.SIGTERM, kinds)
         deadline = time.monotonic() + self.config.graceful_timeout + 1.0
-        while self.children_of(kinds):
+        while True:
             self.reap()
+            if not self.children_of(kinds):
+                return
             if time.monotonic() > deadline:
                 for pid, name in self.children_of(kinds).items():
                     event(log, "child_killed", logging.WARNING, child=name, child_pid=pid, reason="graceful timeout")
                     self.kill(pid, signal.SIGKILL)
                 deadline = time.monotonic() + 5.0
             try:
-                self.events.get(timeout=0.05)  # SIGCHLD wakes us; other signals are moot now
+                self.events.get(timeout=max(0.0, deadline - time.monotonic()))  # SIGCHLD wakes us; the rest is moot
             except queue_mod.Empty:
                 pass
 

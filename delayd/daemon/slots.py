@@ -10,7 +10,8 @@
                   exception writes why into it (delayd.workers.process.leave_note), the slot's `last_error`
     retiring      a child replaced by a reload or removed by SIGTTOU: told to stop, it keeps
                   its own heartbeat file until it exits, and is killed if it outlives its
-                  graceful timeout
+                  graceful timeout; a reload holds the old children aside, running, until the
+                  new ones are up (or takes them back if one is not)
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ class Retiring:
     kind: str
     name: str
     heartbeat: int | None
-    kill_at: float | None  # monotonic; None once SIGKILL was sent
+    kill_at: float | None  # monotonic; None once SIGKILL was sent, or while a reload holds it (Master.hold)
 
 
 def describe_exit(status: int) -> str:

@@ -265,6 +265,7 @@ class Task:
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
                 raise TaskError(f"timeout must be a number of seconds in (0, 86400], got {timeout!r}")
+            timeout = int(timeout) if float(timeout).is_integer() else timeout  # 2.0 as 2, as every producer writes it
         if every is not None or cron is not None or tz is not None:
             every, cron, tz = _check_schedule(intervals, every, cron, tz)
         backoff = intervals is None and every is None and cron is None

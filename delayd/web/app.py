@@ -9,9 +9,9 @@ Task and topic names may hold any character but spaces and control characters
 (`/` too), so links percent-encode each path segment and the routes split the raw
 path themselves (`segments`).
 
-A request body is read only up to its limit (FORM_LIMIT), checked from Content-Length
-before a byte is read and while a chunked body arrives, and answered 413 beyond it: the
-login form is read before anyone is authenticated.
+A request body is read only up to its limit (bodies.py), answered 413 beyond it. The
+producer API (producers.py: POST /api/tasks, DELETE /api/tasks/TOPIC/ID) passes the same
+rules, and its own token (producer_token) passes nothing else (producer_route).
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import jinja2
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -36,7 +35,7 @@ from delayd.client.errors import REDIS_ERRORS, DelaydError
 from delayd.config import Config
 from delayd.model.task import STATUSES, printable
 from delayd.version import __version__
-from delayd.web import actions, display, views
+from delayd.web import actions, display, producers, views
 from delayd.web.auth import (
     COOKIE,
     SESSION_S,
@@ -46,6 +45,7 @@ from delayd.web.auth import (
     host_of,
     is_loopback,
 )
+from delayd.web.bodies import BodyTooLarge, read_body, read_form
 
 HERE = resources.files(__package__)
 SECURITY_HEADERS = {
@@ -57,15 +57,26 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 FAILURES = (DelaydError, *REDIS_ERRORS)
-FORM_LIMIT = 64 * 1024       # bytes of a form body (the login form, the action buttons); more answers 413
-PARSE_ON_LOOP = 16 * 1024    # a bigger form is parsed in a worker thread, off the event loop
+WRITES = ("POST", "DELETE")  # methods that change something: web_readonly, CSRF for cookie sessions
+
+
+def raw_path(request: Request) -> str:
+    """The path as sent, still percent-encoded (a `/` inside a name is `%2F`)."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    return raw.decode("latin-1").partition("?")[0]
 
 
 def segments(request: Request, prefix: str) -> list[str]:
     """The percent-decoded segments of the raw path after `prefix` ('/tasks/')."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    path = raw.decode("latin-1").partition("?")[0]
-    return [display.unquote(part) for part in path[len(prefix):].split("/")]
+    return [display.unquote(part) for part in raw_path(request)[len(prefix):].split("/")]
+
+
+def producer_route(request: Request) -> bool:
+    """What the producer token may do: POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID."""
+    path, method = raw_path(request), request.method
+    if path == "/api/tasks":
+        return method == "POST"
+    return method in ("GET", "DELETE") and path.startswith("/api/tasks/") and path.count("/") == 4
 
 
 def local_next(value: str | None) -> str:
@@ -79,8 +90,9 @@ class Dashboard:
     def __init__(self, config: Config, client: AsyncClient | None = None):
         self.config = config
         self.client = client or AsyncClient(config=config)
-        self.auth = Auth(config.web_token)
+        self.auth = Auth(config.web_token, config.producer_token)
         self.throttle = LoginThrottle()
+        self.commit = producers.GroupCommit(self.client)
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                       autoescape=True, undefined=jinja2.StrictUndefined, finalize=display.shown)
         self.env.globals.update(task_url=display.task_url, statuses=STATUSES, version=__version__,
@@ -99,8 +111,8 @@ class Dashboard:
             Route("/favicon.ico", favicon),
             Route("/api/session", guarded(self.api_session)),
             Route("/api/stats", guarded(self.api_stats)),
-            Route("/api/tasks", guarded(self.api_tasks)),
-            Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST"]),
+            Route("/api/tasks", guarded(self.api_tasks), methods=["GET", "POST"]),
+            Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST", "DELETE"]),
             Route("/api/schedules", guarded(self.api_schedules)),
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Route("/api/limits/{rest:path}", guarded(self.api_limit), methods=["POST"]),
@@ -131,11 +143,14 @@ class Dashboard:
                                        {"WWW-Authenticate": "Bearer"})
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse("/login?" + urllib.parse.urlencode({"next": target}), 303)
-            if request.method == "POST":
-                if self.config.web_readonly:
+            if who.producer and not producer_route(request):
+                return self.refuse(request, 403, "the producer token allows only POST /api/tasks, and DELETE "
+                                                 "and GET /api/tasks/TOPIC/ID")
+            if request.method in WRITES:
+                if self.config.web_readonly and not who.producer:
                     return self.refuse(request, 403, "this dashboard is read-only (web_readonly)")
                 try:
-                    form = await _form(request)
+                    form = await read_form(request)
                 except BodyTooLarge as exc:
                     return self.refuse(request, 413, str(exc))
                 request.state.form = form
@@ -145,7 +160,8 @@ class Dashboard:
             try:
                 return await handler(request, who)
             except FAILURES as exc:
-                return self.refuse(request, 503, f"cannot read the store: {exc}")
+                return self.refuse(request, 503, f"cannot {'write to' if request.method in WRITES else 'read'} "
+                                                 f"the store: {exc}")
         return endpoint
 
     def refuse(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -215,7 +231,7 @@ class Dashboard:
         if wait := self.throttle.wait(_address(request)):
             return self.too_many_tries(request, wait)
         try:
-            form = await _form(request)
+            form = await read_form(request)
         except BodyTooLarge as exc:
             return self.refuse(request, 413, str(exc))
         target = local_next(form.get("next") or target)
@@ -244,6 +260,8 @@ class Dashboard:
         return display.Json(views.public(await views.overview(self.client)))
 
     async def api_tasks(self, request: Request, who: Identity) -> Response:
+        if request.method == "POST":
+            return await self.api_add(request)
         try:
             return display.Json(await views.listing(self.client, *_list_params(request),
                                                     _limit(request, views.PAGE_SIZE)))
@@ -261,15 +279,35 @@ class Dashboard:
         except BadCursor as exc:
             return self.refuse(request, 400, str(exc))
 
+    async def api_add(self, request: Request) -> Response:
+        """POST /api/tasks (producers.py)."""
+        if not producers.is_json(request.headers.get("content-type", "")):
+            return self.refuse(request, 415, "POST /api/tasks takes JSON: send Content-Type: application/json")
+        try:
+            body = await read_body(request, producers.MAX_BODY)
+        except BodyTooLarge as exc:
+            return self.refuse(request, 413, str(exc))
+        try:
+            return display.Json(*await producers.add(self.client, body, self.commit))
+        except producers.BadInput as exc:
+            return display.Json(exc.answer(), exc.status)
+
     async def api_task(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/api/tasks/")
         if request.method == "GET" and len(parts) == 2:
+            if who.producer:  # a producer reads what `delayd get --json` prints, not the dashboard's view
+                return display.Json(*await producers.get(self.client, *parts))
             data = await views.detail(self.client, *parts)
             return display.Json(data) if data else self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
+        if request.method == "DELETE" and len(parts) == 2:
+            hard = request.query_params.get("hard", "false")
+            if hard not in ("true", "false", "1", "0"):
+                return self.refuse(request, 400, f"hard must be true or false, got {hard!r}")
+            return display.Json(*await producers.delete(self.client, *parts, hard=hard in ("true", "1")))
         if request.method == "POST" and len(parts) == 3:
             hard = request.query_params.get("hard") == "1" or request.state.form.get("hard") == "1"
             return await self.act(request, actions.task_action, self.client, *parts, hard=hard)
-        return self.refuse(request, 404, "use /api/tasks/TOPIC/ID, or POST /api/tasks/TOPIC/ID/ACTION")
+        return self.refuse(request, 404, "use GET or DELETE /api/tasks/TOPIC/ID, or POST /api/tasks/TOPIC/ID/ACTION")
 
     async def api_topic(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/api/topics/")
@@ -329,42 +367,6 @@ class _Headers:
                 message = {**message, "headers": headers}
             await send(message)
         await self.app(scope, receive, send_with_headers)
-
-
-class BodyTooLarge(Exception):
-    """A request body over its limit (answered 413)."""
-
-    def __init__(self, limit: int):
-        super().__init__(f"the request body is over {limit // 1024} KiB")
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body, or BodyTooLarge as soon as it is known to exceed `limit` bytes: from
-    Content-Length before anything is read, else while a chunked body arrives (at most `limit`
-    bytes and one chunk are held)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
-        raise BodyTooLarge(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """A url-encoded form body (at most FORM_LIMIT bytes, else BodyTooLarge) as a dict, without
-    python-multipart; {} for other bodies, which are not read."""
-    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        return {}
-    body = await read_body(request, FORM_LIMIT)
-    return await run_in_threadpool(_parse_form, body) if len(body) > PARSE_ON_LOOP else _parse_form(body)
-
-
-def _parse_form(body: bytes) -> dict[str, str]:
-    return {k: v[-1] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
 
 
 def _address(request: Request) -> str | None:

@@ -11,12 +11,16 @@
 - Without a token the server only binds a loopback address (command.check_bind), and
   answers only requests whose Host is a loopback name, so a web page cannot reach it
   through DNS rebinding.
-- A POST authorised by a cookie, or by nothing (no token), must carry the CSRF token
-  (form field `csrf` or header `X-CSRF-Token`) that the pages embed; a Bearer token
+- A POST or DELETE authorised by a cookie, or by nothing (no token), must carry the CSRF
+  token (form field `csrf` or header `X-CSRF-Token`) that the pages embed; a Bearer token
   needs none, since a browser never adds that header on its own.
+- `producer_token` (Bearer only, never a login) is the narrow credential of HTTP producers:
+  app.py lets it add, delete and read single tasks (producer_route there), nothing else.
+  It does not make a non-loopback bind possible: that still takes web_token.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -33,15 +37,21 @@ SESSION_SHAPE = re.compile(r"([0-9]{1,12})\.([0-9a-f]{64})")  # issue time (Unix
 
 
 class Identity(NamedTuple):
-    """How a request was authorised: 'bearer', 'cookie' or 'open' (no token configured)."""
+    """How a request was authorised: 'bearer' (web_token), 'producer' (producer_token), 'cookie', or
+    'open' (no web_token configured, no token sent)."""
 
     how: str
 
     @property
     def needs_csrf(self) -> bool:
-        return self.how != "bearer"
+        return self.how not in ("bearer", "producer")
+
+    @property
+    def producer(self) -> bool:
+        return self.how == "producer"
 
 
+@functools.lru_cache(maxsize=256)  # (asked for every request's Host when there is no web_token)
 def is_loopback(host: str) -> bool:
     """True for a loopback address or name (the bind address, or a Host header without port)."""
     host = host.strip("[]").lower()
@@ -61,8 +71,9 @@ def host_of(header: str) -> str:
 
 
 class Auth:
-    def __init__(self, token: str):
+    def __init__(self, token: str, producer_token: str = ""):
         self.token = token
+        self.producer_token = producer_token
         # Without a token the CSRF tokens come from a secret of this process.
         self.secret = hashlib.sha256(b"delayd-web:" + token.encode()).digest() if token else os.urandom(32)
 
@@ -92,12 +103,21 @@ class Auth:
         return bool(self.token) and hmac.compare_digest(given.encode(), self.token.encode())
 
     def identify(self, authorization: str | None, cookie: str | None) -> Identity | None:
-        """The request's identity, or None when it must log in (or a Bearer token was wrong)."""
+        """The request's identity, or None when it must log in (or a Bearer token was wrong).
+
+        Without web_token every request is open (loopback only) unless it carries Authorization: then
+        it is the producer's, or (with a producer_token set) refused as a wrong token. Both tokens are
+        compared every time, in constant time: the answer's timing tells neither apart."""
+        if authorization and (self.token or self.producer_token):
+            scheme, _, given = authorization.partition(" ")
+            given = given.strip().encode()
+            web = bool(self.token) and hmac.compare_digest(given, self.token.encode())
+            producer = bool(self.producer_token) and hmac.compare_digest(given, self.producer_token.encode())
+            if scheme.lower() != "bearer" or not (web or producer):
+                return None
+            return Identity("bearer" if web else "producer")
         if not self.token:
             return Identity("open")
-        if authorization:
-            scheme, _, given = authorization.partition(" ")
-            return Identity("bearer") if scheme.lower() == "bearer" and self.token_matches(given.strip()) else None
         return Identity("cookie") if self.session_valid(cookie) else None
 
     def csrf_for(self, cookie: str | None) -> str:
@@ -122,6 +142,7 @@ class LoginThrottle:
         self.failures: OrderedDict[str, tuple[float, int]] = OrderedDict()  # address: (window start, count)
 
     @staticmethod
+    @functools.lru_cache(maxsize=1024)  # (asked twice per request that carries a token)
     def key(address: str | None) -> str:
         """An IPv4 address, an IPv6 /64, or (a forwarded name that is no address) its first 64 characters."""
         try:

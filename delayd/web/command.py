@@ -55,8 +55,7 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
 
     from delayd.web.app import create
 
-    server = uvicorn.Server(uvicorn.Config(create(config), log_level="warning", access_log=False,
-                                           server_header=False, **proxy_headers(config)))
+    server = uvicorn.Server(uvicorn.Config(create(config), **server_settings(config)))
 
     signal.signal(signal.SIGTERM, _exit_stopped)
 
@@ -65,6 +64,11 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
             asyncio.get_running_loop().create_task(on_started())
         await server.serve(sockets=[sock])
     asyncio.run(main())
+
+
+def server_settings(config: Config) -> dict[str, Any]:
+    """uvicorn's settings for the dashboard (scripts/bench_http.py serves its ceiling with them too)."""
+    return {"log_level": "warning", "access_log": False, "server_header": False, **proxy_headers(config)}
 
 
 def proxy_headers(config: Config) -> dict[str, Any]:
@@ -80,10 +84,12 @@ def _exit_stopped(signum: int, frame: Any) -> None:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    help = "serve the dashboard (pages and JSON API) over HTTP"
+    help = "serve the dashboard (pages and JSON API) and the producer API over HTTP"
     p = sub.add_parser("web", parents=[common], help=help,
                        description=help + f". Binds 127.0.0.1:{DEFAULT_PORT} unless told otherwise; a non-loopback "
-                                          "address needs web_token (DELAYD_WEB_TOKEN).")
+                                          "address needs web_token (DELAYD_WEB_TOKEN). producer_token "
+                                          "(DELAYD_PRODUCER_TOKEN) lets HTTP producers add, delete and read tasks "
+                                          "(POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID), nothing else.")
     p.add_argument("--bind", metavar="ADDR", help="address to listen on (default: web_bind, 127.0.0.1)")
     p.add_argument("--port", type=int, metavar="N", help=f"TCP port (default: web_port, else {DEFAULT_PORT})")
 

@@ -80,8 +80,9 @@ class Heartbeat:
     system-wide on Linux, so the master compares it with its own time.monotonic(),
     and a step of the wall clock neither aborts every child nor hides a hung one."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, up: int | None = None):
         self.fd = fd
+        self.up = up  # the master's wake-up pipe: one byte at the first beat says "up", then closed
         self.last = float("-inf")
 
     def beat(self) -> None:
@@ -89,6 +90,14 @@ class Heartbeat:
         if now - self.last >= 1.0:
             os.utime(self.fd, (now, now))
             self.last = now
+            if self.up is not None:
+                up, self.up = self.up, None
+                try:
+                    os.write(up, b"u")
+                except OSError:
+                    pass  # a master that is gone reads nothing: it no longer waits for us
+                finally:
+                    os.close(up)
 
 
 # Seconds before the next try to reach Redis after `failures` failed ones (redis-py's capped
@@ -218,22 +227,23 @@ def fork(death_signal: int) -> int:
 
 
 def start_child(config: Config, role: str, heartbeat_fd: int, body: Callable[[Config, Heartbeat], Any],
-                keep: tuple[int, ...] = ()) -> int:
+                keep: tuple[int, ...] = (), up: int | None = None) -> int:
     """Fork; in the child, prepare the process and run `body`, then exit. Returns the pid.
 
-    The child closes every inherited descriptor but its heartbeat, the log and `keep`. A child
-    that dies of an exception leaves a one-line note in its heartbeat file (leave_note).
+    The child closes every inherited descriptor but its heartbeat, `up` (the master's wake-up
+    pipe, written at the first beat), the log and `keep`. A child that dies of an exception
+    leaves a one-line note in its heartbeat file (leave_note).
     """
     pid = fork(signal.SIGKILL)
     if pid:
         return pid
     code = 0
     try:
-        close_inherited({heartbeat_fd, *log_mod.descriptors(), *keep})
+        close_inherited({heartbeat_fd, *log_mod.descriptors(), *keep, *([] if up is None else [up])})
         os.environ["DELAYD_PROC"] = role.replace(" ", ".")
         setproctitle(title(config, role))
         random.seed()
-        body(config, Heartbeat(heartbeat_fd))
+        body(config, Heartbeat(heartbeat_fd, up))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException as exc:  # noqa: BLE001 - a child must never return into the master's code

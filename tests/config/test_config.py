@@ -75,6 +75,15 @@ def test_an_explicit_lease_not_longer_than_the_timeout_is_refused():
         config_mod.replace(explicit, task_timeout=400)
 
 
+def test_params_limit_stays_under_what_the_add_script_takes():
+    """add.lua refuses a spec over 1 MiB whatever the client allows: a bigger params_limit would let
+    tasks pass the client's check and fail in Redis."""
+    assert config_mod.load(None, env={"DELAYD_PARAMS_LIMIT": str(960 * 1024)}).params_limit == 960 * 1024
+    for value in ("0", str(960 * 1024 + 1), "2000000"):
+        with pytest.raises(config_mod.ConfigError, match="params_limit must be > 0 and <= 983040 .*1 MiB"):
+            config_mod.load(None, env={"DELAYD_PARAMS_LIMIT": value})
+
+
 @pytest.mark.parametrize("secret", ["not base64!", "whsec_***", "whsec_", "===="])
 def test_a_signing_secret_that_is_not_base64_is_refused_without_being_quoted(secret):
     with pytest.raises(config_mod.ConfigError) as err:

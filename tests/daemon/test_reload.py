@@ -84,16 +84,26 @@ def test_reload_reports_what_the_master_refused(redis_url, tmp_path):
         assert out.stderr.strip() == ("delayd: error: reload failed: buckets and prefix cannot change on reload; "
                                       "restart instead; the old config keeps running")
 
-        path.write_text('queues = 1\nallowed_modules = ["delayd.examples", "nosuchmodule"]\n'
+        # A config whose new children do not come up is undone: the old children were never told
+        # to stop, and go on with the old config (a task still runs); the new ones are gone.
+        before = {c.pid for c in d.children()}
+        path.write_text('queues = 2\nallowed_modules = ["delayd.examples", "nosuchmodule"]\n'
                         'preload = ["nosuchmodule"]\n')
         out = delayd("reload", env=d.env, check=1)
-        assert out.stderr.startswith("delayd: error: reload failed: the new config is in use, but queue 0 could "
-                                     "not start: preload: cannot import module 'nosuchmodule'"), out.stderr
+        assert out.stderr.startswith("delayd: error: reload failed: queue 0 could not start: preload: cannot "
+                                     "import module 'nosuchmodule'"), out.stderr
+        assert out.stderr.rstrip().endswith("; the old config keeps running"), out.stderr
+        wait_for(lambda: {c.pid for c in d.children()} == before, 30, message="only the old children are left")
+        delayd("status", env=d.env)
+        client = Client.from_url(d.env["DELAYD_REDIS_URL"])
+        client.add("t", 1, call="delayd.examples:record", params={"list": "ran", "redis": d.env["DELAYD_REDIS_URL"]})
+        wait_for(lambda: client.get("t", 1).status == "ok", 20, message="a task ran with the old config")
+        client.close()
 
-        path.write_text("queues = 2\n")  # the fix: the queue waiting to restart starts at once
+        path.write_text("queues = 2\n")  # a good one then replaces every child
         out = delayd("reload", env=d.env)
         assert out.stdout.startswith("reloaded (pid"), (out.stdout, out.stderr)
-        assert len(d.children("queue")) == 2
+        assert len(d.children("queue")) == 2 and not before & {c.pid for c in d.children()}
         delayd("status", env=d.env)
     finally:
         d.stop()

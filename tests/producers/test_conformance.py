@@ -13,13 +13,16 @@ import asyncio
 import base64
 import json
 import subprocess
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from daemon_helper import delayd
 from node_helper import NodeError, NodeProducer
 from php_helper import require_php
+from web_helper import Web
 
 from delayd import AsyncClient, Client
 from delayd.model.record import spec_json
@@ -179,10 +182,51 @@ class Node:
         return None if task is None else {k: v for k, v in task.items() if k not in VARYING}
 
 
+class Http:
+    """The HTTP producer API of one `delayd web` (the module's: http_producer) with the producer token:
+    POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID."""
+    name = "HTTP"
+    token = "conformance-producer-token"
+
+    def __init__(self, http: httpx.Client):
+        self.http = http
+
+    @staticmethod
+    def path(topic: str, id: Any) -> str:
+        return f"/api/tasks/{urllib.parse.quote(topic, safe='')}/{urllib.parse.quote(str(id), safe='')}"
+
+    def add(self, task: dict, nx: bool) -> bool:
+        body = json.dumps({**task, **({"nx": True} if nx else {})})  # (\udcff escapes for lone surrogates)
+        answer = self.http.post("/api/tasks", content=body, headers={"Content-Type": "application/json"})
+        if answer.status_code == 400:
+            raise Invalid(answer.json()["error"])
+        assert answer.status_code in (200, 201), answer.text
+        return answer.json()["added"]
+
+    def delete(self, topic: str, id: Any, hard: bool) -> bool:
+        answer = self.http.delete(self.path(topic, id) + ("?hard=true" if hard else ""))
+        assert answer.status_code in (200, 404), answer.text
+        return answer.status_code == 200
+
+    def get(self, topic: str, id: Any) -> dict | None:
+        answer = self.http.get(self.path(topic, id))
+        assert answer.status_code in (200, 404), answer.text
+        return None if answer.status_code == 404 else {k: v for k, v in answer.json().items() if k not in VARYING}
+
+
 # The producers that run a process per operation (the `delayd` command past its parser, php, node)
-# are in the system tier, as the house's rule for commands has it; the Python clients stay fast.
+# are in the system tier, as the house's rule for commands has it, and so is HTTP (a `delayd web`
+# for the module); the Python clients stay fast.
 PRODUCERS = [PythonClient, PythonAsyncClient, *(pytest.param(p, marks=pytest.mark.system, id=p.name)
-                                               for p in (Cli, Php, Node))]
+                                               for p in (Cli, Php, Node, Http))]
+
+
+@pytest.fixture(scope="module")
+def http_producer(redis_server):
+    """A client of the module's `delayd web`, sending the producer token."""
+    with Web(redis_server.url, DELAYD_PRODUCER_TOKEN=Http.token) as web, \
+            web.client(headers={"Authorization": f"Bearer {Http.token}"}) as http:
+        yield http
 
 
 def stored(url: str, topic: str, id: Any) -> dict | None:
@@ -234,7 +278,8 @@ def test_the_table_holds_happy_and_unhappy_cases():
 
 @pytest.mark.parametrize("producer", PRODUCERS, ids=lambda p: getattr(p, "name", None))
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case["name"])
-def test_conformance(producer, case, redis_url, r):
+def test_conformance(producer, case, redis_url, r, request):
     if producer is Php:
         require_php()
-    check_case(producer(redis_url), redis_url, r, case)
+    made = Http(request.getfixturevalue("http_producer")) if producer is Http else producer(redis_url)
+    check_case(made, redis_url, r, case)

@@ -56,10 +56,3 @@ def test_a_cron_task_from_node_gets_the_first_due_time_of_delayds_cron(daemon, n
         assert round(task["due_at"] * 1000) == schedule.next_cron("0 3 * * *", zone, created_ms)
         assert task["runs"] == 0 and task["status"] == "delayed"
 
-
-def test_the_consumer_example_first_handles_what_a_stopped_consumer_left(r, redis_url):
-    left = {"key": "t:1", "params": {"left": True}}
-    r.rpush("q:processing", json.dumps(left))  # taken by a consumer that died before its acknowledgement
-    r.rpush("q", json.dumps({"key": "t:2", "params": {}}))
-    assert consume(redis_url, "q", 2) == ['t:1 {"left":true}', "t:2 {}"]
-    assert r.llen("q") == 0 and r.llen("q:processing") == 0

@@ -23,15 +23,17 @@ pytestmark = pytest.mark.system
 MiB = 1024 * 1024
 
 
-def post_unread(port: int, path: str, body: bytes, chunked: bool) -> bytes:
-    """POST `body` as a form, sending only while the server has not answered (it may answer
-    before reading it); the head of the answer."""
+def post_unread(port: int, path: str, body: bytes, chunked: bool,
+                content_type: str = "application/x-www-form-urlencoded", authorization: str = "") -> bytes:
+    """POST `body` (a form unless told), sending only while the server has not answered (it may
+    answer before reading it); the head of the answer."""
     if chunked:
         step = 64 * 1024
         body = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + step]), body[i:i + step])
                         for i in range(0, len(body), step)) + b"0\r\n\r\n"
     framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+    auth = f"Authorization: {authorization}\r\n" if authorization else ""
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n{auth}"
             f"{framing}\r\nConnection: close\r\n\r\n").encode()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(head)

@@ -28,7 +28,6 @@ for (const raw of await redis.lrange(processing, 0, -1)) { // left by a consumer
   if (done < count) await consume(raw);
 }
 while (done < count) {
-  const raw = await redis.blmove(list, processing, 'LEFT', 'RIGHT', 5); // block up to 5 s, then ask again
-  if (raw !== null) await consume(raw);
+  await consume(await redis.blmove(list, processing, 'LEFT', 'RIGHT', 0)); // blocks until a task comes
 }
 redis.disconnect();

@@ -90,6 +90,7 @@ final class Task
         if ($timeout !== null && (!self::isNumber($timeout) || $timeout <= 0 || $timeout > 86400)) {
             throw new TaskError('timeout must be a number of seconds in (0, 86400], got ' . self::shown($timeout));
         }
+        $timeout = $timeout === null ? null : self::whole($timeout);
         [$intervals, $every, $cron, $tz] = self::schedule($task);
         $backoff = $intervals === null && $every === null && $cron === null;
         $retries = $task['retries'] ?? null;

@@ -1,0 +1,275 @@
+"""The HTTP producer API (SPEC section 8) on a real `delayd web` process and the suite's Redis:
+POST /api/tasks (one task, a batch, nx, durable), every refusal with its index and nothing
+written, bodies too large, DELETE /api/tasks/TOPIC/ID, and what the producer token may do.
+One server for the module (with web_token and producer_token), one without web_token and
+read-only; each test starts from a flushed Redis (the `r` fixture)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+from daemon_helper import ROOT
+from redis_server import free_port
+from test_web import TOKEN, logged_in
+from test_web_hardening import MiB, post_unread
+from web_helper import Web
+
+from delayd import Client
+
+pytestmark = pytest.mark.system
+
+PRODUCER = "pr0ducer-token-for-tests"
+TASK = {"topic": "order:cancel", "id": 42, "call": "delayd.examples:echo", "delay": 600}
+
+
+@pytest.fixture(scope="module")
+def server(redis_server):
+    with Web(redis_server.url, DELAYD_WEB_TOKEN=TOKEN, DELAYD_PRODUCER_TOKEN=PRODUCER) as web:
+        yield web
+    assert "Traceback" not in web.errors(), web.errors()
+
+
+@pytest.fixture(scope="module")
+def open_readonly(redis_server):
+    """No web_token (loopback, open), read-only, with a producer token."""
+    with Web(redis_server.url, DELAYD_PRODUCER_TOKEN=PRODUCER, DELAYD_WEB_READONLY="1") as web:
+        yield web
+
+
+@pytest.fixture
+def producer(server, r):
+    with server.client(headers={"Authorization": f"Bearer {PRODUCER}"}) as http:
+        yield http
+
+
+@pytest.fixture
+def admin(server, r):
+    with server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        yield http
+
+
+def keys(r) -> list[bytes]:
+    return sorted(r.keys("*"))
+
+
+def stored(client: Client, topic: str, id) -> dict | None:
+    task = client.get(topic, id)
+    return None if task is None else task.to_dict()
+
+
+def test_one_task_is_added_with_201_and_nx_finds_it(producer, client):
+    answer = producer.post("/api/tasks", json=TASK)
+    assert (answer.status_code, answer.json()) == (201, {"added": True})
+    task = client.get("order:cancel", 42)
+    assert task.call == "delayd.examples:echo" and task.status == "delayed"
+    assert 595 < task.due_at - task.created_at <= 600.5
+    answer = producer.post("/api/tasks", json={**TASK, "call": "delayd.examples:other", "nx": True})
+    assert (answer.status_code, answer.json()) == (200, {"added": False})
+    assert client.get("order:cancel", 42).call == "delayd.examples:echo", "nx changed nothing"
+    assert producer.post("/api/tasks", json={**TASK, "call": "delayd.examples:other"}).status_code == 201
+    assert client.get("order:cancel", 42).call == "delayd.examples:other", "without nx: replaced"
+
+
+def test_single_adds_sent_at_once_are_each_written(server, client):
+    """Many producers at once: their adds are written together (GroupCommit), each answered for itself."""
+    async def send_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.base, headers={"Authorization": f"Bearer {PRODUCER}"},
+                                     timeout=30) as http:
+            return await asyncio.gather(*(http.post("/api/tasks", json={**TASK, "id": i, "params": {"n": i}})
+                                          for i in range(200)))
+    answers = asyncio.run(send_all())
+    assert {(a.status_code, a.text) for a in answers} == {(201, '{"added":true}')}
+    assert client.count("order:cancel") == 200 and client.get("order:cancel", 137).params == {"n": 137}
+
+
+def test_at_cron_and_every_as_add_takes_them(producer, client):
+    batch = [{**TASK, "id": 1, "delay": None, "at": "2031-01-02T03:04:05Z"},
+             {**TASK, "id": 2, "delay": None, "cron": "0 3 * * *", "tz": "Europe/Berlin"},
+             {**TASK, "id": 3, "delay": None, "every": 90}]
+    assert producer.post("/api/tasks", json=batch).json() == {"added": 3}
+    assert client.get("order:cancel", 1).due_at == datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
+    assert client.get("order:cancel", 2).cron == "0 3 * * *" and client.get("order:cancel", 3).every == 90
+
+
+def test_a_batch_of_1000_with_nx_per_item(producer, client):
+    client.add("b", 7, call="delayd.examples:echo", params={"old": True})
+    batch = [{"topic": "b", "id": i, "call": "delayd.examples:echo", "nx": i % 2 == 1} for i in range(1000)]
+    answer = producer.post("/api/tasks", json=batch)
+    assert (answer.status_code, answer.json()) == (200, {"added": 999})
+    assert client.count("b") == 1000 and client.get("b", 7).params == {"old": True}, "nx kept item 7's task"
+    assert producer.post("/api/tasks", json=[{**TASK, "id": 1}, {**TASK, "id": 1, "nx": True}]).json() == \
+        {"added": 1}, "items are written in order: the second finds the first"
+
+
+def test_durable_is_passed_on_and_refused_here_before_anything_is_written(producer, client, r):
+    """The suite's Redis has no AOF or replica, so it cannot confirm a durable write (503); the
+    items before the durable one are not written either."""
+    client.add("seed", 1, call="delayd.examples:echo")
+    before = keys(r)
+    answer = producer.post("/api/tasks", json=[{**TASK, "id": 1}, {**TASK, "id": 2, "durable": True}])
+    assert answer.status_code == 503 and "nothing was written" in answer.json()["error"]
+    assert keys(r) == before
+
+
+BAD = [  # (body, expected index, words of the error)
+    (b'{"topic": ', None, "not valid JSON"),
+    (b'"a string"', None, "a JSON object (one task) or an array"),
+    (b"[" * 100_000 + b"]" * 100_000, None, "not valid JSON"),
+    (b'{"topic": "t", "id": 1, "call": "a:b", "delay": NaN}', None, "NaN is not JSON"),
+    (b'\xff{"topic": "t"}', None, "not UTF-8"),
+    (json.dumps({"topic": "t", "id": 1}).encode(), None, "call"),
+    (json.dumps({**TASK, "nx": "yes"}).encode(), None, "nx must be true or false"),
+    (json.dumps({**TASK, "id": "\udcff"}).encode(), None, "id is not valid UTF-8 text"),
+    (json.dumps({**TASK, "self": 1}).encode(), None, "unknown task field(s): self"),
+    (json.dumps([TASK] * 1001).encode(), None, "at most 1000"),
+    (json.dumps([TASK, TASK, 7]).encode(), 2, "item 2: expected a JSON object"),
+    (json.dumps([TASK, {**TASK, "priority": 4}]).encode(), 1, "item 1: priority must be 1, 2 or 3"),
+    (json.dumps([TASK, TASK, TASK, {**TASK, "durable": 1}]).encode(), 3, "item 3: durable must be true or false"),
+    (json.dumps([*[TASK] * 999, {**TASK, "params": {"k": "\udcff"}}]).encode(), 999, "params are not valid UTF-8"),
+    (json.dumps([TASK, {**TASK, "cron": "0 0 30 2 *", "delay": None}]).encode(), 1, "cron"),
+]
+
+
+@pytest.mark.parametrize("body,index,words", BAD, ids=range(len(BAD)))
+def test_bad_input_answers_400_with_its_index_and_writes_nothing(producer, client, r, body, index, words):
+    client.add("seed", 1, call="delayd.examples:echo")
+    before = keys(r)
+    answer = producer.post("/api/tasks", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()
+    assert words in error["error"] and "\n" not in error["error"]
+    assert error.get("index") == index and ("index" in error) == (index is not None)
+    assert keys(r) == before, "a refused request wrote something"
+
+
+def test_the_surrogate_is_refused_as_client_add_refuses_it(producer, client):
+    with pytest.raises(Exception) as refused:
+        client.add(**{**TASK, "id": "\udcff"})
+    answer = producer.post("/api/tasks", content=json.dumps({**TASK, "id": "\udcff"}),
+                           headers={"Content-Type": "application/json"})
+    assert answer.json() == {"error": str(refused.value)}
+
+
+def test_only_json_is_taken(producer, r):
+    for content_type in ("application/x-www-form-urlencoded", "text/plain", ""):
+        answer = producer.post("/api/tasks", content=json.dumps(TASK), headers={"Content-Type": content_type})
+        assert answer.status_code == 415 and "Content-Type: application/json" in answer.json()["error"]
+    answer = producer.post("/api/tasks", content=json.dumps(TASK),
+                           headers={"Content-Type": "Application/JSON; charset=utf-8"})
+    assert answer.status_code == 201
+    assert keys(r) != []
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_over_1_mib_answers_413_unread(server, r, chunked):
+    body = json.dumps([{**TASK, "id": i, "params": {"pad": "x" * 2000}} for i in range(600)]).encode()
+    assert len(body) > MiB
+    head = post_unread(server.port, "/api/tasks", body, chunked, "application/json", f"Bearer {PRODUCER}")
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert keys(r) == []
+
+
+def test_delete_soft_hard_missing_and_encoded_names(producer, client):
+    client.add("shop/eu", "id%1", call="delayd.examples:echo")
+    assert producer.delete("/api/tasks/shop%2Feu/id%251").json() == {"deleted": True}
+    assert client.get("shop/eu", "id%1").status == "deleted"
+    assert producer.delete("/api/tasks/shop%2Feu/id%251?hard=true").json() == {"deleted": True}
+    assert client.get("shop/eu", "id%1") is None
+    missing = producer.delete("/api/tasks/shop%2Feu/id%251")
+    assert missing.status_code == 404 and "not found" in missing.json()["error"]
+    assert producer.delete("/api/tasks/t/1?hard=yes").status_code == 400
+
+
+def test_the_producer_get_is_what_get_json_prints(producer, admin, client):
+    client.add("t", 1, call="delayd.examples:echo", params={"a": [1, "é"]}, cron="0 3 * * *", tz="Europe/Berlin")
+    assert producer.get("/api/tasks/t/1").json() == stored(client, "t", 1)
+    assert admin.get("/api/tasks/t/1").json()["task"] == stored(client, "t", 1), "the dashboard's view holds it"
+    assert producer.get("/api/tasks/t/2").status_code == 404
+
+
+def test_the_producer_token_is_refused_everywhere_else(server, producer, client):
+    client.add("t", 1, call="delayd.examples:echo")
+    for method, path in [("GET", "/api/tasks"), ("GET", "/api/stats"), ("GET", "/api/schedules"), ("GET", "/"),
+                         ("GET", "/api/session"), ("POST", "/api/tasks/t/1/run"), ("POST", "/api/tasks/t/1/delete"),
+                         ("POST", "/api/topics/t/pause"), ("GET", "/tasks/t/1"), ("DELETE", "/api/tasks/t/1/x")]:
+        answer = producer.request(method, path)
+        assert answer.status_code == 403, (method, path, answer.status_code)
+        assert "producer token allows only" in answer.json()["error"]
+    assert client.get("t", 1).status == "delayed"
+    with server.client() as login:  # it is no password of the login form
+        assert login.post("/login", data={"token": PRODUCER, "next": "/"}).status_code == 401
+
+
+def test_a_wrong_producer_token_counts_against_the_address(server, r):
+    # From an address of its own (127.0.0.2), so the other tests' 127.0.0.1 is not throttled.
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    with httpx.Client(base_url=server.base, transport=transport, timeout=10) as http:
+        for _ in range(5):
+            answer = http.post("/api/tasks", json=TASK, headers={"Authorization": "Bearer wrong"})
+            assert answer.status_code == 401
+        answer = http.post("/api/tasks", json=TASK, headers={"Authorization": f"Bearer {PRODUCER}"})
+        assert answer.status_code == 429 and "Retry-After" in answer.headers
+    assert keys(r) == []
+
+
+def test_the_web_token_may_do_everything(admin, client):
+    assert admin.post("/api/tasks", json=TASK).status_code == 201
+    assert admin.get("/api/tasks?topic=order:cancel").json()["tasks"][0]["id"] == "42"
+    assert admin.delete("/api/tasks/order:cancel/42").json() == {"deleted": True}
+
+
+def test_a_cookie_session_needs_the_csrf_token(server, client):
+    http, csrf = logged_in(server)
+    try:
+        assert http.post("/api/tasks", json=TASK).status_code == 403
+        assert client.get("order:cancel", 42) is None
+        assert http.post("/api/tasks", json=TASK, headers={"X-CSRF-Token": csrf}).status_code == 201
+        assert http.delete("/api/tasks/order:cancel/42").status_code == 403
+        assert http.delete("/api/tasks/order:cancel/42", headers={"X-CSRF-Token": csrf}).status_code == 200
+    finally:
+        http.close()
+
+
+def test_readonly_stops_the_dashboard_not_the_producer(open_readonly, client, r):
+    with open_readonly.client() as http:
+        csrf = http.get("/api/session").json()["csrf"]
+        answer = http.post("/api/tasks", json=TASK, headers={"X-CSRF-Token": csrf})
+        assert answer.status_code == 403 and "read-only" in answer.json()["error"]
+        producer = {"Authorization": f"Bearer {PRODUCER}"}
+        assert http.post("/api/tasks", json=TASK, headers=producer).status_code == 201, "no CSRF for the token"
+        assert http.delete("/api/tasks/order:cancel/42", headers={"X-CSRF-Token": csrf}).status_code == 403
+        assert http.delete("/api/tasks/order:cancel/42", headers=producer).status_code == 200
+        assert http.get("/api/stats", headers=producer).status_code == 403, "still the producer's routes only"
+        assert http.get("/api/stats").status_code == 200, "open on loopback without web_token, as before"
+        assert http.post("/api/tasks", json=TASK, headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_redis_down_answers_503(redis_url):
+    with Web(f"redis://127.0.0.1:{free_port()}/0", DELAYD_PRODUCER_TOKEN=PRODUCER) as web, web.client() as http:
+        answer = http.post("/api/tasks", json=TASK, headers={"Authorization": f"Bearer {PRODUCER}"})
+        assert answer.status_code == 503 and "cannot write to the store" in answer.json()["error"]
+
+
+def test_the_readme_curl_examples_work_as_written(server, client):
+    """README "Over HTTP": its commands run by bash on this server (its port; the module's token in
+    place of the random one the first line makes), each answer as the comments say."""
+    block = (ROOT / "README.md").read_text().partition("## Over HTTP")[2].partition("```sh\n")[2].partition("```")[0]
+    script = "\n".join(line for line in block.splitlines()
+                       if not line.startswith(("export DELAYD_PRODUCER_TOKEN=", "delayd web")))
+    done = subprocess.run(["bash", "-euc", script.replace("127.0.0.1:8470", f"127.0.0.1:{server.port}")],
+                          env={**os.environ, "DELAYD_PRODUCER_TOKEN": PRODUCER}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and not done.stderr, done
+    answers, text, decoder = [], done.stdout.strip(), json.JSONDecoder()
+    while text:
+        answer, end = decoder.raw_decode(text)
+        answers.append(answer)
+        text = text[end:].strip()
+    assert answers[:2] == [{"added": True}, {"added": 2}] and answers[3:] == [{"deleted": True}]
+    assert answers[2]["key"] == "order:cancel:42" and answers[2]["call"] == "delayd.examples:cancel_order"
+    assert client.get("order:cancel", 42) is None and client.get("order:notify", 5).intervals == [0, 30, 60, 150]
