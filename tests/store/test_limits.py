@@ -72,8 +72,10 @@ def test_concurrency_holds_the_rest_back_and_a_finish_releases_the_next_in_due_o
         assert rec["status"] in ("running", "delayed") and rec.get("runs", "0") in ("0", "1")
     [limit] = client.limits()
     assert (limit.concurrency, limit.held, limit.running) == (2, 3, 2)
-    assert sorted(t.key for t in client.list("lim", "delayed")) == sorted(  # listed (ls) while held
-        f"lim:{i}" for i in range(5) if f"lim:{i}" not in {run["member"] for run in runs})
+    waiting = sorted(f"lim:{i}" for i in range(5) if f"lim:{i}" not in {run["member"] for run in runs})
+    assert sorted(t.key for t in client.list("lim", "delayed")) == waiting  # listed (ls) while held
+    assert sorted(row.task.key for row in client.browse("delayed", "lim").rows) == waiting  # and on the dashboard
+    assert {row.task.key for row in client.browse("delayed").rows} >= set(waiting)
     # Nothing more starts while both slots are taken, even after a promote.
     release(store)
     assert claim_all(store) == []
