@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import platform
 import shutil
@@ -323,7 +324,33 @@ def url_figures(runs: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php", "http")  # --only's names
+UNBINDING = {"rate": "1000000/s", "concurrency": 1_000_000}  # a limit that never holds a task back here
+
+
+def limited_claim_us(client: Client, r, limited: bool, calls: int = 50, n: int = 100) -> float:
+    """Redis µs (INFO commandstats: its own CPU) of one claim.lua call taking `n` ready tasks of one topic,
+    with a limit on the topic that does not bind (`limited`) or none."""
+    r.flushall()
+    if limited:
+        client.set_limit("claimed", **UNBINDING)
+    store = client.store
+    client.add_many([{"topic": "claimed", "id": i, "call": NOOP} for i in range(2 * calls * n)])  # (spread)
+    for b in range(store.buckets):
+        while store.promote(b, 1000, 60_000).full:
+            pass
+    r.config_resetstat()
+    made = 0
+    for b in itertools.cycle(range(store.buckets)):
+        if made == calls:
+            break
+        if r.llen(store.keys[b].ready[1]) >= n:
+            store.claim(b, (5, 3, 2), n, 60_000, 60_000)
+            made += 1
+    return r.info("commandstats")["cmdstat_evalsha"]["usec"] / calls
+
+
+PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php", "http",
+         "limits")  # --only's names
 
 
 def parts(text: str) -> set[str]:
@@ -374,6 +401,12 @@ def main() -> None:
         "drain2": ("drain 20,000 due at once, 2 queue processes", "tasks/s", ">= 20,000"),
         "drainio": ("drain 20,000 due at once, handler does one RPUSH on its own connection, 2 queue processes",
                     "tasks/s", ">= 12,000"),
+        "drainfree": ("drain 20,000 due at once, 2 queue processes, no limit (paired with the next)", "tasks/s"),
+        "drainlim": ("… the same with a limit on the topic that never binds (1,000,000/s, concurrency 1,000,000)",
+                     "tasks/s"),
+        "drainlimpct": ("… the limited drain as % of the one without (per run)", "%", ">= 90 %"),
+        "claimfree": ("Redis CPU of one claim.lua call taking 100 ready tasks, no limit", "µs"),
+        "claimlim": ("… the same with that limit on their topic", "µs"),
         "shard1": ("drain 20,000, Redis Cluster with 1 shard, 2 queue processes", "tasks/s"),
         "shard3": ("drain 20,000, Redis Cluster with 3 shards, 2 queue processes", "tasks/s"),
         "p50": ("lateness p50 (start - due)", "ms"),
@@ -442,6 +475,20 @@ def main() -> None:
                     figs["drainio"].add(drain(client, r, call=RPUSH))
                 if r.llen("bench:pushed") < N:
                     raise SystemExit(f"the RPUSH handler pushed {r.llen('bench:pushed')} of {N}")
+                r.flushall()
+                client = Client.from_url(server.url)
+            if want("limits"):  # a limit set on the drained topic but never binding, against none, in turn
+                for limited in ((False, True) if run % 2 == 0 else (True, False)):
+                    print(f"run {run + 1}/{args.runs}: drain, {'a limit set' if limited else 'no limit'}", flush=True)
+                    if limited:
+                        client.set_limit("drain", **UNBINDING)
+                    with Daemon(server.url, work / "statelim", buckets=4, queues=2):
+                        figs["drainlim" if limited else "drainfree"].add(drain(client, r))
+                    r.flushall()
+                    client = Client.from_url(server.url)
+                figs["drainlimpct"].add(100 * figs["drainlim"].values[-1] / figs["drainfree"].values[-1])
+                for limited in (False, True):
+                    figs["claimlim" if limited else "claimfree"].add(limited_claim_us(client, r, limited))
                 r.flushall()
                 client = Client.from_url(server.url)
             for shards in (1, 3) if want("cluster") else ():

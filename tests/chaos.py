@@ -74,6 +74,8 @@ class Settings:
     redis_outage: float = 1.0     # seconds Redis stays down during its restart
     drain_timeout: float = 90.0   # after the chaos, seconds allowed for every task to finish
     seed: int | None = None
+    limit_rate: str | None = None         # a limit on the topic (delayd limit): N/s ...
+    limit_concurrency: int | None = None  # ... and/or runs in flight
 
 
 @dataclass
@@ -151,7 +153,9 @@ class Result:
                 f"renumbered={len(self.renumbered)} "
                 f"duplicate_bound={self.duplicate_bound} queue_kills={self.queue_kills} "
                 f"master_kills={self.master_kills} stops={self.stops} stopped_fenced={self.stopped_fenced} leftovers={len(self.leftovers)} crashes={len(self.crashes)} "
-                f"elapsed_s={self.elapsed:.1f}")
+                f"elapsed_s={self.elapsed:.1f}"
+                + (f" limit_rate={self.settings.limit_rate} limit_concurrency={self.settings.limit_concurrency}"
+                   if self.settings.limit_rate or self.settings.limit_concurrency else ""))
 
 
 def our_processes(state_dir: Path) -> list[psutil.Process]:
@@ -241,6 +245,8 @@ class Chaos:
         try:
             self.server.start()
             self.client = Client.from_url(self.server.url)
+            if self.s.limit_rate or self.s.limit_concurrency:
+                self.client.set_limit(TOPIC, rate=self.s.limit_rate, concurrency=self.s.limit_concurrency)
             self.daemon = self.new_daemon()
             deleted, unconfirmed = self.add_tasks()
             self.say(f"added {self.s.tasks} tasks, deleted {len(deleted)} before their due time")
@@ -544,13 +550,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds over which due times are spread (default: tasks / 1000, at least 10)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the random choices")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, AOF)")
+    parser.add_argument("--limit-rate", metavar="N/s", help="limit the topic's rate (delayd limit --rate)")
+    parser.add_argument("--limit-concurrency", type=int, metavar="K", help="limit its runs in flight")
     parser.add_argument("--quiet", action="store_true", help="print only the summary line")
     args = parser.parse_args(argv)
     for name in [v for v in os.environ if v.startswith("DELAYD_")]:
         del os.environ[name]  # the daemon and client of this run get only what the run sets
     window = args.window if args.window is not None else max(10.0, args.tasks / 1000)
     settings = Settings(tasks=args.tasks, window=window, seed=args.seed,
-                        drain_timeout=max(90.0, args.tasks / 200))
+                        drain_timeout=max(90.0, args.tasks / 200), limit_rate=args.limit_rate,
+                        limit_concurrency=args.limit_concurrency)
     workdir = Path(tempfile.mkdtemp(prefix="delayd-chaos-"))
     say = (lambda m: None) if args.quiet else (lambda m: print(f"[chaos] {m}", file=sys.stderr, flush=True))
     try:

@@ -1,11 +1,14 @@
-"""Verbs that steer when tasks run: `delayd pause TOPIC`, `resume TOPIC`, `run TOPIC ID`."""
+"""Verbs that steer when tasks run: `delayd pause TOPIC`, `resume TOPIC`, `run TOPIC ID`, and the limits
+per topic: `limit TOPIC [--rate N/s] [--concurrency K] | --clear`, `limits`."""
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import Any
 
-from delayd.cli.common import Verb, client_for, emit, fail, task_verb, verb_parser
+from delayd.cli.common import Verb, client_for, emit, fail, int_at_least, task_verb, verb_parser
+from delayd.model.limit import parse_rate
+from delayd.model.task import TaskError
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -38,7 +41,49 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS: dict[str, Verb] = {"pause": cmd_pause, "resume": cmd_resume, "run": cmd_run}
+def cmd_limit(args: argparse.Namespace) -> int:
+    if args.clear == bool(args.rate or args.concurrency):
+        return fail("limit: give --rate and/or --concurrency, or --clear alone", 2)
+    client = client_for(args)
+    if args.clear:
+        had = client.clear_limit(args.topic)
+        emit(args, {"result": "cleared" if had else "none", "topic": args.topic},
+             f"cleared the limit of {args.topic}: its held tasks start now, in due order" if had
+             else f"{args.topic} had no limit")
+        return 0
+    replaced = client.set_limit(args.topic, rate=args.rate, concurrency=args.concurrency)
+    shown = ", ".join(part for part in (args.rate and f"rate {args.rate}",
+                                        args.concurrency and f"concurrency {args.concurrency}") if part)
+    emit(args, {"result": "replaced" if replaced else "set", "topic": args.topic, "rate": args.rate,
+                "concurrency": args.concurrency},
+         f"limited {args.topic} to {shown} across every daemon" + (" (replacing its limit)" if replaced else ""))
+    return 0
+
+
+def cmd_limits(args: argparse.Namespace) -> int:
+    limits = client_for(args).limits()
+    if args.json:
+        emit(args, {"limits": [limit.as_dict() for limit in limits]}, "")
+    elif not limits:
+        print("no limits set")
+    else:
+        print(f"{'TOPIC':<24} {'RATE':>10} {'CONCURRENCY':>11} {'HELD':>8} {'RUNNING':>8}")
+        for limit in limits:
+            print(f"{limit.topic:<24} {limit.rate or '-':>10} {limit.concurrency or '-':>11} {limit.held:>8} "
+                  f"{limit.running if limit.concurrency else '-':>8}")
+    return 0
+
+
+def rate_arg(text: str) -> str:
+    try:
+        parse_rate(text)
+    except TaskError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.replace(" ", "")
+
+
+VERBS: dict[str, Verb] = {"pause": cmd_pause, "resume": cmd_resume, "run": cmd_run, "limit": cmd_limit,
+                          "limits": cmd_limits}
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -48,3 +93,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("topic", help="task type, e.g. order:cancel")
     task_verb(sub, common, "run", "make a delayed task due now (a recurring one then continues on its schedule); "
                      "a running or finished task is an error")
+    p = verb_parser(sub, common, "limit", "limit a topic across every daemon: at most N starts per second, minute "
+                    "or hour, at most K runs in flight; tasks over it wait (not run, not failed)")
+    p.add_argument("topic", help="task type, e.g. payment:refund")
+    p.add_argument("--rate", type=rate_arg, metavar="N/s|N/m|N/h", help="at most N starts per period")
+    p.add_argument("--concurrency", type=int_at_least(1), metavar="K", help="at most K runs in flight")
+    p.add_argument("--clear", action="store_true", help="lift the topic's limit: its held tasks start now")
+    verb_parser(sub, common, "limits", "the limits set, each with the tasks it holds back and its runs in flight")

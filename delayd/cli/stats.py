@@ -23,6 +23,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         parked = stats["parked"]
         print(f"paused   {', '.join(stats['paused'])} "
               f"({parked} due task{'s' if parked != 1 else ''} waiting for resume)")
+    for topic, limit in stats["limits"].items():
+        shown = ", ".join(part for part in (limit["rate"] and f"rate {limit['rate']}",
+                                            limit["concurrency"] and f"concurrency {limit['concurrency']}") if part)
+        print(f"limited  {topic}: {shown} ({limit['held']} held back"
+              + (f", {limit['running']} running" if limit["concurrency"] else "") + ")")
     print(f"due      oldest {fmt_time(stats['oldest_due_at'])} (lag {stats['oldest_due_lag']:.3f} s"
           f"{'' if stats['oldest_due_exact'] else ', per-topic lags approximate'})  "
           f"next {fmt_time(stats['next_due_at'])}")

@@ -2,7 +2,8 @@
 prefix, with bounded work (Client.browse, AsyncClient.browse).
 
 Tasks live in per-bucket indexes (docs/redis-layout.md): `delayed` (due time; a paused
-topic's due tasks in `paused:<topic>`, by due time too), `leases` (lease expiry) and
+topic's due tasks in `paused:<topic>`, those a limit holds back in `limited:<topic>`, by due
+time too), `leases` (lease expiry) and
 `done:<status>` (finish time). A page walks one status's index of
 every bucket with browse.lua, which keeps the members of the wanted topic and id
 prefix and stops after `limit` matches or `budget` entries examined, whichever comes
@@ -60,13 +61,15 @@ def index_key(keys: BucketKeys, status: str) -> str:
 
 def indexes_steps(store: Store, status: str, topic: str) -> Steps[list[str]]:
     """The indexes a status's list walks: one per bucket, and for `delayed` also the parked tasks
-    of each paused topic (`paused:<topic>`, scored by due time like `delayed`): a paused topic's
-    due tasks wait there, and are still delayed."""
+    of each paused topic (`paused:<topic>`, scored by due time like `delayed`) and the tasks a limit
+    holds back (`limited:<topic>`, by due time too): such due tasks wait there, and are still delayed."""
     indexes = [index_key(keys, status) for keys in store.keys]
     if status == "delayed":
-        replies = yield Batch([command("HKEYS", keys.paused) for keys in store.keys])
-        indexes += [keys.parked(paused) for keys, reply in zip(store.keys, replies) if isinstance(reply, list)
-                    for paused in reply if topic in ("", paused)]
+        replies = yield Batch([command("HKEYS", keys.paused) for keys in store.keys]
+                              + [command("ZRANGE", keys.limited, 0, -1) for keys in store.keys])
+        for keys, paused, held in zip(store.keys, replies[:store.buckets], replies[store.buckets:]):
+            indexes += [keys.parked(t) for t in (paused if isinstance(paused, list) else []) if topic in ("", t)]
+            indexes += [keys.held(t) for t in (held if isinstance(held, list) else []) if topic in ("", t)]
     return indexes
 
 

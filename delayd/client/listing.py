@@ -2,8 +2,8 @@
 (delayd.store.steps) for Client.iter_tasks and AsyncClient.iter_tasks.
 
 The walk goes bucket by bucket through each bucket's own indexes (ready lists, the
-delayed zset, parked tasks, leases, the finished zsets), a page of at most PAGE
-members at a time; a member seen twice in a bucket (a ready list may hold a stale
+delayed zset, parked tasks, tasks held back by a limit, leases, the finished zsets), a page of at
+most PAGE members at a time; a member seen twice in a bucket (a ready list may hold a stale
 entry) is listed once. Each page's records are read in one round trip. A corrupt
 record is listed too, as `Read.unreadable` (delayd.model.record), with what is wrong in its
 last_error. `records_steps` is the one read of task records (the dashboard's pages use it too).
@@ -44,6 +44,7 @@ class Walk:
         if self.status in (None, "delayed"):
             sources += [("list", key) for key in (*keys.ready, *keys.ready_url)] + [("zset", keys.delayed)]
             sources += [("zset", keys.parked(topic)) for topic in (yield command("HKEYS", keys.paused))]
+            sources += [("zset", keys.held(topic)) for topic in (yield command("ZRANGE", keys.limited, 0, -1))]
         if self.status in (None, "running"):
             sources.append(("zset", keys.leases))
         return sources + [("zset", keys.done(s)) for s in FINISHED if self.status in (None, s)]

@@ -104,6 +104,9 @@ class Client(BaseClient):
     resume = _sync(BaseClient.resume_steps)
     paused = _sync(BaseClient.paused_steps)
     retry_failed = _sync(BaseClient.retry_failed_steps)
+    set_limit = _sync(BaseClient.set_limit_steps)
+    clear_limit = _sync(BaseClient.clear_limit_steps)
+    limits = _sync(BaseClient.limits_steps)
 
     # -- reading (delayd.client.reads) -------------------------------------------------
     get = _sync(BaseClient.get_steps)

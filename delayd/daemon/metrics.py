@@ -34,6 +34,7 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from delayd.config import Config
 from delayd.log import event
+from delayd.model.limit import per_second
 from delayd.model.task import STATUSES
 from delayd.store import connection
 from delayd.store import stats as stats_mod
@@ -121,9 +122,12 @@ class Collector:
                                    labels=["topic"])
         parked = GaugeMetricFamily("delayd_tasks_parked", "due tasks of a paused topic, waiting for its resume",
                                    labels=["topic"])
+        throttled = GaugeMetricFamily("delayd_tasks_throttled", "due tasks held back by their topic's limit "
+                                      "(delayd limit)", labels=["topic"])
         for topic, t in topics.items():
             paused.add_metric([topic], 1 if t["paused"] else 0)
             parked.add_metric([topic], t["parked"])
+            throttled.add_metric([topic], t["throttled"])
             for status in STATUSES:
                 tasks.add_metric([topic, status], t["counts"][status])
             waiting.add_metric([topic], t["waiting"])
@@ -135,8 +139,14 @@ class Collector:
         overall_lag.add_metric([], stats["oldest_due_lag"])
         quarantined = GaugeMetricFamily("delayd_tasks_quarantined", "records set aside as corrupt")
         quarantined.add_metric([], stats["quarantined"])
-        yield from (buckets, tasks, waiting, ready, overall_lag, lag, quarantined, paused, parked)
+        yield from (buckets, tasks, waiting, ready, overall_lag, lag, quarantined, paused, parked, throttled)
+        yield from limit_families(stats)
 
+        limited = CounterMetricFamily("delayd_runs_limited", "runs held back by their topic's limit before they "
+                                      "started", labels=["topic"])
+        limited_wait = CounterMetricFamily("delayd_limit_wait_seconds", "time runs were held back by their topic's "
+                                           "limit (apart from the lateness, which is the daemon's own)",
+                                           labels=["topic"])
         runs = CounterMetricFamily("delayd_runs", "runs whose outcome was recorded (defer: not sent, the URL's "
                                    "circuit was open; no run counted)", labels=["topic", "outcome"])
         starts = CounterMetricFamily("delayd_runs_started", "runs handed to a worker", labels=["topic"])
@@ -149,9 +159,25 @@ class Collector:
                 runs.add_metric([topic, outcome], events[outcome])
             starts.add_metric([topic], events["started"])
             lapsed.add_metric([topic], events["lapsed"])
+            limited.add_metric([topic], events["limited"])
+            limited_wait.add_metric([topic], events["limited_ms"] / 1000)
             lateness.add_metric([topic], [(_le(b), n) for b, n in stats_mod.histogram(events)],
                                 sum_value=events["lateness_ms"] / 1000)
-        yield from (runs, starts, lapsed, lateness)
+        yield from (runs, starts, lapsed, lateness, limited, limited_wait)
+
+
+def limit_families(stats: dict[str, Any]) -> Iterable[Any]:
+    """The limits set (delayd limit): starts per second and runs in flight allowed, per topic."""
+    rate = GaugeMetricFamily("delayd_limit_rate_per_second", "starts per second a topic's rate limit allows",
+                             labels=["topic"])
+    concurrency = GaugeMetricFamily("delayd_limit_concurrency", "runs in flight a topic's limit allows",
+                                    labels=["topic"])
+    for topic, limit in stats.get("limits", {}).items():
+        if limit["rate"]:
+            rate.add_metric([topic], per_second(limit["rate"]))
+        if limit["concurrency"]:
+            concurrency.add_metric([topic], limit["concurrency"])
+    yield from (rate, concurrency)
 
 
 def _at_metrics(app: Callable[..., Any]) -> Callable[..., Any]:

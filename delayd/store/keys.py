@@ -97,6 +97,17 @@ class BucketKeys:
         return wire(f"{self.paused}:{topic}")
 
     @property
+    def limited(self) -> str:
+        """Zset topic -> when its limit may next let some of the bucket's held tasks start;
+        `limited:<topic>` is the zset of those held tasks (member -> due time)."""
+        return self.tag + "limited"
+
+    def held(self, topic: str) -> str | bytes:
+        """Zset member -> due time of the topic's tasks its limit holds back (a topic read from
+        `limited` may not be UTF-8: sent back as its own bytes)."""
+        return wire(f"{self.limited}:{topic}")
+
+    @property
     def counts(self) -> str:
         """Hash `<state>|<topic>` -> tasks in that state (kept in step by every script)."""
         return self.tag + "counts"
@@ -125,6 +136,12 @@ class BucketKeys:
 def ready_channel(prefix: str) -> str:
     """Published to (with the bucket number) when a bucket made tasks ready."""
     return f"{prefix}ready"
+
+
+def limits_prefix(prefix: str) -> str:
+    """`P{limits}:`: the limits set (`conf`), and per topic its rate state (`tat:<topic>`), runs in
+    flight (`run:<topic>`) and the buckets holding its tasks (`where:<topic>`), in one slot."""
+    return f"{prefix}{{limits}}:"
 
 
 def meta_key(prefix: str) -> str:

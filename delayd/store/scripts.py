@@ -1,5 +1,5 @@
-"""The Lua scripts: `lua/NAME.lua`, each linked with the `_lib.lua` helpers it uses, known by
-SHA, and packed as EVALSHA calls. Sending them is delayd.store.transport's job."""
+"""The Lua scripts: `lua/NAME.lua`, each linked with the `_lib.lua` (and `_limits.lua`) helpers it
+uses, known by SHA, and packed as EVALSHA calls. Sending them is delayd.store.transport's job."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,9 @@ from delayd.store import lua_lib, resp
 class Script:
     """One Lua script from `delayd/store/lua/NAME.lua`."""
 
-    _lib = resources.files(__package__).joinpath("lua/_lib.lua").read_text()
+    # The helpers: _lib.lua, and the limits' helpers after them (_limits.lua), as one lib.
+    _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text()
+                   for name in ("_lib.lua", "_limits.lua"))
 
     def __init__(self, name: str):
         self.name = name
@@ -37,5 +39,5 @@ class Script:
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
-                                           "stats", "register", "pause", "park", "resume", "run_now",
+                                           "stats", "register", "pause", "park", "resume", "run_now", "limit",
                                            "browse")}

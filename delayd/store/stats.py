@@ -10,6 +10,7 @@ import math
 from typing import Any, Iterable
 
 from delayd.model.task import STATUSES, printable
+from delayd.store import limits as limits_mod
 from delayd.store.keys import PRIORITIES
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall, Steps, Stream
@@ -24,9 +25,10 @@ SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due t
 OUTCOMES = ("ok", "failed", "retry", "quarantine")  # of runs made (tasks/s counts these)
 DEFER = "defer"  # a run not made: its URL's circuit was open, the task waits for the probe (no run counted)
 SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome
-# The counters of task states: a delayed task is waiting, ready (per priority) or parked; the
-# other states are the statuses themselves (delayd.model.task.STATUSES).
-STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", *STATUSES[1:])
+# The counters of task states: a delayed task is waiting, ready (per priority), parked or throttled
+# (held back by its topic's limit); the other states are the statuses themselves
+# (delayd.model.task.STATUSES).
+STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "throttled", *STATUSES[1:])
 
 
 def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
@@ -67,7 +69,7 @@ def _new_counts() -> dict[str, int]:
 
 
 def new_events() -> dict[str, int]:
-    return {**dict.fromkeys(SHOWN, 0), "started": 0, "lapsed": 0, "lateness_ms": 0,
+    return {**dict.fromkeys(SHOWN, 0), "started": 0, "lapsed": 0, "lateness_ms": 0, "limited": 0, "limited_ms": 0,
             **{f"le:{b}": 0 for b in (*LATENESS_MS, "inf")}}
 
 
@@ -121,15 +123,16 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
     ready = {str(p): counts[f"ready:{p}"] for p in PRIORITIES}
     finished = sum(recent[o] for o in OUTCOMES)
     return {
-        "counts": {"delayed": counts["waiting"] + sum(ready.values()) + counts["parked"],
+        "counts": {"delayed": counts["waiting"] + sum(ready.values()) + counts["parked"] + counts["throttled"],
                    **{status: counts[status] for status in STATUSES[1:]}},
         "waiting": counts["waiting"],
         "ready": ready,
         "parked": counts["parked"],
+        "throttled": counts["throttled"],
         "oldest_due_at": oldest_due,
         "oldest_due_lag": round(max(0.0, now - oldest_due), 3) if oldest_due is not None else 0.0,
         "runs_last_minute": {**{o: recent[o] for o in SHOWN}, "started": recent["started"],
-                             "lapsed": recent["lapsed"]},
+                             "lapsed": recent["lapsed"], "limited": recent["limited"]},
         "tasks_per_s": round(finished / span_s, 3),
         "lateness": {"p50": quantile(recent, 0.5), "p99": quantile(recent, 0.99), "runs": recent["started"]},
     }
@@ -146,9 +149,12 @@ def bucket_call(store: Store, b: int) -> ScriptCall:
 
 def collect_steps(store: Store) -> Steps[dict[str, Any]]:
     """Counts, lag, throughput and lateness, overall, per topic and per bucket: one stats.lua
-    call per bucket, all in one round trip."""
+    call per bucket, all in one round trip; then the limits set (delayd.store.limits)."""
     answers = yield Stream([bucket_call(store, b) for b in range(store.buckets)], window=None)
-    return summary(answers.replies)
+    stats = summary(answers.replies)
+    stats["limits"] = {limit.topic: {"rate": limit.rate, "concurrency": limit.concurrency, "held": limit.held,
+                                     "running": limit.running} for limit in (yield from limits_mod.read_steps(store))}
+    return stats
 
 
 def collect(redis_client: Any, store: Store) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 
 from delayd.model.record import spec_json
 from delayd.model.task import Task
-from delayd.store.keys import BucketKeys, bucket_of, ready_channel, wire
+from delayd.store.keys import BucketKeys, bucket_of, limits_prefix, ready_channel, wire
 from delayd.store.replies import (
     CLAIMED_FIELDS,
     FINISH_FIELDS,
@@ -24,7 +24,7 @@ from delayd.store.replies import (
 )
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall, Steps, Stream
-from delayd.store.transport import Transport
+from delayd.store.transport import Transport, is_cluster
 
 # Parked tasks moved back per resume.lua call (a few ms of Redis time each, whatever the backlog).
 RESUME_BATCH = 1000
@@ -48,6 +48,9 @@ class Store:
         self.buckets = buckets
         self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
         self._add_starts: dict[tuple[int, bool], tuple[list[str], list[Any], Any]] = {}
+        # The daemon's scripts read limits on a single Redis only ('': Redis Cluster, none; see
+        # docs/redis-layout.md, "Limits").
+        self.limits = "" if is_cluster(redis_client) else limits_prefix(prefix)
 
     @cached_property
     def transport(self) -> Transport:
@@ -172,8 +175,10 @@ class Store:
         moved, reaped, next_due, next_lease, clock_us, full = self.transport.call(ScriptCall(
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
-             keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url],
-            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix],
+             keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
+             keys.limited],
+            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix,
+             self.limits],
         ))
         return Promoted(moved, reaped, next_due, next_lease, clock_us, bool(full))
 
@@ -184,9 +189,10 @@ class Store:
         keys = self.keys[bucket]
         return ScriptCall(SCRIPTS["claim"],
                           [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
-                           keys.done("failed"), keys.quarantine],
+                           keys.done("failed"), keys.quarantine, keys.limited],
                           [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix,
-                           retention_ms])
+                           retention_ms, self.limits, bucket, ready_channel(self.prefix),
+                           f"u{bucket}" if url else bucket])
 
     @staticmethod
     def claimed(reply: list[Any]) -> Claimed:
@@ -201,7 +207,8 @@ class Store:
 
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]
-        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept]
+        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept,
+                           self.limits]
         for entry in results:
             member, claim, outcome, gap_ms, error, next_due, wait_ms, attempt = (
                 entry if len(entry) == FINISH_FIELDS else Finish(*entry))
@@ -222,7 +229,7 @@ class Store:
 
     def renew_call(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> ScriptCall:
         keys = self.keys[bucket]
-        args: list[Any] = [keys.task_prefix, lease_ms]
+        args: list[Any] = [keys.task_prefix, lease_ms, self.limits]
         for member, claim in runs:
             args += [wire(member), claim]
         return ScriptCall(SCRIPTS["renew"], [keys.leases], args)

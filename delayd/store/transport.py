@@ -27,6 +27,11 @@ from delayd.store.steps import Batch, Command, Request, ScriptCall, Steps, Strea
 T = TypeVar("T")
 
 
+def is_cluster(client: Any) -> bool:
+    """Whether `client` (redis-py, sync or asyncio) talks to a Redis Cluster."""
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
+
+
 class Transport:
     """Runs steps and sends requests on a redis-py client. `hold`: single script calls go on a
     connection kept aside (a plain client only; see delayd.store.held)."""

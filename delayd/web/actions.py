@@ -9,7 +9,7 @@ from typing import Any
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.browse import BadCursor
-from delayd.client.errors import Overtaken
+from delayd.client.errors import DelaydError, Overtaken
 from delayd.model.task import TaskError
 
 
@@ -63,3 +63,26 @@ async def retry_failed(client: AsyncClient, topic: str, cursor: str | None = Non
     return {"result": "retrying", "retried": retried, "failed_left": left, "cursor": done.cursor,
             "message": f"{retried} failed task{'s' if retried != 1 else ''} of {topic} will run again now"
                        + (f"; {left} failed left" if left else "")}
+
+
+async def limit_action(client: AsyncClient, topic: str, form: dict[str, str]) -> dict[str, Any]:
+    """POST /api/limits/<topic>: set its limit (`rate` N/s|N/m|N/h and/or `concurrency` K) or, with
+    `clear`, lift it (delayd limit)."""
+    try:
+        if form.get("clear"):
+            had = await client.clear_limit(topic)
+            return {"result": "cleared" if had else "none",
+                    "message": f"limit of {topic} cleared: its held tasks start now" if had
+                    else f"{topic} had no limit"}
+        concurrency = form.get("concurrency") or None
+        if concurrency is not None:
+            if not concurrency.isdigit():
+                raise TaskError(f"concurrency must be a whole number, got {concurrency!r}")
+            concurrency = int(concurrency)
+        await client.set_limit(topic, rate=form.get("rate") or None, concurrency=concurrency)
+    except TaskError as exc:
+        raise ActionError(400, str(exc)) from None
+    except DelaydError as exc:
+        raise ActionError(409, str(exc)) from None
+    return {"result": "set", "message": f"{topic} limited to "
+            + ", ".join(f"{name} {form[name]}" for name in ("rate", "concurrency") if form.get(name))}

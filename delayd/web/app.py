@@ -115,6 +115,7 @@ class Dashboard:
             Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST", "DELETE"]),
             Route("/api/schedules", guarded(self.api_schedules)),
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
+            Route("/api/limits/{rest:path}", guarded(self.api_limit), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ], lifespan=self.lifespan)
         self.app.add_middleware(_Headers)
@@ -314,6 +315,15 @@ class Dashboard:
             return self.refuse(request, 404, "use POST /api/topics/TOPIC/{pause,resume,retry-failed}")
         cursor = request.query_params.get("cursor") or request.state.form.get("cursor")
         return await self.act(request, actions.topic_action, self.client, *parts, cursor=cursor)
+
+    async def api_limit(self, request: Request, who: Identity) -> Response:
+        form = {**request.query_params, **request.state.form}
+        parts = segments(request, "/api/limits/")
+        topic = parts[0] or form.get("topic", "")  # (the overview's form names the topic in a field)
+        if len(parts) != 1 or not topic:
+            return self.refuse(request, 404,
+                               "use POST /api/limits/TOPIC with rate=N/s and/or concurrency=K, or clear=1")
+        return await self.act(request, actions.limit_action, self.client, topic, form)
 
     async def act(self, request: Request, action: Callable[..., Awaitable[dict[str, Any]]], *args: Any,
                   **kwargs: Any) -> Response:

@@ -78,7 +78,7 @@ def test_stats_json_matches_a_known_workload(redis_url, r, client, daemon_factor
     assert stats["counts"] == {"delayed": 4, "running": 0, "ok": 37, "failed": 5, "deleted": 2}
     assert stats["waiting"] == 4 and stats["ready"] == {"3": 0, "2": 0, "1": 0} and stats["quarantined"] == 0
     assert stats["runs_last_minute"] == {"ok": 37, "failed": 5, "retry": 4, "quarantine": 0, "defer": 0,
-                                         "started": 46, "lapsed": 0}
+                                         "started": 46, "lapsed": 0, "limited": 0}
     assert stats["tasks_per_s"] == pytest.approx(46 / stats["window_s"], abs=0.001)
     assert stats["oldest_due_lag"] == 0.0 and stats["oldest_due_at"] is None and stats["oldest_due_exact"]
     assert stats["next_due_at"] > stats["time"] + 3500

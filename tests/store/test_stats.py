@@ -176,7 +176,7 @@ def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
     stats = client.stats()
     late, now = stats["topics"]["late"], stats["topics"]["now"]
     assert late["runs_last_minute"] == {"ok": 2, "failed": 0, "retry": 0, "quarantine": 0, "defer": 0,
-                                        "started": 2, "lapsed": 0}
+                                        "started": 2, "lapsed": 0, "limited": 0}
     assert now["runs_last_minute"]["retry"] == 1 and now["counts"]["delayed"] == 1
     assert 2.5 <= late["lateness"]["p50"] <= 5 and late["lateness"]["runs"] == 2
     assert now["lateness"]["p99"] < 2.5  # started at once, far from the 3 s of the late ones

@@ -1,7 +1,8 @@
 -- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
--- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine
+-- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited
 -- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
---       window-key prefix, retention (ms)
+--       window-key prefix, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
+--       bucket id, ready channel, its message for these lists ('N' or 'uN')
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -10,6 +11,14 @@
 -- neither 0 nor 1, a status other than delayed, a member that is not topic:id) is
 -- quarantined. Fields it only passes on (spec, due, created, ...) are checked by
 -- the worker, which quarantines the task through finish.
+-- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
+-- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
+-- start and slot for it then): else
+-- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
+-- and the topic's entry in `limited` says when promote should look at it again. The pops go on
+-- past held tasks until n are taken or the lists are empty (at most HOLD_MAX, 200, held per call; then
+-- the bucket is announced ready again). A released task's wait for its limit is counted apart
+-- (`limited`, `limited_ms`) from its lateness, which keeps only the daemon's own delay.
 -- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
 --          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
 local now = now_ms()
@@ -20,6 +29,38 @@ local out = {now}
 local taken = 0
 local lease_head = on('zset', 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
+local HOLD_MAX = 200  -- (a hold costs Redis about what a claim does: a call stays as short as a claim of 200)
+local lp, bucket = ARGV[10], ARGV[11]
+local limits = limits_of(lp)
+local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
+
+-- Start a task of limited topic `topic` (record `r`) now? Takes the start from its gate if so.
+local function admitted(topic, member, r)
+  local g = gates[topic]
+  if not g then
+    g = gate(lp, topic, limits[topic], now_us())
+    g.waiting = redis.call('EXISTS', held_key(KEYS[9], topic)) == 1
+    gates[topic] = g
+  end
+  if r[13] then return gate_claim_released(g, member, now + lease) end
+  if g.waiting then return false end  -- earlier ones are held: after them
+  return gate_take(g, member, now + lease)
+end
+
+-- Hold a ready task back: out of the ready count, into its topic's held set at its due time.
+local function hold(topic, member, task_key, r)
+  if r[12] then  -- held before: its first hold counts (a release that lost its start is forgotten)
+    redis.call('HSET', task_key, 'queued', '0')
+    if r[13] then redis.call('HDEL', task_key, 'released') end
+  else
+    redis.call('HSET', task_key, 'queued', '0', 'held', now)
+  end
+  count_ready(r[9], topic, -1)
+  zadd_counted(held_key(KEYS[9], topic), int_of(r[6]) or now, member, 'throttled', topic)
+  holding[topic] = (holding[topic] or 0) + 1
+  held = held + 1
+  gates[topic].waiting = true
+end
 
 -- Why the record `r` of a popped entry cannot be claimed, or nil.
 local function defect(r, task_key, member)
@@ -39,7 +80,7 @@ local function take(list, want)
   for _, member in ipairs(members) do
     local task_key = prefix .. member
     local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-      'due', 'created', 'error', 'priority', 'status', 'first')
+      'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released')
     -- Entries whose task was deleted, replaced or already claimed are stale
     -- (queued is 0 or missing): skipped.
     if not r or (r[1] and r[1] ~= '0') then
@@ -48,6 +89,8 @@ local function take(list, want)
       if reason then
         if r and r[1] == '1' then count_ready(r[9], topic, -1) end
         quarantine(aside, task_key, member, reason)
+      elseif limits and limits[topic] and not admitted(topic, member, r) then
+        hold(topic, member, task_key, r)
       else
         local claim = claim_token(r[4], r[7]) + 1
         local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
@@ -56,7 +99,15 @@ local function take(list, want)
           'claim', claim, 'runs', runs, 'last_run', now)
         count_ready(r[9], topic, -1)
         batch_add(leased, KEYS[4], topic, member, now + lease)
-        tally_lateness(topic, now - (int_of(r[6]) or now))
+        local late = now - (int_of(r[6]) or now)
+        if r[12] then  -- held back by its limit: from its hold to its release (or now) is the limit's
+          local waited = math.max(0, math.min(now, int_of(r[13]) or now) - (int_of(r[12]) or now))
+          late = late - waited
+          tally('limited', topic)
+          tally('limited_ms', topic, waited)
+          redis.call('HDEL', task_key, 'held', 'released')
+        end
+        tally_lateness(topic, late)
         for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '',
                             r[9] or DEFAULT_PRIORITY, r[11] or ''}) do
           out[#out + 1] = v
@@ -68,8 +119,24 @@ local function take(list, want)
 end
 
 for p = 1, 3 do take(KEYS[p], math.min(quota[p], n - taken)) end
-for p = 1, 3 do take(KEYS[p], n - taken) end
+repeat
+  local before = held
+  for p = 1, 3 do take(KEYS[p], n - taken) end
+until held == before or taken >= n or held >= HOLD_MAX
 flush_counted(leased, {[KEYS[4]] = 'running'}, 1)
+for _, g in pairs(gates) do gate_close(g) end
+if held > 0 then
+  -- The topic's entry in `limited`: when its limit next lets them start (earlier only), and a
+  -- wake for the bucket process when that moved.
+  local soonest = nil
+  for topic, count in pairs(holding) do
+    local at = gate_next(gates[topic], count)
+    if on('zset', 'ZADD', KEYS[9], 'LT', 'CH', at, topic) == 1 then soonest = math.min(soonest or at, at) end
+    redis.pcall('SADD', lp .. 'where:' .. topic, bucket)
+  end
+  if soonest then redis.call('PUBLISH', ARGV[7], soonest) end
+  if held >= HOLD_MAX then redis.call('PUBLISH', ARGV[12], ARGV[13]) end
+end
 
 -- The bucket process sleeps until its next due time or lease expiry; tell it
 -- when this claim made a lease the earliest one.

@@ -1,7 +1,8 @@
 -- finish: record the outcome of a batch of runs of one bucket.
 -- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring
 -- ARGV: task-key prefix, retention (ms), wake channel, window-key prefix,
---       attempts kept (the delivery log's length), then per run 8 values:
+--       attempts kept (the delivery log's length), limits prefix (P{limits}:, or '' on Redis
+--       Cluster), then per run 8 values:
 --       member, claim token, outcome ('ok'|'failed'|'retry'|'quarantine'|'defer'),
 --       gap (ms, for retry), last error ('' clears it; the reason, for quarantine),
 --       next due (ms; 'end' for a recurring task's last run; or ''),
@@ -16,6 +17,8 @@
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted), or
 -- whose record is no longer a hash, changes nothing. Returns one 1 (applied) or
 -- 0 (stale) per run.
+-- A run of a topic with a concurrency limit gives its slot back (free_slots wakes the buckets
+-- holding the topic's tasks).
 -- Each run's record gets one HSET of every field it changes; the bucket process is
 -- woken once per batch, if a run went back to `delayed` ahead of its head.
 local now = now_ms()
@@ -57,7 +60,11 @@ local function requeue(member, topic, due, fields)
   fields[#fields + 1] = due
 end
 
-for i = 6, #ARGV, 8 do
+local lp = ARGV[6]
+local limits = limits_of(lp)
+local freed = nil  -- topic -> members whose slot this call frees
+
+for i = 7, #ARGV, 8 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
   local task_key = prefix .. member
@@ -67,6 +74,11 @@ for i = 6, #ARGV, 8 do
     local not_before = now + wait
     local fields = {}
     batch_add(unleased, KEYS[2], topic, member)
+    if limits and limits[topic] and limits[topic].slots > 0 then
+      freed = freed or {}
+      freed[topic] = freed[topic] or {}
+      table.insert(freed[topic], member)
+    end
     tally(outcome, topic)
     if outcome == 'defer' then
       local runs = (int_of(r[5]) or 1) - 1
@@ -114,6 +126,7 @@ for i = 6, #ARGV, 8 do
   end
 end
 flush_counted(unleased, {[KEYS[2]] = 'running'}, -1)
+if freed then free_slots(lp, freed, now) end
 flush_counted(indexed, index_states, 1)
 if earliest < (head_due or math.huge) then redis.call('PUBLISH', channel, earliest) end
 flush_stats(KEYS[6], KEYS[7], ARGV[4], now)

@@ -1,13 +1,19 @@
 -- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
---       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1
+--       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
---       window-key prefix
+--       window-key prefix, limits prefix (P{limits}:, or '' on Redis Cluster)
+-- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
+-- as many as the limit lets start now, earliest due first, to the front of their ready lists
+-- (all of them, a batch at a time, when the topic has no limit any more), their starts and slots
+-- taken for them (so that buckets releasing at the same time never release more than the limit).
+-- A lapsed lease of a limited topic frees its slot (free_slots).
 -- A member whose record is missing or corrupt (not a hash, a status or priority it
 -- cannot have there) is quarantined: set aside as a failed task with the reason.
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
 --          Redis's clock (µs), 1 if a batch was full (call again at once) else 0}
+--          (next due: the earlier of the head of `delayed` and of `limited`)
 local clock = now_us()
 local now = math.floor(clock / 1000)
 local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -101,6 +107,61 @@ end
 for _, list in ipairs({KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15]}) do
   if pushes[list] then on('list', 'RPUSH', list, unpack(pushes[list])) end
 end
+
+-- Held tasks whose limit may let them start: the earliest the limit lets through go to the front
+-- of their ready lists (LPUSH of the batch in reverse: the earliest first), marked `released`.
+-- A held entry whose record is no longer that held task (deleted, replaced, run meanwhile) is
+-- dropped. An entry for a topic that holds nothing here any more leaves `limited` and `where`.
+local lp = ARGV[7]
+local limited = on('zset', 'ZRANGEBYSCORE', KEYS[16], '-inf', now, 'LIMIT', 0, limit)
+local limits = #limited > 0 and limits_of(lp) or nil
+local fronts, full_held = {}, false
+for _, topic in ipairs(limited) do
+  local held = held_key(KEYS[16], topic)
+  expect('zset', held)
+  local l = limits and limits[topic]
+  local g = l and gate(lp, topic, l, clock)
+  local room = math.min(limit, g and gate_room(g) or limit)
+  local stale = false
+  if room > 0 then
+    local members = redis.call('ZRANGE', held, 0, room - 1, 'WITHSCORES')
+    for i = 1, #members, 2 do
+      local member = members[i]
+      local task_key = prefix .. member
+      local r = read_record(task_key, 'status', 'queued', 'held', 'priority', 'url')
+      zrem_counted(held, member, 'throttled', topic)
+      if not (r and r[1] == 'delayed' and r[2] ~= '1' and r[3]) then
+        stale = true
+      elseif parks(topic, tonumber(members[i + 1]) or now) then
+        redis.call('HDEL', task_key, 'held')
+        zadd_counted(paused[topic].key, members[i + 1], member, 'parked', topic)
+      elseif not ready[r[4] or DEFAULT_PRIORITY] then
+        quarantine(aside, task_key, member, 'record with a bad priority')
+      else
+        redis.call('HSET', task_key, 'queued', '1', 'released', now)
+        local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
+        fronts[list] = fronts[list] or {}
+        table.insert(fronts[list], 1, member)
+        kinds[kind] = true
+        count_ready(r[4], topic, 1)
+        moved = moved + 1
+        if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
+      end
+    end
+  end
+  if g then gate_close(g) end
+  local left = redis.call('ZCARD', held)
+  if left == 0 then
+    redis.call('ZREM', KEYS[16], topic)
+    if lp ~= '' then redis.pcall('SREM', lp .. 'where:' .. topic, ARGV[5]) end
+  elseif not g or stale then
+    redis.call('ZADD', KEYS[16], now, topic)  -- no limit any more, or stale entries: again at once
+    full_held = full_held or not g
+  else
+    redis.call('ZADD', KEYS[16], gate_next(g, left), topic)
+  end
+end
+for list, members in pairs(fronts) do on('list', 'LPUSH', list, unpack(members)) end
 if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 local never = timeless(KEYS[1])
 for i = 1, #never, 2 do
@@ -114,6 +175,7 @@ end
 -- A lease of a task that finished meanwhile is simply dropped.
 local finished = {ok = true, failed = true, deleted = true}
 local reaped = 0
+local freed = nil  -- lapsed runs of topics with a concurrency limit: topic -> members
 local lapsed = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 local endless = timeless(KEYS[2])  -- a lease that would never lapse: as lapsed now
 for i = 1, #endless, 2 do lapsed[#lapsed + 1] = endless[i] end
@@ -122,6 +184,11 @@ for _, member in ipairs(lapsed) do
   local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
   local topic = topic_of(member)
   count('running', topic, -1)
+  if lp ~= '' then
+    freed = freed or {}
+    freed[topic] = freed[topic] or {}
+    table.insert(freed[topic], member)
+  end
   if not (r and finished[r[1]]) then
     local reason = defect(r, task_key, 'leased', 'running')
     local token = r and claim_token(r[3], r[4]) + 1
@@ -144,6 +211,13 @@ for _, member in ipairs(lapsed) do
   end
 end
 if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
+if freed then
+  local set = limits_of(lp)
+  for topic in pairs(freed) do
+    if not (set and set[topic] and set[topic].slots > 0) then freed[topic] = nil end
+  end
+  free_slots(lp, freed, now)
+end
 
 -- Finished-task indexes keep only what is inside the retention period (the
 -- records themselves expire on their own with PEXPIRE). The quarantine hash
@@ -165,6 +239,9 @@ flush_stats(KEYS[10], KEYS[11], ARGV[6], now)
 for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
+local next_due = tonumber(head[2] or -1)
+if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
 local full = 0
-if #due == limit or #lapsed == limit then full = 1 end
-return {moved, reaped, tonumber(head[2] or -1), tonumber(lease[2] or -1), clock, full}
+if #due == limit or #lapsed == limit or full_held then full = 1 end
+return {moved, reaped, next_due, tonumber(lease[2] or -1), clock, full}

@@ -1,16 +1,22 @@
 -- renew: extend the leases of runs still in progress.
 -- KEYS: leases
--- ARGV: task-key prefix, lease (ms), then per run: member, claim token
+-- ARGV: task-key prefix, lease (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
+--       then per run: member, claim token
+-- A run of a topic with a concurrency limit holds its slot as long as its lease: renewed with it.
 -- Returns one 1 (renewed) or 0 (lost: the run was fenced off) per run.
 local now = now_ms()
-local prefix, lease = ARGV[1], tonumber(ARGV[2])
+local prefix, lease, lp = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local limits = limits_of(lp)
 expect('zset', KEYS[1])
 local renewed = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local member, claim = ARGV[i], ARGV[i + 1]
   local r = read_record(prefix .. member, 'claim', 'status')
   if r and r[1] == claim and r[2] == 'running' and redis.call('ZSCORE', KEYS[1], member) then
     redis.call('ZADD', KEYS[1], 'XX', now + lease, member)
+    local l = limits and limits[topic_of(member)]
+    -- (not XX: a run renewed after its lease expired, before promote reaped it, takes its slot back)
+    if l and l.slots > 0 then redis.pcall('ZADD', lp .. 'run:' .. topic_of(member), now + lease, member) end
     renewed[#renewed + 1] = 1
   else
     renewed[#renewed + 1] = 0
