@@ -33,6 +33,7 @@ from delayd.config import Config
 from delayd.model.task import Task
 from delayd.targets.handlers import Outcome, Runner, clip, describe_exception
 from delayd.targets.url import answer, guard, proxy, request, signing
+from delayd.targets.url.health import Health
 from delayd.targets.url.hosts import Hosts
 
 GRACE = 5.0  # seconds past a request's own deadline before the queue gives up on it (a backstop)
@@ -63,6 +64,7 @@ class Engine:
                            for name, secrets in config.url_signing_keys}
         self.hosts = Hosts(int(config.url_host_concurrency), int(config.url_breaker_failures),
                            float(config.url_breaker_cooldown))
+        self.health = Health()  # each request's outcome per host, until the queue reports it (delayd hosts)
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, config.concurrency), thread_name_prefix="url-callback"))
@@ -163,6 +165,7 @@ class Engine:
             outcome, reachable = await self._request(task)
         finally:
             self.hosts.release(host, reachable)
+        self.health.record(host, outcome.kind == "ok", outcome.error, self.hosts.open_for(host))
         callback_error = ""
         if outcome.kind == "ok" and task.callback and self.runner is not None:
             callback_error = await asyncio.to_thread(self.runner.run_callback, task)
