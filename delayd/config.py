@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from delayd.model.task import DEFAULT_RETRIES, MAX_RETRIES
+from delayd.model.task import DEFAULT_RETRIES, MAX_RETRIES, TaskError, check_key_name
 
 MAX_BUCKETS = 1024  # the most buckets a store may have (each is a set of keys and a bucket process)
 MAX_PARAMS = 960 * 1024  # the most params_limit may be: a task's spec, params and the rest, stays under 1 MiB
@@ -35,23 +35,52 @@ WHSEC_PREFIX = "whsec_"
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
-def signing_key(secret: str) -> bytes:
+def signing_key(secret: str, what: str = "url_signing_secret") -> bytes:
     """The HMAC key of a url_signing_secret, read exactly as the standardwebhooks libraries read it
     (an optional `whsec_` prefix, then base64, padding optional), so that a receiver verifies with
     the very string the daemon was given. Unlike them, text that is not base64 is refused (they
-    would silently drop the characters outside the alphabet): ConfigError, never quoting the secret."""
+    would silently drop the characters outside the alphabet): ConfigError naming `what`, never
+    quoting the secret."""
     text = secret[len(WHSEC_PREFIX):] if secret.startswith(WHSEC_PREFIX) else secret
     if not _BASE64.fullmatch(text):
-        raise ConfigError("url_signing_secret must be base64 (optionally prefixed whsec_), "
-                          "as Standard Webhooks secrets are")
+        raise ConfigError(f"{what} must be base64 (optionally prefixed whsec_), as Standard Webhooks secrets are")
     try:
         key = base64.b64decode(text + "==")  # as the libraries do: padding may be left out
     except (binascii.Error, ValueError):
-        raise ConfigError("url_signing_secret is not valid base64") from None
+        raise ConfigError(f"{what} is not valid base64") from None
     if not key:
-        raise ConfigError("url_signing_secret decodes to no bytes")
+        raise ConfigError(f"{what} decodes to no bytes")
     return key
 
+
+def signing_keys(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """url_signing_keys as (name, (secret, ...)) pairs, newest secret first: from the file's table
+    (`name = "secret"` or `name = ["new", "old"]`) or the variable's `name=secret[ secret…],name=secret`.
+    Names follow the task field's rule (delayd.model.task.check_key_name); every secret is checked
+    as url_signing_secret is. ConfigError names the key, never a secret."""
+    if isinstance(value, str):
+        pairs = [entry.strip().partition("=") for entry in value.split(",") if entry.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise ConfigError("url_signing_keys must be name=secret[ secret…],name=secret")
+        items = [(name.strip(), secrets.split()) for name, _, secrets in pairs]
+    elif isinstance(value, dict):
+        items = [(name, [secrets] if isinstance(secrets, str) else secrets) for name, secrets in value.items()]
+    else:
+        raise ConfigError("url_signing_keys must be a table of name = secret or [secrets, newest first]")
+    keys: dict[str, tuple[str, ...]] = {}
+    for name, secrets in items:
+        try:
+            check_key_name(name)
+        except TaskError as exc:
+            raise ConfigError(f"url_signing_keys: {exc}") from None
+        if name in keys:
+            raise ConfigError(f"url_signing_keys: key {name!r} is given twice")
+        if not isinstance(secrets, list) or not secrets or not all(isinstance(s, str) for s in secrets):
+            raise ConfigError(f"url_signing_keys: key {name!r} needs a secret or a list of secrets")
+        for n, secret in enumerate(secrets, 1):
+            signing_key(secret, f"url_signing_keys: secret {n} of key {name!r}")
+        keys[name] = tuple(secrets)
+    return tuple(keys.items())
 
 
 def option(default: Any, help: str, **kwargs: Any) -> Any:
@@ -94,6 +123,8 @@ class Config:
     url_retry_after_max: float = option(3600.0, "cap on a 429/503 answer's Retry-After (seconds)")
     url_signing_secret: str = option("", "Standard Webhooks secret (base64, whsec_ optional); unset: "
                                          "requests are not signed", repr=False)
+    url_signing_keys: tuple = option((), "named Standard Webhooks keys a url task picks with signing_key: "
+                                         "name=secret[ secret…],… (newest first; all sign)", repr=False)
     url_deny_private: bool = option(False, "refuse URLs resolving to loopback/private/link-local addresses")
     attempts_kept: int = option(10, "runs kept in a task's delivery log (get: attempts)")
     graceful_timeout: float = option(30.0, "seconds a stop waits for tasks in hand")
@@ -240,7 +271,7 @@ NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
           "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
-SECRETS = frozenset({"url_signing_secret", "web_token", "producer_token"})  # never quoted in an error
+SECRETS = frozenset({"url_signing_secret", "url_signing_keys", "web_token", "producer_token"})  # never quoted in an error
 LIST_SEPARATORS = {"pythonpath": ":"}  # how a variable spells a list; the others are comma-separated
 
 
@@ -296,6 +327,8 @@ def unknown_variables(env: Mapping[str, str]) -> tuple[str, ...]:
 def _coerce(name: str, value: Any, origin: str) -> Any:
     kind = _TYPES[name]
     try:
+        if name == "url_signing_keys":
+            return signing_keys(value)
         if kind == "tuple":
             if isinstance(value, str):
                 value = [v.strip() for v in value.split(LIST_SEPARATORS.get(name, ",")) if v.strip()]
@@ -324,6 +357,8 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if not isinstance(value, str):
                 raise TypeError("a string is expected")
             return (value or None) if kind == "str | None" else value
+    except ConfigError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
     except (TypeError, ValueError) as exc:
         shown = "(hidden)" if name in SECRETS else repr(value)
         raise ConfigError(f"{origin}: {name} = {shown} is not valid ({exc})") from None

@@ -1,11 +1,12 @@
-"""`delayd stats`: counts, lag, tasks/s and lateness, per topic and overall, as a table or JSON."""
+"""`delayd stats`: counts, lag, tasks/s and lateness, per topic and overall, as a table or JSON; `delayd
+hosts`: the health of the URL hosts delivered to in the last day."""
 from __future__ import annotations
 
 import argparse
 import json
 from typing import Any
 
-from delayd.cli.common import Verb, client_for, fmt_ms, verb_parser
+from delayd.cli.common import Verb, client_for, fmt_ms, positive_int, verb_parser
 from delayd.model.clock import local_time as fmt_time
 
 
@@ -54,7 +55,24 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS: dict[str, Verb] = {"stats": cmd_stats}
+def cmd_hosts(args: argparse.Namespace) -> int:
+    found = client_for(args).hosts(args.limit)
+    if args.json:
+        for host in found:
+            print(json.dumps(host.to_dict(), separators=(",", ":")))
+        return 0
+    if not found:
+        print("no URL host delivered to in the last day")
+        return 0
+    width = max(20, *(len(h.host) for h in found))
+    print(f"{'HOST':{width}} {'SENT_1H':>8} {'FAILED_1H':>9} {'BREAKER':>8}  FAILING SINCE / LAST ERROR")
+    for h in found:
+        state = "ok" if h.failing_since is None else f"failing since {fmt_time(h.failing_since)}: {h.last_error}"
+        print(f"{h.host:{width}} {h.deliveries:>8} {h.failures:>9} {h.breaker:>8}  {state}")
+    return 0
+
+
+VERBS: dict[str, Verb] = {"stats": cmd_stats, "hosts": cmd_hosts}
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -63,3 +81,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                 "ok/failed/deleted (retained), the oldest due lag, runs and tasks/s over the "
                 "last minute (defer: URL runs not sent because the host's circuit was open), and the lateness (start minus due) p50/p99 of those runs. "
                 "Read from counters in Redis that every daemon keeps, so any host sees all.")
+    p = verb_parser(sub, common, "hosts", "health of the URL hosts delivered to in the last day",
+                    "Per scheme://host:port that a URL task was sent to in the last day, by every daemon "
+                    "sharing the store: requests sent and failed over the last hour, the circuit breaker "
+                    "(open: nothing is sent until its probe), since when it has been failing (every request "
+                    "since its last success failed) and the last error; failing hosts first.")
+    p.add_argument("--limit", type=positive_int, default=1000, metavar="N",
+                   help="at most N hosts, the most recently seen (default 1000)")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from delayd.client.sync_client import Client
 
 ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",
-              "params", "method", "body", "timeout", "callback")
+              "params", "method", "body", "timeout", "callback", "signing_key")
 
 
 def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
@@ -111,7 +111,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     fields = dict(call=args.call, url=args.url, push=args.push, params=params, intervals=args.intervals,
                   persistent=not args.once, priority=args.priority, callback=args.callback,
                   method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at,
-                  every=args.every, cron=args.cron, tz=args.tz, retries=args.retries)
+                  every=args.every, cron=args.cron, tz=args.tz, retries=args.retries, signing_key=args.signing_key)
     client = client_for(args)
     written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
     task = client.get(args.topic, args.id)
@@ -247,6 +247,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--body", choices=("form", "json"), help="how a POST sends params (default form)")
     p.add_argument("--timeout", type=float, metavar="S", help="per-run timeout of a url task")
     p.add_argument("--callback", metavar="MOD:FUNC", help="function called once after success")
+    p.add_argument("--signing-key", metavar="NAME", help="the url_signing_keys entry that signs a url task's "
+                                                         "requests (default: url_signing_secret)")
     p.add_argument("--nx", action="store_true", help="only add if the task does not exist")
 
     task_verb(sub, common, "get", "show a task")

@@ -113,4 +113,5 @@ class AsyncClient(BaseClient):
     browse = _awaitable(BaseClient.browse_steps)
     schedules = _awaitable(BaseClient.schedules_steps)
     last_hour = _awaitable(BaseClient.last_hour_steps)
+    hosts = _awaitable(BaseClient.hosts_steps)
     topics = _awaitable(BaseClient.topics_steps)

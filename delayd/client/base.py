@@ -33,7 +33,8 @@ from delayd.store.steps import Steps, Stream, command
 from delayd.store.transitions import Store
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
-                         "priority", "callback", "timeout", "every", "cron", "tz", "retries"})  # add()'s keywords but delay/at
+                         "priority", "callback", "timeout", "every", "cron", "tz", "retries",
+                         "signing_key"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
 RETRY_BATCH = 200  # failed tasks put back per retry_failed step
 ADD_BATCH = 200  # tasks per add.lua call: one call holds Redis for a few ms at most
@@ -130,6 +131,8 @@ class BaseClient(Reads, LimitSteps):
         if allowed_modules is None and "allowed_modules" in cfg.explicit:
             allowed_modules = cfg.allowed_modules
         self.allowed_modules = tuple(allowed_modules) if allowed_modules is not None else None
+        # The signing keys' names, when this client knows them (configured): an unknown one is refused at add.
+        self.key_names = {name for name, _ in cfg.url_signing_keys} if "url_signing_keys" in cfg.explicit else None
         self.redis = self.connect(self.url)
         self._store: Store | None = None
         self._durable_plan: tuple[float, tuple[Any, Any]] | None = None  # (until, (INFO, appendfsync)): durable_steps
@@ -163,6 +166,9 @@ class BaseClient(Reads, LimitSteps):
                     raise TaskError(f"{target} is not in the allowed modules "
                                     f"({', '.join(self.allowed_modules) or 'none'}); add its module to "
                                     "allowed_modules or DELAYD_ALLOWED_MODULES")
+        if task.signing_key is not None and self.key_names is not None and task.signing_key not in self.key_names:
+            raise TaskError(f"signing_key {task.signing_key!r} is not one of url_signing_keys "
+                            f"({', '.join(sorted(self.key_names)) or 'none'})")
         if delay is not None and at is not None:
             raise TaskError("give delay or at, not both")
         if at is not None:

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import redis
 
-from delayd.client import browse, schedules, series
+from delayd.client import browse, hosts, schedules, series
 from delayd.client.errors import DelaydError
 from delayd.model import record as record_mod
 from delayd.model.task import Task, TaskError, check_topic
@@ -89,6 +89,10 @@ class Reads:
         """The run events of each of the last `minutes` minutes, summed over topics (delayd.client.series)."""
         store = yield from self.store_steps()
         return (yield from series.last_hour_steps(store, minutes))
+
+    def hosts_steps(self, limit: int = hosts.DEFAULT_LIMIT) -> Steps[list[hosts.HostHealth]]:
+        """The URL hosts delivered to in the last day and their health (delayd.client.hosts)."""
+        return (yield from hosts.hosts_steps(self.prefix, limit))
 
     def paused_steps(self) -> Steps[list[str]]:
         """The topics paused now (a bucket whose flag hash is not a hash counts as none paused)."""

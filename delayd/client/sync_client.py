@@ -116,6 +116,7 @@ class Client(BaseClient):
     browse = _sync(BaseClient.browse_steps)
     schedules = _sync(BaseClient.schedules_steps)
     last_hour = _sync(BaseClient.last_hour_steps)
+    hosts = _sync(BaseClient.hosts_steps)
     topics = _sync(BaseClient.topics_steps)
 
     stats = _sync(BaseClient.stats_steps)

@@ -53,6 +53,8 @@ def spec_json(task: Task) -> str:
         spec.append(f'"retries":{task.retries}')
     if task.tz is not None and task.tz != "UTC":
         spec.append(f'"tz":{_json_text(task.tz)}')
+    if task.signing_key is not None:
+        spec.append(f'"signing_key":{_json_text(task.signing_key)}')
     return "{" + ",".join(spec) + "}"
 
 
@@ -79,7 +81,7 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
             persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
             callback=spec.get("callback"), timeout=spec.get("timeout"),
             every=spec.get("every"), cron=spec.get("cron"), tz=spec.get("tz"),
-            retries=spec.get("retries"), params_limit=None,
+            retries=spec.get("retries"), signing_key=spec.get("signing_key"), params_limit=None,
         )
         task.default_retries = default_retries
         status = record.get("status", "delayed")

@@ -27,6 +27,7 @@ MAX_NAME = 512
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
+KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
 
 
@@ -121,6 +122,13 @@ def check_target(what: str, value: Any) -> str:
     return _remember(_GOOD_TARGETS, value) if type(value) is str else value
 
 
+def check_key_name(value: Any) -> str:
+    """A signing key's name (url_signing_keys, a task's signing_key): 1-128 letters, digits, _ . : -."""
+    if not isinstance(value, str) or not KEY_NAME_RE.fullmatch(value):
+        raise TaskError(f"signing_key must be 1-128 letters, digits, '_', '.', ':' or '-', got {value!r}")
+    return value
+
+
 def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
     """`shop.tasks` allows `shop.tasks` and `shop.tasks.x`, never `shop.tasks_evil`."""
     module = target.split(":", 1)[0]
@@ -156,6 +164,7 @@ class Task:
     # exponential backoff, at most `retries` times (SPEC 8; None: the reader's `default_retries`).
     backoff: bool = True
     retries: int | None = None
+    signing_key: str | None = None  # a url task: the url_signing_keys entry that signs it (None: the default)
     status: str = "delayed"
     created_at: float | None = None
     due_at: float | None = None
@@ -204,6 +213,7 @@ class Task:
         cron: Any = None,
         tz: Any = None,
         retries: Any = None,
+        signing_key: Any = None,
         params_limit: int | None = DEFAULT_PARAMS_LIMIT,
     ) -> "Task":
         """Validate user input and build a task; raise TaskError with one clear line.
@@ -236,6 +246,8 @@ class Task:
                 raise TaskError("url is not valid UTF-8 text")
         if push is not None:
             push = _check_name("push list", push)
+        if signing_key is not None and check_key_name(signing_key) and url is None:
+            raise TaskError("signing_key is for a url task: only URL requests are signed")
         if method != "GET" and (not isinstance(method, str) or method.upper() not in METHODS):
             raise TaskError(f"method must be GET or POST, got {method!r}")
         if body not in BODIES:
@@ -275,7 +287,7 @@ class Task:
             topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
             params=params, intervals=[0] if intervals is None else parse_intervals(intervals), persistent=persistent,
             priority=priority, callback=callback, timeout=timeout, every=every, cron=cron, tz=tz,
-            backoff=backoff, retries=retries,
+            backoff=backoff, retries=retries, signing_key=signing_key,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -288,7 +300,7 @@ class Task:
             "tz": self.tz, "retries": self.retry_limit, "status": self.status, "created_at": self.created_at,
             "due_at": self.due_at,
             "last_run_at": self.last_run_at, "last_due_at": self.last_due_at, "runs": self.runs,
-            "last_error": self.last_error, "attempts": self.attempts,
+            "last_error": self.last_error, "attempts": self.attempts, "signing_key": self.signing_key,
         }
 
     def to_json(self) -> str:

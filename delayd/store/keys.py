@@ -144,6 +144,17 @@ def limits_prefix(prefix: str) -> str:
     return f"{prefix}{{limits}}:"
 
 
+def hosts_seen_key(prefix: str) -> str:
+    """Zset origin -> last report (ms) of the URL hosts delivered to in the last day (lua/hosts.lua).
+    Every host key shares the tag `{hosts}`: the script that updates them touches one slot."""
+    return f"{prefix}{{hosts}}:seen"
+
+
+def host_key(prefix: str, origin: str) -> str:
+    """Hash of one URL host's health (`scheme://host:port`): the last hour by minute, errors, breaker."""
+    return f"{prefix}{{hosts}}:h:{origin}"
+
+
 def meta_key(prefix: str) -> str:
     return f"{prefix}meta"
 

@@ -7,7 +7,15 @@ from typing import Any, Iterable, Sequence
 
 from delayd.model.record import spec_json
 from delayd.model.task import Task
-from delayd.store.keys import BucketKeys, bucket_of, limits_prefix, ready_channel, wire
+from delayd.store.keys import (
+    BucketKeys,
+    bucket_of,
+    host_key,
+    hosts_seen_key,
+    limits_prefix,
+    ready_channel,
+    wire,
+)
 from delayd.store.replies import (
     CLAIMED_FIELDS,
     FINISH_FIELDS,
@@ -237,6 +245,16 @@ class Store:
     def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
         """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
         return self.flags(self.transport.call(self.renew_call(bucket, runs, lease_ms)))
+
+    def hosts_call(self, tallies: dict[str, Any]) -> ScriptCall:
+        """hosts.lua: fold one process's per-host delivery tallies (delayd.targets.url.health.Tally,
+        by origin) into the hosts' health in Redis (`delayd hosts`)."""
+        keys: list[Any] = [hosts_seen_key(self.prefix)]
+        args: list[Any] = []
+        for origin, t in tallies.items():
+            keys.append(wire(host_key(self.prefix, origin)))
+            args += [t.deliveries, t.failures, "ok" if t.last_ok else "fail", wire(t.error), t.open_ms]
+        return ScriptCall(SCRIPTS["hosts"], keys, args)
 
     # -- the dashboard (reads only) ------------------------------------------------------
     def browse_steps(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str,

@@ -106,6 +106,7 @@ class Dashboard:
             Route("/tasks", guarded(self.page_tasks)),
             Route("/tasks/{rest:path}", guarded(self.page_task)),
             Route("/schedules", guarded(self.page_schedules)),
+            Route("/hosts", guarded(self.page_hosts)),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/favicon.ico", favicon),
@@ -114,6 +115,7 @@ class Dashboard:
             Route("/api/tasks", guarded(self.api_tasks), methods=["GET", "POST"]),
             Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST", "DELETE"]),
             Route("/api/schedules", guarded(self.api_schedules)),
+            Route("/api/hosts", guarded(self.api_hosts)),
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Route("/api/limits/{rest:path}", guarded(self.api_limit), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
@@ -221,6 +223,9 @@ class Dashboard:
             return self.refuse(request, 400, str(exc))
         return self.render(request, who, "schedules.html", {"d": data, "topic": topic, "q": q})
 
+    async def page_hosts(self, request: Request, who: Identity) -> Response:
+        return self.render(request, who, "hosts.html", {"hosts": await views.hosts(self.client)})
+
     # -- login ------------------------------------------------------------------------
     async def login(self, request: Request) -> Response:
         target = local_next(request.query_params.get("next"))
@@ -267,6 +272,9 @@ class Dashboard:
                                                     _limit(request, views.PAGE_SIZE)))
         except ValueError as exc:
             return self.refuse(request, 400, str(exc))
+
+    async def api_hosts(self, request: Request, who: Identity) -> Response:
+        return display.Json({"hosts": await views.hosts(self.client)})
 
     async def api_schedules(self, request: Request, who: Identity) -> Response:
         topic, _, q, cursor = _list_params(request)

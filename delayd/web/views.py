@@ -100,3 +100,8 @@ def schedule_dict(row: Schedule, paused: set[str]) -> dict[str, Any]:
                     next_due_at=task.due_at if task.status in ("delayed", "running") else None,
                     last_due_at=task.last_due_at, last_run_at=task.last_run_at, last_error=task.last_error)
     return data
+
+
+async def hosts(client: AsyncClient) -> list[dict[str, Any]]:
+    """GET /api/hosts: the URL hosts delivered to in the last day and their health, failing ones first."""
+    return [host.to_dict() for host in await client.hosts()]

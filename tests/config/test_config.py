@@ -16,6 +16,7 @@ def test_every_option_has_its_variable(name):
     value = {"priority_weights": "4,2,1", "log_level": "debug", "log_format": "json",
              "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd", "redis_socket_mode": "770",
              "url_signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+             "url_signing_keys": "acme=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
              "web_forwarded_allow_ips": "10.0.0.0/8"}.get(name, SAMPLE_VALUES[kind])
     env = {f"DELAYD_{name.upper()}": value}
     loaded = config_mod.load(None, env=env)
@@ -121,3 +122,39 @@ def test_pythonpath_is_colon_separated_and_counts_from_the_start_directory():
     assert config_mod.replace(c, queues=3).import_path == c.import_path  # a reload's copy keeps the start directory
     in_state = config_mod.load(None, env={"DELAYD_STATE_DIR": "/srv/app/"}, start_dir="/srv/app")
     assert in_state.import_path == ()  # systemd's WorkingDirectory, where the embedded Redis writes files
+
+
+NEW, OLD = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2VjcmV0LXNpZ25pbmcta2V5"
+
+
+def test_signing_keys_from_the_variable_and_from_the_file_newest_secret_first(tmp_path):
+    env = {"DELAYD_URL_SIGNING_KEYS": f" acme={NEW} {OLD} , globex={OLD}"}
+    assert config_mod.load(None, env=env).url_signing_keys == (("acme", (NEW, OLD)), ("globex", (OLD,)))
+    path = tmp_path / "c.toml"
+    path.write_text(f'url_signing_keys = {{ acme = ["{NEW}", "{OLD}"], "shop.eu:2" = "{OLD}" }}\n')
+    assert config_mod.load(str(path), env={}).url_signing_keys == (("acme", (NEW, OLD)), ("shop.eu:2", (OLD,)))
+    path.write_text(f'queues = 1\n[url_signing_keys]\nacme = "{NEW}"\n')
+    assert config_mod.load(str(path), env={}).url_signing_keys == (("acme", (NEW,)),)
+
+
+@pytest.mark.parametrize("value, error", [
+    (f"acme={NEW},acme={OLD}", "key 'acme' is given twice"),
+    (f"acme={NEW}!", "secret 1 of key 'acme' must be base64"),
+    (f"acme={NEW} {OLD}x*", "secret 2 of key 'acme' must be base64"),
+    ("acme=", "key 'acme' needs a secret"),
+    (NEW, "must be name=secret"),
+    (f"a b={NEW}", "signing_key must be 1-128 letters"),
+    (f"é={NEW}", "signing_key must be 1-128 letters"),
+])
+def test_bad_signing_keys_are_refused_naming_the_key_never_a_secret(value, error):
+    with pytest.raises(config_mod.ConfigError) as err:
+        config_mod.load(None, env={"DELAYD_URL_SIGNING_KEYS": value})
+    message = str(err.value)
+    assert message.startswith("DELAYD_URL_SIGNING_KEYS: ") and error in message and "\n" not in message
+    for secret in (NEW, OLD):
+        assert secret.removeprefix("whsec_")[:8] not in message
+
+
+def test_signing_keys_are_not_in_the_config_repr():
+    loaded = config_mod.load(None, env={"DELAYD_URL_SIGNING_KEYS": f"acme={NEW}"})
+    assert NEW.removeprefix("whsec_")[:8] not in repr(loaded) and "acme" not in repr(loaded)

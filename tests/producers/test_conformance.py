@@ -106,7 +106,7 @@ class Cli:
             elif name == "intervals" and isinstance(value, list):
                 args += ["--intervals", ",".join(str(v) for v in value)]
             else:
-                args += [f"--{name}", str(value)]
+                args += [f"--{name.replace('_', '-')}", str(value)]
         proc = delayd(*args, check=(0, 1, 2), DELAYD_REDIS_URL=self.url)
         if proc.returncode:
             lines = proc.stderr.strip().splitlines()

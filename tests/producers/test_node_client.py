@@ -40,6 +40,7 @@ SAME_RECORD = [
     {"topic": "t", "id": 12, "call": "a.b:c", "at": "2033-05-18T05:33:20.250+02:00"},
     {"topic": "t", "id": 13, "call": "a.b:c", "at": "1999999999"},
     {"topic": "ünïcode", "id": "ключ", "push": "список"},
+    {"topic": "notify", "id": 6, "url": "https://merchant.example/n", "signing_key": "acme.eu:2_a-b"},
 ]
 
 # add() arguments that both clients refuse, with the same message.
@@ -98,6 +99,10 @@ REFUSED = [
     {"topic": "t", "id": 1, "call": "a:b", "at": "tomorrow"},
     {"topic": "t", "id": 1, "call": "a:b", "at": True},
     {"topic": "t", "id": 1, "call": "a:b", "colour": "red"},
+    {"topic": "t", "id": 1, "url": "https://x.example/", "signing_key": "acme corp"},
+    {"topic": "t", "id": 1, "url": "https://x.example/", "signing_key": 42},
+    {"topic": "t", "id": 1, "url": "https://x.example/", "signing_key": "k" * 129},
+    {"topic": "t", "id": 1, "push": "q", "signing_key": "acme"},
 ]
 
 
@@ -256,6 +261,8 @@ def test_a_cron_task_without_delay_or_at_leaves_its_first_due_time_to_the_daemon
 def test_camel_case_names_are_read_as_the_python_ones(node):
     with pytest.raises(NodeError, match=r"unknown task field\(s\): max_wait_time$"):
         node.add({"topic": "t", "id": 1, "push": "q", "maxWaitTime": 3})
+    assert node.add({"topic": "t", "id": 2, "url": "https://x.example/", "signingKey": "acme"})
+    assert node.ask("get", "t", 2)["signing_key"] == "acme"
 
 
 def test_a_store_of_another_layout_or_a_bad_bucket_count_is_refused_in_one_line(redis_url, r):

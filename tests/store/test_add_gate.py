@@ -84,6 +84,11 @@ BAD_SPECS = [
     ('{"call":"a:b","retries":3,"intervals":[1]}', "retries: is for a task without"),
     ('{"call":"a:b","retries":3,"persistent":false}', "retries: give retries or persistent=false"),
     ('{"call":"a:b","tz":"UTC"}', "tz: is the zone of a cron schedule"),
+    ('{"url":"http://h/","signing_key":"a b"}', "signing_key: must be 1-128 letters"),
+    ('{"url":"http://h/","signing_key":7}', "signing_key: must be 1-128 letters"),
+    ('{"url":"http://h/","signing_key":"' + "k" * 129 + '"}', "signing_key: must be 1-128"),
+    ('{"url":"http://h/","signing_key":"\u00e9"}', "signing_key: must be 1-128"),
+    ('{"push":"q","signing_key":"acme"}', "signing_key: must be 1-128 letters, digits, _ . : - on a url task"),
 ]
 BAD_RECURRING_SPECS = [
     ('{"call":"a:b","every":0.5}', "every: must be a number >= 1"),

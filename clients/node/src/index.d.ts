@@ -24,6 +24,8 @@ export interface Task {
   cron?: string;
   tz?: string;
   retries?: number;
+  /** a url task: the daemon's url_signing_keys entry that signs its requests (signingKey too) */
+  signing_key?: string;
   /** insert only: leave an existing task as it is (add() then resolves false) */
   nx?: boolean;
   [camelCaseName: string]: unknown;
@@ -59,6 +61,7 @@ export interface StoredTask {
   cron: string | null;
   tz: string | null;
   retries: number | null;
+  signing_key: string | null;
   status: 'delayed' | 'running' | 'ok' | 'failed' | 'deleted';
   created_at: number | null;
   due_at: number | null;

@@ -290,7 +290,7 @@ export class Client {
       callback: t.callback, timeout: t.timeout, every: t.every, cron: t.cron, tz: t.tz, retries, status,
       created_at: seconds(record.created), due_at: seconds(record.due), last_run_at: seconds(record.last_run),
       last_due_at: seconds(record.last_due), runs: Number(record.runs ?? 0), last_error: record.error || null,
-      attempts: attempts(record.attempts),
+      attempts: attempts(record.attempts), signing_key: t.signing_key,
     };
   }
 }

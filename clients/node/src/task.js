@@ -14,7 +14,7 @@ export class TaskError extends Error {
 }
 
 export const TASK_FIELDS = new Set(['call', 'url', 'push', 'method', 'body', 'params', 'intervals', 'persistent',
-  'priority', 'callback', 'timeout', 'every', 'cron', 'tz', 'retries']);
+  'priority', 'callback', 'timeout', 'every', 'cron', 'tz', 'retries', 'signing_key']);
 const METHODS = ['GET', 'POST'];
 const BODIES = ['form', 'json'];
 export const DEFAULT_PARAMS_LIMIT = 64 * 1024;
@@ -25,6 +25,7 @@ const TEN_YEARS = 10 * 365 * 86400;
 const DOTTED = '[A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)*';
 const TARGET_RE = new RegExp(`^${DOTTED}:${DOTTED}$`);
 const BAD_NAME_CHARS = /[\x00-\x20\x7f]/;
+const KEY_NAME = /^[A-Za-z0-9_.:-]{1,128}$/; // a signing key's name (delayd.model.task.KEY_NAME_RE)
 // Python's \s (str.isspace) and control characters, Unicode's too.
 const BAD_URL_CHARS = /[\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/;
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
@@ -168,7 +169,7 @@ function checkParams(params, limit) {
  * record read back, whose params are not re-encoded and whose URL is not held to the add-time rules. */
 export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = false) {
   const { call = null, url = null, push = null, method = 'GET', body = 'form', params = null, intervals = null,
-    persistent = true, priority = 2, callback = null, timeout = null, retries = null } = input;
+    persistent = true, priority = 2, callback = null, timeout = null, retries = null, signing_key = null } = input;
   let { every = null, cron = null, tz = null } = input;
   const topic = checkTopic(input.topic ?? null);
   const id = checkName('id', input.id ?? null);
@@ -185,6 +186,12 @@ export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = fals
     if (!stored && !isUtf8(url)) throw new TaskError('url is not valid UTF-8 text');
   }
   const pushList = push !== null ? checkName('push list', push) : null;
+  if (signing_key !== null) {
+    if (typeof signing_key !== 'string' || !KEY_NAME.test(signing_key)) {
+      throw new TaskError(`signing_key must be 1-128 letters, digits, '_', '.', ':' or '-', got ${pyRepr(signing_key)}`);
+    }
+    if (url === null) throw new TaskError('signing_key is for a url task: only URL requests are signed');
+  }
   if (method !== 'GET' && (typeof method !== 'string' || !METHODS.includes(method.toUpperCase()))) {
     throw new TaskError(`method must be GET or POST, got ${pyRepr(method)}`);
   }
@@ -211,7 +218,7 @@ export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = fals
   const task = {
     topic, id, key: `${topic}:${id}`, call, url, push: pushList, method: method.toUpperCase(), body, paramsJson,
     intervals: parseIntervals(intervals), persistent, priority, callback, timeout, every, cron, tz, backoff, retries,
-    recurring: every != null || cron != null,
+    recurring: every != null || cron != null, signing_key,
   };
   task.spec = specJson(task);
   return task;
@@ -231,6 +238,7 @@ function specJson(t) {
   if (!t.persistent) spec.push('"persistent":false');
   if (t.retries !== null) spec.push(`"retries":${t.retries}`);
   if (t.tz !== null && t.tz !== 'UTC') spec.push(`"tz":${jsonString(t.tz)}`);
+  if (t.signing_key !== null) spec.push(`"signing_key":${jsonString(t.signing_key)}`);
   return '{' + spec.join(',') + '}';
 }
 

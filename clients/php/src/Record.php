@@ -36,7 +36,7 @@ final class Record
             'last_run_at' => self::seconds($record['last_run'] ?? null),
             'last_due_at' => self::seconds($record['last_due'] ?? null),
             'runs' => (int) ($record['runs'] ?? 0), 'last_error' => ($record['error'] ?? '') === '' ? null : $record['error'],
-            'attempts' => self::attempts($record['attempts'] ?? ''),
+            'attempts' => self::attempts($record['attempts'] ?? ''), 'signing_key' => $spec['signing_key'] ?? null,
         ];
     }
 

@@ -12,7 +12,8 @@ final class Task
 {
     public const FIELDS = ['topic', 'id', 'call', 'url', 'push', 'method', 'body', 'params', 'intervals',
         'intervalTime', 'persistent', 'priority', 'callback', 'timeout', 'every', 'cron', 'tz', 'retries',
-        'delay', 'at'];
+        'signing_key', 'delay', 'at'];
+    private const KEY_NAME = '/^[A-Za-z0-9_.:-]{1,128}$/D';  // a signing key's name (delayd.model.task.KEY_NAME_RE)
     private const MAX_NAME = 512;
     private const TEN_YEARS = 10 * 365 * 86400;
     private const MAX_RETRIES = 10000;
@@ -67,6 +68,16 @@ final class Task
         }
         if (isset($task['push'])) {
             self::name('push list', $task['push']);
+        }
+        $signingKey = $task['signing_key'] ?? null;
+        if ($signingKey !== null) {
+            if (!is_string($signingKey) || !preg_match(self::KEY_NAME, $signingKey)) {
+                throw new TaskError("signing_key must be 1-128 letters, digits, '_', '.', ':' or '-', got "
+                    . self::shown($signingKey));
+            }
+            if ($url === null) {
+                throw new TaskError('signing_key is for a url task: only URL requests are signed');
+            }
         }
         $method = $task['method'] ?? 'GET';
         if (!is_string($method) || !in_array(strtoupper($method), ['GET', 'POST'], true)) {
@@ -137,6 +148,9 @@ final class Task
         }
         if ($tz !== null && $tz !== 'UTC') {
             $spec[] = '"tz":' . json_encode($tz, self::JSON);
+        }
+        if ($signingKey !== null) {
+            $spec[] = '"signing_key":' . json_encode($signingKey, self::JSON);
         }
         $this->spec = '{' . implode(',', $spec) . '}';
         $this->priority = $priority;

@@ -34,7 +34,7 @@ end
 -- their users can act on (delayd.model.task); this is what holds when one does not.
 local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
 local FIELDS = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
-  body = 1, params = 1, intervals = 1, persistent = 1, retries = 1}
+  body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1}
 local Refused = {}  -- raised (as a table) by refuse(), caught by the pcall around check()
 
 local function refuse(field, reason)
@@ -152,6 +152,10 @@ local function check(task_key, parked, spec, priority, mode, value)
       refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
     end
     if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
+  end
+  if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or t.url == nil
+      or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
+    refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
   end
   if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
   if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end

@@ -33,6 +33,7 @@ from delayd.config import Config
 from delayd.model.task import Task
 from delayd.targets.handlers import Outcome, Runner, clip, describe_exception
 from delayd.targets.url import answer, guard, proxy, request, signing
+from delayd.targets.url.health import Health
 from delayd.targets.url.hosts import Hosts
 
 GRACE = 5.0  # seconds past a request's own deadline before the queue gives up on it (a backstop)
@@ -56,9 +57,14 @@ class Engine:
     def __init__(self, config: Config, runner: Runner | None = None):
         self.config = config
         self.runner = runner
-        self.key = config_mod.signing_key(config.url_signing_secret) if config.url_signing_secret else None
+        # The secrets that sign a task's requests: the default key's (url_signing_secret; none: unsigned),
+        # or those of its signing_key (url_signing_keys, newest first; reread by a reload's new processes).
+        self.default_keys = [config_mod.signing_key(config.url_signing_secret)] if config.url_signing_secret else []
+        self.named_keys = {name: [config_mod.signing_key(secret) for secret in secrets]
+                           for name, secrets in config.url_signing_keys}
         self.hosts = Hosts(int(config.url_host_concurrency), int(config.url_breaker_failures),
                            float(config.url_breaker_cooldown))
+        self.health = Health()  # each request's outcome per host, until the queue reports it (delayd hosts)
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, config.concurrency), thread_name_prefix="url-callback"))
@@ -144,6 +150,9 @@ class Engine:
 
     async def _deliver(self, ticket: Ticket) -> tuple[Outcome, str]:
         task = ticket.task
+        if task.signing_key is not None and task.signing_key not in self.named_keys:
+            return Outcome("retry", f"signing key {task.signing_key!r} is not in url_signing_keys: not sent "
+                                    "(add it to the config and reload)"), ""
         host = request.origin(task.url or "")
         wait = await self.hosts.acquire(host)
         if wait is not None:
@@ -156,6 +165,7 @@ class Engine:
             outcome, reachable = await self._request(task)
         finally:
             self.hosts.release(host, reachable)
+        self.health.record(host, outcome.kind == "ok", outcome.error, self.hosts.open_for(host))
         callback_error = ""
         if outcome.kind == "ok" and task.callback and self.runner is not None:
             callback_error = await asyncio.to_thread(self.runner.run_callback, task)
@@ -167,8 +177,9 @@ class Engine:
         cap = int(self.config.max_response_bytes)
         req = request.build(task)
         headers = req.headers
-        if self.key is not None:
-            headers.update(signing.headers(self.key, signing.message_id(task), int(time.time()), req.body))
+        keys = self.default_keys if task.signing_key is None else self.named_keys[task.signing_key]
+        if keys:
+            headers.update(signing.headers(keys, signing.message_id(task), int(time.time()), req.body))
         answered = False
         try:
             async with asyncio.timeout(timeout):

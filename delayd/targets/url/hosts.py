@@ -112,6 +112,11 @@ class Hosts:
             else:
                 del self.hosts[host]
 
+    def open_for(self, host: str) -> float:
+        """Seconds until `host`'s probe while its circuit is open, else 0."""
+        h = self.hosts.get(host)
+        return max(0.0, h.open_until - self.clock()) if h is not None and h.open_until else 0.0
+
     def _idle(self, host: str, h: _Host) -> None:
         """Keep `host`, unused now, for its failures until it is forgotten; forget the least
         recently used idle hosts past `keep`, and those whose time came."""

@@ -1,6 +1,8 @@
-"""Standard Webhooks signatures (the scheme Svix uses), for url_signing_secret.
+"""Standard Webhooks signatures (the scheme Svix uses), for url_signing_secret and url_signing_keys.
 
-The key is the secret as config.signing_key reads it (as the standardwebhooks libraries do).
+A key is a secret as config.signing_key reads it (as the standardwebhooks libraries do). A named key
+in rotation has several secrets: each signs, one `v1,` signature per secret in the one header, so a
+receiver verifying with either the old or the new secret accepts the request.
 """
 from __future__ import annotations
 
@@ -17,9 +19,8 @@ def message_id(task: Task) -> str:
     return f"{task.topic}:{task.id}:{task.runs}" if task.recurring else f"{task.topic}:{task.id}"
 
 
-def headers(key: bytes, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    """webhook-id, webhook-timestamp and webhook-signature for one request."""
+def headers(keys: list[bytes], msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """webhook-id, webhook-timestamp and webhook-signature (one `v1,<sig>` per key, space-separated)."""
     signed = f"{msg_id}.{timestamp}.".encode() + body
-    digest = hmac.new(key, signed, hashlib.sha256).digest()
-    return {"webhook-id": msg_id, "webhook-timestamp": str(timestamp),
-            "webhook-signature": "v1," + base64.b64encode(digest).decode()}
+    signatures = ("v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode() for key in keys)
+    return {"webhook-id": msg_id, "webhook-timestamp": str(timestamp), "webhook-signature": " ".join(signatures)}

@@ -37,6 +37,7 @@ from delayd.workers.queue.state import Run
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
+REPORT_EVERY = 1.0  # seconds: at most one host-health report (hosts.lua) per interval, riding a turn's round trip
 
 
 class QueueWorker(ChildProcess, Claims, Outcomes):
@@ -64,6 +65,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.stop_deadline = 0.0
         self.retry_at = 0.0  # after a Redis error, no Redis calls before this time
         self.round_trip = 0.0  # moving average of a turn's Redis round trip (s)
+        self.next_report = 0.0  # monotonic time the next host-health report may go
 
     # -- threads -------------------------------------------------------------------
     def execute(self, task: Task) -> tuple[Outcome, str]:
@@ -156,7 +158,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         """All Redis work of one turn: finishes, lease renewals, claims, in one round trip
         (delayd.store.transport.Link); more claims follow only while a bucket fills every free slot."""
         try:
-            calls = self.finish_calls()
+            calls = self.finish_calls() + self.host_report()
             if self.in_hand and time.monotonic() >= self.next_renew:
                 calls += self.renew_calls()
             tried = {False: 0, True: 0}
@@ -170,6 +172,17 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             self.health.ok()
         except REDIS_ERRORS as exc:
             self.retry_at = time.monotonic() + self.health.failed(exc)
+
+    def host_report(self) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        """The URL deliveries' per-host tallies since the last report, as one hosts.lua call, at most
+        once per REPORT_EVERY (a quiet spell's tick sends what is left)."""
+        if time.monotonic() < self.next_report:
+            return []
+        tallies = self.engine.health.take()
+        if not tallies:
+            return []
+        self.next_report = time.monotonic() + REPORT_EVERY
+        return [(self.store.hosts_call(tallies), lambda reply: None)]
 
     def send(self, calls: list[tuple[ScriptCall, Callable[[Any], None]]]) -> None:
         """Run script calls in one round trip, each reply handed to its call's function.
