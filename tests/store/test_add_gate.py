@@ -70,11 +70,15 @@ BAD_SPECS = [
     ('{"url":"http://h/","body":"xml"}', "body: must be 'form' or 'json'"),
     ('{"call":"a:b","params":[1]}', "params: must be a JSON object"),
     ('{"call":"a:b","params":"x"}', "params: must be a JSON object"),
+    ('{"call":"a:b","params":[null]}', "params: must be a JSON object"),
+    ('[null]', "spec: is not a JSON object"),
     ('{"call":"a:b","persistent":1}', "persistent: must be true or false"),
     ('{"call":"a:b","timeout":0}', "timeout: must be a number > 0"),
     ('{"call":"a:b","timeout":86401}', "timeout: must be a number"),
     ('{"call":"a:b","intervals":[]}', "intervals: must be a list of 1 to 1000"),
     ('{"call":"a:b","intervals":5}', "intervals: must be a list"),
+    ('{"call":"a:b","intervals":{"1":5}}', "intervals: must be a list"),
+    ('{"call":"a:b","intervals":[null]}', "intervals: must be a number"),
     ('{"call":"a:b","intervals":[1,-1]}', "intervals: must be a number >= 0"),
     ('{"call":"a:b","intervals":[1,"2"]}', "intervals: must be a number"),
     ('{"call":"a:b","intervals":[1e300]}', "intervals: must be a number"),
@@ -137,6 +141,11 @@ def test_at_is_an_absolute_time_up_to_1e14_ms(r, store):
     refused(r, keys, args, "delayd:bad-task at: must be an integer of ms from 0 to 1e14")
     args[VALUE] = str(10**14)
     assert add(r, keys, args) == [1, 1]
+    # times are written as integers in full, never in a float's notation (1e+14)
+    assert r.hget("delayd:{0}:t:t:1", "due") == str(10**14)
+    assert r.zscore("delayd:{0}:delayed", "t:1") == 10**14
+    created = r.hget("delayd:{0}:t:t:1", "created")
+    assert created.isdigit() and int(r.hget("delayd:{0}:t:t:0", "due")) == int(created) + 1000
 
 
 def test_next_is_for_a_cron_task_with_the_value_0(r, store):
