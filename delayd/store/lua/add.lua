@@ -82,15 +82,20 @@ local function check_name(field, text)
   end
 end
 
--- `package.module:function`: dotted identifiers on both sides of one ':'. Checked once per call
--- for each distinct name: a batch repeats a few.
+-- `package.module:function`: dotted identifiers on both sides of one ':' (each '.' followed by a
+-- letter or '_'; the dots found by plain search, far cheaper than a pattern searched for). Checked
+-- once per call for each distinct name: a batch repeats a few.
 local good_targets = {}
 local function check_target(field, text)
   if good_targets[text] then return end
-  if type(text) ~= 'string' or not string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
-      or string.find(text, '%.[^A-Za-z_]') or string.find(text, '%.$') then
-    refuse(field, 'must look like package.module:function')
+  local shaped = type(text) == 'string' and string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
+  local dot = shaped and string.find(text, '.', 1, true)
+  while dot do
+    local after = string.byte(text, dot + 1) or 0
+    if not (after == 95 or (after >= 65 and after <= 90) or (after >= 97 and after <= 122)) then shaped = false end
+    dot = shaped and string.find(text, '.', dot + 1, true)
   end
+  if not shaped then refuse(field, 'must look like package.module:function') end
   good_targets[text] = true
 end
 
