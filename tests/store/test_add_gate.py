@@ -238,3 +238,17 @@ def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):
     args[SPEC] = "{}"
     with pytest.raises(redis.exceptions.ResponseError, match="delayd:bad-task target"):
         r.eval(source, len(keys), *keys, *args)
+
+
+@pytest.mark.parametrize("spec, mode, value, message", [
+    ('{"call":"a:b"}', "delay*", "0", "mode: ends in '\\*'"),
+    ('{"call":"a:b"}', "at*", "0", "mode: ends in '\\*'"),
+    ('{"call":"a:b"}', "next*", "0", "mode: ends in '\\*'"),
+    ('{"call":"a.:b"}', "delay", "0", "call: must look like"),
+    ('{"call":"a:' + "b" * (1 << 20) + '"}', "delay", "0", r"spec: is \d+ bytes, more than 1048576"),
+])
+def test_a_spec_of_a_call_alone_is_held_to_every_rule(r, store, spec, mode, value, message):
+    """add.lua checks `{"call":"<name>"}` without decoding it: the same rules, the same errors."""
+    keys, args = good_call(store)
+    args[SPEC], args[MODE], args[VALUE] = spec, mode, value
+    refused(r, keys, args, "delayd:bad-task " + message)

@@ -110,6 +110,16 @@ end
 -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
 local function check_spec(spec, mode, recurs)
   if #spec > MAX_SPEC then refuse('spec', 'is ' .. #spec .. ' bytes, more than ' .. MAX_SPEC) end
+  -- A spec that is only a call target, `{"call":"<name>"}` with a name of identifier characters (no
+  -- quote or backslash: cjson would decode it to {call = name} and nothing else), is checked without
+  -- decoding: the name's shape, and a mode that does not recur, are all the rules below ask of it.
+  local only_call = string.byte(spec, -2) == 34  -- ends in `"}`: else not tried (a spec with params ends `}}`)
+    and string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"}$')
+  if only_call then
+    check_target('call', only_call)
+    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+    return
+  end
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
   if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
