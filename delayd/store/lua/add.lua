@@ -249,7 +249,7 @@ if not checked then
 end
 
 local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
-local head = redis.pcall('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+local head = redis.pcall('ZRANGE', delayed, '0', '0', 'WITHSCORES')  -- (text: a Lua number is formatted per call)
 if head['err'] then
   expect('zset', delayed)
   head = {}
