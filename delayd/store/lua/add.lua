@@ -36,8 +36,7 @@ end
 -- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
 -- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
 local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
-local FIELDS = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
-  body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1}
+local FIELDS  -- the spec's fields, made for the first spec decoded
 local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
 local function refuse(field, reason)
@@ -123,6 +122,8 @@ local function check_spec(spec, mode, recurs)
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
   if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
+  FIELDS = FIELDS or {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1,
+    method = 1, body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1}
   for name in pairs(t) do
     if not FIELDS[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
   end
