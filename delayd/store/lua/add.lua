@@ -43,9 +43,10 @@ local function refuse(field, reason)
   error(REFUSED .. field .. ': ' .. reason, 0)
 end
 
--- UTF-8 text: every sequence well formed (no overlong forms, surrogates or code points past
--- U+10FFFF), as Python's decoder reads it.
+-- UTF-8 text: ASCII at once, else every sequence well formed (no overlong forms, surrogates or
+-- code points past U+10FFFF), as Python's decoder reads it.
 local function utf8_ok(text)
+  if string.find(text, '^[%z\1-\127]*$') then return true end
   local i, n = 1, #text
   while i <= n do
     local c = string.byte(text, i)
