@@ -15,6 +15,7 @@ from url_helper import http  # noqa: F401  (fixture)
 from delayd.model import schedule
 from delayd.store import lua_lib
 from delayd.store.keys import meta_key
+from delayd.store.scripts import SCRIPTS
 
 pytestmark = [pytest.mark.usefixtures("php_here"), pytest.mark.system]  # (a php process per test)
 
@@ -143,3 +144,10 @@ def test_the_php_linker_gives_each_script_the_source_python_runs(redis_url):
     linked = json.loads(out)
     for name in names:
         assert linked[name] == lua_lib.source(lib, (lua / f"{name}.lua").read_text()), name
+    # and the scripts the client sends are the very ones Python's Script sends (the same SHA1)
+    sent = json.loads(php("""
+        $script = new ReflectionMethod($client, 'script');
+        echo json_encode(['add' => $script->invoke($client, 'add'), 'delete' => $script->invoke($client, 'delete')]);
+    """, redis_url).stdout)
+    for name in ("add", "delete"):
+        assert sent[name] == [SCRIPTS[name].source, SCRIPTS[name].sha], name
