@@ -1,7 +1,7 @@
 <?php
 // A delayd producer for PHP on phpredis: add, addMany (pipelined), delete and get, by the
-// protocol in docs/protocol.md. The Lua scripts are the package's own (delayd/store/lua), loaded
-// with the whole _lib.lua in front (docs/protocol.md, section 6): one copy in the repository.
+// protocol in docs/protocol.md. The Lua scripts are the package's own (delayd/store/lua), linked
+// with the _lib.lua helpers each uses as Python links them (Lua.php): one copy in the repository.
 declare(strict_types=1);
 
 namespace Delayd;
@@ -164,7 +164,7 @@ final class Client
         return [$keys, $args];
     }
 
-    /** [source, sha1] of a script: _lib.lua, a newline, then the script. */
+    /** [source, sha1] of a script, linked with the _lib.lua helpers it uses (docs/protocol.md, section 6). */
     private function script(string $name): array
     {
         $dir = (string) $this->options['lua_dir'];
@@ -174,7 +174,8 @@ final class Client
             if ($lib === false || $body === false) {
                 throw new StoreError("cannot read delayd's Lua scripts in $dir (the lua_dir option)");
             }
-            self::$scripts["$dir/$name"] = [$lib . "\n" . $body, sha1($lib . "\n" . $body)];
+            $source = Lua::link($lib, $body);
+            self::$scripts["$dir/$name"] = [$source, sha1($source)];
         }
         return self::$scripts["$dir/$name"];
     }
