@@ -126,7 +126,7 @@ def test_a_bad_schedule_is_refused(r, store, spec, message):
 @pytest.mark.parametrize("index, value, message", [
     (PRIORITY, "4", "priority: must be 1, 2 or 3"),
     (PRIORITY, "", "priority: must be 1, 2 or 3"),
-    (MODE, "later", "mode: must be delay, at, delay\\*, at\\* or next\\*"),
+    (MODE, "later", "mode: must be delay, at, delay\\*, at\\*, next\\* or debounce"),
     (MODE, "delay*", "mode: ends in '\\*' for a task with every or cron, and only then"),
     (VALUE, "-1", "delay: must be an integer of ms"),
     (VALUE, "1.5", "delay: must be an integer of ms"),
@@ -161,6 +161,25 @@ def test_next_is_for_a_cron_task_with_the_value_0(r, store):
     args[VALUE] = "0"
     assert add(r, keys, args) == [1, 1]
     assert r.hget("delayd:{0}:t:t:1", "first") == "cron" and r.hget("delayd:{0}:t:t:0", "first") is None
+
+
+@pytest.mark.parametrize("value", ["", "5", ":5", "-1:", "5:4", "1.5:", f"{TEN_YEARS_MS + 1}:", "5:x", "1" * 13 + ":"])
+def test_a_debounce_takes_wait_and_most_in_ms(r, store, value):
+    keys, args = good_call(store)
+    args[MODE], args[VALUE] = "debounce", value
+    refused(r, keys, args, "delayd:bad-task debounce: takes 'WAIT:MOST'")
+    for good in ("5:", "5:5", f"0:{TEN_YEARS_MS}"):
+        args[VALUE] = good
+        assert add(r, keys, args) == [1, 1] and r.hget("delayd:{0}:t:t:1", "since") is not None
+
+
+def test_a_debounce_is_not_for_nx_nor_a_recurring_task(r, store):
+    keys, args = good_call(store)
+    args[MODE], args[VALUE] = "debounce", "5:10"
+    nx_args = ["1", *args[1:]]
+    refused(r, keys, nx_args, "delayd:bad-task debounce: give debounce or nx, not both")
+    args[SPEC] = spec_of(store, call="a:b", every=60)
+    refused(r, keys, args, "delayd:bad-task mode: ends in")
 
 
 def test_a_recurring_spec_needs_a_recurring_mode(r, store):

@@ -50,6 +50,7 @@ final class Client
         }
         unset($task['nx']);
         $built = new Task($task, (int) $this->options['params_limit']);
+        self::refuseNx([$built], $nx);
         [$keys, $args] = $this->addCall([$built], $nx);
         return $this->call('add', $keys, $args)[0] === 1;
     }
@@ -72,6 +73,7 @@ final class Client
             }
             $byBucket[$this->bucketOf($built->member)][] = $built;
         }
+        self::refuseNx(array_merge([], ...array_values($byBucket)), $nx);
         $calls = [];
         foreach ($byBucket as $entries) {
             foreach (array_chunk($entries, self::ADD_BATCH) as $chunk) {
@@ -149,6 +151,16 @@ final class Client
     }
 
     /** KEYS and ARGV of one add.lua call for tasks of one bucket (docs/protocol.md, section 3). */
+    /** @param Task[] $built */
+    private static function refuseNx(array $built, bool $nx): void
+    {
+        foreach ($built as $task) {
+            if ($nx && $task->mode === 'debounce') {
+                throw new TaskError('give debounce or nx, not both');  // a debounce replaces the task it finds
+            }
+        }
+    }
+
     private function addCall(array $tasks, bool $nx): array
     {
         $bucket = $this->bucketOf($tasks[0]->member);

@@ -5,7 +5,9 @@
 -- ARGV: nx (1/0), wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
 -- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
--- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md).
+-- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
+-- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
+-- after the first add of the pending run (the record's `since`; docs/protocol.md).
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns one 1 (written) or 0 (exists, nx) per task.
@@ -232,8 +234,16 @@ local function check_all()
     elseif mode == 'next*' then
       recurs = true
       if value ~= '0' then refuse('mode', 'next* takes the value 0') end
+    elseif mode == 'debounce' then
+      local wait, most = string.match(value, '^(%d+):(%d*)$')
+      if not wait or #wait > 12 or #most > 12 or tonumber(wait) > TEN_YEARS * 1000
+          or (most ~= '' and (tonumber(most) > TEN_YEARS * 1000 or tonumber(most) < tonumber(wait))) then
+        refuse('debounce', "takes 'WAIT:MOST' (ms; MOST empty or >= WAIT, each at most ten years)")
+      end
+      if nx then refuse('debounce', 'give debounce or nx, not both') end
+      value = '0'
     else
-      refuse('mode', 'must be delay, at, delay*, at* or next*')
+      refuse('mode', 'must be delay, at, delay*, at*, next* or debounce')
     end
     local ms = int_of(value)
     if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
@@ -299,13 +309,23 @@ for n = 1, task do
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
   local old  -- the old record's fields; nil when there is none, or the key is not a hash
-  if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created') end
+  if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since') end
   local recurs = mode == 'delay*' or mode == 'at*' or mode == 'next*'
   if nx and old then
     written[n] = 0
   else
-    local due = value
-    if mode == 'delay' or mode == 'delay*' or mode == 'next*' then due = now + value end
+    local due, since = value, nil
+    if mode == 'delay' or mode == 'delay*' or mode == 'next*' then
+      due = now + value
+    elseif mode == 'debounce' then
+      -- Debounce: due `wait` ms from now, but never later than `most` ms after the first add of
+      -- the pending run (`since`): the old record's, when it is delayed and has not run yet.
+      local wait, most = string.match(ARGV[i + 3], '^(%d+):(%d*)$')
+      since = now
+      if old and old[1] == 'delayed' and (old[6] or '0') == '0' then since = int_of(old[7] or old[5]) or now end
+      due = now + tonumber(wait)
+      if most ~= '' and since + tonumber(most) < due then due = math.max(now, since + tonumber(most)) end
+    end
     local due_text = string.format('%d', due)
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
@@ -317,7 +337,7 @@ for n = 1, task do
     end
     local url = is_url(spec)
     local first = mode == 'next*'
-    if not url and priority == DEFAULT_PRIORITY and token <= now and not first then  -- the usual case: no table
+    if not url and priority == DEFAULT_PRIORITY and token <= now and not first and not since then  -- the usual case
       redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text)
     else
       local fields = {'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text}
@@ -339,6 +359,11 @@ for n = 1, task do
       if first then
         fields[#fields + 1] = 'first'
         fields[#fields + 1] = 'cron'
+      end
+      -- A debounced add: when its pending run was first added (for the next debounced add's max wait).
+      if since then
+        fields[#fields + 1] = 'since'
+        fields[#fields + 1] = string.format('%d', since)
       end
       redis.call('HSET', task_key, unpack(fields))
     end
