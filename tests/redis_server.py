@@ -51,6 +51,13 @@ def now_ms(r: redis.Redis) -> int:
     return seconds * 1000 + micros // 1000
 
 
+def script_loads(r: redis.Redis) -> int:
+    """How many SCRIPT LOADs the server counted (since CONFIG RESETSTAT): Redis 7+ and Valkey count
+    them as `script|load`, 6.2 as any `script` subcommand."""
+    stats = r.info("commandstats")
+    return stats.get("cmdstat_script|load", stats.get("cmdstat_script", {})).get("calls", 0)
+
+
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition"):
     """Wait until condition() is truthy (returns it) or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
