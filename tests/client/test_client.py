@@ -529,3 +529,20 @@ def test_client_warns_once_about_an_unknown_delayd_variable(tmp_path):
     assert done.returncode == 0 and done.stdout == "made\n", done.stderr
     assert done.stderr.splitlines() == ["delayd: DELAYD_REDIS_UR is not a delayd option and is ignored "
                                         "(did you mean DELAYD_REDIS_URL?)"], done.stderr
+
+
+def test_a_refusal_reads_the_same_on_every_server():
+    """Redis 6.2 wraps a script's OOM in the script error's text; 7+ and Valkey give it its own code,
+    which redis-py turns into OutOfMemoryError and leaves out of the message."""
+    import redis
+
+    from delayd.client.errors import refusal
+    reason = "OOM command not allowed when used memory > 'maxmemory'."
+    sha = "9921e81978ef6ab26870c5868cd6e90a39e93f96"
+    assert refusal(redis.exceptions.ResponseError(
+        f"Error running script (call to f_{sha}): @user_script:449: @user_script: 449: -{reason}")) == reason
+    assert refusal(redis.exceptions.OutOfMemoryError(
+        f"command not allowed when used memory > 'maxmemory'. script: {sha}, on @user_script:449.")) == reason
+    assert refusal(redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")) == reason
+    assert refusal(redis.exceptions.ResponseError("BUSY Redis is busy running a script.")) == \
+        "BUSY Redis is busy running a script."

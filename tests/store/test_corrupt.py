@@ -525,7 +525,7 @@ def test_the_dashboard_error_page_renders(web):
 def test_the_dashboard_reads_minute_counters_that_are_not_integers(web, client, r):
     keys = client.store.keys[0]
     minute = now_ms(r) // 60_000
-    r.hset(f"{keys.window_prefix}m:{minute}", mapping={"ok|c": "x", "le:1|c": "2"})
+    r.hset(f"{keys.window_prefix}m:{minute}", mapping={"ok|c": "x", "le:1|c": "2", "ok|d": "9" * 5000})
     write_wrong(r, f"{keys.window_prefix}m:{minute - 1}", "list")
     answer = web.get("/api/stats")
     assert answer.status_code == 200 and answer.json()["last_hour"][-1]["started"] == 2

@@ -74,7 +74,9 @@ def test_cluster_runs_tasks_with_buckets_spread_over_shards(cluster, tmp_path):
     rc = cluster.client()
     nodes = {rc.get_node_from_key(keys.delayed).name for keys in client.store.keys}
     assert len(nodes) >= 2  # bucket hash tags land on different shards
-    with Daemon(cluster.url, tmp_path / "d", buckets=client.store.buckets, queues=2) as d:
+    # A short lease: the killed worker's leased tasks come back in seconds, not after the default lease.
+    with Daemon(cluster.url, tmp_path / "d", buckets=client.store.buckets, queues=2, DELAYD_LEASE="3",
+                DELAYD_TASK_TIMEOUT="2") as d:
         client.add_many([{"topic": "c", "id": i, "call": "delayd.examples:noop", "delay": (i % 10) * 0.1}
                          for i in range(300)])
         client.add("c", "push", push="delayd-cluster-out")

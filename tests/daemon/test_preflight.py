@@ -1,0 +1,53 @@
+"""The preflight's Redis checks on the server the suite runs (the server matrix runs them on Redis
+6.2, Redis 7 and Valkey 8): it names the real server and version, and warns, without refusing to
+start, about a server that can evict or lose tasks."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from delayd.config import load
+from delayd.daemon.preflight import check_redis
+from delayd.store import durable
+from delayd.store.server_info import describe
+
+VALKEY_INFO = {"server_name": "valkey", "redis_version": "7.2.4", "valkey_version": "8.0.1", "aof_enabled": 0,
+               "connected_slaves": 0}
+
+
+def warnings(caplog) -> dict[str, dict]:
+    return {rec.getMessage(): rec.fields for rec in caplog.records if rec.levelno == logging.WARNING}
+
+
+def test_server_is_named_by_its_own_version():
+    assert describe(VALKEY_INFO) == "Valkey 8.0.1"  # not its pinned redis_version
+    assert describe({"redis_version": "7.0.15"}) == "Redis 7.0.15"
+    assert describe({}) == "Redis ?"
+    with pytest.raises(durable.Unconfirmable, match="this one has Valkey 8.0.1, no connected replica"):
+        durable.command(VALKEY_INFO, None, 500)
+    assert durable.command({**VALKEY_INFO, "aof_enabled": 1}, "everysec", 500)[0] == "WAITAOF"
+
+
+def test_preflight_names_the_server_and_warns_about_eviction_and_no_aof(redis_url, r, caplog):
+    info = r.info("server")
+    expected = describe(info)
+    assert expected.startswith(("Redis ", "Valkey ")) and "?" not in expected
+    caplog.set_level(logging.INFO, logger="delayd.master")
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        check_redis(load())  # warns, does not refuse
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+    named = [rec.fields for rec in caplog.records if rec.getMessage() == "redis_server"]
+    assert named == [{"server": expected}]
+    found = warnings(caplog)
+    assert found["redis_may_evict"]["maxmemory_policy"] == "allkeys-lru"
+    assert found["redis_not_durable"]["server"] == expected  # the suite's server runs without AOF
+    caplog.clear()
+    r.config_set("appendonly", "yes")
+    try:
+        check_redis(load())
+    finally:
+        r.config_set("appendonly", "no")
+    assert warnings(caplog) == {}  # noeviction and AOF: nothing to warn about
