@@ -10,7 +10,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_helper import Daemon  # noqa: E402
+
+# Fixtures of the helpers, shared by every wing (a real HTTP server, a URL engine, a proxy, Node).
+from node_helper import node  # noqa: E402,F401
 from redis_server import RedisServer, wait_for  # noqa: E402
+from url_helper import http, make_engine, proxy  # noqa: E402,F401
 
 # Tests must not read the user's or the system's delayd configuration (DELAYD_CHROMIUM is the
 # browser tests' own: which chromium they drive).

@@ -9,6 +9,8 @@ import httpx
 from daemon_helper import DELAYD
 from redis_server import free_port, wait_for
 
+TOKEN = "t0ken-for-tests-only"  # the dashboard's web_token in tests
+
 
 def answers(base: str) -> bool:
     try:
@@ -59,3 +61,12 @@ class Web:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def logged_in(web: "Web") -> tuple[httpx.Client, str]:
+    """A client with the login cookie (and no Bearer token): (client, csrf token)."""
+    http = web.client()
+    answer = http.post("/login", data={"token": TOKEN, "next": "/"})
+    assert answer.status_code == 303 and answer.headers["location"] == "/"
+    csrf = http.get("/api/session").json()["csrf"]
+    return http, csrf

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from node_helper import NODE_DIR, NodeError, NodeProducer, need_node, node  # noqa: F401  (fixture)
+from node_helper import NODE_DIR, NodeError, NodeProducer, need_node
 
 from delayd import Client, TaskError
 from delayd.store import lua_lib

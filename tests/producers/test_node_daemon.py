@@ -7,9 +7,8 @@ import json
 import subprocess
 
 import pytest
-from node_helper import NODE_DIR, need_node, node  # noqa: F401  (fixture)
+from node_helper import NODE_DIR, need_node
 from redis_server import wait_for
-from url_helper import http  # noqa: F401  (fixture)
 
 from delayd.model import schedule
 

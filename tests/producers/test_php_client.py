@@ -10,7 +10,6 @@ import re
 import pytest
 from php_helper import ROOT, php, require_php
 from redis_server import wait_for
-from url_helper import http  # noqa: F401  (fixture)
 
 from delayd.model import schedule
 from delayd.store import lua_lib

@@ -9,7 +9,6 @@ import json
 import pytest
 from daemon_helper import delayd
 from redis_server import free_port, wait_for
-from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
 from delayd.store.keys import host_key, hosts_seen_key

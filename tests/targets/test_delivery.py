@@ -16,7 +16,7 @@ import pytest
 from daemon_helper import Daemon, delayd
 from redis_server import free_port, wait_for
 from standardwebhooks import Webhook
-from url_helper import StaticNames, _Handler, http, make_engine, proxy  # noqa: F401  (fixtures)
+from url_helper import StaticNames, _Handler
 
 from delayd import Task
 from delayd.targets.url import answer, guard

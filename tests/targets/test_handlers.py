@@ -18,7 +18,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis_server import free_port, wait_for
-from url_helper import make_engine  # noqa: F401  (a fixture)
 
 from delayd import Task
 from delayd.config import Config

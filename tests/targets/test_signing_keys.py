@@ -11,7 +11,7 @@ import pytest
 from daemon_helper import Daemon, delayd
 from redis_server import free_port, wait_for
 from standardwebhooks import Webhook, WebhookVerificationError
-from url_helper import _Handler, _serving, http, make_engine  # noqa: F401  (fixtures)
+from url_helper import _Handler, _serving
 from web_helper import Web
 
 from delayd import Client, Task

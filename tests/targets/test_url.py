@@ -9,7 +9,6 @@ from urllib.parse import parse_qs
 
 import pytest
 from redis_server import free_port, wait_for
-from url_helper import http, make_engine  # noqa: F401  (fixtures)
 
 import delayd
 from delayd import Task

@@ -3,8 +3,7 @@ by its form and POST /api/limits/<topic>, under its auth, CSRF and read-only rul
 from __future__ import annotations
 
 import pytest
-from test_web import TOKEN, logged_in
-from web_helper import Web
+from web_helper import TOKEN, Web, logged_in
 
 pytestmark = pytest.mark.system
 

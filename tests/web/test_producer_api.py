@@ -15,9 +15,8 @@ import httpx
 import pytest
 from daemon_helper import ROOT
 from redis_server import free_port
-from test_web import TOKEN, logged_in
 from test_web_hardening import MiB, post_unread
-from web_helper import Web
+from web_helper import TOKEN, Web, logged_in
 
 from delayd import Client
 

@@ -12,34 +12,11 @@ import psutil
 import pytest
 from daemon_helper import Daemon, delayd
 from redis_server import free_port, wait_for
-from url_helper import http  # noqa: F401  (fixture)
-from web_helper import Web, answers
+from web_helper import TOKEN, Web, answers, logged_in
 
 pytestmark = pytest.mark.system
 
-TOKEN = "t0ken-for-tests-only"
 XSS = "<script>alert(1)</script>"
-
-
-@pytest.fixture
-def web(redis_url):
-    with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def api(web):
-    with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-        yield http
-
-
-def logged_in(web):
-    """A client with the login cookie (and no Bearer token): (client, csrf token)."""
-    http = web.client()
-    answer = http.post("/login", data={"token": TOKEN, "next": "/"})
-    assert answer.status_code == 303 and answer.headers["location"] == "/"
-    csrf = http.get("/api/session").json()["csrf"]
-    return http, csrf
 
 
 def test_non_loopback_bind_without_a_token_refuses_to_start(redis_url):

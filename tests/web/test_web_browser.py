@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from daemon_helper import Daemon
 from redis_server import wait_for
-from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
 pytestmark = pytest.mark.system

@@ -15,8 +15,7 @@ import httpx
 import psutil
 import pytest
 from daemon_helper import ROOT
-from test_web import TOKEN, api, logged_in, web  # noqa: F401  (fixtures)
-from web_helper import Web
+from web_helper import TOKEN, Web, logged_in
 
 pytestmark = pytest.mark.system
 

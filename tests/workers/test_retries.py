@@ -14,7 +14,6 @@ from daemon_helper import delayd, one_line_error
 from redis_server import free_port, wait_for
 from store_helper import DAY_MS, claim, promote_all
 from test_recurring import bucket_of_task
-from url_helper import http  # noqa: F401  (fixture)
 from web_helper import Web
 
 from delayd import AsyncClient, config
