@@ -21,6 +21,7 @@ from delayd.client.errors import (
     interrupted,
     refusal,
 )
+from delayd.client.hosts import HostSwitch
 from delayd.client.limits import LimitSteps
 from delayd.client.reads import Reads
 from delayd.model import schedule
@@ -112,7 +113,7 @@ class RetriedFailed(NamedTuple):
     cursor: str | None      # where the next step starts; None: the sweep is over
 
 
-class BaseClient(Reads, LimitSteps):
+class BaseClient(Reads, LimitSteps, HostSwitch):
     """Access to one delayd store (a Redis URL and a key prefix), without I/O of its own."""
 
     redact = staticmethod(connection.redact)  # a URL with its password masked (for the dashboard's pages)
