@@ -66,7 +66,7 @@ def ready_tasks(client: Client, r, n: int) -> None:
 
 def versions(other: Path) -> list[dict[str, tuple[str, str]]]:
     """(source, sha) of claim, finish and promote: these, then those of the checkout `other`."""
-    lib = (other / "delayd/store/lua/_lib.lua").read_text()
+    lib = "".join((other / f"delayd/store/lua/{name}").read_text() for name in ("_lib.lua", "_limits.lua"))
     theirs = {}
     for name in ("claim", "finish", "promote"):
         body = (other / f"delayd/store/lua/{name}.lua").read_text()
