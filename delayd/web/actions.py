@@ -52,6 +52,26 @@ async def topic_action(client: AsyncClient, topic: str, action: str, cursor: str
     raise ActionError(404, f"unknown action {action!r}")
 
 
+async def host_action(client: AsyncClient, host: str, action: str) -> dict[str, Any]:
+    """POST /api/hosts/<host>/{disable,enable} (delayd hosts disable|enable)."""
+    try:
+        if action == "disable":
+            changed = await client.disable_host(host)
+            return {"result": "disabled", "changed": changed,
+                    "message": f"{host} disabled: its due tasks are kept, not sent" if changed
+                    else f"{host} was already disabled"}
+        if action == "enable":
+            moved = await client.enable_host(host)
+            return {"result": "enabled", "moved": moved,
+                    "message": f"{host} enabled: {moved} task{'s' if moved != 1 else ''} set aside will run, "
+                               "in due order"}
+    except TaskError as exc:
+        raise ActionError(400, str(exc)) from None
+    except DelaydError as exc:
+        raise ActionError(409, str(exc)) from None
+    raise ActionError(404, f"unknown action {action!r}")
+
+
 async def retry_failed(client: AsyncClient, topic: str, cursor: str | None = None) -> dict[str, Any]:
     """Put back a batch of failed tasks of `topic` (AsyncClient.retry_failed); the caller repeats with
     the returned `cursor` until it is None."""
