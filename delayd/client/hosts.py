@@ -13,20 +13,17 @@ http and https origins (on ports 80 and 443 unless a port is given).
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import redis
 
 from delayd.client.errors import DelaydError
-from delayd.log import event
 from delayd.model.task import TaskError
 from delayd.store.keys import host_key, hosts_off_key, hosts_seen_key
 from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
 
-log = logging.getLogger("delayd.hosts")
 ON_CLUSTER = ("hosts cannot be disabled on Redis Cluster: claims read the disabled hosts from another slot "
               "than their bucket's (docs/redis-layout.md, \"Hosts\")")
 
@@ -141,10 +138,9 @@ class HostSwitch:
 
 def switched_steps(store: Store, action: str, named: list[str]) -> Steps[list[str]]:
     """Disable or enable each origin of `named` (one host_switch.lua call each, so that the answer says
-    which changed), logging the event for those that did."""
+    which changed; every daemon's master logs the change, delayd.daemon.registrar)."""
     changed = []
     for origin in named:
         if (yield from store.switch_hosts_steps(action, [origin])):
-            event(log, f"host_{action}d", host=origin)
             changed.append(origin)
     return changed

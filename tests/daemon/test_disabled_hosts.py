@@ -1,6 +1,7 @@
 """Disabling a merchant's host through a real daemon (issue 29): real local HTTP servers as merchants,
 `delayd hosts disable` -> nothing sent to it, its tasks kept (not run, not counted), the other merchant
-served; `delayd hosts enable` -> sent, in due order; each event counted in /metrics."""
+served; `delayd hosts enable` -> sent, in due order; each event logged by the master and counted in
+/metrics."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.system
 def test_a_disabled_host_gets_nothing_keeps_its_tasks_and_gets_them_in_due_order_on_enable(
         redis_url, daemon_factory, client, http):
     port = free_port()
-    daemon_factory(redis_url, buckets=1, queues=1, DELAYD_URL_HOST_CONCURRENCY="1", DELAYD_METRICS_PORT=str(port))
+    d = daemon_factory(redis_url, buckets=1, queues=1, DELAYD_URL_HOST_CONCURRENCY="1", DELAYD_METRICS_PORT=str(port))
     with _serving(_Handler) as other:
         shop = http.base  # http://127.0.0.1:<port>
         assert delayd("hosts", "disable", shop).stdout.strip() == f"disabled {shop}"
@@ -35,6 +36,7 @@ def test_a_disabled_host_gets_nothing_keeps_its_tasks_and_gets_them_in_due_order
         assert listed[shop]["disabled_at"] and listed[other.base]["disabled_at"] is None
         assert "DISABLED since" in delayd("hosts").stdout
         assert value(samples(scrape(port)), "delayd_host_disabled", host=shop) == 1
+        wait_for(lambda: f"host_disabled host={shop}" in d.log(), 10, message="the master logs the disable")
 
         assert "6 tasks set aside went back" in delayd("hosts", "enable", shop).stdout
         wait_for(lambda: len(http.requests) == 6, 15, message="the 6 tasks sent on enable")
@@ -44,6 +46,7 @@ def test_a_disabled_host_gets_nothing_keeps_its_tasks_and_gets_them_in_due_order
         families = samples(scrape(port))
         assert value(families, "delayd_host_switches_total", event="disabled") == 1
         assert value(families, "delayd_host_switches_total", event="enabled") == 1
+        wait_for(lambda: f"host_enabled host={shop}" in d.log(), 10, message="the master logs the enable")
 
 
 def test_bad_hosts_are_refused_with_one_line():
