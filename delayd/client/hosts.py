@@ -14,12 +14,11 @@ http and https origins (on ports 80 and 443 unless a port is given).
 from __future__ import annotations
 
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 import redis
 
 from delayd.client.errors import DelaydError
-from delayd.model.task import TaskError
+from delayd.model.origin import origins
 from delayd.store.keys import host_key, hosts_off_key, hosts_seen_key
 from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
@@ -93,21 +92,6 @@ def hosts_steps(prefix: str, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHealt
     found += [health(host, 0, {}, now_ms, at) for host, at in off.items() if host not in listed]
     return sorted(found, key=lambda h: (h.failing_since is None, h.failing_since or 0, -h.failures))
 
-
-def origins(host: Any) -> list[str]:
-    """The origins (scheme://host:port) a HOST names (see the module's docstring); TaskError if none."""
-    text = str(host).strip().lower()
-    bare = "://" not in text
-    try:
-        parts = urlsplit(("http://" if bare else "") + text)
-        port, name = parts.port, parts.hostname or ""
-    except ValueError as exc:
-        raise TaskError(f"bad host {host!r}: {exc}") from None
-    if not name or parts.path not in ("", "/") or parts.query or parts.scheme not in ("http", "https"):
-        raise TaskError(f"bad host {host!r}: give scheme://host[:port] (http or https) or a bare host[:port]")
-    name = f"[{name}]" if ":" in name else name
-    schemes = ("http", "https") if bare else (parts.scheme,)
-    return [f"{scheme}://{name}:{port or (443 if scheme == 'https' else 80)}" for scheme in schemes]
 
 
 class HostSwitch:

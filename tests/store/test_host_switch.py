@@ -10,7 +10,7 @@ from redis_server import now_ms
 from store_helper import claim, promote_all, record
 from test_store import PREFIX, add
 
-from delayd.client.hosts import origins
+from delayd.model.origin import origins
 from delayd.model.task import TaskError
 from delayd.store.keys import host_events_key
 from delayd.store.transitions import Store
