@@ -1,5 +1,6 @@
 """`delayd stats`: counts, lag, tasks/s and lateness, per topic and overall, as a table or JSON; `delayd
-hosts`: the health of the URL hosts delivered to in the last day."""
+hosts`: the health of the URL hosts delivered to in the last day, and disabling or enabling one; `delayd
+replay`: sending a host's finished URL tasks again."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from delayd.cli.common import Verb, client_for, fmt_ms, positive_int, verb_parser
+from delayd.cli.common import Progress, Verb, client_for, fmt_ms, positive_int, verb_parser
 from delayd.model.clock import local_time as fmt_time
 
 
@@ -92,7 +93,21 @@ def switch_host(args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS: dict[str, Verb] = {"stats": cmd_stats, "hosts": cmd_hosts}
+def cmd_replay(args: argparse.Namespace) -> int:
+    progress = Progress()
+    verb = "would re-queue" if args.dry_run else "re-queued"
+    try:
+        done = client_for(args).replay(args.host, args.since, args.status, args.dry_run, progress=lambda r: progress(
+            f"{r.examined} finished tasks looked at, {r.matched} of {args.host}, {verb} {r.requeued}"))
+    finally:
+        progress.done()
+    count = done.matched if args.dry_run else done.requeued
+    print(f"{verb} {count} finished URL task{'s' if count != 1 else ''} of {args.host} ({args.status}) since "
+          f"{args.since} ({done.examined} finished tasks looked at)")
+    return 0
+
+
+VERBS: dict[str, Verb] = {"stats": cmd_stats, "hosts": cmd_hosts, "replay": cmd_replay}
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -113,3 +128,14 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("host", nargs="?", metavar="HOST", help="scheme://host[:port], or a bare host[:port]")
     p.add_argument("--limit", type=positive_int, default=1000, metavar="N",
                    help="at most N hosts, the most recently seen (default 1000)")
+    p = verb_parser(sub, common, "replay", "send again the finished URL tasks of a host since a time",
+                    "Re-queues the URL tasks of HOST that finished (--status failed, the default; ok; or all) "
+                    "since TIME, each as a new run of the same task: the same webhook-id, so the merchant's "
+                    "de-duplication sees the same message. Streams through any number of tasks a page at a "
+                    "time; --dry-run only counts them. HOST: scheme://host[:port], or a bare host[:port] "
+                    "meaning its http and https origins.")
+    p.add_argument("--host", required=True, metavar="HOST", help="scheme://host[:port], or a bare host[:port]")
+    p.add_argument("--since", required=True, metavar="TIME", help="Unix seconds or an ISO 8601 time")
+    p.add_argument("--status", choices=("failed", "ok", "all"), default="failed",
+                   help="which finished tasks (default failed)")
+    p.add_argument("--dry-run", action="store_true", help="count them, re-queue nothing")

@@ -116,4 +116,5 @@ class AsyncClient(BaseClient):
     hosts = _awaitable(BaseClient.hosts_steps)
     disable_host = _awaitable(BaseClient.disable_host_steps)
     enable_host = _awaitable(BaseClient.enable_host_steps)
+    replay = _awaitable(BaseClient.replay_steps)
     topics = _awaitable(BaseClient.topics_steps)

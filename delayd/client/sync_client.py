@@ -119,6 +119,7 @@ class Client(BaseClient):
     hosts = _sync(BaseClient.hosts_steps)
     disable_host = _sync(BaseClient.disable_host_steps)
     enable_host = _sync(BaseClient.enable_host_steps)
+    replay = _sync(BaseClient.replay_steps)
     topics = _sync(BaseClient.topics_steps)
 
     stats = _sync(BaseClient.stats_steps)

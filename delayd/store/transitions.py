@@ -108,12 +108,12 @@ class Store:
             [wire(member), int(hard), retention_ms],
         )))
 
-    def retry_call(self, member: str) -> ScriptCall:
-        """retry.lua for `member`."""
+    def retry_call(self, member: str, status: str = "failed", span: tuple[int, int] | None = None) -> ScriptCall:
+        """retry.lua for `member`: a `status` task (and, for a replay, one that finished in `span`, ms)."""
         keys = self.keys_for(member)
         return ScriptCall(SCRIPTS["retry"],
-                          [keys.task(member), keys.delayed, keys.done("failed"), keys.counts, keys.quarantine],
-                          [wire(member), keys.wake_channel])
+                          [keys.task(member), keys.delayed, keys.done(status), keys.counts, keys.quarantine],
+                          [wire(member), keys.wake_channel, status, *(span or ())])
 
     def retry_steps(self, member: str) -> Steps[int]:
         """1: the failed task runs again now; 0: no such task; -1: it is not failed."""

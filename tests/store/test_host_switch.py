@@ -109,3 +109,37 @@ def test_tasks_of_a_host_still_disabled_are_set_aside_again_when_another_is_enab
     client.delete("hook", "o0")  # a delete finds a task set aside where it finds a paused topic's
     assert parked(r, store, "hook") == 1
     assert client.enable_host(OTHER) == 1
+
+
+def finished_urls(store, client, r, hosts: dict[str, str], count: int, status: str = "ok") -> None:
+    """`count` URL tasks per topic -> base of `hosts`, claimed and finished `status`, in one finish call per
+    bucket (so that many share a finish time: the pages must step past ties)."""
+    due_urls(store, now_ms(r) - 100, hosts, count)
+    for b in range(store.buckets):
+        runs = claim(store, b, n=10_000, url=True)
+        store.finish(b, [(run["member"], run["claim"], status) for run in runs], 86_400_000)
+
+
+def test_replay_requeues_exactly_the_hosts_finished_tasks_in_the_span_through_pages(store, client, r, monkeypatch):
+    from delayd.client import replay
+    monkeypatch.setattr(replay, "PAGE", 7)  # many pages, and ties of finish times across them
+    since = now_ms(r) / 1000
+    finished_urls(store, client, r, {"shop": "https://shop.example", "other": "http://other.example"}, 40)
+    finished_urls(store, client, r, {"late": "https://shop.example"}, 5, status="failed")
+    dry = client.replay("https://shop.example", since, "ok", dry_run=True)
+    assert (dry.examined, dry.matched, dry.requeued) == (80, 40, 0)
+    assert client.count("shop", "ok") == 40
+    assert client.replay("shop.example", since + 3600, "ok").examined == 0  # nothing finished since then
+    seen = []
+    done = client.replay("https://shop.example", since, "all", progress=seen.append)
+    assert (done.examined, done.matched, done.requeued) == (85, 45, 45) and seen[-1] == done
+    assert client.count("shop", "ok") == 0 and client.count("late", "failed") == 0 and client.count("other", "ok") == 40
+    for b in range(store.buckets):
+        promote_all(store, b)
+    runs = claim_urls(store)
+    assert sorted(run["member"] for run in runs) == sorted([f"shop:{i}" for i in range(40)] +
+                                                          [f"late:{i}" for i in range(5)])
+    assert all(run["runs"] == 2 for run in runs)  # a new run of the same task
+    for bad in ({"status": "maybe"}, {"since": "yesterday"}):
+        with pytest.raises(TaskError):
+            client.replay("shop.example", **{"since": since, **bad})
