@@ -326,10 +326,12 @@ class Dashboard:
         return await self.act(request, actions.topic_action, self.client, *parts, cursor=cursor)
 
     async def api_host(self, request: Request, who: Identity) -> Response:
+        form = {**request.query_params, **request.state.form}
         parts = segments(request, "/api/hosts/")
-        if len(parts) != 2:
-            return self.refuse(request, 404, "use POST /api/hosts/HOST/{disable,enable} (HOST percent-encoded)")
-        return await self.act(request, actions.host_action, self.client, *parts)
+        if len(parts) != 2 or not (parts[0] or form.get("host")):
+            return self.refuse(request, 404, "use POST /api/hosts/HOST/{disable,enable,replay} (HOST percent-encoded; "
+                                             "replay with since=TIME, status=failed|ok|all, dry_run=1)")
+        return await self.act(request, actions.host_action, self.client, parts[0] or form["host"], parts[1], form)
 
     async def api_limit(self, request: Request, who: Identity) -> Response:
         form = {**request.query_params, **request.state.form}

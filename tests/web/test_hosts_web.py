@@ -1,10 +1,12 @@
-"""The dashboard's disable/enable of a URL host (issue 29): buttons on /hosts and POST
-/api/hosts/<host>/{disable,enable}, under its auth, CSRF and read-only rules."""
+"""The dashboard's disable/enable of a URL host and replay (issue 29): buttons and a form on /hosts, and
+POST /api/hosts/<host>/{disable,enable,replay}, under its auth, CSRF and read-only rules."""
 from __future__ import annotations
 
 from urllib.parse import quote
 
 import pytest
+from redis_server import now_ms
+from store_helper import claim, promote_all
 from test_web import TOKEN, logged_in
 from web_helper import Web
 
@@ -51,5 +53,24 @@ def test_a_readonly_dashboard_shows_a_disabled_host_and_refuses_to_enable_it(red
             server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         assert http.post(f"/api/hosts/{quote(SHOP, safe='')}/enable").status_code == 403
         page = http.get("/hosts").text
-        assert "disabled" in page and "Enable" not in page
+        assert "disabled" in page and "Enable" not in page and 'id="replay"' not in page
     assert disabled(client) == [SHOP]
+
+
+def test_replay_from_the_api_and_the_form(web, client, r):
+    since = now_ms(r) / 1000 - 1
+    client.add_many([{"topic": "shop", "id": i, "url": "https://shop.example/n"} for i in range(3)])
+    for b in range(client.store.buckets):
+        promote_all(client.store, b)
+        runs = claim(client.store, b, url=True)
+        client.store.finish(b, [(run["member"], run["claim"], "failed") for run in runs], 86_400_000)
+    with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        answer = api.post("/api/hosts/shop.example/replay", data={"since": str(since), "dry_run": "1"})
+        assert answer.json()["matched"] == 3 and client.count("shop", "failed") == 3, answer.text
+        assert api.post("/api/hosts/shop.example/replay", data={"since": "soon"}).status_code == 400
+        assert 'id="replay"' in api.get("/hosts").text
+    http, csrf = logged_in(web)
+    answer = http.post("/api/hosts//replay", data={"host": "https://shop.example", "since": str(since),
+                                                   "status": "all", "csrf": csrf, "next": "/hosts"})
+    assert answer.status_code == 303 and client.count("shop", "failed") == 0
+    assert "re-queued 3 finished URL tasks of https://shop.example" in http.get(answer.headers["location"]).text
