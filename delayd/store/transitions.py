@@ -271,15 +271,16 @@ class Store:
         """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
         return self.flags(self.transport.call(self.renew_call(bucket, runs, lease_ms)))
 
-    def hosts_call(self, tallies: dict[str, Any]) -> ScriptCall:
+    def hosts_call(self, tallies: dict[str, Any], disable_after_ms: int = 0) -> ScriptCall:
         """hosts.lua: fold one process's per-host delivery tallies (delayd.targets.url.health.Tally,
-        by origin) into the hosts' health in Redis (`delayd hosts`)."""
+        by origin) into the hosts' health in Redis (`delayd hosts`), disabling a host failing for
+        `disable_after_ms` (0: never; url_disable_after)."""
         keys: list[Any] = [hosts_seen_key(self.prefix)]
         args: list[Any] = []
         for origin, t in tallies.items():
             keys.append(wire(host_key(self.prefix, origin)))
             args += [t.deliveries, t.failures, "ok" if t.last_ok else "fail", wire(t.error), t.open_ms]
-        return ScriptCall(SCRIPTS["hosts"], keys, args)
+        return ScriptCall(SCRIPTS["hosts"], keys, [*args, disable_after_ms])
 
     # -- the dashboard (reads only) ------------------------------------------------------
     def browse_steps(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str,

@@ -54,3 +54,14 @@ def test_bad_hosts_are_refused_with_one_line():
     assert proc.stderr.strip() == ("delayd: error: bad host 'ftp://shop.example': give scheme://host[:port] (http or "
                                    "https) or a bare host[:port]")
     assert delayd("hosts", "disable", check=2).stderr.strip().endswith("(scheme://host[:port] or a bare host)")
+
+
+def test_url_disable_after_disables_a_dead_host_and_keeps_its_task(redis_url, daemon_factory, client):
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every request fails
+    daemon_factory(redis_url, buckets=1, queues=1, DELAYD_URL_DISABLE_AFTER="1")
+    client.add("hook", 1, url=f"{dead}/notify", intervals=[0] + [1] * 30)
+    wait_for(lambda: any(h.host == dead and h.disabled_at for h in client.hosts()), 20,
+             message="the dead host disabled after failing for a second")
+    wait_for(lambda: client.stats()["topics"].get("hook", {}).get("parked") == 1, 10, message="its task set aside")
+    task = client.get("hook", 1)
+    assert task.status == "delayed" and 2 <= task.runs <= 6  # the runs before it was disabled, no more

@@ -1,7 +1,8 @@
 """Disabling and enabling a URL host (issue 29, `delayd hosts disable|enable`), store level on a real
 Redis: claim sets a disabled host's ready URL tasks aside as a paused topic's (not run, not counted as
 runs, nothing lost); enable brings them back in due order, leaving a paused topic's for its resume.
-Through a real daemon and real local HTTP servers: tests/daemon/test_disabled_hosts.py."""
+url_disable_after disables a host failing that long. Replay re-queues a host's finished tasks. Through a
+real daemon and real local HTTP servers: tests/daemon/test_disabled_hosts.py, tests/daemon/test_replay.py."""
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,10 @@ from test_store import PREFIX, add
 
 from delayd.model.origin import origins
 from delayd.model.task import TaskError
-from delayd.store.keys import host_events_key
+from delayd.store.keys import host_events_key, host_key
 from delayd.store.transitions import Store
+from delayd.store.transport import Transport
+from delayd.targets.url.health import Health
 
 client = test_store.client  # the fixture, on this module's store
 SHOP, OTHER = "https://shop.example:443", "http://other.example:80"
@@ -143,3 +146,27 @@ def test_replay_requeues_exactly_the_hosts_finished_tasks_in_the_span_through_pa
     for bad in ({"status": "maybe"}, {"since": "yesterday"}):
         with pytest.raises(TaskError):
             client.replay("shop.example", **{"since": since, **bad})
+
+
+def report_failure(client, host: str, disable_after_ms: int) -> None:
+    """One queue process's report of a failed request to `host` (lua/hosts.lua), as the loop sends it."""
+    health = Health()
+    health.record(host, False, "connection failed: refused", 0.0)
+    Transport(client.redis).call(client.store.hosts_call(health.take(), disable_after_ms))
+
+
+def test_url_disable_after_disables_a_host_failing_that_long_and_enable_starts_the_count_afresh(client, r):
+    report_failure(client, SHOP, 600_000)  # failing since now: not for 10 minutes yet
+    report_failure(client, OTHER, 0)  # (0: never)
+    assert not [h.host for h in client.hosts() if h.disabled_at]
+    r.hset(host_key(PREFIX, SHOP), "failing_since", now_ms(r) - 600_000)  # failing for 10 minutes
+    r.hset(host_key(PREFIX, OTHER), "failing_since", now_ms(r) - 86_000_000)
+    report_failure(client, SHOP, 600_000)
+    report_failure(client, OTHER, 0)
+    assert [h.host for h in client.hosts() if h.disabled_at] == [SHOP]
+    assert r.hgetall(host_events_key(PREFIX)) == {"disabled": "1"}
+    report_failure(client, SHOP, 600_000)  # already disabled: not counted again
+    assert r.hgetall(host_events_key(PREFIX)) == {"disabled": "1"}
+    client.enable_host(SHOP)
+    report_failure(client, SHOP, 600_000)  # failing again, but only since now
+    assert not [h.host for h in client.hosts() if h.disabled_at]

@@ -2,7 +2,8 @@
 -- KEYS: off (hash origin -> when disabled, ms), events (hash disabled|enabled -> times)
 -- ARGV: 'disable' or 'enable', then the origins (scheme://host:port)
 -- Disabling flags the origins: from then on claim.lua sets their due URL tasks aside (runs in flight
--- finish). Enabling unflags them; Store.enable_steps then resumes the topics holding tasks set aside.
+-- finish). Enabling unflags them, and forgets since when they had been failing (`P{hosts}:h:<origin>`),
+-- so that url_disable_after counts afresh; Store.enable_steps then resumes the topics holding tasks set aside.
 -- An origin already in the asked state is left as it is and not counted. O(origins).
 -- Returns how many origins changed.
 local action = ARGV[1]
@@ -13,6 +14,7 @@ for i = 2, #ARGV do
     changed = changed + redis.call('HSETNX', KEYS[1], ARGV[i], now_ms())
   else
     changed = changed + redis.call('HDEL', KEYS[1], ARGV[i])
+    redis.pcall('HDEL', string.sub(KEYS[1], 1, -4) .. 'h:' .. ARGV[i], 'failing_since')  -- `P{hosts}:off` -> `:h:`
   end
 end
 if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
