@@ -67,6 +67,7 @@ def test_a_disabled_hosts_tasks_are_set_aside_uncounted_and_come_back_in_due_ord
         assert (task.status, task.runs) == ("delayed", 0)
         assert record(r, store, f"shop:{i}")["queued"] == "0"
     assert {h.host: h.disabled_at is not None for h in client.hosts()} == {SHOP: True}
+    assert len(client.browse("delayed", "shop").rows) == 5  # the dashboard's list shows them delayed
     assert claim_urls(store) == []  # nothing else comes due while disabled
 
     assert client.enable_host("shop.example") == 5
