@@ -93,7 +93,6 @@ def hosts_steps(prefix: str, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHealt
     return sorted(found, key=lambda h: (h.failing_since is None, h.failing_since or 0, -h.failures))
 
 
-
 class HostSwitch:
     """Disable and enable URL hosts, for BaseClient (which gives them `store_steps`)."""
 
@@ -108,8 +107,7 @@ class HostSwitch:
         store = yield from self.store_steps()
         if not store.hosts_off:
             raise DelaydError(ON_CLUSTER)
-        changed = yield from switched_steps(store, "disable", named)
-        return changed
+        return (yield from switched_steps(store, "disable", named))
 
     def enable_host_steps(self, host: Any) -> Steps[int]:
         """Deliver to HOST's origins again: the tasks set aside for them run, in due order (those of a
