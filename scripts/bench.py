@@ -349,7 +349,7 @@ def limited_claim_us(client: Client, r, limited: bool, calls: int = 50, n: int =
     return r.info("commandstats")["cmdstat_evalsha"]["usec"] / calls
 
 
-PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php", "http",
+PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php", "node", "http",
          "limits")  # --only's names
 
 
@@ -423,7 +423,15 @@ def main() -> None:
         "php_rt": ("PHP (phpredis): one-client round trip of a trivial EVALSHA", "calls/s"),
         "php_add": ("PHP client: `add`, one at a time (rounds alternating with the round trip above)", "tasks/s"),
         "php_pct": ("PHP client: `add` as % of that round trip (per round)", "%", ">= 75 %"),
+        "php_add_us": ("… Redis time in add.lua per single add (INFO commandstats)", "µs"),
         "php_many": ("PHP client: `addMany` of 20,000", "tasks/s", ">= 100,000"),
+        "php_many_us": ("… Redis time in add.lua per task of `addMany`", "µs"),
+        "node_rt": ("Node (ioredis): one-client round trip of a trivial EVALSHA", "calls/s"),
+        "node_add": ("Node client: `add`, one at a time (rounds alternating with the round trip above)", "tasks/s"),
+        "node_pct": ("Node client: `add` as % of that round trip (per round)", "%", ">= 75 %"),
+        "node_add_us": ("… Redis time in add.lua per single add (INFO commandstats)", "µs"),
+        "node_many": ("Node client: `addMany` of 20,000", "tasks/s", ">= 100,000"),
+        "node_many_us": ("… Redis time in add.lua per task of `addMany`", "µs"),
     }.items()}
     import bench_http  # (it imports this module's Figure)
     figs.update(bench_http.figures())
@@ -523,8 +531,16 @@ def main() -> None:
                 print(f"run {run + 1}/{args.runs}: the PHP client", flush=True)
                 php = json.loads(subprocess.run(["php", str(ROOT / "scripts/bench_php.php"), "127.0.0.1",
                                                  str(server.port)], check=True, capture_output=True, text=True).stdout)
-                for name in ("rt", "add", "pct", "many"):
+                for name in ("rt", "add", "pct", "add_us", "many", "many_us"):
                     figs[f"php_{name}"].add(php[name])
+                r.flushall()
+            if want("node") and shutil.which("node") and (ROOT / "clients/node/node_modules").is_dir():
+                print(f"run {run + 1}/{args.runs}: the Node client", flush=True)
+                node = json.loads(subprocess.run(["node", "bench/bench.mjs", server.url, "--rounds", "5", "--n", "4000",
+                                                  "--many", "20000", "--json"], cwd=ROOT / "clients/node", check=True,
+                                                 capture_output=True, text=True).stdout)
+                for name in ("rt", "add", "pct", "add_us", "many", "many_us"):
+                    figs[f"node_{name}"].add(node[name])
                 r.flushall()
         if args.big:
             client = Client.from_url(server.url)

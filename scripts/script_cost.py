@@ -1,12 +1,13 @@
-"""Redis's own cost of the drain's scripts (claim, finish, promote), from INFO commandstats.
+"""Redis's own cost of the drain's scripts (claim, finish, promote) and of add, from INFO commandstats.
 
 Prints, per script call size, Redis µs per call and per task and the commands run inside;
 then a drain of 20,000 through the real daemon (no-op and RPUSH handler): Redis µs per task
 by command. Commandstats count Redis's own CPU, so the figures hold on a busy machine.
+--add: add.lua instead (one task per call, then 200), beside a trivial EVALSHA (`return 1`).
 With --versus DIR (a checkout of another version), each call alternates between that
 version's scripts and these on the same data, and SLOWLOG gives each call's duration:
 medians per version, robust to a busy machine.
-Usage: PYTHONPATH=scripts:tests .venv/bin/python scripts/script_cost.py [--drain] [--versus DIR]
+Usage: PYTHONPATH=scripts:tests .venv/bin/python scripts/script_cost.py [--add] [--drain] [--versus DIR]
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from delayd import Client
 from delayd.store import lua_lib
 from delayd.store.replies import Finish
 from delayd.store.scripts import SCRIPTS
+from delayd.store.transitions import Store
 
 SCRIPT_COMMANDS = ("evalsha", "eval")
 
@@ -64,11 +66,11 @@ def ready_tasks(client: Client, r, n: int) -> None:
             pass
 
 
-def versions(other: Path) -> list[dict[str, tuple[str, str]]]:
-    """(source, sha) of claim, finish and promote: these, then those of the checkout `other`."""
+def versions(other: Path, names: tuple[str, ...] = ("claim", "finish", "promote")) -> list[dict[str, tuple[str, str]]]:
+    """(source, sha) of the scripts `names`: these, then those of the checkout `other`."""
     lib = "".join((other / f"delayd/store/lua/{name}").read_text() for name in ("_lib.lua", "_limits.lua"))
     theirs = {}
-    for name in ("claim", "finish", "promote"):
+    for name in names:
         body = (other / f"delayd/store/lua/{name}.lua").read_text()
         source = lua_lib.source(lib, body)
         theirs[name] = (source, hashlib.sha1(source.encode()).hexdigest())
@@ -146,6 +148,30 @@ def scripts(client: Client, r, calls: int = 200, pair: list | None = None) -> No
     show("promote 256", measured(r, promote), len(moved), due)
 
 
+def adds(client: Client, r, calls: int = 200, pair: list | None = None) -> None:
+    """add.lua writing one task per call, then 200 (fresh call tasks of one bucket, as `add` and
+    `add_many` send them), beside a trivial EVALSHA (`return 1`): how much of a single add's round
+    trip is Redis's own."""
+    store = Store(r, client.prefix, 1)  # (every task in bucket 0)
+    turn = alternating(r, pair) if pair else itertools.repeat(None)
+    trivial = r.script_load("return 1")
+    report("trivial", measured(r, lambda: [r.evalsha(trivial, 0) for _ in range(calls)]), calls, calls)
+    ids = itertools.count()
+    for n in (1, 200):
+        built = [[client.build("bench", next(ids), call=NOOP, delay=3600) for _ in range(n)] for _ in range(calls)]
+
+        def add() -> None:
+            for tasks in built:
+                next(turn)
+                store.add(store.keys[0], tasks, False)
+
+        got = measured(r, add)
+        if pair:
+            durations(r, pair, f"add {n}")
+        else:
+            report(f"add {n}", got, calls, calls * n)
+
+
 def drains(client: Client, r, work: Path) -> None:
     for name, call, env in (("no-op", NOOP, {}), ("rpush", RPUSH, handler_env(client.url))):
         r.flushall()
@@ -160,6 +186,7 @@ def drains(client: Client, r, work: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--add", action="store_true", help="add.lua (single and batched) instead of the drain's scripts")
     ap.add_argument("--drain", action="store_true", help="also drains through the daemon")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--versus", type=Path, help="a checkout whose scripts to alternate with these")
@@ -169,7 +196,10 @@ def main() -> None:
     try:
         r = server.client()
         client = Client.from_url(server.url)
-        scripts(client, r, args.calls, versions(args.versus) if args.versus else None)
+        if args.add:
+            adds(client, r, args.calls, versions(args.versus, ("add",)) if args.versus else None)
+        else:
+            scripts(client, r, args.calls, versions(args.versus) if args.versus else None)
         if args.drain:
             drains(client, r, work)
     finally:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from delayd.client.sync_client import Client
 
 ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",
-              "params", "method", "body", "timeout", "callback", "signing_key")
+              "params", "method", "body", "timeout", "callback", "signing_key", "debounce", "max_wait")
 
 
 def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
@@ -111,7 +111,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     fields = dict(call=args.call, url=args.url, push=args.push, params=params, intervals=args.intervals,
                   persistent=not args.once, priority=args.priority, callback=args.callback,
                   method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at,
-                  every=args.every, cron=args.cron, tz=args.tz, retries=args.retries, signing_key=args.signing_key)
+                  every=args.every, cron=args.cron, tz=args.tz, retries=args.retries, signing_key=args.signing_key,
+                  debounce=args.debounce, max_wait=args.max_wait)
     client = client_for(args)
     written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
     task = client.get(args.topic, args.id)
@@ -228,6 +229,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     when = p.add_mutually_exclusive_group()
     when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
     when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
+    when.add_argument("--debounce", type=non_negative, metavar="S",
+                      help="run S seconds after the last such add: a task that has not started yet gets these "
+                           "arguments and is put off to now + S (see --max-wait)")
+    p.add_argument("--max-wait", type=non_negative, metavar="M",
+                   help="with --debounce: never put the run off more than M seconds after its first add")
     schedule = p.add_mutually_exclusive_group()
     schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds, each from "
                                                                     "the previous run's due time: 0,30,60 runs at "

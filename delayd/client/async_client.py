@@ -56,7 +56,9 @@ class AsyncClient(BaseClient):
     @redis_errors
     async def add(self, /, topic: Any, id: Any, *, nx: bool = False, durable: bool = False, **fields: Any) -> bool:
         """Client.add, awaitable."""
-        store, (item,) = await self.transport.run(self.prepared_steps([self.build(topic, id, **fields)]))
+        built = [self.build(topic, id, **fields)]
+        self.refuse_nx(built, nx)
+        store, (item,) = await self.transport.run(self.prepared_steps(built))
         return bool(await self._write([(store.keys_for(item[0].key), [item])], nx, durable))
 
     @redis_errors
@@ -67,6 +69,7 @@ class AsyncClient(BaseClient):
     @redis_errors
     async def add_built(self, built: list[Built], nx: bool = False, durable: bool = False) -> int:
         """Client.add_built, awaitable."""
+        self.refuse_nx(built, nx)
         store, built = await self.transport.run(self.prepared_steps(built))
         return await self._write(self.batches(store, built), nx, durable)
 

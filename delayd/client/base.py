@@ -38,12 +38,13 @@ TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "int
                          "priority", "callback", "timeout", "every", "cron", "tz", "retries",
                          "signing_key"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
+DEBOUNCE = "debounce"  # build()'s mode for a debounced add: its due time depends on the stored task
 RETRY_BATCH = 200  # failed tasks put back per retry_failed step
 ADD_BATCH = 200  # tasks per add.lua call: one call holds Redis for a few ms at most
 
 log = logging.getLogger("delayd.client")
 
-Built = tuple[Task, str, int]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON, ms)
+Built = tuple[Task, str, Any]  # build()'s answer: (task, 'delay'|'at'|NEXT_CRON, ms) or (task, DEBOUNCE, 'WAIT:MOST')
 
 
 @contextlib.contextmanager
@@ -156,8 +157,8 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
 
     # -- validation (pure) -------------------------------------------------------------
     def build(self, /, topic: Any = None, id: Any = None, *, delay: float | None = None, at: Any = None,
-              **fields: Any) -> Built:
-        """Validate one add's arguments: (task, 'delay'|'at', ms). Raises TaskError."""
+              debounce: float | None = None, max_wait: float | None = None, **fields: Any) -> Built:
+        """Validate one add's arguments: (task, mode, value), see Built. Raises TaskError."""
         unknown = fields.keys() - TASK_FIELDS
         if unknown:
             raise TaskError(f"unknown task field(s): {', '.join(sorted(unknown))}")
@@ -173,6 +174,8 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
                             f"({', '.join(sorted(self.key_names)) or 'none'})")
         if delay is not None and at is not None:
             raise TaskError("give delay or at, not both")
+        if debounce is not None or max_wait is not None:
+            return task, DEBOUNCE, debounced(task, debounce, max_wait, delay, at)
         if at is not None:
             return task, "at", to_ms(at)
         if delay is None and task.cron is not None:
@@ -196,6 +199,12 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
                 except TaskError as exc:
                     raise ItemError(n, str(exc)) from None
         return built
+
+    @staticmethod
+    def refuse_nx(built: list[Built], nx: bool) -> None:
+        """TaskError for nx with a debounced add (a debounce replaces the task it finds)."""
+        if nx and any(mode == DEBOUNCE for _, mode, _ in built):
+            raise TaskError("give debounce or nx, not both")
 
     @staticmethod
     def batches(store: Store, built: list[Built]) -> list[tuple[BucketKeys, list[Built]]]:
@@ -367,3 +376,21 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
                             f"stays paused ({resumed.moved} due task{'s' if resumed.moved != 1 else ''} "
                             "had gone back; they wait for the next resume)")
         return resumed.moved
+
+
+def debounced(task: Task, debounce: Any, max_wait: Any, delay: Any, at: Any) -> str:
+    """add.lua's value of a debounced add, 'WAIT:MOST' in ms (MOST empty: no max_wait); TaskError
+    for what debounce cannot be given with."""
+    if debounce is None:
+        raise TaskError("max_wait is the most a debounce may put a task off: give debounce too")
+    if delay is not None or at is not None:
+        raise TaskError("give debounce or delay/at, not both")
+    if task.recurring:
+        raise TaskError("debounce is for a task without every or cron")
+    for name, value in (("debounce", debounce), ("max_wait", max_wait)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value <= 10 * 365 * 86400):
+            raise TaskError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    if max_wait is not None and max_wait < debounce:
+        raise TaskError(f"max_wait ({max_wait:g} s) must be at least debounce ({debounce:g} s)")
+    return f"{int(debounce * 1000)}:{'' if max_wait is None else int(max_wait * 1000)}"

@@ -68,6 +68,7 @@ class Client(BaseClient):
         DurabilityError when this Redis cannot confirm that (then nothing is written).
         """
         item = self.build(topic, id, **fields)
+        self.refuse_nx([item], nx)
         store = self._store
         if store is None or item[1] == NEXT_CRON:  # else prepared_steps would need no request
             store, (item,) = self.transport.run(self.prepared_steps([item]))
@@ -90,6 +91,7 @@ class Client(BaseClient):
     @redis_errors
     def add_built(self, built: list[Built], nx: bool = False, durable: bool = False) -> int:
         """Write tasks already validated by build() (what add_many does after validating)."""
+        self.refuse_nx(built, nx)
         store, built = self.transport.run(self.prepared_steps(built))
         return self._write(self.batches(store, built), nx, durable)
 

@@ -48,7 +48,7 @@ class BucketKeys:
     def tag(self) -> str:
         return f"{self.prefix}{{{self.bucket}}}:"
 
-    @property
+    @cached_property
     def task_prefix(self) -> str:
         return self.tag + "t:"
 
@@ -80,7 +80,7 @@ class BucketKeys:
     def quarantine(self) -> str:
         return self.tag + "quarantine"
 
-    @property
+    @cached_property
     def paused(self) -> str:
         """Hash topic -> 1 of the topics paused (every bucket has the flag, so its scripts
         read it in their own slot); `paused:<topic>` is the zset of that topic's parked tasks."""

@@ -33,10 +33,14 @@ class Head:
         self.lead = _body(pack(("EVALSHA", sha)))
         self.keys, self.key_count = _body(pack_any(keys)), len(keys)
         self.args, self.arg_count = _body(pack_any(args)), len(args)
+        self._starts: dict[tuple[int, int], bytes] = {}  # (keys, args) counts -> the call's start
 
     def pack(self, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
         """The call with `keys` after the leading keys and `args` after the leading args."""
-        numkeys = b"%d" % (self.key_count + len(keys))
-        return b"*%d\r\n%b$%d\r\n%b\r\n%b%b%b%b" % (
-            3 + self.key_count + len(keys) + self.arg_count + len(args), self.lead, len(numkeys), numkeys,
-            self.keys, _body(pack(keys)) if keys else b"", self.args, _body(pack(args)) if args else b"")
+        start = self._starts.get((len(keys), len(args)))
+        if start is None:  # up to the leading keys: the same for every call of these counts (bytes %
+            numkeys = b"%d" % (self.key_count + len(keys))  # formatting costs more than packing)
+            start = self._starts[len(keys), len(args)] = b"*%d\r\n%b$%d\r\n%b\r\n%b" % (
+                3 + self.key_count + len(keys) + self.arg_count + len(args), self.lead, len(numkeys), numkeys,
+                self.keys)
+        return b"".join((start, _body(pack(keys)) if keys else b"", self.args, _body(pack(args)) if args else b""))

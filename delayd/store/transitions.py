@@ -72,10 +72,10 @@ class Store:
         return self.keys[bucket_of(member, self.buckets)]
 
     # -- producers -------------------------------------------------------------------
-    def add_args(self, keys: BucketKeys, tasks: Iterable[tuple[Task, str, int]]) -> tuple[list[Any], list[Any]]:
+    def add_args(self, keys: BucketKeys, tasks: Iterable[tuple[Task, str, Any]]) -> tuple[list[Any], list[Any]]:
         """add.lua's per-task KEYS (the record, the topic's parked set) and ARGV (spec, priority,
-        mode, value) of (task, mode, value_ms) triples (a recurring task's mode gets a '*': it goes
-        in the `recurring` index too)."""
+        mode, value) of (task, mode, value) triples (value: ms, or a debounce's 'WAIT:MOST'); a
+        recurring task's mode gets a '*': it goes in the `recurring` index too."""
         task_keys: list[Any] = []
         args: list[Any] = []
         for task, mode, value in tasks:
@@ -83,7 +83,7 @@ class Store:
             args += [spec_json(task), task.priority, mode + "*" if task.recurring else mode, value]
         return task_keys, args
 
-    def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> ScriptCall:
+    def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, Any]], nx: bool) -> ScriptCall:
         """One add.lua call writing `tasks` of one bucket (docs/protocol.md; its reply: 1/0 per
         task). Its leading keys and args are the same for every call of a bucket: packed once
         (Script.head)."""
@@ -95,7 +95,7 @@ class Store:
         task_keys, args = self.add_args(keys, tasks)
         return ScriptCall(SCRIPTS["add"], lead_keys + task_keys, lead_args + args, head)
 
-    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, int]], nx: bool) -> list[int]:
+    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, Any]], nx: bool) -> list[int]:
         """Write tasks of one bucket in one script call; returns 1/0 per task."""
         return self.transport.call(self.add_call(keys, tasks, nx))
 

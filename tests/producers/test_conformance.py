@@ -259,13 +259,15 @@ def check_case(producer: Any, url: str, r: Any, case: dict) -> None:
         return
     assert producer.add(task, case.get("nx", False)) == expect["added"]
     assert stored(url, task["topic"], task["id"]) == expect["task"]
-    if expect["added"]:  # the same record: the spec text Python writes, the same priority and URL flag
-        fields = {k: v for k, v in task.items() if k not in ("delay", "at")}
+    if expect["added"]:  # the same record: the spec text Python writes, the same priority, URL flag and since
+        fields = {k: v for k, v in task.items() if k not in ("delay", "at", "debounce", "max_wait")}  # (add options)
         reference = Task.new(**fields)
         key = f"delayd:{{{bucket_of(reference.key, setup.store.buckets)}}}:t:{reference.key}"
         assert r.hmget(key, "spec", "priority", "url") == [
             spec_json(reference), None if reference.priority == 2 else str(reference.priority),
             "1" if reference.url else None]
+        since = r.hget(key, "since")  # a debounced add's: when its pending run was first added
+        assert (since is not None) == ("debounce" in task)
     if hasattr(producer, "get"):  # the producer's own reading gives the same
         assert producer.get(task["topic"], task["id"]) == expect["task"]
 

@@ -13,7 +13,9 @@ from redis_server import wait_for
 from url_helper import http  # noqa: F401  (fixture)
 
 from delayd.model import schedule
+from delayd.store import lua_lib
 from delayd.store.keys import meta_key
+from delayd.store.scripts import SCRIPTS
 
 pytestmark = [pytest.mark.usefixtures("php_here"), pytest.mark.system]  # (a php process per test)
 
@@ -123,3 +125,29 @@ def test_the_readme_example_runs_as_written(redis_url, r, client):
     assert receipt.due_at == pytest.approx(receipt.created_at + 10, abs=0.01)
     assert client.get("order:notify", 5).params == {"content": "hello"}
     assert client.get("order:refund", 4).intervals == [0, 10, 20]
+
+
+def test_the_php_linker_gives_each_script_the_source_python_runs(redis_url):
+    """clients/php links each script with the lib helpers it uses, as delayd.store.lua_lib does (the
+    same text, so the same SHA1 whichever producer loaded it)."""
+    lua = ROOT / "delayd" / "store" / "lua"
+    names = sorted(p.stem for p in lua.glob("*.lua") if p.stem != "_lib")
+    lib = (lua / "_lib.lua").read_text()
+    out = php(f"""
+        $lib = file_get_contents({str(lua / '_lib.lua')!r});
+        $linked = [];
+        foreach ({json.dumps(names)} as $name) {{
+            $linked[$name] = Delayd\\Lua::link($lib, file_get_contents({str(lua)!r} . "/$name.lua"));
+        }}
+        echo json_encode($linked);
+    """, redis_url).stdout
+    linked = json.loads(out)
+    for name in names:
+        assert linked[name] == lua_lib.source(lib, (lua / f"{name}.lua").read_text()), name
+    # and the scripts the client sends are the very ones Python's Script sends (the same SHA1)
+    sent = json.loads(php("""
+        $script = new ReflectionMethod($client, 'script');
+        echo json_encode(['add' => $script->invoke($client, 'add'), 'delete' => $script->invoke($client, 'delete')]);
+    """, redis_url).stdout)
+    for name in ("add", "delete"):
+        assert sent[name] == [SCRIPTS[name].source, SCRIPTS[name].sha], name

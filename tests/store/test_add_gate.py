@@ -59,6 +59,10 @@ BAD_SPECS = [
     ('{"call":"a:b","intervalTime":[1]}', 'spec: unknown field "intervalTime"'),
     ('{"call":"a b:c"}', "call: must look like package.module:function"),
     ('{"call":"a.:c"}', "call: must look like"),
+    ('{"call":"a:b."}', "call: must look like"),
+    ('{"call":"a..b:c"}', "call: must look like"),
+    ('{"call":"a.1b:c"}', "call: must look like"),
+    ('{"call":"a:b.c","callback":"a:b.c."}', "callback: must look like"),
     ('{"call":"a:b","callback":"nope"}', "callback: must look like"),
     ('{"url":"ftp://h/x"}', "url: must be an http:// or https:// URL"),
     ('{"url":"http:///x"}', "url: must be an http"),
@@ -70,11 +74,15 @@ BAD_SPECS = [
     ('{"url":"http://h/","body":"xml"}', "body: must be 'form' or 'json'"),
     ('{"call":"a:b","params":[1]}', "params: must be a JSON object"),
     ('{"call":"a:b","params":"x"}', "params: must be a JSON object"),
+    ('{"call":"a:b","params":[null]}', "params: must be a JSON object"),
+    ('[null]', "spec: is not a JSON object"),
     ('{"call":"a:b","persistent":1}', "persistent: must be true or false"),
     ('{"call":"a:b","timeout":0}', "timeout: must be a number > 0"),
     ('{"call":"a:b","timeout":86401}', "timeout: must be a number"),
     ('{"call":"a:b","intervals":[]}', "intervals: must be a list of 1 to 1000"),
     ('{"call":"a:b","intervals":5}', "intervals: must be a list"),
+    ('{"call":"a:b","intervals":{"1":5}}', "intervals: must be a list"),
+    ('{"call":"a:b","intervals":[null]}', "intervals: must be a number"),
     ('{"call":"a:b","intervals":[1,-1]}', "intervals: must be a number >= 0"),
     ('{"call":"a:b","intervals":[1,"2"]}', "intervals: must be a number"),
     ('{"call":"a:b","intervals":[1e300]}', "intervals: must be a number"),
@@ -118,7 +126,7 @@ def test_a_bad_schedule_is_refused(r, store, spec, message):
 @pytest.mark.parametrize("index, value, message", [
     (PRIORITY, "4", "priority: must be 1, 2 or 3"),
     (PRIORITY, "", "priority: must be 1, 2 or 3"),
-    (MODE, "later", "mode: must be delay, at, delay\\*, at\\* or next\\*"),
+    (MODE, "later", "mode: must be delay, at, delay\\*, at\\*, next\\* or debounce"),
     (MODE, "delay*", "mode: ends in '\\*' for a task with every or cron, and only then"),
     (VALUE, "-1", "delay: must be an integer of ms"),
     (VALUE, "1.5", "delay: must be an integer of ms"),
@@ -137,6 +145,11 @@ def test_at_is_an_absolute_time_up_to_1e14_ms(r, store):
     refused(r, keys, args, "delayd:bad-task at: must be an integer of ms from 0 to 1e14")
     args[VALUE] = str(10**14)
     assert add(r, keys, args) == [1, 1]
+    # times are written as integers in full, never in a float's notation (1e+14)
+    assert r.hget("delayd:{0}:t:t:1", "due") == str(10**14)
+    assert r.zscore("delayd:{0}:delayed", "t:1") == 10**14
+    created = r.hget("delayd:{0}:t:t:1", "created")
+    assert created.isdigit() and int(r.hget("delayd:{0}:t:t:0", "due")) == int(created) + 1000
 
 
 def test_next_is_for_a_cron_task_with_the_value_0(r, store):
@@ -148,6 +161,25 @@ def test_next_is_for_a_cron_task_with_the_value_0(r, store):
     args[VALUE] = "0"
     assert add(r, keys, args) == [1, 1]
     assert r.hget("delayd:{0}:t:t:1", "first") == "cron" and r.hget("delayd:{0}:t:t:0", "first") is None
+
+
+@pytest.mark.parametrize("value", ["", "5", ":5", "-1:", "5:4", "1.5:", f"{TEN_YEARS_MS + 1}:", "5:x", "1" * 13 + ":"])
+def test_a_debounce_takes_wait_and_most_in_ms(r, store, value):
+    keys, args = good_call(store)
+    args[MODE], args[VALUE] = "debounce", value
+    refused(r, keys, args, "delayd:bad-task debounce: takes 'WAIT:MOST'")
+    for good in ("5:", "5:5", f"0:{TEN_YEARS_MS}"):
+        args[VALUE] = good
+        assert add(r, keys, args) == [1, 1] and r.hget("delayd:{0}:t:t:1", "since") is not None
+
+
+def test_a_debounce_is_not_for_nx_nor_a_recurring_task(r, store):
+    keys, args = good_call(store)
+    args[MODE], args[VALUE] = "debounce", "5:10"
+    nx_args = ["1", *args[1:]]
+    refused(r, keys, nx_args, "delayd:bad-task debounce: give debounce or nx, not both")
+    args[SPEC] = spec_of(store, call="a:b", every=60)
+    refused(r, keys, args, "delayd:bad-task mode: ends in")
 
 
 def test_a_recurring_spec_needs_a_recurring_mode(r, store):
@@ -225,3 +257,17 @@ def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):
     args[SPEC] = "{}"
     with pytest.raises(redis.exceptions.ResponseError, match="delayd:bad-task target"):
         r.eval(source, len(keys), *keys, *args)
+
+
+@pytest.mark.parametrize("spec, mode, value, message", [
+    ('{"call":"a:b"}', "delay*", "0", "mode: ends in '\\*'"),
+    ('{"call":"a:b"}', "at*", "0", "mode: ends in '\\*'"),
+    ('{"call":"a:b"}', "next*", "0", "mode: ends in '\\*'"),
+    ('{"call":"a.:b"}', "delay", "0", "call: must look like"),
+    ('{"call":"a:' + "b" * (1 << 20) + '"}', "delay", "0", r"spec: is \d+ bytes, more than 1048576"),
+])
+def test_a_spec_of_a_call_alone_is_held_to_every_rule(r, store, spec, mode, value, message):
+    """add.lua checks `{"call":"<name>"}` without decoding it: the same rules, the same errors."""
+    keys, args = good_call(store)
+    args[SPEC], args[MODE], args[VALUE] = spec, mode, value
+    refused(r, keys, args, "delayd:bad-task " + message)

@@ -2,7 +2,8 @@
 // single adds awaited one at a time vs the same ioredis connection's round trip for a trivial
 // EVALSHA (`return 1`), in alternating rounds; then addMany in batches.
 //
-//   node bench/bench.mjs REDIS_URL [--rounds 5] [--n 3000] [--many 100000]
+//   node bench/bench.mjs REDIS_URL [--rounds 5] [--n 3000] [--many 100000] [--json]
+// --json: one JSON object of medians instead of the lines (./scripts/bench's part `node`).
 // The store under the prefix `bench:` is flushed first (FLUSHDB): use a Redis of its own.
 import Redis from 'ioredis';
 import { Client } from 'delayd-client';
@@ -49,6 +50,11 @@ for (let round = 0; round < rounds; round++) {
   const written = await client.addMany(tasks);
   rows.addMany.push(written / (Number(process.hrtime.bigint() - start) / 1e9));
   rows.manyRedis.push((await redisMicros()) / many);
+}
+if (rest.includes('--json')) {
+  console.log(JSON.stringify({ rt: median(rows.evalsha), add: median(rows.add), pct: median(rows.ratio),
+    many: median(rows.addMany), add_us: median(rows.addRedis), many_us: median(rows.manyRedis) }));
+  process.exit(0);
 }
 const show = (values, digits = 0) => `${median(values).toFixed(digits)} (${Math.min(...values).toFixed(digits)}–${Math.max(...values).toFixed(digits)})`;
 console.log(`node ${process.version}, Redis ${(await redis.info('server')).match(/redis_version:(\S+)/)[1]}, ${rounds} rounds`);

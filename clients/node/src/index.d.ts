@@ -12,6 +12,11 @@ export interface Task {
   /** seconds from now (on Redis's clock), or an absolute time: Unix seconds, a Date, an ISO 8601 string */
   delay?: number;
   at?: number | Date | string;
+  /** run this many seconds after the last such add: a task that has not started yet gets the new
+   * arguments and is put off (not with delay, at or nx) */
+  debounce?: number;
+  /** with debounce: never put the run off more than this many seconds after its first add (maxWait too) */
+  max_wait?: number;
   method?: 'GET' | 'POST' | 'get' | 'post';
   body?: 'form' | 'json';
   params?: Record<string, unknown>;

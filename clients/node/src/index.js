@@ -51,6 +51,11 @@ export function bucketOf(member, buckets) {
 
 const shown = (text) => pyRepr(text.slice(0, 40)) + (text.length > 40 ? '...' : '');
 
+/** TaskError for nx with a debounced add (a debounce replaces the task it finds). */
+function refuseNx(built, nx) {
+  if (nx && built.some((entry) => entry.mode === 'debounce')) throw new TaskError('give debounce or nx, not both');
+}
+
 export class Client {
   /**
    * @param redis an ioredis instance (connected or lazily connecting)
@@ -188,6 +193,7 @@ export class Client {
    */
   async add(task, { nx = false } = {}) {
     const built = build(task, this.options);
+    refuseNx([built], nx || built.nx);
     const buckets = await this.store();
     const [reply] = await this.send([this.addCall(bucketOf(built.task.key, buckets), [built], Boolean(nx || built.nx))]);
     if (reply instanceof Error) throw refusal(reply);
@@ -210,6 +216,7 @@ export class Client {
         throw exc;
       }
     });
+    refuseNx(built, nx);
     const buckets = await this.store();
     const byBucket = new Map();
     for (const entry of built) {

@@ -288,9 +288,10 @@ function snake(name) {
   }
   return python;
 }
-const ARGUMENTS = new Set(['topic', 'id', 'delay', 'at', 'nx']); // add()'s arguments besides TASK_FIELDS
+const ARGUMENTS = new Set(['topic', 'id', 'delay', 'at', 'nx', 'debounce', 'max_wait']); // add()'s besides TASK_FIELDS
 
-/** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'next', value (ms), nx }.
+/** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'next'|'debounce', value (ms,
+ * or a debounce's 'WAIT:MOST'), nx }.
  * camelCase names (maxWait) are read as the Python ones (max_wait). */
 export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModules = null } = {}) {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
@@ -321,6 +322,11 @@ export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModule
     }
   }
   if (delay !== null && at !== null) throw new TaskError('give delay or at, not both');
+  const debounce = fields.debounce ?? null;
+  const maxWait = fields.max_wait ?? null;
+  if (debounce !== null || maxWait !== null) {
+    return { task, mode: 'debounce', value: debounced(task, debounce, maxWait, delay, at), nx };
+  }
   if (at !== null) return { task, mode: 'at', value: toMs(at), nx };
   // A cron task's first due time comes from delayd's one cron implementation: the daemon resolves `next`.
   if (delay === null && task.cron !== null) return { task, mode: 'next', value: 0, nx };
@@ -329,4 +335,21 @@ export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModule
     throw new TaskError(`delay must be a number of seconds >= 0, got ${pyRepr(seconds)}`);
   }
   return { task, mode: 'delay', value: Math.trunc(seconds * 1000), nx };
+}
+
+/** add.lua's value of a debounced add, 'WAIT:MOST' in ms (delayd.client.base.debounced). */
+function debounced(task, debounce, maxWait, delay, at) {
+  if (debounce === null) throw new TaskError('max_wait is the most a debounce may put a task off: give debounce too');
+  if (delay !== null || at !== null) throw new TaskError('give debounce or delay/at, not both');
+  if (task.recurring) throw new TaskError('debounce is for a task without every or cron');
+  for (const [name, value] of [['debounce', debounce], ['max_wait', maxWait]]) {
+    if (value !== null && (!isNumber(value) || !(value >= 0 && value <= TEN_YEARS))) {
+      throw new TaskError(`${name} must be a number of seconds >= 0, got ${pyRepr(value)}`);
+    }
+  }
+  const g = (n) => String(Number(n.toPrecision(6))); // Python's {:g} for the usual values
+  if (maxWait !== null && maxWait < debounce) {
+    throw new TaskError(`max_wait (${g(maxWait)} s) must be at least debounce (${g(debounce)} s)`);
+  }
+  return `${Math.trunc(debounce * 1000)}:${maxWait === null ? '' : Math.trunc(maxWait * 1000)}`;
 }

@@ -1,7 +1,7 @@
 <?php
 // A delayd producer for PHP on phpredis: add, addMany (pipelined), delete and get, by the
-// protocol in docs/protocol.md. The Lua scripts are the package's own (delayd/store/lua), loaded
-// with the whole _lib.lua in front (docs/protocol.md, section 6): one copy in the repository.
+// protocol in docs/protocol.md. The Lua scripts are the package's own (delayd/store/lua), linked
+// with the _lib.lua helpers each uses as Python links them (Lua.php): one copy in the repository.
 declare(strict_types=1);
 
 namespace Delayd;
@@ -50,6 +50,7 @@ final class Client
         }
         unset($task['nx']);
         $built = new Task($task, (int) $this->options['params_limit']);
+        self::refuseNx([$built], $nx);
         [$keys, $args] = $this->addCall([$built], $nx);
         return $this->call('add', $keys, $args)[0] === 1;
     }
@@ -72,6 +73,7 @@ final class Client
             }
             $byBucket[$this->bucketOf($built->member)][] = $built;
         }
+        self::refuseNx(array_merge([], ...array_values($byBucket)), $nx);
         $calls = [];
         foreach ($byBucket as $entries) {
             foreach (array_chunk($entries, self::ADD_BATCH) as $chunk) {
@@ -149,6 +151,16 @@ final class Client
     }
 
     /** KEYS and ARGV of one add.lua call for tasks of one bucket (docs/protocol.md, section 3). */
+    /** @param Task[] $built */
+    private static function refuseNx(array $built, bool $nx): void
+    {
+        foreach ($built as $task) {
+            if ($nx && $task->mode === 'debounce') {
+                throw new TaskError('give debounce or nx, not both');  // a debounce replaces the task it finds
+            }
+        }
+    }
+
     private function addCall(array $tasks, bool $nx): array
     {
         $bucket = $this->bucketOf($tasks[0]->member);
@@ -164,7 +176,7 @@ final class Client
         return [$keys, $args];
     }
 
-    /** [source, sha1] of a script: _lib.lua, a newline, then the script. */
+    /** [source, sha1] of a script, linked with the _lib.lua helpers it uses (docs/protocol.md, section 6). */
     private function script(string $name): array
     {
         $dir = (string) $this->options['lua_dir'];
@@ -174,7 +186,8 @@ final class Client
             if ($lib === false || $body === false) {
                 throw new StoreError("cannot read delayd's Lua scripts in $dir (the lua_dir option)");
             }
-            self::$scripts["$dir/$name"] = [$lib . "\n" . $body, sha1($lib . "\n" . $body)];
+            $source = Lua::link($lib, $body);
+            self::$scripts["$dir/$name"] = [$source, sha1($source)];
         }
         return self::$scripts["$dir/$name"];
     }

@@ -12,7 +12,7 @@ final class Task
 {
     public const FIELDS = ['topic', 'id', 'call', 'url', 'push', 'method', 'body', 'params', 'intervals',
         'intervalTime', 'persistent', 'priority', 'callback', 'timeout', 'every', 'cron', 'tz', 'retries',
-        'signing_key', 'delay', 'at'];
+        'signing_key', 'delay', 'at', 'debounce', 'max_wait'];
     private const KEY_NAME = '/^[A-Za-z0-9_.:-]{1,128}$/D';  // a signing key's name (delayd.model.task.KEY_NAME_RE)
     private const MAX_NAME = 512;
     private const TEN_YEARS = 10 * 365 * 86400;
@@ -30,7 +30,7 @@ final class Task
     public string $spec;
     public int $priority;
     public string $mode;
-    public int $value;
+    public int|string $value;  // ms, or a debounce's 'WAIT:MOST'
 
     /** @param array<string, mixed> $task add()'s array: Client.add's keyword arguments, with topic and id */
     public function __construct(array $task, int $paramsLimit = 65536)
@@ -344,6 +344,11 @@ final class Task
         if ($delay !== null && $at !== null) {
             throw new TaskError('give delay or at, not both');
         }
+        $debounce = $task['debounce'] ?? null;
+        $maxWait = $task['max_wait'] ?? null;
+        if ($debounce !== null || $maxWait !== null) {
+            return ['debounce', self::debounced($debounce, $maxWait, $delay, $at, $recurs === '*')];
+        }
         if ($at !== null) {
             return ['at' . $recurs, self::atMs($at)];
         }
@@ -355,6 +360,29 @@ final class Task
             throw new TaskError('delay must be a number of seconds >= 0, got ' . self::shown($delay));
         }
         return ['delay' . $recurs, (int) ($delay * 1000)];
+    }
+
+    /** add.lua's value of a debounced add, 'WAIT:MOST' in ms (delayd.client.base.debounced). */
+    private static function debounced(mixed $debounce, mixed $maxWait, mixed $delay, mixed $at, bool $recurs): string
+    {
+        if ($debounce === null) {
+            throw new TaskError('max_wait is the most a debounce may put a task off: give debounce too');
+        }
+        if ($delay !== null || $at !== null) {
+            throw new TaskError('give debounce or delay/at, not both');
+        }
+        if ($recurs) {
+            throw new TaskError('debounce is for a task without every or cron');
+        }
+        foreach (['debounce' => $debounce, 'max_wait' => $maxWait] as $name => $value) {
+            if ($value !== null && (!self::isNumber($value) || $value < 0 || $value > self::TEN_YEARS)) {
+                throw new TaskError("$name must be a number of seconds >= 0, got " . self::shown($value));
+            }
+        }
+        if ($maxWait !== null && $maxWait < $debounce) {
+            throw new TaskError(sprintf('max_wait (%g s) must be at least debounce (%g s)', $maxWait, $debounce));
+        }
+        return (int) ($debounce * 1000) . ':' . ($maxWait === null ? '' : (int) ($maxWait * 1000));
     }
 
     private static function atMs(mixed $at): int

@@ -5,7 +5,9 @@
 -- ARGV: nx (1/0), wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
 -- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
--- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md).
+-- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
+-- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
+-- after the first add of the pending run (the record's `since`; docs/protocol.md).
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns one 1 (written) or 0 (exists, nx) per task.
@@ -32,13 +34,15 @@ end
 -- a record is refused here, whoever the producer, with `ERR delayd:bad-task <field>: <reason>`,
 -- every task of the call checked before anything is written. Clients check first, for messages
 -- their users can act on (delayd.model.task); this is what holds when one does not.
+-- Redis runs this for every task of every add, so the common case is kept cheap: one pcall for
+-- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
+-- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
 local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
-local FIELDS = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
-  body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1}
-local Refused = {}  -- raised (as a table) by refuse(), caught by the pcall around check()
+local FIELDS  -- the spec's fields, made for the first spec decoded
+local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
 local function refuse(field, reason)
-  error({Refused, field .. ': ' .. reason}, 0)
+  error(REFUSED .. field .. ': ' .. reason, 0)
 end
 
 -- UTF-8 text: ASCII at once, else every sequence well formed (no overlong forms, surrogates or
@@ -80,15 +84,20 @@ local function check_name(field, text)
   end
 end
 
--- `package.module:function`: dotted identifiers on both sides of one ':'. Checked once per call
--- for each distinct name (good_targets), as topics are (good_topics): a batch repeats a few.
-local good_targets, good_topics = {}, {}
+-- `package.module:function`: dotted identifiers on both sides of one ':' (each '.' followed by a
+-- letter or '_'; the dots found by plain search, far cheaper than a pattern searched for). Checked
+-- once per call for each distinct name: a batch repeats a few.
+local good_targets = {}
 local function check_target(field, text)
   if good_targets[text] then return end
-  if type(text) ~= 'string' or not string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
-      or string.find(text, '%.[^A-Za-z_]') or string.find(text, '%.$') then
-    refuse(field, 'must look like package.module:function')
+  local shaped = type(text) == 'string' and string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
+  local dot = shaped and string.find(text, '.', 1, true)
+  while dot do
+    local after = string.byte(text, dot + 1) or 0
+    if not (after == 95 or (after >= 65 and after <= 90) or (after >= 97 and after <= 122)) then shaped = false end
+    dot = shaped and string.find(text, '.', dot + 1, true)
   end
+  if not shaped then refuse(field, 'must look like package.module:function') end
   good_targets[text] = true
 end
 
@@ -98,42 +107,26 @@ local function check_number(field, value, low, high, low_open)
   end
 end
 
--- A JSON array (cjson decodes [] and {} both as an empty table: either passes as empty).
-local function is_array(t)
-  local n = #t
-  for k in pairs(t) do
-    if type(k) ~= 'number' or k < 1 or k > n then return false end
-  end
-  return true
-end
-
--- One task of the call: its keys, priority, mode, value and spec. Returns the member.
-local function check(task_key, parked, spec, priority, mode, value)
-  if string.sub(task_key, 1, #prefix) ~= prefix then refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>') end
-  local member = string.sub(task_key, #prefix + 1)
-  local topic, id = string.match(member, '^(.*):([^:]*)$')
-  if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
-  if not good_topics[topic] then
-    check_name('topic', topic)
-    good_topics[topic] = true
-  end
-  check_name('id', id)
-  if parked ~= KEYS[9] .. ':' .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
-  if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
-  local at = mode == 'at' or mode == 'at*'
-  if mode == 'next*' then
-    if value ~= '0' then refuse('mode', 'next* takes the value 0') end
-  elseif not at and mode ~= 'delay' and mode ~= 'delay*' then
-    refuse('mode', 'must be delay, at, delay*, at* or next*')
-  end
-  local ms = int_of(value)
-  if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
-    refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
-  end
+-- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
+-- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
+-- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
+local function check_spec(spec, mode, recurs)
   if #spec > MAX_SPEC then refuse('spec', 'is ' .. #spec .. ' bytes, more than ' .. MAX_SPEC) end
+  -- A spec that is only a call target, `{"call":"<name>"}` with a name of identifier characters (no
+  -- quote or backslash: cjson would decode it to {call = name} and nothing else), is checked without
+  -- decoding: the name's shape, and a mode that does not recur, are all the rules below ask of it.
+  local only_call = string.byte(spec, -2) == 34  -- ends in `"}`: else not tried (a spec with params ends `}}`)
+    and string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"}$')
+  if only_call then
+    check_target('call', only_call)
+    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+    return
+  end
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
-  if not decoded or type(t) ~= 'table' or (next(t) ~= nil and is_array(t)) then refuse('spec', 'is not a JSON object') end
+  if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
+  FIELDS = FIELDS or {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1,
+    method = 1, body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1}
   for name in pairs(t) do
     if not FIELDS[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
   end
@@ -142,46 +135,47 @@ local function check(task_key, parked, spec, priority, mode, value)
     + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
     + (push ~= nil and push ~= '' and push ~= cjson.null and 1 or 0)
   if targets ~= 1 then refuse('target', 'give exactly one of call, url or push') end
-  if t.call ~= nil then check_target('call', t.call) end
+  if call ~= nil then check_target('call', call) end
   if t.callback ~= nil then check_target('callback', t.callback) end
-  if t.push ~= nil then check_name('push', t.push) end
-  if t.url ~= nil then
-    local host = type(t.url) == 'string' and string.match(t.url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
+  if push ~= nil then check_name('push', push) end
+  if url ~= nil then
+    local host = type(url) == 'string' and string.match(url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
     host = host and string.gsub(host, '^.*@', '')
-    if not host or host == '' or host == ':' or string.find(t.url, '[%z\1-\32\127]') then
+    if not host or host == '' or host == ':' or string.find(url, '[%z\1-\32\127]') then
       refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
     end
     if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
   end
-  if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or t.url == nil
+  if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or url == nil
       or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
     refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
   end
   if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
   if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
-  if t.params ~= nil and (type(t.params) ~= 'table' or (next(t.params) ~= nil and is_array(t.params))) then
+  if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil) then
     refuse('params', 'must be a JSON object')
   end
   if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
   if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
+  local every, cron = t.every, t.cron
   local schedules = 0
   if t.intervals ~= nil then
     schedules = 1
     local list = t.intervals
-    if type(list) ~= 'table' or not is_array(list) or #list == 0 or #list > 1000 then
+    if type(list) ~= 'table' or list[1] == nil or #list > 1000 then
       refuse('intervals', 'must be a list of 1 to 1000 numbers of seconds')
     end
     for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
   end
-  if t.every ~= nil then
+  if every ~= nil then
     schedules = schedules + 1
-    check_number('every', t.every, 1, TEN_YEARS)
+    check_number('every', every, 1, TEN_YEARS)
   end
-  if t.cron ~= nil then
+  if cron ~= nil then
     schedules = schedules + 1
     local fields = 0
-    if type(t.cron) == 'string' then
-      for word in string.gmatch(t.cron, '%S+') do
+    if type(cron) == 'string' then
+      for word in string.gmatch(cron, '%S+') do
         fields = fields + 1
         if not string.find(word, '^[%w%*/,%-%?#]+$') then fields = 99 end
       end
@@ -190,7 +184,7 @@ local function check(task_key, parked, spec, priority, mode, value)
   end
   if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
   if t.tz ~= nil then
-    if t.cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
+    if cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
     if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
       refuse('tz', 'must be an IANA zone name like Europe/Berlin')
     end
@@ -202,27 +196,72 @@ local function check(task_key, parked, spec, priority, mode, value)
     if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
     if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
   end
-  local recurs = string.sub(mode, -1) == '*'
-  if recurs ~= (t.every ~= nil or t.cron ~= nil) then
+  if recurs ~= (every ~= nil or cron ~= nil) then
     refuse('mode', "ends in '*' for a task with every or cron, and only then")
   end
-  if mode == 'next*' and t.cron == nil then refuse('mode', 'next* is for a cron task') end
-  return member
+  if mode == 'next*' and cron == nil then refuse('mode', 'next* is for a cron task') end
 end
 
-local members = {}
-for i = 3, #ARGV, 4 do
-  local k = 10 + (i - 3) / 2
-  local ok, err = pcall(check, KEYS[k], KEYS[k + 1], ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
-  if not ok then
-    if type(err) ~= 'table' or err[1] ~= Refused then error(err, 0) end
-    return redis.error_reply('ERR delayd:bad-task ' .. err[2] .. ' (task ' .. (i + 1) / 4 .. ' of the call)')
+-- Every task of the call, in order: its keys, priority, mode, value and spec. Fills `names`
+-- with each task's member and topic (2n - 1, 2n); `task` is the task being checked.
+local names, task = {}, 0
+local function check_all()
+  local prefix_len, parked_prefix = #prefix, KEYS[9] .. ':'
+  local last_topic, last_parked  -- a topic and parked key already checked
+  for i = 3, #ARGV, 4 do
+    task = task + 1
+    local task_key, parked = KEYS[2 * task + 8], KEYS[2 * task + 9]
+    local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    if string.sub(task_key, 1, prefix_len) ~= prefix then
+      refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
+    end
+    local member = string.sub(task_key, prefix_len + 1)
+    local topic, id = string.match(member, '^(.*):([^:]*)$')
+    if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
+    local known = topic == last_topic and parked == last_parked
+    if not known then check_name('topic', topic) end
+    check_name('id', id)
+    if not known then
+      if parked ~= parked_prefix .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
+      last_topic, last_parked = topic, parked
+    end
+    if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
+    local at, recurs = false, false
+    if mode == 'delay' then
+    elseif mode == 'at' then at = true
+    elseif mode == 'delay*' then recurs = true
+    elseif mode == 'at*' then at, recurs = true, true
+    elseif mode == 'next*' then
+      recurs = true
+      if value ~= '0' then refuse('mode', 'next* takes the value 0') end
+    elseif mode == 'debounce' then
+      local wait, most = string.match(value, '^(%d+):(%d*)$')
+      if not wait or #wait > 12 or #most > 12 or tonumber(wait) > TEN_YEARS * 1000
+          or (most ~= '' and (tonumber(most) > TEN_YEARS * 1000 or tonumber(most) < tonumber(wait))) then
+        refuse('debounce', "takes 'WAIT:MOST' (ms; MOST empty or >= WAIT, each at most ten years)")
+      end
+      if nx then refuse('debounce', 'give debounce or nx, not both') end
+      value = '0'
+    else
+      refuse('mode', 'must be delay, at, delay*, at*, next* or debounce')
+    end
+    local ms = int_of(value)
+    if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
+      refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
+    end
+    check_spec(ARGV[i], mode, recurs)
+    names[2 * task - 1], names[2 * task] = member, topic
   end
-  members[#members + 1] = err
+end
+
+local checked, refusal = pcall(check_all)
+if not checked then
+  if type(refusal) ~= 'string' or string.sub(refusal, 1, #REFUSED) ~= REFUSED then error(refusal, 0) end
+  return redis.error_reply('ERR ' .. refusal .. ' (task ' .. task .. ' of the call)')
 end
 
 local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
-local head = redis.pcall('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+local head = redis.pcall('ZRANGE', delayed, '0', '0', 'WITHSCORES')  -- (text: a Lua number is formatted per call)
 if head['err'] then
   expect('zset', delayed)
   head = {}
@@ -255,26 +294,39 @@ end
 
 local replace  -- replacing()'s function, once a task of this call replaces one
 local earliest = math.huge
+-- Times go to Redis as text made here once: a Lua number passed to redis.call is formatted
+-- (sprintf %.17g) at every use, which costs more than the rest of a task's HSET.
+local now_text = string.format('%d', now)
 local written = {}
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
-for i = 3, #ARGV, 4 do
+for n = 1, task do
+  local i = 4 * n - 1
   local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local value = tonumber(ARGV[i + 3])
-  local k = 10 + (i - 3) / 2
-  local task_key, parked, member = KEYS[k], KEYS[k + 1], members[(i + 1) / 4]
+  local task_key, parked, member, topic = KEYS[2 * n + 8], KEYS[2 * n + 9], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
   local old  -- the old record's fields; nil when there is none, or the key is not a hash
-  if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created') end
-  local recurs = string.sub(mode, -1) == '*'
+  if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since') end
+  local recurs = mode == 'delay*' or mode == 'at*' or mode == 'next*'
   if nx and old then
-    written[#written + 1] = 0
+    written[n] = 0
   else
-    local due = value
-    if mode == 'delay' or mode == 'delay*' or mode == 'next*' then due = now + value end
-    local topic = topic_of(member)
+    local due, since = value, nil
+    if mode == 'delay' or mode == 'delay*' or mode == 'next*' then
+      due = now + value
+    elseif mode == 'debounce' then
+      -- Debounce: due `wait` ms from now, but never later than `most` ms after the first add of
+      -- the pending run (`since`): the old record's, when it is delayed and has not run yet.
+      local wait, most = string.match(ARGV[i + 3], '^(%d+):(%d*)$')
+      since = now
+      if old and old[1] == 'delayed' and (old[6] or '0') == '0' then since = int_of(old[7] or old[5]) or now end
+      due = now + tonumber(wait)
+      if most ~= '' and since + tonumber(most) < due then due = math.max(now, since + tonumber(most)) end
+    end
+    local due_text = string.format('%d', due)
     -- A fresh record leaves out runs (0), the default priority, and claim: its
     -- token is `created` (now), unless it replaces a record whose token is
     -- already that high (bumped more than once a ms), which must still go up.
@@ -285,10 +337,10 @@ for i = 3, #ARGV, 4 do
     end
     local url = is_url(spec)
     local first = mode == 'next*'
-    if not url and priority == DEFAULT_PRIORITY and token <= now and not first then  -- the usual case: no table
-      redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now, 'due', due)
+    if not url and priority == DEFAULT_PRIORITY and token <= now and not first and not since then  -- the usual case
+      redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text)
     else
-      local fields = {'spec', spec, 'status', 'delayed', 'created', now, 'due', due}
+      local fields = {'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text}
       -- A URL task is flagged `url=1`, so promote picks its ready list without reading the spec.
       if url then
         fields[#fields + 1] = 'url'
@@ -308,6 +360,11 @@ for i = 3, #ARGV, 4 do
         fields[#fields + 1] = 'first'
         fields[#fields + 1] = 'cron'
       end
+      -- A debounced add: when its pending run was first added (for the next debounced add's max wait).
+      if since then
+        fields[#fields + 1] = 'since'
+        fields[#fields + 1] = string.format('%d', since)
+      end
       redis.call('HSET', task_key, unpack(fields))
     end
     local scores = by_topic[topic]
@@ -315,14 +372,14 @@ for i = 3, #ARGV, 4 do
       scores = {}
       by_topic[topic] = scores
     end
-    scores[#scores + 1] = due
+    scores[#scores + 1] = due_text
     scores[#scores + 1] = member
     if recurs then
       schedules = schedules or recurring_index(recurring_key)
       schedules.add(member)
     end
     if due < earliest then earliest = due end
-    written[#written + 1] = 1
+    written[n] = 1
   end
 end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
