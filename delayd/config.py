@@ -121,6 +121,8 @@ class Config:
     url_breaker_failures: int = option(5, "consecutive connection errors/timeouts that open a host's circuit")
     url_breaker_cooldown: float = option(30.0, "seconds an open circuit sends nothing, then one probe")
     url_retry_after_max: float = option(3600.0, "cap on a 429/503 answer's Retry-After (seconds)")
+    url_disable_after: float = option(0.0, "disable a URL host after this many seconds of continuous failure "
+                                           "(delayd hosts enable brings it back; 0: never)")
     url_signing_secret: str = option("", "Standard Webhooks secret (base64, whsec_ optional); unset: "
                                          "requests are not signed", repr=False)
     url_signing_keys: tuple = option((), "named Standard Webhooks keys a url task picks with signing_key: "
@@ -174,6 +176,8 @@ class Config:
             positive(name)
         if not 0 <= self.retries <= MAX_RETRIES:
             raise ConfigError(f"retries must be >= 0 and <= {MAX_RETRIES}, got {self.retries!r}")
+        if not 0 <= self.url_disable_after <= 1e9:
+            raise ConfigError(f"url_disable_after must be >= 0 and <= 1e9, got {self.url_disable_after!r}")
         if not 0 <= self.attempts_kept <= 1000:
             raise ConfigError(f"attempts_kept must be >= 0 and <= 1000, got {self.attempts_kept!r}")
         if self.url_signing_secret:

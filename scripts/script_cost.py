@@ -68,7 +68,7 @@ def ready_tasks(client: Client, r, n: int) -> None:
 
 def versions(other: Path, names: tuple[str, ...] = ("claim", "finish", "promote")) -> list[dict[str, tuple[str, str]]]:
     """(source, sha) of the scripts `names`: these, then those of the checkout `other`."""
-    lib = (other / "delayd/store/lua/_lib.lua").read_text()
+    lib = "".join((other / f"delayd/store/lua/{name}").read_text() for name in ("_lib.lua", "_limits.lua"))
     theirs = {}
     for name in names:
         body = (other / f"delayd/store/lua/{name}.lua").read_text()

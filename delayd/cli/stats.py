@@ -1,12 +1,14 @@
 """`delayd stats`: counts, lag, tasks/s and lateness, per topic and overall, as a table or JSON; `delayd
-hosts`: the health of the URL hosts delivered to in the last day."""
+hosts`: the health of the URL hosts delivered to in the last day, and disabling or enabling one; `delayd
+replay`: sending a host's finished URL tasks again."""
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from delayd.cli.common import Verb, client_for, fmt_ms, positive_int, verb_parser
+from delayd.cli.common import Progress, Verb, client_for, fmt_ms, positive_int, verb_parser
 from delayd.model.clock import local_time as fmt_time
 
 
@@ -56,6 +58,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
+    if args.action:
+        return switch_host(args)
     found = client_for(args).hosts(args.limit)
     if args.json:
         for host in found:
@@ -68,11 +72,42 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     print(f"{'HOST':{width}} {'SENT_1H':>8} {'FAILED_1H':>9} {'BREAKER':>8}  FAILING SINCE / LAST ERROR")
     for h in found:
         state = "ok" if h.failing_since is None else f"failing since {fmt_time(h.failing_since)}: {h.last_error}"
+        if h.disabled_at is not None:
+            state = f"DISABLED since {fmt_time(h.disabled_at)}; {state}"
         print(f"{h.host:{width}} {h.deliveries:>8} {h.failures:>9} {h.breaker:>8}  {state}")
     return 0
 
 
-VERBS: dict[str, Verb] = {"stats": cmd_stats, "hosts": cmd_hosts}
+def switch_host(args: argparse.Namespace) -> int:
+    """delayd hosts disable|enable HOST."""
+    if not args.host:
+        print(f"delayd hosts {args.action}: give the HOST (scheme://host[:port] or a bare host)", file=sys.stderr)
+        return 2
+    client = client_for(args)
+    if args.action == "disable":
+        changed = client.disable_host(args.host)
+        print(f"disabled {', '.join(changed)}" if changed else f"{args.host}: already disabled")
+    else:
+        moved = client.enable_host(args.host)
+        print(f"enabled {args.host}: {moved} task{'s' if moved != 1 else ''} set aside went back, in due order")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    progress = Progress()
+    verb = "would re-queue" if args.dry_run else "re-queued"
+    try:
+        done = client_for(args).replay(args.host, args.since, args.status, args.dry_run, progress=lambda r: progress(
+            f"{r.examined} finished tasks looked at, {r.matched} of {args.host}, {verb} {r.requeued}"))
+    finally:
+        progress.done()
+    count = done.matched if args.dry_run else done.requeued
+    print(f"{verb} {count} finished URL task{'s' if count != 1 else ''} of {args.host} ({args.status}) since "
+          f"{args.since} ({done.examined} finished tasks looked at)")
+    return 0
+
+
+VERBS: dict[str, Verb] = {"stats": cmd_stats, "hosts": cmd_hosts, "replay": cmd_replay}
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -85,6 +120,22 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                     "Per scheme://host:port that a URL task was sent to in the last day, by every daemon "
                     "sharing the store: requests sent and failed over the last hour, the circuit breaker "
                     "(open: nothing is sent until its probe), since when it has been failing (every request "
-                    "since its last success failed) and the last error; failing hosts first.")
+                    "since its last success failed) and the last error; failing hosts first. "
+                    "`delayd hosts disable HOST` sends nothing more to HOST: its due URL tasks are kept, set "
+                    "aside (not run, not counted as runs) until `delayd hosts enable HOST` runs them in due "
+                    "order. HOST: scheme://host[:port], or a bare host[:port] meaning its http and https origins.")
+    p.add_argument("action", nargs="?", choices=("disable", "enable"), help="disable or enable HOST")
+    p.add_argument("host", nargs="?", metavar="HOST", help="scheme://host[:port], or a bare host[:port]")
     p.add_argument("--limit", type=positive_int, default=1000, metavar="N",
                    help="at most N hosts, the most recently seen (default 1000)")
+    p = verb_parser(sub, common, "replay", "send again the finished URL tasks of a host since a time",
+                    "Re-queues the URL tasks of HOST that finished (--status failed, the default; ok; or all) "
+                    "since TIME, each as a new run of the same task: the same webhook-id, so the merchant's "
+                    "de-duplication sees the same message. Streams through any number of tasks a page at a "
+                    "time; --dry-run only counts them. HOST: scheme://host[:port], or a bare host[:port] "
+                    "meaning its http and https origins.")
+    p.add_argument("--host", required=True, metavar="HOST", help="scheme://host[:port], or a bare host[:port]")
+    p.add_argument("--since", required=True, metavar="TIME", help="Unix seconds or an ISO 8601 time")
+    p.add_argument("--status", choices=("failed", "ok", "all"), default="failed",
+                   help="which finished tasks (default failed)")
+    p.add_argument("--dry-run", action="store_true", help="count them, re-queue nothing")

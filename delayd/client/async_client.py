@@ -117,4 +117,7 @@ class AsyncClient(BaseClient):
     schedules = _awaitable(BaseClient.schedules_steps)
     last_hour = _awaitable(BaseClient.last_hour_steps)
     hosts = _awaitable(BaseClient.hosts_steps)
+    disable_host = _awaitable(BaseClient.disable_host_steps)
+    enable_host = _awaitable(BaseClient.enable_host_steps)
+    replay = _awaitable(BaseClient.replay_steps)
     topics = _awaitable(BaseClient.topics_steps)

@@ -8,12 +8,12 @@ import gc
 import logging
 import time
 from datetime import datetime
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import redis
 
 from delayd import config as config_mod
-from delayd.client import browse
+from delayd.client import browse, replay
 from delayd.client.errors import (
     DelaydError,
     DurabilityError,
@@ -21,9 +21,11 @@ from delayd.client.errors import (
     interrupted,
     refusal,
 )
+from delayd.client.hosts import HostSwitch
 from delayd.client.limits import LimitSteps
 from delayd.client.reads import Reads
 from delayd.model import schedule
+from delayd.model.origin import origins
 from delayd.model.task import Task, TaskError, check_topic, module_allowed
 from delayd.store import connection
 from delayd.store import durable as durable_mod
@@ -113,7 +115,7 @@ class RetriedFailed(NamedTuple):
     cursor: str | None      # where the next step starts; None: the sweep is over
 
 
-class BaseClient(Reads, LimitSteps):
+class BaseClient(Reads, LimitSteps, HostSwitch):
     """Access to one delayd store (a Redis URL and a key prefix), without I/O of its own."""
 
     redact = staticmethod(connection.redact)  # a URL with its password masked (for the dashboard's pages)
@@ -336,6 +338,20 @@ class BaseClient(Reads, LimitSteps):
                             + ("(it is running now)" if answer.status == "running" else
                                "(use retry for a failed task, or add it again)"))
         return answer.code != 0
+
+    def replay_steps(self, host: Any, since: Any, status: str = "failed", dry_run: bool = False,
+                     progress: Callable[[replay.Replayed], None] | None = None) -> Steps[replay.Replayed]:
+        """Send again the URL tasks of HOST (delayd.model.origin) that finished `status` ('failed', 'ok'
+        or 'all') since `since` (Unix seconds, a datetime or an ISO 8601 time), each as a new run of the
+        same task (same webhook-id), streaming through them a page at a time (delayd.client.replay);
+        `dry_run` counts them only. TaskError for a bad argument."""
+        named = origins(host)
+        since_ms = to_ms(since)
+        if status not in ("failed", "ok", "all"):
+            raise TaskError(f"status must be failed, ok or all, got {status!r}")
+        store = yield from self.store_steps()
+        statuses = ("ok", "failed") if status == "all" else (status,)
+        return (yield from replay.replay_steps(store, named, since_ms, statuses, dry_run, progress))
 
     def pause_steps(self, topic: Any) -> Steps[int]:
         """Start no task of `topic` until resume() (runs in flight finish); kept in Redis, so it

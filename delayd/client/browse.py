@@ -61,14 +61,18 @@ def index_key(keys: BucketKeys, status: str) -> str:
 
 def indexes_steps(store: Store, status: str, topic: str) -> Steps[list[str]]:
     """The indexes a status's list walks: one per bucket, and for `delayed` also the parked tasks
-    of each paused topic (`paused:<topic>`, scored by due time like `delayed`) and the tasks a limit
-    holds back (`limited:<topic>`, by due time too): such due tasks wait there, and are still delayed."""
+    of each paused topic or of a topic with tasks of a disabled host set aside (`paused:<topic>`,
+    scored by due time like `delayed`) and the tasks a limit holds back (`limited:<topic>`, by due
+    time too): such due tasks wait there, and are still delayed."""
     indexes = [index_key(keys, status) for keys in store.keys]
     if status == "delayed":
+        b = store.buckets
         replies = yield Batch([command("HKEYS", keys.paused) for keys in store.keys]
-                              + [command("ZRANGE", keys.limited, 0, -1) for keys in store.keys])
-        for keys, paused, held in zip(store.keys, replies[:store.buckets], replies[store.buckets:]):
-            indexes += [keys.parked(t) for t in (paused if isinstance(paused, list) else []) if topic in ("", t)]
+                              + [command("ZRANGE", keys.limited, 0, -1) for keys in store.keys]
+                              + [command("SMEMBERS", keys.aside) for keys in store.keys])
+        for keys, paused, held, aside in zip(store.keys, replies[:b], replies[b:2 * b], replies[2 * b:]):
+            parked = {*(paused if isinstance(paused, list) else []), *(aside if isinstance(aside, (list, set)) else [])}
+            indexes += [keys.parked(t) for t in sorted(parked) if topic in ("", t)]
             indexes += [keys.held(t) for t in (held if isinstance(held, list) else []) if topic in ("", t)]
     return indexes
 

@@ -5,6 +5,11 @@ has been failing and its last error.
 Queue processes report what they saw at most once a second (lua/hosts.lua), so the figures are those
 of every daemon sharing the store, a second or so behind. Reading is one ZREVRANGEBYSCORE of the
 index of hosts and one HGETALL per host listed, in one round trip.
+
+Disabling a host (`delayd hosts disable`, HostSwitch) sets its due URL tasks aside as a paused topic's
+are (claim.lua), and enabling it brings them back in due order (Store.enable_steps). A HOST is an
+origin `scheme://host[:port]` (default ports made explicit), or a bare `host[:port]` meaning both its
+http and https origins (on ports 80 and 443 unless a port is given).
 """
 from __future__ import annotations
 
@@ -12,8 +17,14 @@ from typing import Any, NamedTuple
 
 import redis
 
-from delayd.store.keys import host_key, hosts_seen_key
+from delayd.client.errors import DelaydError
+from delayd.model.origin import origins
+from delayd.store.keys import host_key, hosts_off_key, hosts_seen_key
 from delayd.store.steps import Batch, Steps, command
+from delayd.store.transitions import Store
+
+ON_CLUSTER = ("hosts cannot be disabled on Redis Cluster: claims read the disabled hosts from another slot "
+              "than their bucket's (docs/redis-layout.md, \"Hosts\")")
 
 DAY_MS = 86_400_000
 MINUTE_MS = 60_000
@@ -32,6 +43,7 @@ class HostHealth(NamedTuple):
     last_error: str | None
     error_at: float | None
     ok_at: float | None           # its last success
+    disabled_at: float | None = None  # when it was disabled (delayd hosts disable); None: enabled
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -45,7 +57,7 @@ def _seconds(text: Any) -> float | None:
     return _int(text) / 1000 if _int(text) else None
 
 
-def health(host: str, seen_ms: float, record: dict[str, str], now_ms: int) -> HostHealth:
+def health(host: str, seen_ms: float, record: dict[str, str], now_ms: int, disabled_ms: Any = None) -> HostHealth:
     """One host's health from its hash (lua/hosts.lua: a ring of minutes, errors, breaker)."""
     current = now_ms // MINUTE_MS
     deliveries = failures = 0
@@ -57,12 +69,13 @@ def health(host: str, seen_ms: float, record: dict[str, str], now_ms: int) -> Ho
     open_until = _int(record.get("open_until"))
     return HostHealth(host, seen_ms / 1000, deliveries, failures, "open" if open_until > now_ms else "closed",
                       open_until / 1000 if open_until > now_ms else None, _seconds(record.get("failing_since")),
-                      record.get("error") or None, _seconds(record.get("error_at")), _seconds(record.get("ok_at")))
+                      record.get("error") or None, _seconds(record.get("error_at")), _seconds(record.get("ok_at")),
+                      _seconds(disabled_ms))
 
 
 def hosts_steps(prefix: str, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHealth]]:
-    """The hosts seen in the last day (at most `limit`, the most recently seen): failing ones first (the
-    longest failing first), then by failures over the last hour."""
+    """The hosts seen in the last day (at most `limit`, the most recently seen), and the disabled ones:
+    failing ones first (the longest failing first), then by failures over the last hour."""
     seconds, micros = yield command("TIME")
     now_ms = seconds * 1000 + micros // 1000
     try:
@@ -70,7 +83,46 @@ def hosts_steps(prefix: str, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHealt
                              "LIMIT", 0, limit, withscores=True)
     except redis.exceptions.ResponseError:  # not a zset: the next report sets it aside
         return []
-    replies = yield Batch([command("HGETALL", host_key(prefix, host)) for host, _ in seen])
-    found = [health(host, score, reply if isinstance(reply, dict) else {}, now_ms)
+    off, *replies = yield Batch([command("HGETALL", hosts_off_key(prefix)),
+                                 *(command("HGETALL", host_key(prefix, host)) for host, _ in seen)])
+    off = off if isinstance(off, dict) else {}
+    found = [health(host, score, reply if isinstance(reply, dict) else {}, now_ms, off.get(host))
              for (host, score), reply in zip(seen, replies)]
+    listed = {host for host, _ in seen}
+    found += [health(host, 0, {}, now_ms, at) for host, at in off.items() if host not in listed]
     return sorted(found, key=lambda h: (h.failing_since is None, h.failing_since or 0, -h.failures))
+
+
+class HostSwitch:
+    """Disable and enable URL hosts, for BaseClient (which gives them `store_steps`)."""
+
+    def store_steps(self) -> Steps[Store]:
+        raise NotImplementedError
+
+    def disable_host_steps(self, host: Any) -> Steps[list[str]]:
+        """Send nothing more to HOST's origins until enable_host: their due URL tasks are kept, set aside
+        (not run, not counted as runs); runs in flight finish. Kept in Redis for every daemon. Returns
+        the origins that were not disabled yet. TaskError for a bad HOST, DelaydError on Redis Cluster."""
+        named = origins(host)
+        store = yield from self.store_steps()
+        if not store.hosts_off:
+            raise DelaydError(ON_CLUSTER)
+        return (yield from switched_steps(store, "disable", named))
+
+    def enable_host_steps(self, host: Any) -> Steps[int]:
+        """Deliver to HOST's origins again: the tasks set aside for them run, in due order (those of a
+        paused topic on its resume). Returns how many tasks went back to wait for their turn."""
+        named = origins(host)
+        store = yield from self.store_steps()
+        yield from switched_steps(store, "enable", named)
+        return (yield from store.enable_steps())
+
+
+def switched_steps(store: Store, action: str, named: list[str]) -> Steps[list[str]]:
+    """Disable or enable each origin of `named` (one host_switch.lua call each, so that the answer says
+    which changed; every daemon's master logs the change, delayd.daemon.registrar)."""
+    changed = []
+    for origin in named:
+        if (yield from store.switch_hosts_steps(action, [origin])):
+            changed.append(origin)
+    return changed

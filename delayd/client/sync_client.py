@@ -119,6 +119,9 @@ class Client(BaseClient):
     schedules = _sync(BaseClient.schedules_steps)
     last_hour = _sync(BaseClient.last_hour_steps)
     hosts = _sync(BaseClient.hosts_steps)
+    disable_host = _sync(BaseClient.disable_host_steps)
+    enable_host = _sync(BaseClient.enable_host_steps)
+    replay = _sync(BaseClient.replay_steps)
     topics = _sync(BaseClient.topics_steps)
 
     stats = _sync(BaseClient.stats_steps)

@@ -141,6 +141,7 @@ class Collector:
         quarantined.add_metric([], stats["quarantined"])
         yield from (buckets, tasks, waiting, ready, overall_lag, lag, quarantined, paused, parked, throttled)
         yield from limit_families(stats)
+        yield from host_families(stats)
 
         limited = CounterMetricFamily("delayd_runs_limited", "runs held back by their topic's limit before they "
                                       "started", labels=["topic"])
@@ -164,6 +165,20 @@ class Collector:
             lateness.add_metric([topic], [(_le(b), n) for b, n in stats_mod.histogram(events)],
                                 sum_value=events["lateness_ms"] / 1000)
         yield from (runs, starts, lapsed, lateness, limited, limited_wait)
+
+
+def host_families(stats: dict[str, Any]) -> Iterable[Any]:
+    """The URL hosts disabled now, and how many times hosts were disabled and enabled (delayd hosts)."""
+    hosts = stats.get("hosts", {})
+    disabled = GaugeMetricFamily("delayd_host_disabled", "1 while the URL host is disabled (delayd hosts disable): "
+                                 "its due tasks are set aside", labels=["host"])
+    for host in hosts.get("disabled", []):
+        disabled.add_metric([host], 1)
+    switches = CounterMetricFamily("delayd_host_switches", "times a URL host was disabled or enabled",
+                                   labels=["event"])
+    for name, times in hosts.get("events", {}).items():
+        switches.add_metric([name], times)
+    yield from (disabled, switches)
 
 
 def limit_families(stats: dict[str, Any]) -> Iterable[Any]:

@@ -1,5 +1,6 @@
 """The master's thread that keeps its entry in the registry of live daemons fresh (the entries
-and their keys: delayd.store.registry)."""
+and their keys: delayd.store.registry), and logs each URL host disabled or enabled (delayd hosts
+disable|enable, by any client) as it sees the change, within a beat: every daemon's log says so."""
 from __future__ import annotations
 
 import logging
@@ -11,6 +12,7 @@ from delayd.config import Config
 from delayd.log import event
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
+from delayd.store.keys import hosts_off_key
 from delayd.store.registry import BEAT, register, unregister
 from delayd.workers.process import HANDLED_SIGNALS
 
@@ -31,17 +33,32 @@ class Registrar(threading.Thread):
         self.entry = entry
         self.stopped = threading.Event()
         self.failing = False
+        self.disabled: dict[str, str] | None = None  # origin -> when (ms), as last seen; None: not read yet
 
     def run(self) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
         while not self.stopped.is_set():
             self.call(register, self.entry())
+            self.call(self.watch_hosts)
             self.stopped.wait(BEAT)
 
     def stop(self) -> None:
         self.stopped.set()
         self.join(timeout=10)
         self.call(unregister)
+
+    def watch_hosts(self, client: Any, prefix: str, _daemon_id: str) -> None:
+        """Log the hosts disabled and enabled since the last look (at start: those disabled)."""
+        try:
+            now: dict[str, str] = client.hgetall(hosts_off_key(prefix))
+        except connection.ResponseError:  # not a hash: the next disable or enable sets it aside
+            now = {}
+        before = self.disabled or {}
+        for origin in sorted(now.keys() - before.keys()):
+            event(log, "host_disabled", logging.WARNING, host=origin, since_ms=now[origin])
+        for origin in sorted(before.keys() - now.keys()):
+            event(log, "host_enabled", host=origin)
+        self.disabled = now
 
     def call(self, func: Callable[..., Any], *args: Any) -> None:
         client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)

@@ -97,6 +97,12 @@ class BucketKeys:
         return wire(f"{self.paused}:{topic}")
 
     @property
+    def aside(self) -> str:
+        """Set of the topics whose `paused:<topic>` holds URL tasks set aside because their host is
+        disabled (claim.lua); enabling a host resumes those topics (Store.enable_steps)."""
+        return self.tag + "aside"
+
+    @property
     def limited(self) -> str:
         """Zset topic -> when its limit may next let some of the bucket's held tasks start;
         `limited:<topic>` is the zset of those held tasks (member -> due time)."""
@@ -153,6 +159,16 @@ def hosts_seen_key(prefix: str) -> str:
 def host_key(prefix: str, origin: str) -> str:
     """Hash of one URL host's health (`scheme://host:port`): the last hour by minute, errors, breaker."""
     return f"{prefix}{{hosts}}:h:{origin}"
+
+
+def hosts_off_key(prefix: str) -> str:
+    """Hash origin -> when (ms) of the URL hosts disabled (delayd hosts disable), read by claim.lua."""
+    return f"{prefix}{{hosts}}:off"
+
+
+def host_events_key(prefix: str) -> str:
+    """Hash `disabled`/`enabled` -> how many times a host was (/metrics)."""
+    return f"{prefix}{{hosts}}:events"
 
 
 def meta_key(prefix: str) -> str:

@@ -40,4 +40,4 @@ class Script:
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
                                            "stats", "register", "pause", "park", "resume", "run_now", "limit",
-                                           "browse", "hosts")}
+                                           "browse", "hosts", "host_switch", "aside")}

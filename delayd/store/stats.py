@@ -11,9 +11,9 @@ from typing import Any, Iterable
 
 from delayd.model.task import STATUSES, printable
 from delayd.store import limits as limits_mod
-from delayd.store.keys import PRIORITIES
+from delayd.store.keys import PRIORITIES, host_events_key, hosts_off_key
 from delayd.store.scripts import SCRIPTS
-from delayd.store.steps import ScriptCall, Steps, Stream
+from delayd.store.steps import Batch, ScriptCall, Steps, Stream, command
 from delayd.store.transitions import Store
 from delayd.store.transport import Transport
 
@@ -149,11 +149,17 @@ def bucket_call(store: Store, b: int) -> ScriptCall:
 
 def collect_steps(store: Store) -> Steps[dict[str, Any]]:
     """Counts, lag, throughput and lateness, overall, per topic and per bucket: one stats.lua
-    call per bucket, all in one round trip; then the limits set (delayd.store.limits)."""
+    call per bucket, all in one round trip; then the limits set (delayd.store.limits) and the disabled URL
+    hosts with how many times hosts were disabled and enabled (delayd hosts disable|enable)."""
     answers = yield Stream([bucket_call(store, b) for b in range(store.buckets)], window=None)
     stats = summary(answers.replies)
     stats["limits"] = {limit.topic: {"rate": limit.rate, "concurrency": limit.concurrency, "held": limit.held,
                                      "running": limit.running} for limit in (yield from limits_mod.read_steps(store))}
+    off, events = yield Batch([command("HKEYS", hosts_off_key(store.prefix)),
+                               command("HGETALL", host_events_key(store.prefix))])
+    events = events if isinstance(events, dict) else {}
+    stats["hosts"] = {"disabled": sorted(off) if isinstance(off, list) else [],
+                      "events": {event: int(events.get(event) or 0) for event in ("disabled", "enabled")}}
     return stats
 
 

@@ -10,7 +10,9 @@ from delayd.model.task import Task
 from delayd.store.keys import (
     BucketKeys,
     bucket_of,
+    host_events_key,
     host_key,
+    hosts_off_key,
     hosts_seen_key,
     limits_prefix,
     ready_channel,
@@ -59,6 +61,8 @@ class Store:
         # The daemon's scripts read limits on a single Redis only ('': Redis Cluster, none; see
         # docs/redis-layout.md, "Limits").
         self.limits = "" if is_cluster(redis_client) else limits_prefix(prefix)
+        # Likewise the disabled hosts, which claim.lua reads ('': Redis Cluster, none can be disabled).
+        self.hosts_off = "" if is_cluster(redis_client) else hosts_off_key(prefix)
 
     @cached_property
     def transport(self) -> Transport:
@@ -104,12 +108,12 @@ class Store:
             [wire(member), int(hard), retention_ms],
         )))
 
-    def retry_call(self, member: str) -> ScriptCall:
-        """retry.lua for `member`."""
+    def retry_call(self, member: str, status: str = "failed", span: tuple[int, int] | None = None) -> ScriptCall:
+        """retry.lua for `member`: a `status` task (and, for a replay, one that finished in `span`, ms)."""
         keys = self.keys_for(member)
         return ScriptCall(SCRIPTS["retry"],
-                          [keys.task(member), keys.delayed, keys.done("failed"), keys.counts, keys.quarantine],
-                          [wire(member), keys.wake_channel])
+                          [keys.task(member), keys.delayed, keys.done(status), keys.counts, keys.quarantine],
+                          [wire(member), keys.wake_channel, status, *(span or ())])
 
     def retry_steps(self, member: str) -> Steps[int]:
         """1: the failed task runs again now; 0: no such task; -1: it is not failed."""
@@ -177,6 +181,27 @@ class Store:
                     break
         return Resumed(moved, 0, generation or 0, False)
 
+    def switch_hosts_steps(self, action: str, origins: Sequence[str]) -> Steps[int]:
+        """'disable' or 'enable' URL hosts (host_switch.lua); how many changed."""
+        return int((yield ScriptCall(SCRIPTS["host_switch"], [hosts_off_key(self.prefix), host_events_key(self.prefix)],
+                                     [action, *origins])))
+
+    def enable_steps(self) -> Steps[int]:
+        """Move back the URL tasks set aside for disabled hosts (claim.lua), in every bucket, a batch per
+        call, to run in due order: each topic holding some is resumed as resume_steps would, except
+        where the topic is paused (its own resume brings them back). Tasks of hosts still disabled are
+        set aside again when claimed. Returns how many went back."""
+        moved = 0
+        for keys in self.keys:
+            for topic in (yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.paused], [])):
+                while True:  # generation 0: older than any pause, so a paused topic is left as it is
+                    step = yield from self.resume_batch_steps(keys.bucket, topic, generation=0)
+                    moved += step.moved
+                    if step.overtaken or not step.left:
+                        break
+            yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.paused], [])  # forgets the topics emptied
+        return moved
+
     # -- bucket process --------------------------------------------------------------
     def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:
         keys = self.keys[bucket]
@@ -197,10 +222,10 @@ class Store:
         keys = self.keys[bucket]
         return ScriptCall(SCRIPTS["claim"],
                           [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
-                           keys.done("failed"), keys.quarantine, keys.limited],
+                           keys.done("failed"), keys.quarantine, keys.limited, keys.paused, keys.aside],
                           [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix,
                            retention_ms, self.limits, bucket, ready_channel(self.prefix),
-                           f"u{bucket}" if url else bucket])
+                           f"u{bucket}" if url else bucket, self.hosts_off if url else ""])
 
     @staticmethod
     def claimed(reply: list[Any]) -> Claimed:
@@ -246,15 +271,16 @@ class Store:
         """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
         return self.flags(self.transport.call(self.renew_call(bucket, runs, lease_ms)))
 
-    def hosts_call(self, tallies: dict[str, Any]) -> ScriptCall:
+    def hosts_call(self, tallies: dict[str, Any], disable_after_ms: int = 0) -> ScriptCall:
         """hosts.lua: fold one process's per-host delivery tallies (delayd.targets.url.health.Tally,
-        by origin) into the hosts' health in Redis (`delayd hosts`)."""
+        by origin) into the hosts' health in Redis (`delayd hosts`), disabling a host failing for
+        `disable_after_ms` (0: never; url_disable_after)."""
         keys: list[Any] = [hosts_seen_key(self.prefix)]
         args: list[Any] = []
         for origin, t in tallies.items():
             keys.append(wire(host_key(self.prefix, origin)))
             args += [t.deliveries, t.failures, "ok" if t.last_ok else "fail", wire(t.error), t.open_ms]
-        return ScriptCall(SCRIPTS["hosts"], keys, args)
+        return ScriptCall(SCRIPTS["hosts"], keys, [*args, disable_after_ms])
 
     # -- the dashboard (reads only) ------------------------------------------------------
     def browse_steps(self, indexes: Sequence[str], order: str, start: tuple[Score, str] | None, topic: str,

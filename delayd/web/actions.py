@@ -52,6 +52,34 @@ async def topic_action(client: AsyncClient, topic: str, action: str, cursor: str
     raise ActionError(404, f"unknown action {action!r}")
 
 
+async def host_action(client: AsyncClient, host: str, action: str, form: dict[str, str]) -> dict[str, Any]:
+    """POST /api/hosts/<host>/{disable,enable,replay} (delayd hosts disable|enable, delayd replay: `since`,
+    `status`, `dry_run`; the replay streams through the tasks a page at a time while the request waits)."""
+    try:
+        if action == "replay":
+            dry_run = form.get("dry_run") in ("1", "true", "on")
+            done = await client.replay(host, form.get("since", ""), form.get("status") or "failed", dry_run)
+            count = done.matched if dry_run else done.requeued
+            return {"result": "counted" if dry_run else "replayed", **done._asdict(),
+                    "message": f"{'would re-queue' if dry_run else 're-queued'} {count} finished URL task"
+                               f"{'s' if count != 1 else ''} of {host} ({done.examined} finished tasks looked at)"}
+        if action == "disable":
+            changed = await client.disable_host(host)
+            return {"result": "disabled", "changed": changed,
+                    "message": f"{host} disabled: its due tasks are kept, not sent" if changed
+                    else f"{host} was already disabled"}
+        if action == "enable":
+            moved = await client.enable_host(host)
+            return {"result": "enabled", "moved": moved,
+                    "message": f"{host} enabled: {moved} task{'s' if moved != 1 else ''} set aside will run, "
+                               "in due order"}
+    except TaskError as exc:
+        raise ActionError(400, str(exc)) from None
+    except DelaydError as exc:
+        raise ActionError(409, str(exc)) from None
+    raise ActionError(404, f"unknown action {action!r}")
+
+
 async def retry_failed(client: AsyncClient, topic: str, cursor: str | None = None) -> dict[str, Any]:
     """Put back a batch of failed tasks of `topic` (AsyncClient.retry_failed); the caller repeats with
     the returned `cursor` until it is None."""

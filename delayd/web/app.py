@@ -116,6 +116,7 @@ class Dashboard:
             Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST", "DELETE"]),
             Route("/api/schedules", guarded(self.api_schedules)),
             Route("/api/hosts", guarded(self.api_hosts)),
+            Route("/api/hosts/{rest:path}", guarded(self.api_host), methods=["POST"]),
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Route("/api/limits/{rest:path}", guarded(self.api_limit), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
@@ -323,6 +324,14 @@ class Dashboard:
             return self.refuse(request, 404, "use POST /api/topics/TOPIC/{pause,resume,retry-failed}")
         cursor = request.query_params.get("cursor") or request.state.form.get("cursor")
         return await self.act(request, actions.topic_action, self.client, *parts, cursor=cursor)
+
+    async def api_host(self, request: Request, who: Identity) -> Response:
+        form = {**request.query_params, **request.state.form}
+        parts = segments(request, "/api/hosts/")
+        if len(parts) != 2 or not (parts[0] or form.get("host")):
+            return self.refuse(request, 404, "use POST /api/hosts/HOST/{disable,enable,replay} (HOST percent-encoded; "
+                                             "replay with since=TIME, status=failed|ok|all, dry_run=1)")
+        return await self.act(request, actions.host_action, self.client, parts[0] or form["host"], parts[1], form)
 
     async def api_limit(self, request: Request, who: Identity) -> Response:
         form = {**request.query_params, **request.state.form}

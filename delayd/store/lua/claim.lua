@@ -1,8 +1,9 @@
 -- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
--- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited
+-- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited, paused, aside
 -- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
 --       window-key prefix, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, ready channel, its message for these lists ('N' or 'uN')
+--       bucket id, ready channel, its message for these lists ('N' or 'uN'),
+--       the disabled hosts (P{hosts}:off; '' for call lists and on Redis Cluster)
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -19,6 +20,10 @@
 -- past held tasks until n are taken or the lists are empty (at most HOLD_MAX, 200, held per call; then
 -- the bucket is announced ready again). A released task's wait for its limit is counted apart
 -- (`limited`, `limited_ms`) from its lateness, which keeps only the daemon's own delay.
+-- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
+-- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
+-- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
+-- read from the spec only while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
 -- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
 --          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
 local now = now_ms()
@@ -33,6 +38,38 @@ local HOLD_MAX = 200  -- (a hold costs Redis about what a claim does: a call sta
 local lp, bucket = ARGV[10], ARGV[11]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
+local off = nil  -- the disabled hosts: origin -> true, or nil when none is
+if ARGV[14] and ARGV[14] ~= '' then
+  local origins = redis.pcall('HKEYS', ARGV[14])
+  if type(origins) == 'table' and not origins['err'] and #origins > 0 then
+    off = {}
+    for _, origin in ipairs(origins) do off[origin] = true end
+  end
+end
+
+-- scheme://host:port of a URL task's spec, as delayd.targets.url.request.origin writes it; nil if unreadable.
+local function origin_of(spec)
+  local ok, decoded = pcall(cjson.decode, spec)
+  if not ok or type(decoded) ~= 'table' or type(decoded.url) ~= 'string' then return nil end
+  local scheme, authority = string.match(decoded.url, '^(%a[%w+.-]*)://([^/?#]*)')
+  if not scheme then return nil end
+  scheme, authority = string.lower(scheme), string.lower(string.match(authority, '([^@]*)$'))
+  local host, port = string.match(authority, '^(%[.*%]):?(%d*)$')
+  if not host then host, port = string.match(authority, '^([^:]*):?(%d*)$') end
+  if not host then return nil end
+  if port == '' then port = scheme == 'https' and '443' or '80' end
+  return scheme .. '://' .. host .. ':' .. tonumber(port)
+end
+
+-- Set a ready task of a disabled host aside: out of the ready count, parked at its due time.
+local function set_aside(topic, member, task_key, r)
+  redis.call('HSET', task_key, 'queued', '0')
+  if r[12] then redis.call('HDEL', task_key, 'held', 'released') end
+  count_ready(r[9], topic, -1)
+  zadd_counted(parked_key(KEYS[10], topic), int_of(r[6]) or now, member, 'parked', topic)
+  on('set', 'SADD', KEYS[11], topic)
+  held = held + 1
+end
 
 -- Start a task of limited topic `topic` (record `r`) now? Takes the start from its gate if so.
 local function admitted(topic, member, r)
@@ -89,6 +126,8 @@ local function take(list, want)
       if reason then
         if r and r[1] == '1' then count_ready(r[9], topic, -1) end
         quarantine(aside, task_key, member, reason)
+      elseif off and off[origin_of(r[2]) or ''] then
+        set_aside(topic, member, task_key, r)
       elseif limits and limits[topic] and not admitted(topic, member, r) then
         hold(topic, member, task_key, r)
       else

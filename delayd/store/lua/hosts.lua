@@ -1,16 +1,21 @@
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
 -- KEYS: seen (zset: origin -> last report, ms), then one hash per host, `P{hosts}:h:<origin>`
 -- ARGV: per host 5 values: deliveries, failures, last outcome ('ok' or 'fail'), last error
---       ('' when none failed), ms the host's circuit stays open from now (0: closed)
+--       ('' when none failed), ms the host's circuit stays open from now (0: closed); then the ms of
+--       continuous failure after which a host is disabled (url_disable_after; 0: never)
 -- A host's hash: `m<minute % 60>` = '<minute>,<deliveries>,<failures>' (a ring: the last hour,
 -- minute by minute), `error` and `error_at` (the last failure), `ok_at` (the last success),
 -- `failing_since` (the first failure after the last success; removed by a success), `open_until`.
+-- A host whose `failing_since` is that long ago is disabled as host_switch.lua disables it (`P{hosts}:off`,
+-- the event counted in `P{hosts}:events`).
 -- Bounded: a hash expires a day after its last report, and the index forgets hosts not reported
 -- for a day (at most 100 per call). Times are Redis's clock.
 local now = now_ms()
 local DAY = 86400000
 local seen = KEYS[1]
-local host_prefix = string.sub(seen, 1, -5) .. 'h:'  -- `P{hosts}:h:` of `P{hosts}:seen`
+local hosts_prefix = string.sub(seen, 1, -5)  -- `P{hosts}:` of `P{hosts}:seen`
+local host_prefix = hosts_prefix .. 'h:'
+local disable_after = tonumber(ARGV[(#KEYS - 1) * 5 + 1]) or 0
 local minute = math.floor(now / 60000)
 local slot = 'm' .. (minute % 60)
 for i = 2, #KEYS do
@@ -27,8 +32,16 @@ for i = 2, #KEYS do
   if last == 'ok' then
     fields[#fields + 1], fields[#fields + 2] = 'ok_at', now
     redis.call('HDEL', key, 'failing_since')
-  elseif redis.call('HEXISTS', key, 'failing_since') == 0 then
-    fields[#fields + 1], fields[#fields + 2] = 'failing_since', now
+  else
+    local since = int_of(redis.call('HGET', key, 'failing_since'))
+    if not since then
+      since = now
+      fields[#fields + 1], fields[#fields + 2] = 'failing_since', now
+    end
+    if disable_after > 0 and now - since >= disable_after
+        and redis.call('HSETNX', hosts_prefix .. 'off', string.sub(key, #host_prefix + 1), now) == 1 then
+      redis.call('HINCRBY', hosts_prefix .. 'events', 'disabled', 1)
+    end
   end
   redis.call('HSET', key, unpack(fields))
   redis.call('PEXPIRE', key, DAY)

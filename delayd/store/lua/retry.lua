@@ -1,20 +1,26 @@
--- retry: put a failed task back to run now (one more run by its schedule).
--- KEYS: task, delayed, done:failed, counts, quarantine
--- ARGV: member, wake channel
--- Returns 1 if the task was failed and is now delayed, 0 if missing (or its key
--- is not a hash), -1 if not failed.
+-- retry: put a finished task back to run now (one more run by its schedule): a failed one (retry), or
+-- a failed or ok one finished inside a time span (replay: the same task, so the same webhook-id).
+-- KEYS: task, delayed, done:<status>, counts, quarantine
+-- ARGV: member, wake channel, status ('failed' when left out; or 'ok'), and for a replay the span
+--       (ms) its finish time (its score in done:<status>) must be in: from, to
+-- Returns 1 if the task was of that status (and finished in the span) and is now delayed, 0 if
+-- missing (or its key is not a hash), -1 if not.
 local now = now_ms()
-local member = ARGV[1]
+local member, status = ARGV[1], ARGV[3] or 'failed'
 expect('zset', KEYS[2], KEYS[3])
 expect('hash', KEYS[5])
 local r = read_record(KEYS[1], 'status')
 if not (r and r[1]) then return 0 end
-if r[1] ~= 'failed' then return -1 end
+if r[1] ~= status then return -1 end
+if ARGV[4] then
+  local finished = tonumber(redis.call('ZSCORE', KEYS[3], member))
+  if not (finished and finished >= tonumber(ARGV[4]) and finished <= tonumber(ARGV[5])) then return -1 end
+end
 redis.call('HSET', KEYS[1], 'status', 'delayed', 'due', now)
 redis.call('PERSIST', KEYS[1])
 redis.call('HDEL', KEYS[5], member)  -- no longer in done:failed
 local topic = topic_of(member)
-zrem_counted(KEYS[3], member, 'failed', topic)
+zrem_counted(KEYS[3], member, status, topic)
 zadd_counted(KEYS[2], now, member, 'waiting', topic)
 wake_if_head(KEYS[2], member, ARGV[2], now)
 flush_counts(KEYS[4])

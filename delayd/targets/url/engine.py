@@ -30,6 +30,7 @@ from yarl import URL
 
 from delayd import config as config_mod
 from delayd.config import Config
+from delayd.model.origin import origin
 from delayd.model.task import Task
 from delayd.targets.handlers import Outcome, Runner, clip, describe_exception
 from delayd.targets.url import answer, guard, proxy, request, signing
@@ -153,7 +154,7 @@ class Engine:
         if task.signing_key is not None and task.signing_key not in self.named_keys:
             return Outcome("retry", f"signing key {task.signing_key!r} is not in url_signing_keys: not sent "
                                     "(add it to the config and reload)"), ""
-        host = request.origin(task.url or "")
+        host = origin(task.url or "")
         wait = await self.hosts.acquire(host)
         if wait is not None:
             return Outcome("defer", f"circuit open for {host}: not sent, deferred {wait:.3g} s to the probe",

@@ -1,6 +1,6 @@
 """Per-host isolation on the event loop: a cap on requests in flight and a circuit breaker.
 
-A host is scheme://host:port (`request.origin`). At most `cap` requests to one host are
+A host is scheme://host:port (`delayd.model.origin`). At most `cap` requests to one host are
 in flight; further tasks for it wait here, in arrival order, without holding a slot that
 another host could use. After `failures` consecutive connection errors or timeouts the
 circuit opens: for `cooldown` seconds no request is sent to the host and `acquire`

@@ -69,10 +69,3 @@ def build(task: Task) -> Request:
         headers["Content-Type"] = "application/x-www-form-urlencoded"
     return Request(task.method, task.url or "", headers, body)
 
-
-def origin(url: str) -> str:
-    """scheme://host:port of `url`: the unit of per-host isolation (default ports made explicit)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{'[' + host + ']' if ':' in host else host}:{port}"

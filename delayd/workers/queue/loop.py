@@ -182,7 +182,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         if not tallies:
             return []
         self.next_report = time.monotonic() + REPORT_EVERY
-        return [(self.store.hosts_call(tallies), lambda reply: None)]
+        return [(self.store.hosts_call(tallies, int(self.config.url_disable_after * 1000)), lambda reply: None)]
 
     def send(self, calls: list[tuple[ScriptCall, Callable[[Any], None]]]) -> None:
         """Run script calls in one round trip, each reply handed to its call's function.
