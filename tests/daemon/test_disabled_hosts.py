@@ -10,7 +10,7 @@ import pytest
 from daemon_helper import delayd
 from redis_server import free_port, wait_for
 from test_observability import samples, scrape, value
-from url_helper import _Handler, _serving, http  # noqa: F401  (fixture)
+from url_helper import _Handler, _serving
 
 pytestmark = pytest.mark.system
 

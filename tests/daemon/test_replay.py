@@ -11,7 +11,7 @@ import sys
 import pytest
 from daemon_helper import DELAYD
 from redis_server import now_ms, wait_for
-from url_helper import _Handler, _serving, http  # noqa: F401  (fixture)
+from url_helper import _Handler, _serving
 
 pytestmark = pytest.mark.system
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
