@@ -9,22 +9,73 @@ client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
   or one call after the other on Redis Cluster, whose pipeline refuses EVALSHA and whose buckets
   live on several nodes (the only place that tells Cluster apart);
 - a Client's single script calls go on a connection it keeps aside (delayd.store.held), the
-  fast path of a single add; a queue process's main thread keeps one for its streams (`Link`).
+  fast path of a single add; a queue process's main thread keeps one for its streams (`Link`);
+- a call or command that a Cluster in motion refused without running it is sent again, with a
+  bounded backoff (`patiently`): TRYAGAIN while a slot's keys are split between two shards,
+  CLUSTERDOWN while a failover elects a replica, and redis-py's "TTL exhausted" once its own
+  following of MOVED/ASK/TRYAGAIN for one command (a few tenths of a second) ran out.
 """
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import ClusterDownError, ClusterError, TryAgainError
 
 from delayd.store import held as held_mod
 from delayd.store import resp
 from delayd.store.steps import Batch, Command, Request, ScriptCall, Steps, Stream, Streamed
 
 T = TypeVar("T")
+
+MOTION_PATIENCE = 5.0  # seconds a request refused by a Cluster in motion is sent again for
+MOTION_BACKOFF = ExponentialWithJitterBackoff(cap=0.25, base=0.01)
+REFUSALS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
+def in_motion(exc: BaseException) -> bool:
+    """Whether `exc` is a Cluster's refusal of a request it did not run, worth sending again soon."""
+    return isinstance(exc, (TryAgainError, ClusterDownError)) or \
+        (isinstance(exc, ClusterError) and "TTL exhausted" in str(exc))
+
+
+def patiently(send: Callable[[], T]) -> T:
+    """send(), again while a Cluster in motion refuses it (see the module's docstring)."""
+    give_up, failures = time.monotonic() + MOTION_PATIENCE, 0
+    while True:
+        try:
+            return send()
+        except REFUSALS as exc:
+            failures += 1
+            pause = _pause(exc, failures, give_up)
+        time.sleep(pause)
+
+
+async def patiently_async(send: Callable[[], Awaitable[T]]) -> T:
+    """patiently, for redis.asyncio."""
+    give_up, failures = time.monotonic() + MOTION_PATIENCE, 0
+    while True:
+        try:
+            return await send()
+        except REFUSALS as exc:
+            failures += 1
+            pause = _pause(exc, failures, give_up)
+        await asyncio.sleep(pause)
+
+
+def _pause(exc: BaseException, failures: int, give_up: float) -> float:
+    """How long to wait before sending again a request refused with `exc`; `exc` raised if it is
+    not a Cluster's refusal in motion or the patience would run out."""
+    pause = MOTION_BACKOFF.compute(failures)
+    if not in_motion(exc) or time.monotonic() + pause > give_up:
+        raise exc
+    return pause
 
 
 def is_cluster(client: Any) -> bool:
@@ -56,7 +107,7 @@ class Transport:
         if type(request) is ScriptCall:
             return self.call(request)
         if type(request) is Command:
-            return self.client.execute_command(*request.args, **request.options)
+            return patiently(lambda: self.client.execute_command(*request.args, **request.options))
         if type(request) is Batch:
             return _pipeline(self.client, request).execute(raise_on_error=False)
         return self.stream(request)
@@ -64,17 +115,19 @@ class Transport:
     def call(self, call: ScriptCall) -> Any:
         """One script call's reply (an error reply raised)."""
         if self.held is None:
-            try:
-                return self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-            except redis.exceptions.NoScriptError:
-                return self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys,
-                                                   *call.args)
+            return patiently(lambda: self._evalsha(call))
         packed = call.script.pack(call.keys, call.args, call.head)
         try:
             return self.held.request(packed)
         except redis.exceptions.NoScriptError:
             self.held.request(call.script.load_command())
             return self.held.request(packed)
+
+    def _evalsha(self, call: ScriptCall) -> Any:
+        try:
+            return self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        except redis.exceptions.NoScriptError:
+            return self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys, *call.args)
 
     def stream(self, stream: Stream) -> Streamed:
         """A Stream on a connection of the pool checked out for it (see delayd.store.steps.Stream)."""
@@ -133,12 +186,15 @@ class AsyncTransport:
         if type(request) is ScriptCall:
             return await self.call(request)
         if type(request) is Command:
-            return await self.client.execute_command(*request.args, **request.options)
+            return await patiently_async(lambda: self.client.execute_command(*request.args, **request.options))
         if type(request) is Batch:
             return await _pipeline(self.client, request).execute(raise_on_error=False)
         return await self.stream(request)
 
     async def call(self, call: ScriptCall) -> Any:
+        return await patiently_async(lambda: self._evalsha(call))
+
+    async def _evalsha(self, call: ScriptCall) -> Any:
         try:
             return await self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
                                                      *call.args)

@@ -1,0 +1,131 @@
+"""Redis Cluster in motion: slots of delayd's buckets moving between shards while a daemon runs tasks and a
+producer adds more, and a master killed so that its replica takes over. Every run is recorded on a separate
+Redis (examples:record), so what ran is counted whatever happens to the Cluster."""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+from cluster_helper import Cluster
+from daemon_helper import Daemon, delayd, settled
+from redis_server import RedisServer, wait_for
+
+from delayd import Client
+
+pytestmark = pytest.mark.system
+
+RAN = "ran"
+
+
+class Producer(threading.Thread):
+    """Adds tasks until stopped, single adds and add_many batches of 20 in turn, each due soon after;
+    `accepted` holds the ids whose add returned, `errors` what the others raised."""
+
+    def __init__(self, url: str, record_url: str, durable: bool = False):
+        super().__init__(daemon=True)
+        self.client = Client.from_url(url)
+        self.record_url, self.durable = record_url, durable
+        self.stopping = threading.Event()
+        self.accepted: list[str] = []
+        self.errors: list[str] = []
+
+    def task(self, i: int) -> dict[str, Any]:
+        return {"topic": "m", "id": i, "call": "delayd.examples:record", "delay": 0.05 * (i % 10),
+                "params": {"list": RAN, "redis": self.record_url}}
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.is_set():
+            batch = [self.task(i + k) for k in range(20 if i % 7 == 6 else 1)]
+            i += len(batch)
+            try:
+                if len(batch) == 1:
+                    self.client.add(**{**batch[0], "topic": "m"}, durable=self.durable)
+                else:
+                    self.client.add_many(batch, durable=self.durable)
+                self.accepted += [f"m:{t['id']}" for t in batch]
+            except Exception as exc:  # noqa: BLE001 - counted: an add that was not acknowledged
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self.stopping.wait(0.005)  # a steady stream, not a flood on a 2-core host
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        self.client.close()
+
+
+def ran(record: Any) -> set[str]:
+    """The tasks that ran at least once (examples:record pushes "topic:id:runs")."""
+    return {entry.rpartition(":")[0] for entry in record.lrange(RAN, 0, -1)}
+
+
+def redirections(cluster: Cluster) -> dict[str, int]:
+    """ASK, MOVED and TRYAGAIN replies the live nodes sent (INFO errorstats)."""
+    seen = {"ASK": 0, "MOVED": 0, "TRYAGAIN": 0}
+    for node in cluster.live():
+        stats = node.client().info("errorstats")
+        for kind in seen:
+            seen[kind] += stats.get(f"errorstat_{kind}", {}).get("count", 0)
+    return seen
+
+
+HOLD = 60  # redirections a half-moved slot is held for: more than redis-py retries one command (16)
+
+
+def held(cluster: Cluster, more: int) -> None:
+    """Return once the nodes have sent `more` ASK/TRYAGAIN replies more than now."""
+    start = redirections(cluster)
+    wait_for(lambda: sum(redirections(cluster).values()) - sum(start.values()) >= more, 10,
+             message=f"{more} redirections while a slot is half moved")
+
+
+def restarts(d: Daemon) -> dict[str, int]:
+    """Each child's restarts, from `delayd status --json`."""
+    out = delayd("status", "--json", check=None, DELAYD_STATE_DIR=str(d.state_dir))
+    return {c["name"]: c.get("restarts", 0) for c in json.loads(out.stdout)["children"]}
+
+
+def bucket_slots(cluster: Cluster, client: Client) -> list[int]:
+    rc = cluster.client()
+    return [rc.keyslot(keys.delayed) for keys in client.store.keys]
+
+
+@pytest.fixture
+def record(tmp_path):
+    """A plain Redis of the test's own for the record of runs, out of the Cluster's way."""
+    with RedisServer(str(tmp_path / "record")) as server:
+        yield server
+
+
+def test_slots_move_between_shards_while_work_runs_and_nothing_is_lost(record, tmp_path):
+    with Cluster(3) as cluster:
+        client = Client.from_url(cluster.url)
+        slots = bucket_slots(cluster, client)
+        with Daemon(cluster.url, tmp_path / "d", buckets=client.store.buckets, queues=2, DELAYD_LEASE="3",
+                    DELAYD_TASK_TIMEOUT="2") as d:
+            producer = Producer(cluster.url, record.url)
+            producer.start()
+            before = redirections(cluster)
+            for turn in range(2):
+                for slot in slots:
+                    owner = cluster.owner(slot)
+                    target = [m for m in cluster.masters() if m is not owner][turn]
+                    # Half the slot's keys moved: hold it there until commands on it were redirected or
+                    # told to try again many times (more than redis-py's own retries), then move the rest.
+                    cluster.move_slot(slot, target, hold=lambda: held(cluster, HOLD))
+            producer.stop()
+            seen = {k: v - before[k] for k, v in redirections(cluster).items()}
+            accepted = set(producer.accepted)
+            assert accepted and not producer.errors, producer.errors[:5]
+            try:
+                wait_for(lambda: accepted <= ran(record.client()) and settled(client, "m"), 30, interval=0.1,
+                         message="every accepted task ran")
+            except AssertionError:
+                print(len(accepted - ran(record.client())), client.stats()["counts"], d.log()[-4000:])
+                raise
+            assert all(n == 0 for n in restarts(d).values()), restarts(d)
+        print(f"reshard: accepted={len(accepted)} redirections={seen}")
+        assert seen["ASK"] + seen["TRYAGAIN"] > 0
+        client.close()
