@@ -81,12 +81,12 @@ class Cluster:
         return [ids[v["node_id"]] for v in view.values() if "master" in v["flags"] and v["slots"]
                 and "fail" not in v["flags"] and v["node_id"] in ids]
 
-    def owner(self, slot: int) -> RedisServer:
-        """The master serving `slot`, as the first live master sees it."""
+    def owner(self, slot: int) -> RedisServer | None:
+        """The master serving `slot`, as the first live master sees it (None: a node that is down)."""
         by_port = {n.port: n for n in self.live()}
         for start, end, master, *_ in self.masters()[0].client().execute_command("CLUSTER", "SLOTS"):
             if start <= slot <= end:
-                return by_port[int(master[1])]
+                return by_port.get(int(master[1]))
         raise LookupError(f"no master serves slot {slot}")
 
     def move_slot(self, slot: int, target: RedisServer, hold: Callable[[], None] = lambda: None) -> int:

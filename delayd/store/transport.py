@@ -7,7 +7,8 @@ client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
   SCRIPT LOAD on a connection of our own (calls in flight behind it are sent again, in order);
 - a Stream of script calls goes on one connection, a window of calls ahead of their replies,
   or one call after the other on Redis Cluster, whose pipeline refuses EVALSHA and whose buckets
-  live on several nodes (the only place that tells Cluster apart);
+  live on several nodes (the only place that tells Cluster apart); there a command that must
+  follow the calls on their connection (WAIT) follows each call, on a connection to its node;
 - a Client's single script calls go on a connection it keeps aside (delayd.store.held), the
   fast path of a single add; a queue process's main thread keeps one for its streams (`Link`);
 - a call or command that a Cluster in motion refused without running it is sent again, with a
@@ -26,11 +27,11 @@ import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterDownError, ClusterError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, ClusterError, MovedError, TryAgainError
 
 from delayd.store import held as held_mod
 from delayd.store import resp
-from delayd.store.steps import Batch, Command, Request, ScriptCall, Steps, Stream, Streamed
+from delayd.store.steps import Batch, Command, EachCall, Request, ScriptCall, Steps, Stream, Streamed
 
 T = TypeVar("T")
 
@@ -41,7 +42,7 @@ REFUSALS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 def in_motion(exc: BaseException) -> bool:
     """Whether `exc` is a Cluster's refusal of a request it did not run, worth sending again soon."""
-    return isinstance(exc, (TryAgainError, ClusterDownError)) or \
+    return isinstance(exc, (TryAgainError, ClusterDownError, MovedError, AskError)) or \
         (isinstance(exc, ClusterError) and "TTL exhausted" in str(exc))
 
 
@@ -87,6 +88,8 @@ class Transport:
     """Runs steps and sends requests on a redis-py client. `hold`: single script calls go on a
     connection kept aside (a plain client only; see delayd.store.held)."""
 
+    confirms_on_cluster = True  # a Stream's `then` (a durable add's WAIT) works on Redis Cluster
+
     def __init__(self, client: Any, hold: bool = False):
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
@@ -131,6 +134,8 @@ class Transport:
 
     def stream(self, stream: Stream) -> Streamed:
         """A Stream on a connection of the pool checked out for it (see delayd.store.steps.Stream)."""
+        if self.cluster and stream.then:
+            return self._each_then(stream)
         if self.cluster:
             return self._one_by_one(stream)
         with held_mod.checked_out(self.client) as conn:
@@ -141,6 +146,35 @@ class Transport:
         for call in stream.calls:
             replies.append(self.call(call))
         return Streamed(replies)
+
+    def _each_then(self, stream: Stream) -> Streamed:
+        """On Redis Cluster, each call and then `stream.then` on one connection to the call's node
+        (WAIT and WAITAOF count their connection's writes); `then` answers with EachCall."""
+        replies = [] if stream.replies is None else stream.replies
+        confirmations = []
+        for call in stream.calls:
+            done = patiently(lambda: self._on_node(call, stream.then))
+            replies += done.replies
+            confirmations.append(done.then)
+        return Streamed(replies, EachCall(confirmations))
+
+    def _on_node(self, call: ScriptCall, then: tuple[Any, ...]) -> Streamed:
+        """`call`, then `then`, on a connection to the master of the call's slot, as redis-py's map
+        says; a MOVED reply or a lost node brings the map up to date (for the call sent again, or the
+        next one) before it is raised."""
+        nodes = self.client.nodes_manager
+        try:
+            with held_mod.checked_out(self.client.get_node_from_key(call.keys[0]).redis_connection) as conn:
+                return _on_connection(conn, Stream([call], window=None, then=then))
+        except MovedError as exc:
+            nodes.move_slot(exc)
+            raise
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            try:
+                nodes.initialize()
+            except REFUSALS:  # no node answers now: the next call tries again
+                pass
+            raise
 
     def link(self) -> "Link":
         return Link(self)
@@ -174,6 +208,8 @@ class Link:
 
 class AsyncTransport:
     """Transport's requests on a redis.asyncio client."""
+
+    confirms_on_cluster = False  # (not written for redis.asyncio's Cluster client yet)
 
     def __init__(self, client: Any):
         self.client = client

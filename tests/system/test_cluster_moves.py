@@ -23,16 +23,16 @@ class Producer(threading.Thread):
     """Adds tasks until stopped, single adds and add_many batches of 20 in turn, each due soon after;
     `accepted` holds the ids whose add returned, `errors` what the others raised."""
 
-    def __init__(self, url: str, record_url: str, durable: bool = False):
+    def __init__(self, url: str, record_url: str, topic: str = "m", durable: bool = False):
         super().__init__(daemon=True)
         self.client = Client.from_url(url)
-        self.record_url, self.durable = record_url, durable
+        self.record_url, self.topic, self.durable = record_url, topic, durable
         self.stopping = threading.Event()
         self.accepted: list[str] = []
         self.errors: list[str] = []
 
     def task(self, i: int) -> dict[str, Any]:
-        return {"topic": "m", "id": i, "call": "delayd.examples:record", "delay": 0.05 * (i % 10),
+        return {"topic": self.topic, "id": i, "call": "delayd.examples:record", "delay": 0.05 * (i % 10),
                 "params": {"list": RAN, "redis": self.record_url}}
 
     def run(self) -> None:
@@ -42,13 +42,13 @@ class Producer(threading.Thread):
             i += len(batch)
             try:
                 if len(batch) == 1:
-                    self.client.add(**{**batch[0], "topic": "m"}, durable=self.durable)
+                    self.client.add(**batch[0], durable=self.durable)
                 else:
                     self.client.add_many(batch, durable=self.durable)
-                self.accepted += [f"m:{t['id']}" for t in batch]
+                self.accepted += [f"{self.topic}:{t['id']}" for t in batch]
             except Exception as exc:  # noqa: BLE001 - counted: an add that was not acknowledged
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-            self.stopping.wait(0.005)  # a steady stream, not a flood on a 2-core host
+            self.stopping.wait(0.01)  # a steady stream, not a flood on a 2-core host
 
     def stop(self) -> None:
         self.stopping.set()
@@ -128,4 +128,52 @@ def test_slots_move_between_shards_while_work_runs_and_nothing_is_lost(record, t
             assert all(n == 0 for n in restarts(d).values()), restarts(d)
         print(f"reshard: accepted={len(accepted)} redirections={seen}")
         assert seen["ASK"] + seen["TRYAGAIN"] > 0
+        client.close()
+
+
+def test_a_master_dies_its_replica_takes_over_and_durable_adds_are_not_lost(record, tmp_path):
+    with Cluster(3, replicas=1, node_timeout=1000) as cluster:
+        client = Client.from_url(cluster.url)
+        slot = bucket_slots(cluster, client)[0]
+        victim = cluster.owner(slot)
+        with Daemon(cluster.url, tmp_path / "d", buckets=client.store.buckets, queues=2, DELAYD_LEASE="3",
+                    DELAYD_TASK_TIMEOUT="2") as d:
+            durable = Producer(cluster.url, record.url, topic="d", durable=True)
+            plain = Producer(cluster.url, record.url, topic="m")
+            for producer in (durable, plain):
+                producer.start()
+            wait_for(lambda: len(durable.accepted) > 100 and len(plain.accepted) > 100, 20, message="adds going")
+            victim.kill()
+            wait_for(lambda: victim not in cluster.masters() and cluster.owner(slot) not in (victim, None), 20,
+                     interval=0.1, message="the replica promoted")
+            promoted = cluster.owner(slot)
+            # The old master comes back as the new one's replica: until then a durable add to its slots is
+            # written but not confirmed (WAIT finds no replica), and says so.
+            victim.start()
+            wait_for(lambda: victim.client().info("replication").get("master_link_status") == "up", 20,
+                     interval=0.1, message="the old master is the new one's replica")
+            # Work resumes: adds acknowledged again, on every bucket.
+            after = (len(durable.accepted), len(plain.accepted))
+            try:
+                wait_for(lambda: len(durable.accepted) > after[0] + 100 and len(plain.accepted) > after[1] + 100,
+                         20, message="adds acknowledged after the failover")
+            except AssertionError:
+                print(after, len(durable.accepted), len(plain.accepted), durable.errors[-3:], plain.errors[-3:],
+                      len(durable.errors), len(plain.errors))
+                raise
+            for producer in (durable, plain):
+                producer.stop()
+            try:
+                wait_for(lambda: set(durable.accepted) <= ran(record.client()) and settled(client, "d")
+                         and settled(client, "m"), 30, interval=0.1, message="every durable add ran")
+            except AssertionError:
+                print(len(set(durable.accepted) - ran(record.client())), client.stats()["counts"], d.log()[-4000:])
+                raise
+            lost = set(plain.accepted) - ran(record.client())
+            restarted = restarts(d)
+            noscript = promoted.client().info("errorstats").get("errorstat_NOSCRIPT", {}).get("count", 0)
+        print(f"failover: durable accepted={len(durable.accepted)} lost=0 refused={len(durable.errors)}; "
+              f"non-durable accepted={len(plain.accepted)} lost={len(lost)} refused={len(plain.errors)}; "
+              f"restarts={restarted} NOSCRIPT on the promoted replica={noscript}")
+        assert all(n <= 1 for n in restarted.values()), restarted  # no crash loop
         client.close()
