@@ -81,6 +81,14 @@ class Cluster:
         return [ids[v["node_id"]] for v in view.values() if "master" in v["flags"] and v["slots"]
                 and "fail" not in v["flags"] and v["node_id"] in ids]
 
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A live replica of `master`."""
+        ids = self.node_ids()
+        mine = {i for i, n in ids.items() if n is master}
+        view = master.client().cluster("nodes")
+        return next(ids[v["node_id"]] for v in view.values()
+                    if "slave" in v["flags"] and v["master_id"] in mine and v["node_id"] in ids)
+
     def owner(self, slot: int) -> RedisServer | None:
         """The master serving `slot`, as the first live master sees it (None: a node that is down)."""
         by_port = {n.port: n for n in self.live()}
