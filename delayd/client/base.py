@@ -280,8 +280,6 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
         failed write): its own reply says whether the write was confirmed, so a stale plan can
         fail an add (DurabilityError, written but not confirmed) but never claim what is not true.
         `appendfsync always` (nothing to wait for) is asked for at every add."""
-        if self.on_cluster and not self.transport.confirms_on_cluster:
-            raise DurabilityError("durable=True is not supported on Redis Cluster by this client; nothing was written")
         kept = self._durable_plan
         if kept is not None and time.monotonic() < kept[0]:
             info, appendfsync = kept[1]

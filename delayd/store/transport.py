@@ -88,8 +88,6 @@ class Transport:
     """Runs steps and sends requests on a redis-py client. `hold`: single script calls go on a
     connection kept aside (a plain client only; see delayd.store.held)."""
 
-    confirms_on_cluster = True  # a Stream's `then` (a durable add's WAIT) works on Redis Cluster
-
     def __init__(self, client: Any, hold: bool = False):
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
@@ -209,7 +207,6 @@ class Link:
 class AsyncTransport:
     """Transport's requests on a redis.asyncio client."""
 
-    confirms_on_cluster = False  # (not written for redis.asyncio's Cluster client yet)
 
     def __init__(self, client: Any):
         self.client = client
@@ -239,6 +236,8 @@ class AsyncTransport:
                                                      *call.args)
 
     async def stream(self, stream: Stream) -> Streamed:
+        if self.cluster and stream.then:
+            return await self._each_then(stream)
         if self.cluster:
             replies = _one_by_one_replies(stream)
             for call in stream.calls:
@@ -253,6 +252,40 @@ class AsyncTransport:
             raise
         finally:
             await pool.release(conn)
+
+
+    async def _each_then(self, stream: Stream) -> Streamed:
+        """Transport._each_then, awaitable."""
+        replies = [] if stream.replies is None else stream.replies
+        confirmations = []
+        for call in stream.calls:
+            done = await patiently_async(lambda: self._on_node(call, stream.then))
+            replies += done.replies
+            confirmations.append(done.then)
+        return Streamed(replies, EachCall(confirmations))
+
+    async def _on_node(self, call: ScriptCall, then: tuple[Any, ...]) -> Streamed:
+        """Transport._on_node, awaitable."""
+        nodes = self.client.nodes_manager
+        node = self.client.get_node_from_key(call.keys[0])
+        conn = node.acquire_connection()
+        try:
+            return await _drive(_stream_steps(Stream([call], window=None, then=then)), lambda request: request(conn))
+        except MovedError as exc:
+            await nodes.move_slot(exc)
+            raise
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            await conn.disconnect()
+            try:
+                await nodes.initialize()
+            except REFUSALS:  # no node answers now: the next call tries again
+                pass
+            raise
+        except BaseException:
+            await conn.disconnect()  # a half-read reply must never be read as the next call's
+            raise
+        finally:
+            node.release(conn)
 
 
 def _one_by_one_replies(stream: Stream) -> list[Any]:

@@ -3,6 +3,7 @@ producer adds more, and a master killed so that its replica takes over. Every ru
 Redis (examples:record), so what ran is counted whatever happens to the Cluster."""
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -14,6 +15,8 @@ from daemon_helper import Daemon, delayd, settled
 from redis_server import RedisServer, wait_for
 
 from delayd import Client
+from delayd.client.async_client import AsyncClient
+from delayd.client.errors import DurabilityError
 
 pytestmark = pytest.mark.system
 
@@ -55,6 +58,14 @@ class Producer(threading.Thread):
         self.stopping.set()
         self.join(30)
         self.client.close()
+
+
+async def durable_async_add(url: str, task: dict[str, Any]) -> bool:
+    client = AsyncClient.from_url(url)
+    try:
+        return await client.add(**task, durable=True)
+    finally:
+        await client.close()
 
 
 def ran(record: Any) -> set[str]:
@@ -104,6 +115,10 @@ def test_slots_move_between_shards_while_work_runs_and_nothing_is_lost(record, t
     with Cluster(3) as cluster:
         client = Client.from_url(cluster.url)
         slots = bucket_slots(cluster, client)
+        # No replica, no AOF: a durable add cannot be confirmed, and is refused before anything is written.
+        with pytest.raises(DurabilityError, match="nothing was written"):
+            client.add("m", "durable", call="delayd.examples:noop", durable=True)
+        assert client.get("m", "durable") is None
         with Daemon(cluster.url, tmp_path / "d", buckets=client.store.buckets, queues=2, DELAYD_LEASE="3",
                     DELAYD_TASK_TIMEOUT="2") as d:
             producer = Producer(cluster.url, record.url)
@@ -145,15 +160,20 @@ def test_a_master_dies_its_replica_takes_over_and_only_unreplicated_non_durable_
             plain = Producer(cluster.url, record.url, topic="m", delay=2)
             for producer in (durable, plain):
                 producer.start()
+            assert asyncio.run(durable_async_add(cluster.url, durable.task(-1)))  # the AsyncClient's road too
             wait_for(lambda: len(durable.accepted) > 100 and len(plain.accepted) > 100, 20, message="adds going")
             # The victim's replica stops reading (SIGSTOP) and 16 MB written to the victim fill the socket
             # buffers between them: what the victim acknowledges after that is on the victim alone. A durable
             # add waits for the replica, so it is not acknowledged; a non-durable one is.
             replica = cluster.replica_of(victim)
+            unreplicated = len(plain.accepted)  # the adds acknowledged before this are on the replica:
+            offset = victim.client().info("replication")["master_repl_offset"]
+            wait_for(lambda: replica.client().info("replication")["slave_repl_offset"] >= offset, 10,
+                     message="the replica has the adds acknowledged so far")
             replica.proc.send_signal(signal.SIGSTOP)
             victim.client().set(filler, "x" * (16 << 20))
-            unreplicated = len(plain.accepted)
-            wait_for(lambda: len(plain.accepted) > unreplicated + 50, 10, message="adds while the replica is stopped")
+            stopped = len(plain.accepted)
+            wait_for(lambda: len(plain.accepted) > stopped + 50, 10, message="adds while the replica is stopped")
             victim.kill()
             killed = len(plain.accepted)
             replica.proc.send_signal(signal.SIGCONT)
@@ -177,7 +197,7 @@ def test_a_master_dies_its_replica_takes_over_and_only_unreplicated_non_durable_
             for producer in (durable, plain):
                 producer.stop()
             try:
-                wait_for(lambda: set(durable.accepted) <= ran(record.client()) and settled(client, "d")
+                wait_for(lambda: {*durable.accepted, "d:-1"} <= ran(record.client()) and settled(client, "d")
                          and settled(client, "m"), 30, interval=0.1, message="every durable add ran")
             except AssertionError:
                 print(len(set(durable.accepted) - ran(record.client())), client.stats()["counts"], d.log()[-4000:])
