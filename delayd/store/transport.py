@@ -12,72 +12,24 @@ client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
 - a Client's single script calls go on a connection it keeps aside (delayd.store.held), the
   fast path of a single add; a queue process's main thread keeps one for its streams (`Link`);
 - a call or command that a Cluster in motion refused without running it is sent again, with a
-  bounded backoff (`patiently`): TRYAGAIN while a slot's keys are split between two shards,
-  CLUSTERDOWN while a failover elects a replica, and redis-py's "TTL exhausted" once its own
-  following of MOVED/ASK/TRYAGAIN for one command (a few tenths of a second) ran out.
+  bounded backoff (delayd.store.motion).
 """
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, ClusterDownError, ClusterError, MovedError, TryAgainError
+from redis.exceptions import MovedError
 
 from delayd.store import held as held_mod
 from delayd.store import resp
+from delayd.store.motion import REFUSALS, patiently, patiently_async
 from delayd.store.steps import Batch, Command, EachCall, Request, ScriptCall, Steps, Stream, Streamed
 
 T = TypeVar("T")
-
-MOTION_PATIENCE = 5.0  # seconds a request refused by a Cluster in motion is sent again for
-MOTION_BACKOFF = ExponentialWithJitterBackoff(cap=0.25, base=0.01)
-REFUSALS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
-
-
-def in_motion(exc: BaseException) -> bool:
-    """Whether `exc` is a Cluster's refusal of a request it did not run, worth sending again soon."""
-    return isinstance(exc, (TryAgainError, ClusterDownError, MovedError, AskError)) or \
-        (isinstance(exc, ClusterError) and "TTL exhausted" in str(exc))
-
-
-def patiently(send: Callable[[], T]) -> T:
-    """send(), again while a Cluster in motion refuses it (see the module's docstring)."""
-    give_up, failures = time.monotonic() + MOTION_PATIENCE, 0
-    while True:
-        try:
-            return send()
-        except REFUSALS as exc:
-            failures += 1
-            pause = _pause(exc, failures, give_up)
-        time.sleep(pause)
-
-
-async def patiently_async(send: Callable[[], Awaitable[T]]) -> T:
-    """patiently, for redis.asyncio."""
-    give_up, failures = time.monotonic() + MOTION_PATIENCE, 0
-    while True:
-        try:
-            return await send()
-        except REFUSALS as exc:
-            failures += 1
-            pause = _pause(exc, failures, give_up)
-        await asyncio.sleep(pause)
-
-
-def _pause(exc: BaseException, failures: int, give_up: float) -> float:
-    """How long to wait before sending again a request refused with `exc`; `exc` raised if it is
-    not a Cluster's refusal in motion or the patience would run out."""
-    pause = MOTION_BACKOFF.compute(failures)
-    if not in_motion(exc) or time.monotonic() + pause > give_up:
-        raise exc
-    return pause
-
 
 def is_cluster(client: Any) -> bool:
     """Whether `client` (redis-py, sync or asyncio) talks to a Redis Cluster."""
