@@ -31,6 +31,7 @@ from delayd.store.steps import Batch, Command, EachCall, Request, ScriptCall, St
 
 T = TypeVar("T")
 
+
 def is_cluster(client: Any) -> bool:
     """Whether `client` (redis-py, sync or asyncio) talks to a Redis Cluster."""
     return isinstance(client, (RedisCluster, AsyncRedisCluster))
@@ -100,7 +101,7 @@ class Transport:
     def _each_then(self, stream: Stream) -> Streamed:
         """On Redis Cluster, each call and then `stream.then` on one connection to the call's node
         (WAIT and WAITAOF count their connection's writes); `then` answers with EachCall."""
-        replies = [] if stream.replies is None else stream.replies
+        replies = _one_by_one_replies(stream)
         confirmations = []
         for call in stream.calls:
             done = patiently(lambda: self._on_node(call, stream.then))
@@ -159,7 +160,6 @@ class Link:
 class AsyncTransport:
     """Transport's requests on a redis.asyncio client."""
 
-
     def __init__(self, client: Any):
         self.client = client
         self.cluster = isinstance(client, AsyncRedisCluster)
@@ -205,10 +205,9 @@ class AsyncTransport:
         finally:
             await pool.release(conn)
 
-
     async def _each_then(self, stream: Stream) -> Streamed:
         """Transport._each_then, awaitable."""
-        replies = [] if stream.replies is None else stream.replies
+        replies = _one_by_one_replies(stream)
         confirmations = []
         for call in stream.calls:
             done = await patiently_async(lambda: self._on_node(call, stream.then))
@@ -241,10 +240,7 @@ class AsyncTransport:
 
 
 def _one_by_one_replies(stream: Stream) -> list[Any]:
-    """The list a Stream sent one call at a time (Redis Cluster) answers into; a command to follow
-    the calls on their connection (`then`) has no meaning there."""
-    if stream.then:
-        raise ValueError(f"{stream.then[0]} after a stream is not supported on Redis Cluster")
+    """The list a Stream sent one call at a time (Redis Cluster) answers into."""
     return [] if stream.replies is None else stream.replies
 
 
