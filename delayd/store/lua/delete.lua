@@ -1,5 +1,6 @@
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring
+-- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring,
+--       the topic's parked set (paused:<topic>)
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
@@ -12,7 +13,7 @@ local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
 expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 expect('hash', KEYS[7])
-expect('zset', parked_key(KEYS[9], topic_of(member)))
+expect('zset', KEYS[11])
 redis.call('HDEL', KEYS[7], member)
 recurring_index(KEYS[10]).remove(member)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -24,7 +25,7 @@ end
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
-zrem_counted(parked_key(KEYS[9], topic), member, 'parked', topic)
+zrem_counted(KEYS[11], member, 'parked', topic)
 if hard then
   redis.call('DEL', KEYS[1])
 else
