@@ -65,6 +65,17 @@ class Store:
         # Likewise the disabled hosts, which claim.lua reads ('': Redis Cluster, none can be disabled).
         self.hosts_off = "" if is_cluster(redis_client) else hosts_off_key(prefix)
 
+    def limit_keys(self, topics: Iterable[str], wakes: bool) -> list[Any]:
+        """The limits' keys a script may touch for `topics` (declared in its KEYS; none on Redis Cluster,
+        where limits are not read): `conf`, each topic's `tat:`, `run:` and `where:`, and if the script
+        may wake the buckets holding a topic's tasks (a freed slot, a changed limit), every `limited`."""
+        if not self.limits:
+            return []
+        named = [self.limits + "conf"]
+        for topic in dict.fromkeys(topics):
+            named += [wire(f"{self.limits}{kind}:{topic}") for kind in ("tat", "run", "where")]
+        return named + ([keys.limited for keys in self.keys] if wakes else [])
+
     @cached_property
     def transport(self) -> Transport:
         return Transport(self.redis)
@@ -255,9 +266,10 @@ class Store:
                 entry if len(entry) == FINISH_FIELDS else Finish(*entry))
             task_keys.append(keys.task(member))
             args += (wire(member), claim, outcome, gap_ms, wire(error), next_due, wait_ms, wire(attempt))
+        topics = (topic_of(entry[0]) for entry in results)
         return ScriptCall(SCRIPTS["finish"], [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
-                                              keys.quarantine, keys.counts, keys.totals, keys.recurring, *task_keys],
-                          args)
+                                              keys.quarantine, keys.counts, keys.totals, keys.recurring, *task_keys,
+                                              *self.limit_keys(topics, wakes=True)], args)
 
     @staticmethod
     def flags(reply: list[Any]) -> list[bool]:
@@ -275,7 +287,9 @@ class Store:
         args: list[Any] = [lease_ms, self.limits]
         for member, claim in runs:
             args += [wire(member), claim]
-        return ScriptCall(SCRIPTS["renew"], [keys.leases, *(keys.task(member) for member, _ in runs)], args)
+        return ScriptCall(SCRIPTS["renew"], [keys.leases, *(keys.task(member) for member, _ in runs),
+                                             *self.limit_keys((topic_of(member) for member, _ in runs), wakes=False)],
+                          args)
 
     def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
         """Extend the leases of (member, claim token) runs; False where the run was fenced off."""

@@ -1,5 +1,6 @@
 -- finish: record the outcome of a batch of runs of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring, then each run's record
+-- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring, then each run's record,
+--       then on a single Redis the limits' keys of the runs' topics and every bucket's limited (Store.limit_keys)
 -- ARGV: retention (ms), wake channel, window-key prefix,
 --       attempts kept (the delivery log's length), limits prefix (P{limits}:, or '' on Redis
 --       Cluster), then per run 8 values:

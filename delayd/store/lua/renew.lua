@@ -1,5 +1,5 @@
 -- renew: extend the leases of runs still in progress.
--- KEYS: leases, then each run's record
+-- KEYS: leases, then each run's record, then on a single Redis the limits' keys of their topics
 -- ARGV: lease (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       then per run: member, claim token
 -- A run of a topic with a concurrency limit holds its slot as long as its lease: renewed with it.
