@@ -27,6 +27,12 @@ def bucket_of(member: str, buckets: int) -> int:
     return zlib.crc32(member.encode("utf-8", "surrogateescape")) % buckets
 
 
+def topic_of(member: str) -> str:
+    """The topic of a member as the scripts read it (`topic_of` in lua/_lib.lua): up to its last `:`,
+    or the whole member when it has none."""
+    return member.rpartition(":")[0] if ":" in member else member
+
+
 def wire(name: str) -> str | bytes:
     """A name read from Redis, ready to send back: its own bytes if it was not UTF-8.
 

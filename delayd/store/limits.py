@@ -19,9 +19,8 @@ HELD = "throttled"  # the state count of held tasks (`throttled|<topic>` in each
 
 def write_steps(store: Store, topic: str, value: str) -> Steps[bool]:
     """Set `topic`'s limit to `value` ('N PERIOD_MS K'; '' clears it). True if it had one."""
-    lp = store.limits
-    return bool((yield ScriptCall(SCRIPTS["limit"], [lp + "conf", wire(f"{lp}tat:{topic}"), wire(f"{lp}run:{topic}")],
-                                  [wire(topic), value, lp])))
+    call = ScriptCall(SCRIPTS["limit"], store.limit_keys([topic], wakes=True), [wire(topic), value, store.limits])
+    return bool((yield call))
 
 
 def read_steps(store: Store) -> Steps[list[Limit]]:

@@ -16,6 +16,7 @@ from delayd.store.keys import (
     hosts_seen_key,
     limits_prefix,
     ready_channel,
+    topic_of,
     wire,
 )
 from delayd.store.replies import (
@@ -64,6 +65,17 @@ class Store:
         # Likewise the disabled hosts, which claim.lua reads ('': Redis Cluster, none can be disabled).
         self.hosts_off = "" if is_cluster(redis_client) else hosts_off_key(prefix)
 
+    def limit_keys(self, topics: Iterable[str], wakes: bool) -> list[Any]:
+        """The limits' keys a script may touch for `topics` (declared in its KEYS; none on Redis Cluster,
+        where limits are not read): `conf`, each topic's `tat:`, `run:` and `where:`, and if the script
+        may wake the buckets holding a topic's tasks (a freed slot, a changed limit), every `limited`."""
+        if not self.limits:
+            return []
+        named = [self.limits + "conf"]
+        for topic in dict.fromkeys(topics):
+            named += [wire(f"{self.limits}{kind}:{topic}") for kind in ("tat", "run", "where")]
+        return named + ([keys.limited for keys in self.keys] if wakes else [])
+
     @cached_property
     def transport(self) -> Transport:
         return Transport(self.redis)
@@ -104,7 +116,7 @@ class Store:
         return bool((yield ScriptCall(
             SCRIPTS["delete"],
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine, keys.counts, keys.paused, keys.recurring],
+             keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member))],
             [wire(member), int(hard), retention_ms],
         )))
 
@@ -126,8 +138,9 @@ class Store:
 
     def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)
-        code, status = yield ScriptCall(SCRIPTS["run_now"], [keys.task(member), keys.delayed, keys.paused,
-                                                             keys.counts], [wire(member), keys.wake_channel])
+        code, status = yield ScriptCall(SCRIPTS["run_now"], [keys.task(member), keys.delayed, keys.paused, keys.counts,
+                                                             keys.parked(topic_of(member))],
+                                        [wire(member), keys.wake_channel])
         return RunNow(int(code), status)
 
     def pause_steps(self, topic: str) -> Steps[Paused]:
@@ -145,7 +158,7 @@ class Store:
                 position = 0
                 while position >= 0:
                     moved, position = yield ScriptCall(
-                        SCRIPTS["park"], [keys.paused, ready, keys.counts],
+                        SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic)],
                         [keys.task_prefix, topic, generation, position, PARK_CHUNK])
                     parked, position = parked + int(moved), int(position)
                 if position == -2:  # resumed here by a later resume
@@ -161,7 +174,7 @@ class Store:
         pause of `generation` or later holds the bucket (None: a new resume, its generation taken here)."""
         keys = self.keys[bucket]
         moved, left, generation, overtaken = yield ScriptCall(
-            SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts],
+            SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts, keys.parked(topic)],
             [topic, keys.wake_channel, batch, "" if generation is None else generation])
         return Resumed(int(moved), int(left), int(generation), bool(overtaken))
 
@@ -183,7 +196,9 @@ class Store:
 
     def switch_hosts_steps(self, action: str, origins: Sequence[str]) -> Steps[int]:
         """'disable' or 'enable' URL hosts (host_switch.lua); how many changed."""
-        return int((yield ScriptCall(SCRIPTS["host_switch"], [hosts_off_key(self.prefix), host_events_key(self.prefix)],
+        health = [wire(host_key(self.prefix, origin)) for origin in origins] if action == "enable" else []
+        return int((yield ScriptCall(SCRIPTS["host_switch"],
+                                     [hosts_off_key(self.prefix), host_events_key(self.prefix), *health],
                                      [action, *origins])))
 
     def enable_steps(self) -> Steps[int]:
@@ -193,13 +208,16 @@ class Store:
         set aside again when claimed. Returns how many went back."""
         moved = 0
         for keys in self.keys:
-            for topic in (yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.paused], [])):
+            topics = yield ScriptCall(SCRIPTS["aside"], [keys.aside], [])
+            for topic in topics:
                 while True:  # generation 0: older than any pause, so a paused topic is left as it is
                     step = yield from self.resume_batch_steps(keys.bucket, topic, generation=0)
                     moved += step.moved
                     if step.overtaken or not step.left:
                         break
-            yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.paused], [])  # forgets the topics emptied
+            if topics:  # forgets the topics emptied
+                yield ScriptCall(SCRIPTS["aside"], [keys.aside, *map(keys.parked, topics)],
+                                 list(map(wire, topics)))
         return moved
 
     # -- bucket process --------------------------------------------------------------
@@ -222,10 +240,11 @@ class Store:
         keys = self.keys[bucket]
         return ScriptCall(SCRIPTS["claim"],
                           [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
-                           keys.done("failed"), keys.quarantine, keys.limited, keys.paused, keys.aside],
+                           keys.done("failed"), keys.quarantine, keys.limited, keys.paused, keys.aside,
+                           *([self.hosts_off] if url and self.hosts_off else [])],
                           [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix,
                            retention_ms, self.limits, bucket, ready_channel(self.prefix),
-                           f"u{bucket}" if url else bucket, self.hosts_off if url else ""])
+                           f"u{bucket}" if url else bucket])
 
     @staticmethod
     def claimed(reply: list[Any]) -> Claimed:
@@ -240,14 +259,17 @@ class Store:
 
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]
-        args: list[Any] = [keys.task_prefix, retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept,
-                           self.limits]
+        task_keys: list[Any] = []
+        args: list[Any] = [retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept, self.limits]
         for entry in results:
             member, claim, outcome, gap_ms, error, next_due, wait_ms, attempt = (
                 entry if len(entry) == FINISH_FIELDS else Finish(*entry))
+            task_keys.append(keys.task(member))
             args += (wire(member), claim, outcome, gap_ms, wire(error), next_due, wait_ms, wire(attempt))
+        topics = (topic_of(entry[0]) for entry in results)
         return ScriptCall(SCRIPTS["finish"], [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
-                                              keys.quarantine, keys.counts, keys.totals, keys.recurring], args)
+                                              keys.quarantine, keys.counts, keys.totals, keys.recurring, *task_keys,
+                                              *self.limit_keys(topics, wakes=True)], args)
 
     @staticmethod
     def flags(reply: list[Any]) -> list[bool]:
@@ -262,10 +284,12 @@ class Store:
 
     def renew_call(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> ScriptCall:
         keys = self.keys[bucket]
-        args: list[Any] = [keys.task_prefix, lease_ms, self.limits]
+        args: list[Any] = [lease_ms, self.limits]
         for member, claim in runs:
             args += [wire(member), claim]
-        return ScriptCall(SCRIPTS["renew"], [keys.leases], args)
+        return ScriptCall(SCRIPTS["renew"], [keys.leases, *(keys.task(member) for member, _ in runs),
+                                             *self.limit_keys((topic_of(member) for member, _ in runs), wakes=False)],
+                          args)
 
     def renew(self, bucket: int, runs: list[tuple[str, int]], lease_ms: int) -> list[bool]:
         """Extend the leases of (member, claim token) runs; False where the run was fenced off."""
@@ -275,7 +299,7 @@ class Store:
         """hosts.lua: fold one process's per-host delivery tallies (delayd.targets.url.health.Tally,
         by origin) into the hosts' health in Redis (`delayd hosts`), disabling a host failing for
         `disable_after_ms` (0: never; url_disable_after)."""
-        keys: list[Any] = [hosts_seen_key(self.prefix)]
+        keys: list[Any] = [hosts_seen_key(self.prefix), hosts_off_key(self.prefix), host_events_key(self.prefix)]
         args: list[Any] = []
         for origin, t in tallies.items():
             keys.append(wire(host_key(self.prefix, origin)))

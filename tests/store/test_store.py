@@ -686,6 +686,7 @@ def test_scripts_stay_in_one_slot_on_a_cluster(cluster):
     with pytest.raises(redis.exceptions.ClusterCrossSlotError):
         c.eval("return 1", 2, "{0}a", "{1}a")  # the check this test relies on
     store = Store(c, PREFIX, 4)
+    store.limits = store.hosts_off = ""  # as a Store on a cluster client has them: no limits, no hosts off
     with contextlib.closing(client_of(f"redis+cluster://127.0.0.1:{cluster.port}/", store)) as client:
         exercise(store, client)
     assert c.dbsize() > 40

@@ -252,7 +252,7 @@ export class Client {
     const member = `${topic}:${id}`;
     const tag = this.tag(bucketOf(member, await this.store()));
     const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-      'counts', 'paused', 'recurring'].map((k) => tag + k)];
+      'counts', 'paused', 'recurring', `paused:${topic}`].map((k) => tag + k)];
     return (await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs])) === 1;
   }
 

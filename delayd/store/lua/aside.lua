@@ -1,16 +1,12 @@
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
--- forgetting those whose parked set is empty now (a resume moved their tasks back).
--- KEYS: aside (set of topics), paused
+-- forgetting those of the given topics whose parked set is empty now (a resume moved their tasks back).
+-- KEYS: aside (set of topics), then the parked set (paused:<topic>) of each given topic
+-- ARGV: the topics to look at (Store.enable_steps: none on its first call, which only lists them)
 -- Returns the topics kept. O(topics in the set).
 expect('set', KEYS[1])
-local kept = {}
-for _, topic in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local parked = parked_key(KEYS[2], topic)
+for i, topic in ipairs(ARGV) do
+  local parked = KEYS[i + 1]
   expect('zset', parked)
-  if redis.call('ZCARD', parked) == 0 then
-    redis.call('SREM', KEYS[1], topic)
-  else
-    kept[#kept + 1] = topic
-  end
+  if redis.call('ZCARD', parked) == 0 then redis.call('SREM', KEYS[1], topic) end
 end
-return kept
+return redis.call('SMEMBERS', KEYS[1])

@@ -1,9 +1,9 @@
 -- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
--- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited, paused, aside
+-- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited, paused, aside,
+--       then for URL lists on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster)
 -- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
 --       window-key prefix, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, ready channel, its message for these lists ('N' or 'uN'),
---       the disabled hosts (P{hosts}:off; '' for call lists and on Redis Cluster)
+--       bucket id, ready channel, its message for these lists ('N' or 'uN')
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -39,8 +39,8 @@ local lp, bucket = ARGV[10], ARGV[11]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
 local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if ARGV[14] and ARGV[14] ~= '' then
-  local origins = redis.pcall('HKEYS', ARGV[14])
+if KEYS[12] then
+  local origins = redis.pcall('HKEYS', KEYS[12])
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
     off = {}
     for _, origin in ipairs(origins) do off[origin] = true end

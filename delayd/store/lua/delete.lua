@@ -1,5 +1,6 @@
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring
+-- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring,
+--       the topic's parked set (paused:<topic>; named here from `paused` when a producer leaves it out)
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
@@ -10,9 +11,10 @@
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
+local parked = KEYS[11] or parked_key(KEYS[9], topic_of(member))
 expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 expect('hash', KEYS[7])
-expect('zset', parked_key(KEYS[9], topic_of(member)))
+expect('zset', parked)
 redis.call('HDEL', KEYS[7], member)
 recurring_index(KEYS[10]).remove(member)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -24,7 +26,7 @@ end
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
-zrem_counted(parked_key(KEYS[9], topic), member, 'parked', topic)
+zrem_counted(parked, member, 'parked', topic)
 if hard then
   redis.call('DEL', KEYS[1])
 else

@@ -1,6 +1,6 @@
 -- park: set aside the tasks of a paused topic that were in one ready list when it was paused,
 -- a bounded chunk per call (Client.pause walks each ready list of each bucket after pause.lua).
--- KEYS: paused, ready list, counts
+-- KEYS: paused, ready list, counts, the topic's parked set (paused:<topic>)
 -- ARGV: task-key prefix, topic, the pause's generation, position (entries counted from the
 --       list's tail that earlier calls looked at), chunk
 -- Looks at the `chunk` entries before `position` from the tail: the topic's live ones are parked
@@ -13,7 +13,7 @@
 -- pause or a later one (a resume that began after it has resumed the topic here)}.
 local prefix, topic, generation = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local position, chunk = tonumber(ARGV[4]), tonumber(ARGV[5])
-local parked = parked_key(KEYS[1], topic)
+local parked = KEYS[4]
 expect('hash', KEYS[1])
 local held = pause_generation(redis.call('HGET', KEYS[1], topic))
 if not held or held < generation then return {0, -2} end

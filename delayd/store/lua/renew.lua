@@ -1,17 +1,17 @@
 -- renew: extend the leases of runs still in progress.
--- KEYS: leases
--- ARGV: task-key prefix, lease (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
+-- KEYS: leases, then each run's record, then on a single Redis the limits' keys of their topics
+-- ARGV: lease (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       then per run: member, claim token
 -- A run of a topic with a concurrency limit holds its slot as long as its lease: renewed with it.
 -- Returns one 1 (renewed) or 0 (lost: the run was fenced off) per run.
 local now = now_ms()
-local prefix, lease, lp = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local lease, lp = tonumber(ARGV[1]), ARGV[2]
 local limits = limits_of(lp)
 expect('zset', KEYS[1])
 local renewed = {}
-for i = 4, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local member, claim = ARGV[i], ARGV[i + 1]
-  local r = read_record(prefix .. member, 'claim', 'status')
+  local r = read_record(KEYS[1 + (i - 1) / 2], 'claim', 'status')
   if r and r[1] == claim and r[2] == 'running' and redis.call('ZSCORE', KEYS[1], member) then
     redis.call('ZADD', KEYS[1], 'XX', now + lease, member)
     local l = limits and limits[topic_of(member)]

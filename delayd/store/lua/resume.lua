@@ -1,5 +1,5 @@
 -- resume: start the tasks of one topic in one bucket again, a batch at a time.
--- KEYS: paused, delayed, counts
+-- KEYS: paused, delayed, counts, the topic's parked set (paused:<topic>)
 -- ARGV: topic, wake channel, batch size, the resume's generation ('' on its first call, on the
 --       first bucket: it is taken there, later than the pause flagged there)
 -- Moves the earliest `batch` parked tasks back into `delayed` at their due times, so
@@ -11,7 +11,7 @@
 -- resume: see pause.lua) is left as it is, and the call says so: the pause wins.
 -- Returns {moved, still parked, the resume's generation, 1 if a later pause holds the bucket else 0}.
 local topic, channel, batch_size = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local parked = parked_key(KEYS[1], topic)
+local parked = KEYS[4]
 expect('hash', KEYS[1])
 expect('zset', KEYS[2], parked)
 local held = pause_generation(redis.call('HGET', KEYS[1], topic))

@@ -1,5 +1,5 @@
 -- run_now: make a waiting task due now (a recurring one then continues on its schedule).
--- KEYS: task, delayed, paused, counts
+-- KEYS: task, delayed, paused, counts, the topic's parked set (paused:<topic>)
 -- ARGV: member, wake channel
 -- Returns {code, status}: 1 due now; 2 due now but its topic is paused (it runs first
 -- on resume); 3 already due (in a ready list, waiting for a worker: nothing changed);
@@ -11,7 +11,7 @@ if not (r and r[1]) then return {0, ''} end
 if r[1] ~= 'delayed' then return {-1, r[1]} end
 if r[2] == '1' then return {3, r[1]} end
 local topic = topic_of(member)
-local parked = parked_key(KEYS[3], topic)
+local parked = KEYS[5]
 expect('zset', KEYS[2], parked)
 redis.call('HSET', KEYS[1], 'due', now)
 if redis.call('ZSCORE', parked, member) then
