@@ -2,9 +2,12 @@
 
 Operations are written once as steps (delayd.store.steps). A Transport runs them on a redis-py
 client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
-- a script call goes by SHA. After NOSCRIPT (Redis restarted, or its script cache was flushed)
-  the call is sent again once, with its script: as EVAL through redis-py's client, or after a
-  SCRIPT LOAD on a connection of our own (calls in flight behind it are sent again, in order);
+- a script call goes by SHA (EVALSHA), or as FCALL of delayd's function library where the server
+  has functions (delayd.store.dialect, chosen once per client). A call whose script is missing
+  (NOSCRIPT: Redis restarted, or its script cache was flushed; `Function not found`: FUNCTION
+  FLUSH, a new Cluster node) is sent again once, with its script: as EVAL (or after a FUNCTION
+  LOAD) through redis-py's client, or after the load on a connection of our own (calls in flight
+  behind it are sent again, in order);
 - a Stream of script calls goes on one connection, a window of calls ahead of their replies,
   or one call after the other on Redis Cluster, whose pipeline refuses EVALSHA and whose buckets
   live on several nodes (the only place that tells Cluster apart);
@@ -22,6 +25,7 @@ from redis.cluster import RedisCluster
 
 from delayd.store import held as held_mod
 from delayd.store import resp
+from delayd.store.dialect import Dialect, choose_steps
 from delayd.store.steps import Batch, Command, Request, ScriptCall, Steps, Stream, Streamed
 
 T = TypeVar("T")
@@ -40,6 +44,13 @@ class Transport:
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
         self.held = held_mod.held(client) if hold else None
+        self._dialect: Dialect | None = None
+
+    def dialect(self) -> Dialect:
+        """How script calls are spelled on this client's server (asked once)."""
+        if self._dialect is None:
+            self._dialect = self.run(choose_steps(self.client))
+        return self._dialect
 
     def run(self, steps: Steps[T]) -> T:
         """Drive `steps` to its result (_drive never suspends here: done in one send)."""
@@ -63,25 +74,32 @@ class Transport:
 
     def call(self, call: ScriptCall) -> Any:
         """One script call's reply (an error reply raised)."""
+        dialect = self._dialect or self.dialect()
         if self.held is None:
             try:
-                return self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-            except redis.exceptions.NoScriptError:
-                return self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys,
-                                                   *call.args)
-        packed = call.script.pack(call.keys, call.args, call.head)
+                return self.client.execute_command(*dialect.command(call))
+            except redis.exceptions.ResponseError as exc:
+                if not dialect.missing(exc):
+                    raise
+            for command in dialect.recovery(call):
+                reply = self.client.execute_command(*command)
+            return reply
+        packed = dialect.pack(call)
         try:
             return self.held.request(packed)
-        except redis.exceptions.NoScriptError:
-            self.held.request(call.script.load_command())
-            return self.held.request(packed)
+        except redis.exceptions.ResponseError as exc:
+            if not dialect.missing(exc):
+                raise
+        self.held.request(dialect.load_command(call.script))
+        return self.held.request(packed)
 
     def stream(self, stream: Stream) -> Streamed:
         """A Stream on a connection of the pool checked out for it (see delayd.store.steps.Stream)."""
         if self.cluster:
             return self._one_by_one(stream)
+        dialect = self.dialect()
         with held_mod.checked_out(self.client) as conn:
-            return _on_connection(conn, stream)
+            return _on_connection(conn, stream, dialect)
 
     def _one_by_one(self, stream: Stream) -> Streamed:
         replies = _one_by_one_replies(stream)
@@ -109,11 +127,12 @@ class Link:
         if self.transport.cluster:
             self.transport._one_by_one(stream)
             return
+        dialect = self.transport.dialect()
         if self.conn is None:
             self.conn = self.transport.client.connection_pool.get_connection()  # the thread's alone
         held_mod.drop_if_stale(self.conn)
         try:
-            _on_connection(self.conn, stream)
+            _on_connection(self.conn, stream, dialect)
         except BaseException:
             self.conn.disconnect()  # a half-read reply must never be read as the next call's
             raise
@@ -125,6 +144,12 @@ class AsyncTransport:
     def __init__(self, client: Any):
         self.client = client
         self.cluster = isinstance(client, AsyncRedisCluster)
+        self._dialect: Dialect | None = None
+
+    async def dialect(self) -> Dialect:
+        if self._dialect is None:
+            self._dialect = await self.run(choose_steps(self.client))
+        return self._dialect
 
     async def run(self, steps: Steps[T]) -> T:
         return await _drive(steps, self.send)
@@ -139,12 +164,15 @@ class AsyncTransport:
         return await self.stream(request)
 
     async def call(self, call: ScriptCall) -> Any:
+        dialect = self._dialect or await self.dialect()
         try:
-            return await self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                                                     *call.args)
-        except redis.exceptions.NoScriptError:
-            return await self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys,
-                                                     *call.args)
+            return await self.client.execute_command(*dialect.command(call))
+        except redis.exceptions.ResponseError as exc:
+            if not dialect.missing(exc):
+                raise
+        for command in dialect.recovery(call):
+            reply = await self.client.execute_command(*command)
+        return reply
 
     async def stream(self, stream: Stream) -> Streamed:
         if self.cluster:
@@ -152,10 +180,11 @@ class AsyncTransport:
             for call in stream.calls:
                 replies.append(await self.call(call))
             return Streamed(replies)
+        dialect = await self.dialect()
         pool = self.client.connection_pool
         conn = await pool.get_connection()
         try:
-            return await _drive(_stream_steps(stream), lambda request: request(conn))
+            return await _drive(_stream_steps(stream, dialect), lambda request: request(conn))
         except BaseException:
             await conn.disconnect()  # dropped rather than returned with replies in flight
             raise
@@ -193,12 +222,12 @@ async def _drive(steps: Steps[T], send: Callable[[Any], Awaitable[Any]]) -> T:
             reply, resume = exc, steps.throw
 
 
-def _on_connection(conn: Any, stream: Stream) -> Streamed:
+def _on_connection(conn: Any, stream: Stream, dialect: Dialect) -> Streamed:
     """A Stream on a redis-py connection checked out for it."""
     async def send(request: Callable[[Any], Any]) -> Any:
         return request(conn)
     try:
-        _drive(_stream_steps(stream), send).send(None)
+        _drive(_stream_steps(stream, dialect), send).send(None)
     except StopIteration as done:
         return done.value
     raise RuntimeError("a sync request suspended")
@@ -214,11 +243,11 @@ def _read(conn: Any) -> Any:
     return conn.read_response()
 
 
-def _stream_steps(stream: Stream) -> Steps[Streamed]:
+def _stream_steps(stream: Stream, dialect: Dialect) -> Steps[Streamed]:
     """A Stream as sends and reads on one connection (see delayd.store.steps.Stream).
 
-    A call refused with NOSCRIPT is followed at once by a SCRIPT LOAD of its script (once per
-    script) and sent again, once; the calls in flight behind it are refused too and sent again in
+    A call refused because its script is missing (NOSCRIPT, `Function not found`) is followed at
+    once by the load of its script (SCRIPT LOAD, once per script; FUNCTION LOAD, once) and sent again, once; the calls in flight behind it are refused too and sent again in
     their order, so the calls still run in order. Connection errors leave the connection to be dropped.
     """
     window = stream.window
@@ -226,7 +255,7 @@ def _stream_steps(stream: Stream) -> Steps[Streamed]:
     sent: list[tuple[ScriptCall, bytes]] = []
     answers: dict[int, Any] = {}           # replies read ahead of an earlier call's (sent again)
     pending: deque[int | None] = deque()   # what each reply in flight answers: a call, or a SCRIPT LOAD
-    loaded: set[str] = set()
+    loaded: set[bytes] = set()              # the loads sent
     again: set[int] = set()
     errors: list[Exception] = []
 
@@ -234,23 +263,20 @@ def _stream_steps(stream: Stream) -> Steps[Streamed]:
         n = pending.popleft()
         try:
             reply = yield _read
-        except redis.exceptions.NoScriptError as exc:
-            if n is None or n in again or errors:  # (after an error nothing more is sent)
+        except redis.exceptions.ResponseError as exc:
+            if n is None or n in again or errors or not dialect.missing(exc):  # (after an error nothing more is sent)
                 errors.append(exc)
                 reply = exc
             else:
-                script = sent[n][0].script
-                if script.name not in loaded:
-                    loaded.add(script.name)
-                    yield _send(script.load_command())
+                load = dialect.load_command(sent[n][0].script)
+                if load not in loaded:
+                    loaded.add(load)
+                    yield _send(load)
                     pending.append(None)
                 again.add(n)
                 yield _send(sent[n][1])
                 pending.append(n)
                 return
-        except redis.exceptions.ResponseError as exc:
-            errors.append(exc)
-            reply = exc
         if n is not None:
             answers[n] = reply
             while len(replies) in answers:
@@ -259,7 +285,7 @@ def _stream_steps(stream: Stream) -> Steps[Streamed]:
     for call in stream.calls:
         if errors:
             break
-        packed = call.script.pack(call.keys, call.args, call.head)
+        packed = dialect.pack(call)
         sent.append((call, packed))
         yield _send(packed)
         pending.append(len(sent) - 1)
