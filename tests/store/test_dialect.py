@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis_server import RedisServer, has_functions, lose_scripts, script_loads
 
 from delayd import AsyncClient, Client
@@ -110,4 +111,23 @@ def test_a_restart_keeps_the_library_but_not_the_script_cache(tmp_path):
         assert client.add("t", 2, call="a:b") is True
         assert script_loads(r) == 0 if functions else script_loads(r) <= 1
         assert client.count("t") == 2
+        client.close()
+
+
+@pytest.mark.system
+def test_on_a_cluster_every_master_gets_the_library_and_a_flushed_one_loads_it_again():
+    """Redis Cluster: FUNCTION LOAD goes to every master (redis-py sends it to all primaries) and each
+    FCALL to the master of its keys; after FUNCTION FLUSH on every node the calls load it again."""
+    from cluster_helper import Cluster
+    with Cluster(3) as cluster:
+        client = Client.from_url(cluster.url)
+        nodes = [node.client() for node in cluster.nodes]
+        client.add_many([{"topic": "t", "id": i, "call": "a:b", "delay": 60} for i in range(100)])
+        if has_functions(nodes[0]):
+            assert all(node.function_list(library=LIBRARY.name) for node in nodes)
+        for node in nodes:
+            lose_scripts(node)
+        assert client.add("t", "after", call="a:b") is True
+        assert client.add_many([{"topic": "u", "id": i, "call": "a:b"} for i in range(100)]) == 100
+        assert client.stats()["counts"]["delayed"] == 201
         client.close()
