@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from redis_server import RedisServer, has_functions, lose_scripts, script_loads
+from test_recovery import primary_and_replica  # noqa: F401 (a fixture)
 
 from delayd import AsyncClient, Client
 from delayd.store import dialect
@@ -131,3 +132,17 @@ def test_on_a_cluster_every_master_gets_the_library_and_a_flushed_one_loads_it_a
         assert client.add_many([{"topic": "u", "id": i, "call": "a:b"} for i in range(100)]) == 100
         assert client.stats()["counts"]["delayed"] == 201
         client.close()
+
+
+def test_a_promoted_replica_has_the_library(primary_and_replica):  # noqa: F811 (the fixture imported)
+    """A failover: the library came to the replica by replication (functions are replicated; the
+    script cache is not), so once promoted it runs the calls without a load."""
+    primary, replica = primary_and_replica
+    Client.from_url(primary.url).add("t", 1, call="a:b")
+    rr = replica.client()
+    rr.replicaof("NO", "ONE")
+    rr.config_resetstat()
+    client = Client.from_url(replica.url)
+    assert client.add("t", 2, call="a:b") is True and client.count("t") == 2
+    assert script_loads(rr) == 0 if has_functions(rr) else script_loads(rr) <= 1
+    client.close()
