@@ -5,6 +5,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import redis
 from redis_server import RedisServer, free_port, wait_for
@@ -31,13 +32,15 @@ def redis_cli() -> str:
 
 
 class Cluster:
-    """`masters` cluster-enabled redis-servers joined with `redis-cli --cluster create`."""
+    """`masters` cluster-enabled redis-servers joined with `redis-cli --cluster create`, each with
+    `replicas` replicas (3 masters or more); `node_timeout` (ms) is how soon a dead master fails over."""
 
-    def __init__(self, masters: int = 3):
+    def __init__(self, masters: int = 3, replicas: int = 0, node_timeout: int = 2000):
         self.dir = Path(tempfile.mkdtemp(prefix="delayd-cluster-"))
+        self.replicas = replicas
         self.nodes = [RedisServer(str(self.dir / f"n{i}"), choose_port=cluster_port, extra=[
             "--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / f"n{i}" / "nodes.conf"),
-            "--cluster-node-timeout", "2000"]) for i in range(masters)]
+            "--cluster-node-timeout", str(node_timeout)]) for i in range(masters * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -48,7 +51,7 @@ class Cluster:
             node.start()
         if len(self.nodes) >= 3:
             subprocess.run([redis_cli(), "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                            "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+                            "--cluster-replicas", str(self.replicas), "--cluster-yes"], check=True, capture_output=True, timeout=60)
         else:  # redis-cli wants 3 masters: give the slots out by hand
             first = self.nodes[0].client()
             for node in self.nodes[1:]:
@@ -59,9 +62,64 @@ class Cluster:
                 node.client().execute_command("CLUSTER", "ADDSLOTS", *range(i * share, end))
 
         def ready() -> bool:
-            return all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes)
+            return all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes) and \
+                len(self.masters()) * (1 + self.replicas) == len(self.nodes)
         wait_for(ready, 30, interval=0.1, message="cluster_state ok")
         return self
+
+    def live(self) -> list[RedisServer]:
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def node_ids(self) -> dict[str, RedisServer]:
+        """Each live node by its cluster node id."""
+        return {n.client().execute_command("CLUSTER", "MYID"): n for n in self.live()}
+
+    def masters(self) -> list[RedisServer]:
+        """The live nodes that serve slots now (as the first live node sees the cluster)."""
+        ids = self.node_ids()
+        view = self.live()[0].client().cluster("nodes")
+        return [ids[v["node_id"]] for v in view.values() if "master" in v["flags"] and v["slots"]
+                and "fail" not in v["flags"] and v["node_id"] in ids]
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A live replica of `master`."""
+        ids = self.node_ids()
+        mine = {i for i, n in ids.items() if n is master}
+        view = master.client().cluster("nodes")
+        return next(ids[v["node_id"]] for v in view.values()
+                    if "slave" in v["flags"] and v["master_id"] in mine and v["node_id"] in ids)
+
+    def owner(self, slot: int) -> RedisServer | None:
+        """The master serving `slot`, as the first live master sees it (None: a node that is down)."""
+        by_port = {n.port: n for n in self.live()}
+        for start, end, master, *_ in self.masters()[0].client().execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return by_port.get(int(master[1]))
+        raise LookupError(f"no master serves slot {slot}")
+
+    def move_slot(self, slot: int, target: RedisServer, hold: Callable[[], None] = lambda: None) -> int:
+        """Move `slot` to `target` as `redis-cli --cluster reshard` does (IMPORTING/MIGRATING, MIGRATE
+        of its keys in batches of 10, SETSLOT NODE everywhere), calling `hold` once half its keys
+        are moved: the window in which a command on the slot gets ASK or TRYAGAIN. The keys moved."""
+        source = self.owner(slot)
+        ids = {n.port: i for i, n in self.node_ids().items()}
+        src, dst = source.client(), target.client()
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.port])
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.port])
+        total = int(src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+        moved, held = 0, False
+        while True:
+            if not held and moved >= total // 2:
+                hold()
+                held = True
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10)
+            if not keys:
+                break
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+        for node in [target, source, *[m for m in self.masters() if m not in (target, source)]]:
+            node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+        return moved
 
     def client(self) -> redis.RedisCluster:
         return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, decode_responses=True)

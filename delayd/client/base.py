@@ -31,7 +31,7 @@ from delayd.store import connection
 from delayd.store import durable as durable_mod
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import BucketKeys, StoreError, bucket_count, bucket_of
-from delayd.store.steps import Steps, Stream, command
+from delayd.store.steps import EachCall, Steps, Stream, command
 from delayd.store.transitions import Store
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
@@ -217,7 +217,10 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
 
     def unconfirmed(self, wait: tuple[Any, ...], reply: Any, written: int) -> None:
         """Raise DurabilityError if `reply` to `wait` does not confirm the write."""
-        if wait and (isinstance(reply, Exception) or not durable_mod.confirmed(wait, reply)):
+        replies = reply.replies if isinstance(reply, EachCall) else [reply]  # Cluster: one per call
+        failed = [r for r in replies if isinstance(r, Exception) or not durable_mod.confirmed(wait, r)]
+        if wait and failed:
+            reply = failed[0]
             answer = f" ({refusal(reply)})" if isinstance(reply, Exception) else ""
             raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "
                                   f"{self.durable_timeout:g} s{answer}: they may be lost if Redis fails now")
@@ -277,8 +280,6 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
         failed write): its own reply says whether the write was confirmed, so a stale plan can
         fail an add (DurabilityError, written but not confirmed) but never claim what is not true.
         `appendfsync always` (nothing to wait for) is asked for at every add."""
-        if self.on_cluster:
-            raise DurabilityError("durable=True is not supported on Redis Cluster; nothing was written")
         kept = self._durable_plan
         if kept is not None and time.monotonic() < kept[0]:
             info, appendfsync = kept[1]

@@ -64,4 +64,10 @@ class Streamed(NamedTuple):
     then: Any = None     # the reply to Stream.then (an error reply as its exception, not raised)
 
 
+class EachCall(NamedTuple):
+    """Streamed.then on Redis Cluster, where each call goes to its slot's master: the replies to
+    Stream.then sent after each call on that call's connection."""
+    replies: list[Any]
+
+
 Request = Command | Batch | ScriptCall | Stream

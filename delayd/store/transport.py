@@ -10,9 +10,12 @@ client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
   behind it are sent again, in order);
 - a Stream of script calls goes on one connection, a window of calls ahead of their replies,
   or one call after the other on Redis Cluster, whose pipeline refuses EVALSHA and whose buckets
-  live on several nodes (the only place that tells Cluster apart);
+  live on several nodes (the only place that tells Cluster apart); there a command that must
+  follow the calls on their connection (WAIT) follows each call, on a connection to its node;
 - a Client's single script calls go on a connection it keeps aside (delayd.store.held), the
-  fast path of a single add; a queue process's main thread keeps one for its streams (`Link`).
+  fast path of a single add; a queue process's main thread keeps one for its streams (`Link`);
+- a call or command that a Cluster in motion refused without running it is sent again, with a
+  bounded backoff (delayd.store.motion).
 """
 from __future__ import annotations
 
@@ -22,11 +25,13 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.exceptions import MovedError
 
 from delayd.store import held as held_mod
 from delayd.store import resp
 from delayd.store.dialect import Dialect, choose_steps
-from delayd.store.steps import Batch, Command, Request, ScriptCall, Steps, Stream, Streamed
+from delayd.store.motion import REFUSALS, patiently, patiently_async
+from delayd.store.steps import Batch, Command, EachCall, Request, ScriptCall, Steps, Stream, Streamed
 
 T = TypeVar("T")
 
@@ -67,7 +72,7 @@ class Transport:
         if type(request) is ScriptCall:
             return self.call(request)
         if type(request) is Command:
-            return self.client.execute_command(*request.args, **request.options)
+            return patiently(lambda: self.client.execute_command(*request.args, **request.options))
         if type(request) is Batch:
             return _pipeline(self.client, request).execute(raise_on_error=False)
         return self.stream(request)
@@ -76,14 +81,7 @@ class Transport:
         """One script call's reply (an error reply raised)."""
         dialect = self._dialect or self.dialect()
         if self.held is None:
-            try:
-                return self.client.execute_command(*dialect.command(call))
-            except redis.exceptions.ResponseError as exc:
-                if not dialect.missing(exc):
-                    raise
-            for command in dialect.recovery(call):
-                reply = self.client.execute_command(*command)
-            return reply
+            return patiently(lambda: self._through_redis_py(call, dialect))
         packed = dialect.pack(call)
         try:
             return self.held.request(packed)
@@ -93,8 +91,20 @@ class Transport:
         self.held.request(dialect.load_command(call.script))
         return self.held.request(packed)
 
+    def _through_redis_py(self, call: ScriptCall, dialect: Dialect) -> Any:
+        try:
+            return self.client.execute_command(*dialect.command(call))
+        except redis.exceptions.ResponseError as exc:
+            if not dialect.missing(exc):
+                raise
+        for command in dialect.recovery(call):
+            reply = self.client.execute_command(*command)
+        return reply
+
     def stream(self, stream: Stream) -> Streamed:
         """A Stream on a connection of the pool checked out for it (see delayd.store.steps.Stream)."""
+        if self.cluster and stream.then:
+            return self._each_then(stream)
         if self.cluster:
             return self._one_by_one(stream)
         dialect = self.dialect()
@@ -106,6 +116,35 @@ class Transport:
         for call in stream.calls:
             replies.append(self.call(call))
         return Streamed(replies)
+
+    def _each_then(self, stream: Stream) -> Streamed:
+        """On Redis Cluster, each call and then `stream.then` on one connection to the call's node
+        (WAIT and WAITAOF count their connection's writes); `then` answers with EachCall."""
+        replies = _one_by_one_replies(stream)
+        confirmations = []
+        for call in stream.calls:
+            done = patiently(lambda: self._on_node(call, stream.then))
+            replies += done.replies
+            confirmations.append(done.then)
+        return Streamed(replies, EachCall(confirmations))
+
+    def _on_node(self, call: ScriptCall, then: tuple[Any, ...]) -> Streamed:
+        """`call`, then `then`, on a connection to the master of the call's slot, as redis-py's map
+        says; a MOVED reply or a lost node brings the map up to date (for the call sent again, or the
+        next one) before it is raised."""
+        nodes, dialect = self.client.nodes_manager, self.dialect()
+        try:
+            with held_mod.checked_out(self.client.get_node_from_key(call.keys[0]).redis_connection) as conn:
+                return _on_connection(conn, Stream([call], window=None, then=then), dialect)
+        except MovedError as exc:
+            nodes.move_slot(exc)
+            raise
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            try:
+                nodes.initialize()
+            except REFUSALS:  # no node answers now: the next call tries again
+                pass
+            raise
 
     def link(self) -> "Link":
         return Link(self)
@@ -158,13 +197,16 @@ class AsyncTransport:
         if type(request) is ScriptCall:
             return await self.call(request)
         if type(request) is Command:
-            return await self.client.execute_command(*request.args, **request.options)
+            return await patiently_async(lambda: self.client.execute_command(*request.args, **request.options))
         if type(request) is Batch:
             return await _pipeline(self.client, request).execute(raise_on_error=False)
         return await self.stream(request)
 
     async def call(self, call: ScriptCall) -> Any:
         dialect = self._dialect or await self.dialect()
+        return await patiently_async(lambda: self._through_redis_py(call, dialect))
+
+    async def _through_redis_py(self, call: ScriptCall, dialect: Dialect) -> Any:
         try:
             return await self.client.execute_command(*dialect.command(call))
         except redis.exceptions.ResponseError as exc:
@@ -175,6 +217,8 @@ class AsyncTransport:
         return reply
 
     async def stream(self, stream: Stream) -> Streamed:
+        if self.cluster and stream.then:
+            return await self._each_then(stream)
         if self.cluster:
             replies = _one_by_one_replies(stream)
             for call in stream.calls:
@@ -191,12 +235,44 @@ class AsyncTransport:
         finally:
             await pool.release(conn)
 
+    async def _each_then(self, stream: Stream) -> Streamed:
+        """Transport._each_then, awaitable."""
+        replies = _one_by_one_replies(stream)
+        confirmations = []
+        for call in stream.calls:
+            done = await patiently_async(lambda: self._on_node(call, stream.then))
+            replies += done.replies
+            confirmations.append(done.then)
+        return Streamed(replies, EachCall(confirmations))
+
+    async def _on_node(self, call: ScriptCall, then: tuple[Any, ...]) -> Streamed:
+        """Transport._on_node, awaitable."""
+        dialect = await self.dialect()
+        nodes = self.client.nodes_manager
+        node = self.client.get_node_from_key(call.keys[0])
+        conn = node.acquire_connection()
+        try:
+            steps = _stream_steps(Stream([call], window=None, then=then), dialect)
+            return await _drive(steps, lambda request: request(conn))
+        except MovedError as exc:
+            await nodes.move_slot(exc)
+            raise
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            await conn.disconnect()
+            try:
+                await nodes.initialize()
+            except REFUSALS:  # no node answers now: the next call tries again
+                pass
+            raise
+        except BaseException:
+            await conn.disconnect()  # a half-read reply must never be read as the next call's
+            raise
+        finally:
+            node.release(conn)
+
 
 def _one_by_one_replies(stream: Stream) -> list[Any]:
-    """The list a Stream sent one call at a time (Redis Cluster) answers into; a command to follow
-    the calls on their connection (`then`) has no meaning there."""
-    if stream.then:
-        raise ValueError(f"{stream.then[0]} after a stream is not supported on Redis Cluster")
+    """The list a Stream sent one call at a time (Redis Cluster) answers into."""
     return [] if stream.replies is None else stream.replies
 
 
@@ -247,8 +323,9 @@ def _stream_steps(stream: Stream, dialect: Dialect) -> Steps[Streamed]:
     """A Stream as sends and reads on one connection (see delayd.store.steps.Stream).
 
     A call refused because its script is missing (NOSCRIPT, `Function not found`) is followed at
-    once by the load of its script (SCRIPT LOAD, once per script; FUNCTION LOAD, once) and sent again, once; the calls in flight behind it are refused too and sent again in
-    their order, so the calls still run in order. Connection errors leave the connection to be dropped.
+    once by the load of its script (SCRIPT LOAD, once per script; FUNCTION LOAD, once) and sent
+    again, once; the calls in flight behind it are refused too and sent again in their order, so
+    the calls still run in order. Connection errors leave the connection to be dropped.
     """
     window = stream.window
     replies = [] if stream.replies is None else stream.replies

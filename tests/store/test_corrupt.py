@@ -388,12 +388,12 @@ def test_the_command_line_reads_damaged_data(client, r):
     counts, totals = client.store.keys[0].counts, client.store.keys[1].totals
     r.hset(counts, mapping={"waiting|c": "many", b"ok|\xff": "1"})
     r.hset(totals, mapping={"le:zz|c": "1", "started|c": "x", b"started|\xfe": "2"})
-    # A long TTL: on a loaded machine the commands below take longer than a live daemon's 15 s.
+    # Long TTLs: on a loaded machine the commands below take longer than a live daemon's 15 s.
     registry.register(r, "delayd:", "good", {"pid": 1, "started": 0, "host": "h", "children": []}, ttl=3600)
     info, _ = registry.keys("delayd:")
     for ident, body in (("json", b"{not json"), ("list", b"[1]"), ("types", b'{"started": "x", "children": [1]}'),
                         ("bytes", b'{"host": "\xff", "started": 1e999}')):
-        registry.register(r, "delayd:", ident, {})
+        registry.register(r, "delayd:", ident, {}, ttl=3600)
         r.hset(info, ident, body)
 
     for args, codes in ((["get", "c", "good"], (0,)), (["get", "c", "utf8"], (1,)), (["get", "c", "list"], (1,)),

@@ -71,7 +71,9 @@ def test_a_key_of_the_wrong_type_is_set_aside_not_a_crash(client, r):
     assert by_host(client)[DEAD].failures == 1
 
 
-@pytest.mark.daemon(buckets=1, queues=1, DELAYD_URL_BREAKER_FAILURES="2", DELAYD_URL_TIMEOUT="2")
+# (a cooldown longer than the test: on a loaded host the default 30 s can pass before the breaker is read)
+@pytest.mark.daemon(buckets=1, queues=1, DELAYD_URL_BREAKER_FAILURES="2", DELAYD_URL_TIMEOUT="2",
+                    DELAYD_URL_BREAKER_COOLDOWN="600")
 def test_delayd_hosts_shows_a_dead_merchant_failing_and_a_healthy_one_not(daemon, client, http):
     dead = f"http://127.0.0.1:{free_port()}"
     for i in range(3):
