@@ -307,7 +307,7 @@ def pause_cost(client: Client, r, backlog: int) -> tuple[float, float, float, in
     start = time.perf_counter()
     client.pause("tiny")
     wall = (time.perf_counter() - start) * 1000
-    calls = [e["duration"] / 1000 for e in r.slowlog_get(100_000) if e["command"].startswith(b"EVALSHA")]
+    calls = [e["duration"] / 1000 for e in r.slowlog_get(100_000) if e["command"].startswith(SCRIPT_CALLS)]
     r.config_set("slowlog-log-slower-than", 10_000)
     r.flushall()
     return statistics.median(calls), max(calls), wall, len(calls)
@@ -324,6 +324,7 @@ def url_figures(runs: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+SCRIPT_CALLS = (b"EVALSHA", b"FCALL")  # delayd's script calls in SLOWLOG: 6.2's, and functions' (Redis >= 7, Valkey)
 UNBINDING = {"rate": "1000000/s", "concurrency": 1_000_000}  # a limit that never holds a task back here
 
 
@@ -346,7 +347,8 @@ def limited_claim_us(client: Client, r, limited: bool, calls: int = 50, n: int =
         if r.llen(store.keys[b].ready[1]) >= n:
             store.claim(b, (5, 3, 2), n, 60_000, 60_000)
             made += 1
-    return r.info("commandstats")["cmdstat_evalsha"]["usec"] / calls
+    stats = r.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("evalsha", "fcall", "fcall_ro")) / calls
 
 
 PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "pause", "php", "node", "http",
@@ -567,7 +569,7 @@ def main() -> None:
                 for entry in entries:
                     if entry["duration"] > 10_000:
                         print(f"  slow: {entry['duration'] / 1000:.1f} ms {entry['command'][:120]!r}", flush=True)
-                scripts = [e["duration"] / 1000 for e in entries if e["command"].startswith(b"EVALSHA")]
+                scripts = [e["duration"] / 1000 for e in entries if e["command"].startswith(SCRIPT_CALLS)]
                 figs["slowmax"].add(max(scripts, default=0.0))
                 figs["slow10"].add(sum(1 for ms in scripts if ms > 10))
                 figs["stall5"].add(len(entries) - len(scripts))

@@ -52,10 +52,25 @@ def now_ms(r: redis.Redis) -> int:
 
 
 def script_loads(r: redis.Redis) -> int:
-    """How many SCRIPT LOADs the server counted (since CONFIG RESETSTAT): Redis 7+ and Valkey count
-    them as `script|load`, 6.2 as any `script` subcommand."""
+    """How many SCRIPT LOADs and FUNCTION LOADs the server counted (since CONFIG RESETSTAT): Redis 7+
+    and Valkey count them as `script|load` and `function|load`, 6.2 as any `script` subcommand."""
     stats = r.info("commandstats")
-    return stats.get("cmdstat_script|load", stats.get("cmdstat_script", {})).get("calls", 0)
+    return sum(stats.get(name, {}).get("calls", 0) for name in ("cmdstat_script|load", "cmdstat_function|load")) \
+        or stats.get("cmdstat_script", {}).get("calls", 0)
+
+
+def has_functions(r: redis.Redis) -> bool:
+    """Whether delayd calls its scripts as functions on this server (Redis >= 7, Valkey) rather than by EVALSHA."""
+    from delayd.store import dialect
+    return dialect.choose(r.info("server")) is dialect.FCALL
+
+
+def lose_scripts(r: redis.Redis) -> None:
+    """Make the server forget delayd's scripts, as a restart without them would: SCRIPT FLUSH, and
+    FUNCTION FLUSH where delayd calls functions."""
+    r.script_flush()
+    if has_functions(r):
+        r.function_flush()
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from delayd.store.server_info import describe
+from delayd.store.server_info import describe, version
 
 DEFAULT_TIMEOUT = 5.0  # seconds a durable add waits for the confirmation
 PLAN_TTL = 10.0  # seconds a client keeps a WAIT / WAITAOF plan before asking INFO and CONFIG again
@@ -19,15 +19,6 @@ PLAN_TTL = 10.0  # seconds a client keeps a WAIT / WAITAOF plan before asking IN
 
 class Unconfirmable(Exception):
     """This Redis offers no way to confirm a write; the message says why (one line)."""
-
-
-def version(info: dict[str, Any]) -> tuple[int, int]:
-    """The Redis version whose commands this server has (Valkey's `redis_version` says which)."""
-    parts = str(info.get("redis_version", "0.0")).split(".")
-    try:
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        return 0, 0
 
 
 def command(info: dict[str, Any], appendfsync: str | None, timeout_ms: int) -> tuple[Any, ...]:

@@ -3,7 +3,7 @@
 redis-py checks a connection out of its pool and back in around every command and reads the
 reply through several layers, which costs more than the round trip itself. A plain client (not
 Cluster, not Sentinel) keeps one connection of its pool aside instead and sends requests packed
-by the caller (delayd.store.scripts) on its socket, reading replies with a hiredis reader of its
+by the caller (delayd.store.dialect) on its socket, reading replies with a hiredis reader of its
 own; redis-py still opens the connection (AUTH, SELECT, TLS, client name) and owns its retry
 policy. A thread that finds the held connection busy takes redis-py's usual path. Without the
 redis-py internals this needs (delayd.store.redis_internals) no connection is held.
@@ -45,7 +45,7 @@ os.register_at_fork(after_in_child=_forked)
 
 class HeldConnection:
     """Round trips of packed requests whose replies redis-py does not post-process
-    (EVALSHA, EVAL, SCRIPT LOAD): replies are decoded as the client decodes them."""
+    (EVALSHA, FCALL, SCRIPT LOAD, FUNCTION LOAD): replies are decoded as the client decodes them."""
 
     def __init__(self, client: redis.Redis):
         self.client = client

@@ -25,22 +25,28 @@ def _body(packed: bytes) -> bytes:
     return packed[packed.index(b"\n") + 1:]
 
 
-class Head:
-    """`EVALSHA sha numkeys keys... args...` whose leading keys and leading args are the same for
-    many calls (packed once) and each call adds keys after those keys and args after those args."""
+def lead(verb: str, name: str) -> bytes:
+    """The first two arguments of a script call (`EVALSHA sha`, `FCALL name`), packed for Head.pack."""
+    return _body(pack((verb, name)))
 
-    def __init__(self, sha: str, keys: Sequence[Any], args: Sequence[Any]):
-        self.lead = _body(pack(("EVALSHA", sha)))
+
+class Head:
+    """A script call (`EVALSHA sha` or `FCALL name`, then numkeys keys... args...) whose leading keys
+    and leading args are the same for many calls (packed once) and each call adds keys after those
+    keys and args after those args."""
+
+    def __init__(self, keys: Sequence[Any], args: Sequence[Any]):
         self.keys, self.key_count = _body(pack_any(keys)), len(keys)
         self.args, self.arg_count = _body(pack_any(args)), len(args)
-        self._starts: dict[tuple[int, int], bytes] = {}  # (keys, args) counts -> the call's start
+        self._starts: dict[tuple[bytes, int, int], bytes] = {}  # (lead, keys, args counts) -> the call's start
 
-    def pack(self, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
-        """The call with `keys` after the leading keys and `args` after the leading args."""
-        start = self._starts.get((len(keys), len(args)))
+    def pack(self, lead: bytes, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
+        """The call led by `lead` (see lead()) with `keys` after the leading keys and `args` after
+        the leading args."""
+        start = self._starts.get((lead, len(keys), len(args)))
         if start is None:  # up to the leading keys: the same for every call of these counts (bytes %
             numkeys = b"%d" % (self.key_count + len(keys))  # formatting costs more than packing)
-            start = self._starts[len(keys), len(args)] = b"*%d\r\n%b$%d\r\n%b\r\n%b" % (
-                3 + self.key_count + len(keys) + self.arg_count + len(args), self.lead, len(numkeys), numkeys,
+            start = self._starts[lead, len(keys), len(args)] = b"*%d\r\n%b$%d\r\n%b\r\n%b" % (
+                3 + self.key_count + len(keys) + self.arg_count + len(args), lead, len(numkeys), numkeys,
                 self.keys)
         return b"".join((start, _body(pack(keys)) if keys else b"", self.args, _body(pack(args)) if args else b""))

@@ -1,12 +1,17 @@
 """The Lua scripts: `lua/NAME.lua`, each linked with the `_lib.lua` (and `_limits.lua`) helpers it
-uses, known by SHA, and packed as EVALSHA calls. Sending them is delayd.store.transport's job."""
+uses, known by SHA (EVALSHA), and the same sources wrapped as one function library (FCALL, Redis >= 7
+and Valkey). How a call is spelled and sent is delayd.store.dialect's and delayd.store.transport's job."""
 from __future__ import annotations
 
 import hashlib
 from importlib import resources
-from typing import Any, Sequence
+from typing import Iterable
 
 from delayd.store import lua_lib, resp
+
+# Scripts that write nothing: their functions are flagged `no-writes` and called with FCALL_RO, which
+# a replica serves and an out-of-memory server still runs.
+READ_ONLY = frozenset({"browse", "stats"})
 
 
 class Script:
@@ -21,23 +26,43 @@ class Script:
         body = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
         self.source = lua_lib.source(self._lib, body)  # with the helpers of _lib.lua it uses
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.read_only = name in READ_ONLY
+        self.function = ""  # its name in the function library (set by Library)
 
-    def head(self, keys: Sequence[Any], args: Sequence[Any]) -> resp.Head:
+    def head(self, keys: list, args: list) -> resp.Head:
         """The start of calls of this script with these leading `keys` and `args`, packed once
         (a ScriptCall's `head`: add's, per bucket)."""
-        return resp.Head(self.sha, keys, args)
+        return resp.Head(keys, args)
 
-    def pack(self, keys: Sequence[Any], args: Sequence[Any], head: resp.Head | None = None) -> bytes:
-        """EVALSHA of this script with `keys` and `args`, in RESP (`head`: their start, packed)."""
-        if head is not None:
-            return head.pack(keys[head.key_count:], args[head.arg_count:])
-        return resp.pack_any(("EVALSHA", self.sha, len(keys), *keys, *args))
+
+class Library:
+    """The scripts as one function library (`FUNCTION LOAD`), named after a hash of their sources:
+    `delayd_<hash>`, its functions `delayd_<hash>_<script>`. Function names are global to a server,
+    so two delayd builds sharing a Redis each call their own scripts, and builds whose scripts are
+    the same share one library. A library no build uses any more stays until `FUNCTION DELETE`."""
+
+    def __init__(self, scripts: Iterable[Script]):
+        scripts = sorted(scripts, key=lambda s: s.name)
+        digest = hashlib.sha1("".join(f"{s.name}\0{s.source}\0" for s in scripts).encode()).hexdigest()
+        self.name = f"delayd_{digest[:16]}"
+        for script in scripts:
+            script.function = f"{self.name}_{script.name}"
+        self.code = f"#!lua name={self.name}\n" + "".join(_registration(s) for s in scripts)
 
     def load_command(self) -> bytes:
-        """SCRIPT LOAD of this script, in RESP."""
-        return resp.pack(("SCRIPT", "LOAD", self.source))
+        """FUNCTION LOAD REPLACE of the library, in RESP (REPLACE: processes that load it at the same
+        time, after a FUNCTION FLUSH, all succeed)."""
+        return resp.pack(("FUNCTION", "LOAD", "REPLACE", self.code))
+
+
+def _registration(script: Script) -> str:
+    """The script's source as the body of a registered function (KEYS and ARGV its arguments)."""
+    flags = "'no-writes'" if script.read_only else ""
+    return (f"redis.register_function{{function_name='{script.function}', flags={{{flags}}}, "
+            f"callback=function(KEYS, ARGV)\n{script.source}\nend}}\n")
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
                                            "stats", "register", "pause", "park", "resume", "run_now", "limit",
                                            "browse", "hosts", "host_switch", "aside")}
+LIBRARY = Library(SCRIPTS.values())

@@ -2,8 +2,8 @@
 
 Valkey reports `server_name:valkey` and `valkey_version`, and pins `redis_version` at 7.2.4 (the
 Redis it forked from), so the Redis version alone would call every Valkey "Redis 7.2.4". What a
-command needs is still judged by `redis_version` (Valkey has all of Redis 7.2: WAITAOF...); this
-module is for what delayd shows people: the preflight's log lines and durable=True's refusals.
+command needs is still judged by `redis_version` (Valkey has all of Redis 7.2: functions, WAITAOF...):
+version(); describe() is for what delayd shows people: the preflight's log lines and durable=True's refusals.
 """
 from __future__ import annotations
 
@@ -15,3 +15,12 @@ def describe(info: dict[str, Any]) -> str:
     name = str(info.get("server_name") or "redis")
     version = info.get(f"{name}_version") or info.get("redis_version") or "?"
     return f"{name.capitalize()} {version}"
+
+
+def version(info: dict[str, Any]) -> tuple[int, int]:
+    """The Redis version whose commands this server has (Valkey's `redis_version` says which)."""
+    parts = str(info.get("redis_version", "0.0")).split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return 0, 0

@@ -2,9 +2,12 @@
 
 Operations are written once as steps (delayd.store.steps). A Transport runs them on a redis-py
 client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
-- a script call goes by SHA. After NOSCRIPT (Redis restarted, or its script cache was flushed)
-  the call is sent again once, with its script: as EVAL through redis-py's client, or after a
-  SCRIPT LOAD on a connection of our own (calls in flight behind it are sent again, in order);
+- a script call goes by SHA (EVALSHA), or as FCALL of delayd's function library where the server
+  has functions (delayd.store.dialect, chosen once per client). A call whose script is missing
+  (NOSCRIPT: Redis restarted, or its script cache was flushed; `Function not found`: FUNCTION
+  FLUSH, a new Cluster node) is sent again once, with its script: as EVAL (or after a FUNCTION
+  LOAD) through redis-py's client, or after the load on a connection of our own (calls in flight
+  behind it are sent again, in order);
 - a Stream of script calls goes on one connection, a window of calls ahead of their replies,
   or one call after the other on Redis Cluster, whose pipeline refuses EVALSHA and whose buckets
   live on several nodes (the only place that tells Cluster apart); there a command that must
@@ -26,6 +29,7 @@ from redis.exceptions import MovedError
 
 from delayd.store import held as held_mod
 from delayd.store import resp
+from delayd.store.dialect import Dialect, choose_steps
 from delayd.store.motion import REFUSALS, patiently, patiently_async
 from delayd.store.steps import Batch, Command, EachCall, Request, ScriptCall, Steps, Stream, Streamed
 
@@ -45,6 +49,13 @@ class Transport:
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
         self.held = held_mod.held(client) if hold else None
+        self._dialect: Dialect | None = None
+
+    def dialect(self) -> Dialect:
+        """How script calls are spelled on this client's server (asked once)."""
+        if self._dialect is None:
+            self._dialect = self.run(choose_steps(self.client))
+        return self._dialect
 
     def run(self, steps: Steps[T]) -> T:
         """Drive `steps` to its result (_drive never suspends here: done in one send)."""
@@ -68,20 +79,27 @@ class Transport:
 
     def call(self, call: ScriptCall) -> Any:
         """One script call's reply (an error reply raised)."""
+        dialect = self._dialect or self.dialect()
         if self.held is None:
-            return patiently(lambda: self._evalsha(call))
-        packed = call.script.pack(call.keys, call.args, call.head)
+            return patiently(lambda: self._through_redis_py(call, dialect))
+        packed = dialect.pack(call)
         try:
             return self.held.request(packed)
-        except redis.exceptions.NoScriptError:
-            self.held.request(call.script.load_command())
-            return self.held.request(packed)
+        except redis.exceptions.ResponseError as exc:
+            if not dialect.missing(exc):
+                raise
+        self.held.request(dialect.load_command(call.script))
+        return self.held.request(packed)
 
-    def _evalsha(self, call: ScriptCall) -> Any:
+    def _through_redis_py(self, call: ScriptCall, dialect: Dialect) -> Any:
         try:
-            return self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-        except redis.exceptions.NoScriptError:
-            return self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys, *call.args)
+            return self.client.execute_command(*dialect.command(call))
+        except redis.exceptions.ResponseError as exc:
+            if not dialect.missing(exc):
+                raise
+        for command in dialect.recovery(call):
+            reply = self.client.execute_command(*command)
+        return reply
 
     def stream(self, stream: Stream) -> Streamed:
         """A Stream on a connection of the pool checked out for it (see delayd.store.steps.Stream)."""
@@ -89,8 +107,9 @@ class Transport:
             return self._each_then(stream)
         if self.cluster:
             return self._one_by_one(stream)
+        dialect = self.dialect()
         with held_mod.checked_out(self.client) as conn:
-            return _on_connection(conn, stream)
+            return _on_connection(conn, stream, dialect)
 
     def _one_by_one(self, stream: Stream) -> Streamed:
         replies = _one_by_one_replies(stream)
@@ -113,10 +132,10 @@ class Transport:
         """`call`, then `then`, on a connection to the master of the call's slot, as redis-py's map
         says; a MOVED reply or a lost node brings the map up to date (for the call sent again, or the
         next one) before it is raised."""
-        nodes = self.client.nodes_manager
+        nodes, dialect = self.client.nodes_manager, self.dialect()
         try:
             with held_mod.checked_out(self.client.get_node_from_key(call.keys[0]).redis_connection) as conn:
-                return _on_connection(conn, Stream([call], window=None, then=then))
+                return _on_connection(conn, Stream([call], window=None, then=then), dialect)
         except MovedError as exc:
             nodes.move_slot(exc)
             raise
@@ -147,11 +166,12 @@ class Link:
         if self.transport.cluster:
             self.transport._one_by_one(stream)
             return
+        dialect = self.transport.dialect()
         if self.conn is None:
             self.conn = self.transport.client.connection_pool.get_connection()  # the thread's alone
         held_mod.drop_if_stale(self.conn)
         try:
-            _on_connection(self.conn, stream)
+            _on_connection(self.conn, stream, dialect)
         except BaseException:
             self.conn.disconnect()  # a half-read reply must never be read as the next call's
             raise
@@ -163,6 +183,12 @@ class AsyncTransport:
     def __init__(self, client: Any):
         self.client = client
         self.cluster = isinstance(client, AsyncRedisCluster)
+        self._dialect: Dialect | None = None
+
+    async def dialect(self) -> Dialect:
+        if self._dialect is None:
+            self._dialect = await self.run(choose_steps(self.client))
+        return self._dialect
 
     async def run(self, steps: Steps[T]) -> T:
         return await _drive(steps, self.send)
@@ -177,15 +203,18 @@ class AsyncTransport:
         return await self.stream(request)
 
     async def call(self, call: ScriptCall) -> Any:
-        return await patiently_async(lambda: self._evalsha(call))
+        dialect = self._dialect or await self.dialect()
+        return await patiently_async(lambda: self._through_redis_py(call, dialect))
 
-    async def _evalsha(self, call: ScriptCall) -> Any:
+    async def _through_redis_py(self, call: ScriptCall, dialect: Dialect) -> Any:
         try:
-            return await self.client.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                                                     *call.args)
-        except redis.exceptions.NoScriptError:
-            return await self.client.execute_command("EVAL", call.script.source, len(call.keys), *call.keys,
-                                                     *call.args)
+            return await self.client.execute_command(*dialect.command(call))
+        except redis.exceptions.ResponseError as exc:
+            if not dialect.missing(exc):
+                raise
+        for command in dialect.recovery(call):
+            reply = await self.client.execute_command(*command)
+        return reply
 
     async def stream(self, stream: Stream) -> Streamed:
         if self.cluster and stream.then:
@@ -195,10 +224,11 @@ class AsyncTransport:
             for call in stream.calls:
                 replies.append(await self.call(call))
             return Streamed(replies)
+        dialect = await self.dialect()
         pool = self.client.connection_pool
         conn = await pool.get_connection()
         try:
-            return await _drive(_stream_steps(stream), lambda request: request(conn))
+            return await _drive(_stream_steps(stream, dialect), lambda request: request(conn))
         except BaseException:
             await conn.disconnect()  # dropped rather than returned with replies in flight
             raise
@@ -217,11 +247,13 @@ class AsyncTransport:
 
     async def _on_node(self, call: ScriptCall, then: tuple[Any, ...]) -> Streamed:
         """Transport._on_node, awaitable."""
+        dialect = await self.dialect()
         nodes = self.client.nodes_manager
         node = self.client.get_node_from_key(call.keys[0])
         conn = node.acquire_connection()
         try:
-            return await _drive(_stream_steps(Stream([call], window=None, then=then)), lambda request: request(conn))
+            steps = _stream_steps(Stream([call], window=None, then=then), dialect)
+            return await _drive(steps, lambda request: request(conn))
         except MovedError as exc:
             await nodes.move_slot(exc)
             raise
@@ -266,12 +298,12 @@ async def _drive(steps: Steps[T], send: Callable[[Any], Awaitable[Any]]) -> T:
             reply, resume = exc, steps.throw
 
 
-def _on_connection(conn: Any, stream: Stream) -> Streamed:
+def _on_connection(conn: Any, stream: Stream, dialect: Dialect) -> Streamed:
     """A Stream on a redis-py connection checked out for it."""
     async def send(request: Callable[[Any], Any]) -> Any:
         return request(conn)
     try:
-        _drive(_stream_steps(stream), send).send(None)
+        _drive(_stream_steps(stream, dialect), send).send(None)
     except StopIteration as done:
         return done.value
     raise RuntimeError("a sync request suspended")
@@ -287,19 +319,20 @@ def _read(conn: Any) -> Any:
     return conn.read_response()
 
 
-def _stream_steps(stream: Stream) -> Steps[Streamed]:
+def _stream_steps(stream: Stream, dialect: Dialect) -> Steps[Streamed]:
     """A Stream as sends and reads on one connection (see delayd.store.steps.Stream).
 
-    A call refused with NOSCRIPT is followed at once by a SCRIPT LOAD of its script (once per
-    script) and sent again, once; the calls in flight behind it are refused too and sent again in
-    their order, so the calls still run in order. Connection errors leave the connection to be dropped.
+    A call refused because its script is missing (NOSCRIPT, `Function not found`) is followed at
+    once by the load of its script (SCRIPT LOAD, once per script; FUNCTION LOAD, once) and sent
+    again, once; the calls in flight behind it are refused too and sent again in their order, so
+    the calls still run in order. Connection errors leave the connection to be dropped.
     """
     window = stream.window
     replies = [] if stream.replies is None else stream.replies
     sent: list[tuple[ScriptCall, bytes]] = []
     answers: dict[int, Any] = {}           # replies read ahead of an earlier call's (sent again)
     pending: deque[int | None] = deque()   # what each reply in flight answers: a call, or a SCRIPT LOAD
-    loaded: set[str] = set()
+    loaded: set[bytes] = set()              # the loads sent
     again: set[int] = set()
     errors: list[Exception] = []
 
@@ -307,23 +340,20 @@ def _stream_steps(stream: Stream) -> Steps[Streamed]:
         n = pending.popleft()
         try:
             reply = yield _read
-        except redis.exceptions.NoScriptError as exc:
-            if n is None or n in again or errors:  # (after an error nothing more is sent)
+        except redis.exceptions.ResponseError as exc:
+            if n is None or n in again or errors or not dialect.missing(exc):  # (after an error nothing more is sent)
                 errors.append(exc)
                 reply = exc
             else:
-                script = sent[n][0].script
-                if script.name not in loaded:
-                    loaded.add(script.name)
-                    yield _send(script.load_command())
+                load = dialect.load_command(sent[n][0].script)
+                if load not in loaded:
+                    loaded.add(load)
+                    yield _send(load)
                     pending.append(None)
                 again.add(n)
                 yield _send(sent[n][1])
                 pending.append(n)
                 return
-        except redis.exceptions.ResponseError as exc:
-            errors.append(exc)
-            reply = exc
         if n is not None:
             answers[n] = reply
             while len(replies) in answers:
@@ -332,7 +362,7 @@ def _stream_steps(stream: Stream) -> Steps[Streamed]:
     for call in stream.calls:
         if errors:
             break
-        packed = call.script.pack(call.keys, call.args, call.head)
+        packed = dialect.pack(call)
         sent.append((call, packed))
         yield _send(packed)
         pending.append(len(sent) - 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from daemon_helper import delayd
-from redis_server import RedisServer, free_port, wait_for
+from redis_server import RedisServer, free_port, lose_scripts, wait_for
 
 from delayd import (
     AddInterrupted,
@@ -282,11 +282,11 @@ def test_add_many_accepts_a_generator(client):
 
 def test_adds_after_redis_lost_its_script_cache(client, r):
     """A single add (held connection) and a streamed add_many of many calls in flight both
-    load the script again after SCRIPT FLUSH, and every task is written once."""
+    load the script again after SCRIPT FLUSH (FUNCTION FLUSH), and every task is written once."""
     client.add("t", 0, call="a:b")
-    r.script_flush()
+    lose_scripts(r)
     assert client.add("t", 1, call="a:b") is True
-    r.script_flush()
+    lose_scripts(r)
     items = [{"topic": "t", "id": i, "call": "a:b"} for i in range(2, 3002)]  # ~15+ calls, more than the window
     assert client.add_many(items) == 3000
     assert len(task_keys(r)) == 3002

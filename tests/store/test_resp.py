@@ -13,7 +13,8 @@ def whole(keys: list, args: list) -> bytes:
 
 
 def test_a_call_packed_from_its_head_is_the_command_packed_whole():
-    head = resp.Head(SHA, LEAD_KEYS, LEAD_ARGS)
+    head = resp.Head(LEAD_KEYS, LEAD_ARGS)
+    lead = resp.lead("EVALSHA", SHA)
     calls = [
         (["p{0}:t:a:1", "p{0}:paused:a"], ['{"call":"a:b"}', 2, "delay", 0]),
         ([f"p{{0}}:t:a:{i}" for i in range(12)], list(range(24))),
@@ -22,4 +23,4 @@ def test_a_call_packed_from_its_head_is_the_command_packed_whole():
         (["p{0}:t:a:2", "p{0}:paused:a"], ['{"url":"http://h/"}', 1, "delay*", 5]),  # the first counts again
     ]
     for keys, args in calls + calls:
-        assert head.pack(keys, args) == whole(keys, args)
+        assert head.pack(lead, keys, args) == whole(keys, args)

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from daemon_helper import delayd
 from prometheus_client import CollectorRegistry, generate_latest
+from redis_server import lose_scripts
 from test_store import client_of
 
 from delayd import config as config_mod
@@ -245,9 +246,10 @@ def test_old_windows_leave_the_last_minute(client, r):
 
 
 def test_stats_after_redis_lost_its_scripts(client, r):
-    """The buckets' pipelined stats.lua calls load the script again after SCRIPT FLUSH (NOSCRIPT)."""
+    """The buckets' pipelined stats.lua calls load the script again after SCRIPT FLUSH (NOSCRIPT), or
+    the library after FUNCTION FLUSH."""
     client.add_many([{"topic": "t", "id": i, "call": "a:b", "delay": 60} for i in range(20)])
-    r.script_flush()
+    lose_scripts(r)
     stats = client.stats()
     assert stats["counts"]["delayed"] == stats["waiting"] == 20 and stats["buckets"] == client.store.buckets > 1
 
