@@ -14,7 +14,8 @@ import os
 
 import pytest
 
-from delayd.store.scripts import SCRIPTS
+from delayd.store import dialect
+from delayd.store.scripts import SCRIPTS, Library
 
 # Which arguments of each command the scripts send are keys (COMMAND GETKEYS): the first, all
 # (DEL, EXISTS), the first two (RENAME), none (TIME; PUBLISH names a channel). A command missing
@@ -109,3 +110,8 @@ def guard(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, script in SCRIPTS.items():
         monkeypatch.setattr(script, "source", _GUARDED[name])
         monkeypatch.setattr(script, "sha", hashlib.sha1(_GUARDED[name].encode()).hexdigest())
+        monkeypatch.setattr(script, "function", script.function)  # (renamed by the guarded library below)
+    # On Redis >= 7 and Valkey the scripts run as functions: the library is made of the guarded sources too.
+    library = Library(SCRIPTS.values())
+    monkeypatch.setattr(dialect, "LIBRARY", library)
+    monkeypatch.setattr(dialect.FCALL, "_load", library.load_command())

@@ -11,7 +11,7 @@ from test_recovery import primary_and_replica  # noqa: F401 (a fixture)
 
 from delayd import AsyncClient, Client
 from delayd.store import dialect
-from delayd.store.scripts import LIBRARY, SCRIPTS
+from delayd.store.scripts import SCRIPTS
 
 
 def calls_by_command(r) -> dict[str, int]:
@@ -40,7 +40,7 @@ def test_calls_go_as_functions_where_the_server_has_them_else_by_evalsha(client,
     calls = calls_by_command(r)
     if has_functions(r):
         assert calls["evalsha"] == calls["eval"] == 0 and calls["fcall"] >= 2 and calls["fcall_ro"] >= 1, calls
-        [library] = r.function_list(library=LIBRARY.name)
+        [library] = r.function_list(library=dialect.LIBRARY.name)
         functions = {f["name"]: set(f["flags"]) for f in _fields(library)["functions"]}
         assert functions == {s.function: ({"no-writes"} if s.name in ("browse", "stats") else set())
                              for s in SCRIPTS.values()}
@@ -84,7 +84,7 @@ def test_another_builds_library_is_left_alone(client, r):
     """Two delayd builds sharing a Redis: each calls its own library (named after its scripts'
     hash); loading ours does not replace theirs."""
     if not has_functions(r):
-        assert LIBRARY.name.startswith("delayd_")
+        assert dialect.LIBRARY.name.startswith("delayd_")
         return
     other = "delayd_0000000000000000"
     r.function_load(f"#!lua name={other}\n"
@@ -94,7 +94,7 @@ def test_another_builds_library_is_left_alone(client, r):
                     f"redis.register_function('{other}_add', function(keys, args) return 'theirs' end)")
     assert client.add("t", 1, call="a:b") is True
     assert r.fcall(f"{other}_add", 0) == "theirs"
-    assert {_fields(row)["library_name"] for row in r.function_list()} == {other, LIBRARY.name}
+    assert {_fields(row)["library_name"] for row in r.function_list()} == {other, dialect.LIBRARY.name}
 
 
 def test_a_restart_keeps_the_library_but_not_the_script_cache(tmp_path):
@@ -125,7 +125,7 @@ def test_on_a_cluster_every_master_gets_the_library_and_a_flushed_one_loads_it_a
         nodes = [node.client() for node in cluster.nodes]
         client.add_many([{"topic": "t", "id": i, "call": "a:b", "delay": 60} for i in range(100)])
         if has_functions(nodes[0]):
-            assert all(node.function_list(library=LIBRARY.name) for node in nodes)
+            assert all(node.function_list(library=dialect.LIBRARY.name) for node in nodes)
         for node in nodes:
             lose_scripts(node)
         assert client.add("t", "after", call="a:b") is True
