@@ -288,16 +288,11 @@ def table(results: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def section(results: dict[str, dict[str, object]], count: int, rounds: int, page_runs: int) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+def section(results: dict[str, dict[str, object]], count: int, rounds: int, page_runs: int, commit: str) -> str:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join([
         SECTION, "",
-        f"`./scripts/bench --huge{'' if count == 10_000_000 else f' --huge-count {count}'}` at {commit}"
-        f"{' (uncommitted changes)' if dirty else ''}, {when}, {os.cpu_count()} cores shared with other work "
+        f"`./scripts/bench --huge{'' if count == 10_000_000 else f' --huge-count {count}'}` at {commit}, {when}, {os.cpu_count()} cores shared with other work "
         f"(the load row). {count:,} minimal tasks pending (3 topics, due 30 to 60 days ahead, over the 4 buckets); "
         f"one server at a time, no persistence, loopback TCP; the daemon with default settings (4 buckets, "
         f"2 queue processes). `add`: {rounds} rounds of 2,000 and of `add_many` 20,000, each round on the full store "
@@ -323,11 +318,16 @@ def write(out: Path, text: str) -> None:
 
 def main(servers: list[str], count: int, out: Path | None) -> None:
     """The figures on each server in turn; the section is printed, and written into `out` if given."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                      text=True).stdout.strip():
+        commit += " (with uncommitted changes)"
     results = {}
     for name in servers:
         results[name] = one_server(name, SERVERS.get(name, name), count, ROUNDS, PAGE_RUNS)
         print(table({name: results[name]}), flush=True)
-    text = section(results, count, ROUNDS, PAGE_RUNS)
+    text = section(results, count, ROUNDS, PAGE_RUNS, commit)
     print(text)
     if out is not None:
         write(out, text)
