@@ -292,8 +292,9 @@ def section(results: dict[str, dict[str, object]], count: int, rounds: int, page
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join([
         SECTION, "",
-        f"`./scripts/bench --huge{'' if count == 10_000_000 else f' --huge-count {count}'}` at {commit}, {when}, {os.cpu_count()} cores shared with other work "
-        f"(the load row). {count:,} minimal tasks pending (3 topics, due 30 to 60 days ahead, over the 4 buckets); "
+        f"`./scripts/bench --huge{'' if count == 10_000_000 else f' --huge-count {count}'}` at {commit}, {when}, "
+        f"{os.cpu_count()} cores shared with other work (the load row). {count:,} minimal tasks pending (topic m, "
+        f"ids 0 to {count - 1:,}, due 30 to 60 days ahead, over the 4 buckets); "
         f"one server at a time, no persistence, loopback TCP; the daemon with default settings (4 buckets, "
         f"2 queue processes). `add`: {rounds} rounds of 2,000 and of `add_many` 20,000, each round on the full store "
         f"and on an empty one (database 1 of the same server, flushed), in alternating order. Lateness: "
