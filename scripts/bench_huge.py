@@ -22,6 +22,7 @@ from pathlib import Path
 
 import bench
 import bench_web
+import psutil
 from daemon_helper import Daemon
 from redis_server import RedisServer, server_binary, wait_for
 from web_helper import Web
@@ -34,7 +35,7 @@ SERVERS = {"6.2": "", "7.0": "/usr/bin/redis-server", "8.0": "/usr/bin/valkey-se
 BATCH = 50_000          # tasks per add_many of the fill
 FAR = 30 * 86_400       # the filled tasks are due 30 to 60 days ahead, one every few ms of that span
 SLOW_US = 1_000         # SLOWLOG threshold during the wave (µs)
-ROUNDS, PAGE_RUNS = 5, 50  # rounds of `add` / `add_many` (full and empty), walks over the pages
+ROUNDS, PAGE_RUNS = 5, 50  # rounds of `add` / `add_many` (full and empty), requests of each page
 TOKEN = "bench"
 SECTION = "## Ten million pending"
 
@@ -67,6 +68,9 @@ FIGURES = {  # key: (row, unit, target)
     "page_overview": ("dashboard: overview `/`, p99", "ms", "< 200 ms"),
     "page_tasks": ("dashboard: task list `/tasks`, p99", "ms", "< 200 ms"),
     "page_task": ("dashboard: one task `/tasks/TOPIC/ID`, p99", "ms", "< 200 ms"),
+    "page_overview_cpu": ("… CPU of `delayd web` per request: overview", "ms", ""),
+    "page_tasks_cpu": ("… task list", "ms", ""),
+    "page_task_cpu": ("… one task", "ms", ""),
     "load": ("load average (1 min) during this server's run, min–max", "", ""),
 }
 
@@ -202,13 +206,20 @@ def call_name(entry: dict) -> str:
 
 
 def pages(url: str, runs: int) -> dict[str, float]:
-    """p99 (ms) of the overview, the task list and one task page over `runs` walks."""
+    """p99 (ms) of the overview, the task list and one task page over `runs` requests each, and the
+    `delayd web` process's CPU per request (ms: its own work, the rest of a slow page is waiting)."""
+    walk = {"page_overview": "/", "page_tasks": "/tasks", "page_task": "/tasks/m/3"}
+    got = {}
     with Web(url, DELAYD_WEB_TOKEN=TOKEN) as web, \
             web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-        walk = {"page_overview": "/", "page_tasks": "/tasks", "page_task": "/tasks/m/3"}
+        process = psutil.Process(web.proc.pid)
         bench_web.timed(http, walk, 2)  # warm up (imports, script loading)
-        times = bench_web.timed(http, walk, runs)
-    return {name: sorted(ms)[min(len(ms) - 1, int(len(ms) * 0.99))] for name, ms in times.items()}
+        for name, path in walk.items():
+            cpu = sum(process.cpu_times()[:2])
+            ms = sorted(bench_web.timed(http, {name: path}, runs)[name])
+            got[f"{name}_cpu"] = 1000 * (sum(process.cpu_times()[:2]) - cpu) / runs
+            got[name] = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    return got
 
 
 def one_server(name: str, binary: str, count: int, rounds: int, page_runs: int) -> dict[str, object]:
@@ -299,8 +310,8 @@ def section(results: dict[str, dict[str, object]], count: int, rounds: int, page
         f"2 queue processes). `add`: {rounds} rounds of 2,000 and of `add_many` 20,000, each round on the full store "
         f"and on an empty one (database 1 of the same server, flushed), in alternating order. Lateness: "
         f"1,000 tasks due over 20 s. The wave: {count // 10:,} tasks due at one instant, SLOWLOG at "
-        f"{SLOW_US / 1000:g} ms reset once they are written. Pages: {page_runs} walks over the three pages "
-        f"with the daemon running, after the wave.",
+        f"{SLOW_US / 1000:g} ms reset once they are written. Pages: {page_runs} requests of each of the three "
+        f"pages, with the daemon running, after the wave.",
         "",
         table(results), "",
     ])
