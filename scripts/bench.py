@@ -238,14 +238,16 @@ def handler_env(url: str) -> dict[str, str]:
             "DELAYD_ALLOWED_MODULES": "delayd.examples,bench_handlers"}
 
 
-def drain(client: Client, r, n: int = N, call: str = NOOP) -> float:
-    """n tasks due at one instant: tasks/s from the due time to the last finish."""
+def drain(client: Client, r, n: int = N, call: str = NOOP, written=lambda: None, writes: float = 25_000) -> float:
+    """n tasks due at one instant: tasks/s from the due time to the last finish (`written()` is
+    called once they are all written, before they are due if they are written at `writes` per s)."""
     for keys in client.store.keys:
         r.delete(keys.done("ok"))
-    due = redis_now(r) + 3.0 + n / 25_000  # every task is written before the first is due
+    due = redis_now(r) + 3.0 + n / writes  # every task is written before the first is due
     for i in range(0, n, 20_000):
         client.add_many([{"topic": "drain", "id": j, "call": call, "at": due}
                          for j in range(i, min(n, i + 20_000))])
+    written()
     due = int(due * 1000) / 1000  # the due time as stored (ms)
     wait_for(lambda: sum(r.zcard(k.done("ok")) for k in client.store.keys) >= n, 600, interval=0.05,
              message="drain")
@@ -374,9 +376,17 @@ def main() -> None:
     ap.add_argument("--only", type=parts, default=None, metavar="NAME[,NAME]",
                     help=f"run just these parts ({', '.join(PARTS)}; the Redis ceiling always), print the "
                          "table and write no BENCHMARKS.md")
+    ap.add_argument("--huge", action="store_true", help="only the ten-million-pending figures (scripts/bench_huge.py),"
+                    " a server at a time, into BENCHMARKS.md's section \"Ten million pending\"")
+    ap.add_argument("--huge-count", type=int, default=10_000_000, help="--huge: tasks pending (a tenth: the wave)")
+    ap.add_argument("--servers", default="6.2,7.0,8.0", help="--huge: 6.2 (embedded), 7.0, 8.0 (Valkey) or paths")
     args = ap.parse_args()
     if args.url:
         return url_figures(args.runs)
+    if args.huge:
+        import bench_huge
+        return bench_huge.main(args.servers.split(","), args.huge_count,
+                               Path(args.out) if args.huge_count == 10_000_000 else None)
     want = (lambda part: True) if args.only is None else args.only.__contains__
 
     work = Path(tempfile.mkdtemp(prefix="delayd-bench-"))

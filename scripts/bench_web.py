@@ -64,6 +64,11 @@ def walk(http, runs: int) -> dict[str, list[float]]:
     pages["list, next page (cursor)"] = f"/api/tasks?topic=order:cancel&status=delayed&cursor={cursor}"
     cursor = http.get("/api/schedules").json()["cursor"]
     pages["schedules, next page (cursor)"] = f"/api/schedules?cursor={cursor}"
+    return timed(http, pages, runs)
+
+
+def timed(http, pages: dict[str, str], runs: int) -> dict[str, list[float]]:
+    """Each page (name: path) fetched `runs` times in turn: the times in ms per name."""
     times: dict[str, list[float]] = {name: [] for name in pages}
     for _ in range(runs):
         for name, path in pages.items():
