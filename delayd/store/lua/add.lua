@@ -119,23 +119,26 @@ local function check_spec(spec, mode, recurs)
   -- not recur are all the rules below ask of it. (Up to 1,000 bytes: params nested 1,000 deep, which the
   -- whole would fail on, do not fit.) A spec this path does not take goes the whole way, which says why.
   local call, at = string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()')
-  if call then
-    local callback, after = string.match(spec, '^,"callback":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()', at)
-    at = after or at
-    local fits = at == #spec and string.byte(spec, at) == 125  -- `}`
-    if not fits and #spec <= 1000 and string.byte(spec, -1) == 125 and string.sub(spec, at, at + 9) == ',"params":' then
+  local callback
+  local closed = string.byte(spec, -1) == 125  -- `}`
+  local fits = closed and at == #spec  -- the call alone
+  if call and not fits and closed and #spec <= 1000 then
+    local named, after = string.match(spec, '^,"callback":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()', at)
+    if named then callback, at = named, after end
+    fits = at == #spec
+    if not fits and string.sub(spec, at, at + 9) == ',"params":' then
       local params = string.sub(spec, at + 10, -2)
       if string.find(params, '^[ -~]*$') then
         local decoded, t = pcall(cjson.decode, params)
         fits = decoded and type(t) == 'table' and t[1] == nil
       end
     end
-    if fits then
-      check_target('call', call)
-      if callback then check_target('callback', callback) end
-      if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
-      return
-    end
+  end
+  if fits then
+    check_target('call', call)
+    if callback then check_target('callback', callback) end
+    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+    return
   end
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
