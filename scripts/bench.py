@@ -246,8 +246,6 @@ def last_finish(client: Client, r) -> float:
                for _, score in r.zrevrange(keys.done("ok"), 0, 0, withscores=True)) / 1000
 
 
-
-
 def handler_env(url: str) -> dict[str, str]:
     """Daemon settings that let it import scripts/bench_handlers.py (its Redis: `url`)."""
     return {"PYTHONPATH": f"{ROOT / 'tests'}:{ROOT / 'scripts'}", "BENCH_REDIS_URL": url,

@@ -112,20 +112,28 @@ end
 -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
 local function check_spec(spec, mode, recurs)
   if #spec > MAX_SPEC then refuse('spec', 'is ' .. #spec .. ' bytes, more than ' .. MAX_SPEC) end
-  -- The usual call task's spec, `{"call":"<name>"}`, else with `,"callback":"<name>"` then `,"params":{...}`
-  -- (each optional, in the order delayd's clients write them) before its `}`, names of identifier
-  -- characters (no quote or backslash: cjson would decode them as they are), is checked without decoding
-  -- it whole: the names' shape, params (printable ASCII) decoded alone to an object, and a mode that does
-  -- not recur are all the rules below ask of it. (Up to 1,000 bytes: params nested 1,000 deep, which the
-  -- whole would fail on, do not fit.) A spec this path does not take goes the whole way, which says why.
-  local call, at = string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()')
-  local callback
-  local closed = string.byte(spec, -1) == 125  -- `}`
-  local fits = closed and at == #spec  -- the call alone
-  if call and not fits and closed and #spec <= 1000 then
-    local named, after = string.match(spec, '^,"callback":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()', at)
-    if named then callback, at = named, after end
-    fits = at == #spec
+  -- A spec that is only a call target, `{"call":"<name>"}` with a name of identifier characters (no
+  -- quote or backslash: cjson would decode it to {call = name} and nothing else), is checked without
+  -- decoding: the name's shape, and a mode that does not recur, are all the rules below ask of it.
+  local only_call = string.byte(spec, -2) == 34  -- ends in `"}`: else not tried (a spec with params ends `}}`)
+    and string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"}$')
+  if only_call then
+    check_target('call', only_call)
+    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+    return
+  end
+  -- So is a call's spec with `,"callback":"<name>"` then `,"params":{...}` (each optional, in the order
+  -- delayd's clients write them) before its `}`, up to 1,000 bytes (params nested 1,000 deep, which the
+  -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object. A spec
+  -- this path does not take goes the whole way below, which says why.
+  local call, at
+  if #spec <= 1000 and string.byte(spec, -1) == 125 then  -- ends in `}`
+    call, at = string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()')
+  end
+  if call then
+    local callback, after = string.match(spec, '^,"callback":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()', at)
+    at = after or at
+    local fits = at == #spec
     if not fits and string.sub(spec, at, at + 9) == ',"params":' then
       local params = string.sub(spec, at + 10, -2)
       if string.find(params, '^[ -~]*$') then
@@ -133,12 +141,12 @@ local function check_spec(spec, mode, recurs)
         fits = decoded and type(t) == 'table' and t[1] == nil
       end
     end
-  end
-  if fits then
-    check_target('call', call)
-    if callback then check_target('callback', callback) end
-    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
-    return
+    if fits then
+      check_target('call', call)
+      if callback then check_target('callback', callback) end
+      if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+      return
+    end
   end
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
