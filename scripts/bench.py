@@ -16,7 +16,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -30,6 +32,7 @@ from delayd import Client  # noqa: E402
 from delayd.daemon.embedded import find_redis_server  # noqa: E402
 
 N = 20_000
+NOOP, RPUSH = "delayd.examples:noop", "bench_handlers:rpush"  # RPUSH: one Redis round trip per run
 MOVE_LUA = """
 local m = redis.call('ZRANGE', KEYS[1], 0, 99)
 if #m > 0 then redis.call('RPUSH', KEYS[2], unpack(m)); redis.call('ZREM', KEYS[1], unpack(m)) end
@@ -185,17 +188,31 @@ def redis_now(r) -> float:
     return s + us / 1e6
 
 
-def enqueue_single(client: Client, r, n: int = N, first: int = 0) -> float:
+def minimal_task(i: int, due: float | None = None) -> dict[str, Any]:
+    """The minimal task of most rows: a topic, an id, a call (due in an hour unless `due` is given)."""
+    return {"topic": "bench", "id": i, "call": NOOP, **({"delay": 3600} if due is None else {"at": due})}
+
+
+def realistic_task(i: int, due: float | None = None) -> dict[str, Any]:
+    """A task as users add it (the rows marked "realistic"): an absolute due time (`at`, an hour
+    ahead unless `due` is given), a callback and ~110 bytes of params, a few str and int fields."""
+    return {"topic": "orders", "id": f"ord-{i}", "call": NOOP, "callback": NOOP,
+            "at": time.time() + 3600 if due is None else due,
+            "params": {"order": f"ord-{i:08d}", "customer": f"cus_{i % 9973:06d}", "amount_cents": 4990 + i % 500,
+                       "currency": "EUR", "attempt": 1, "reason": "payment_pending"}}
+
+
+def enqueue_single(client: Client, r, n: int = N, first: int = 0, task: Callable = minimal_task) -> float:
     """`add` one at a time: tasks/s (ids from `first`, on top of whatever is pending)."""
+    items = [task(i) for i in range(first, first + n)]
     start = time.perf_counter()
-    for i in range(first, first + n):
-        client.add("bench", i, call="delayd.examples:noop", delay=3600)
+    for item in items:
+        client.add(**item)
     return n / (time.perf_counter() - start)
 
 
-def enqueue_many(client: Client, r, n: int = N, first: int = 0) -> float:
-    items = [{"topic": "bench", "id": i, "call": "delayd.examples:noop", "delay": 3600}
-             for i in range(first, first + n)]
+def enqueue_many(client: Client, r, n: int = N, first: int = 0, task: Callable = minimal_task) -> float:
+    items = [task(i) for i in range(first, first + n)]
     start = time.perf_counter()
     client.add_many(items)
     return n / (time.perf_counter() - start)
@@ -229,24 +246,22 @@ def last_finish(client: Client, r) -> float:
                for _, score in r.zrevrange(keys.done("ok"), 0, 0, withscores=True)) / 1000
 
 
-NOOP, RPUSH = "delayd.examples:noop", "bench_handlers:rpush"  # RPUSH: one Redis round trip per run
-
-
 def handler_env(url: str) -> dict[str, str]:
     """Daemon settings that let it import scripts/bench_handlers.py (its Redis: `url`)."""
     return {"PYTHONPATH": f"{ROOT / 'tests'}:{ROOT / 'scripts'}", "BENCH_REDIS_URL": url,
             "DELAYD_ALLOWED_MODULES": "delayd.examples,bench_handlers"}
 
 
-def drain(client: Client, r, n: int = N, call: str = NOOP, written=lambda: None, writes: float = 25_000) -> float:
-    """n tasks due at one instant: tasks/s from the due time to the last finish (`written()` is
-    called once they are all written, before they are due if they are written at `writes` per s)."""
+def drain(client: Client, r, n: int = N, call: str = NOOP, task: Callable = minimal_task, written=lambda: None,
+          writes: float = 25_000) -> float:
+    """n tasks (`task`'s, of topic `drain`, running `call`) due at one instant: tasks/s from the due
+    time to the last finish (`written()` is called once they are all written, before they are due if
+    they are written at `writes` per s)."""
     for keys in client.store.keys:
         r.delete(keys.done("ok"))
     due = redis_now(r) + 3.0 + n / writes  # every task is written before the first is due
     for i in range(0, n, 20_000):
-        client.add_many([{"topic": "drain", "id": j, "call": call, "at": due}
-                         for j in range(i, min(n, i + 20_000))])
+        client.add_many([{**task(j, due), "topic": "drain", "call": call} for j in range(i, min(n, i + 20_000))])
     written()
     due = int(due * 1000) / 1000  # the due time as stored (ms)
     wait_for(lambda: sum(r.zcard(k.done("ok")) for k in client.store.keys) >= n, 600, interval=0.05,
@@ -282,12 +297,11 @@ def idle_cpu(daemon: Daemon, seconds: float = 10.0) -> float:
     return 100.0 * used / (time.monotonic() - start)
 
 
-def memory_per_task(client: Client, r, n: int) -> float:
+def memory_per_task(client: Client, r, n: int, task: Callable = minimal_task) -> float:
     r.flushall()
     base = r.info("memory")["used_memory"]
     for i in range(0, n, 20_000):
-        client.add_many([{"topic": "m", "id": j, "call": "delayd.examples:noop", "delay": 86400}
-                         for j in range(i, min(n, i + 20_000))])
+        client.add_many([{**task(j), "topic": "m"} for j in range(i, min(n, i + 20_000))])
     used = r.info("memory")["used_memory"] - base
     return used / n
 
@@ -400,6 +414,8 @@ def main() -> None:
         "lua": ("Redis Lua move of 100 members (calls/s)", "calls/s"),
         "luam": ("Redis Lua move of 100 members (members/s)", "members/s"),
         "add": ("enqueue: `add`, one at a time, awaited", "tasks/s", ">= 8,000"),
+        "add_real": ("enqueue: `add` of a realistic task (at, callback, ~110 B of params), one at a time, awaited",
+                     "tasks/s"),
         "rt_socket": ("one-client ZADD round trip, Python bare socket, client and Redis pinned to 2 vCPUs",
                       "ops/s"),
         "rt_cli": ("… the same with redis-cli", "ops/s"),
@@ -409,8 +425,12 @@ def main() -> None:
         "rt_shared": ("one-client ZADD round trip, Python bare socket, client and Redis on 1 vCPU", "ops/s"),
         "many": ("enqueue: `add_many`", "tasks/s", ">= 100,000"),
         "manypct": ("enqueue: `add_many` as % of pipelined ZADD", "%", ">= 35 %"),
+        "many_real": ("enqueue: `add_many` of realistic tasks (right after the row above, 20,000 each)", "tasks/s"),
+        "many_realpct": ("… as % of `add_many` of minimal tasks (per run)", "%", ">= 75 %"),
         "drain1": ("drain 20,000 due at once, 1 queue process", "tasks/s"),
         "drain2": ("drain 20,000 due at once, 2 queue processes", "tasks/s", ">= 20,000"),
+        "drain_real": ("drain 20,000 realistic tasks (no-op call and callback) due at once, 2 queue processes",
+                       "tasks/s"),
         "drainio": ("drain 20,000 due at once, handler does one RPUSH on its own connection, 2 queue processes",
                     "tasks/s", ">= 12,000"),
         "drainfree": ("drain 20,000 due at once, 2 queue processes, no limit (paired with the next)", "tasks/s"),
@@ -427,6 +447,7 @@ def main() -> None:
         "early": ("early starts (of 1,000)", "count", "0"),
         "idle": ("idle CPU, all delayd processes, 10 s", "% of one core", "< 0.5 %"),
         "mem": ("Redis memory per pending minimal task (20,000)", "bytes", "<= 300"),
+        "mem_real": ("Redis memory per pending realistic task (20,000)", "bytes"),
         "pause": ("`pause` of a topic behind 1,000,000 ready tasks of another: median script call (SLOWLOG)",
                   "ms"),
         "pausemax": ("… its slowest script call", "ms", "<= 5 ms"),
@@ -472,6 +493,7 @@ def main() -> None:
             if want("add"):
                 print(f"run {run + 1}/{args.runs}: add", flush=True)
                 figs["add"].add(enqueue_single(client, r))
+                figs["add_real"].add(enqueue_single(client, r, task=realistic_task))
                 if psutil.cpu_count() >= 2:
                     add_against_round_trip(server, client, r, figs, first=N)
                 r.flushall()
@@ -479,14 +501,19 @@ def main() -> None:
                 print(f"run {run + 1}/{args.runs}: add_many", flush=True)
                 figs["many"].add(enqueue_many(client, r))
                 figs["manypct"].add(100 * figs["many"].values[-1] / figs["zaddp"].values[-1])
+                r.flushall()
+                figs["many_real"].add(enqueue_many(client, r, task=realistic_task))
+                figs["many_realpct"].add(100 * figs["many_real"].values[-1] / figs["many"].values[-1])
             if want("mem"):
                 figs["mem"].add(memory_per_task(client, r, N))
+                figs["mem_real"].add(memory_per_task(client, r, N, realistic_task))
             r.flushall()
             client = Client.from_url(server.url)
-            for queues in (1, 2) if want("drain") else ():
-                print(f"run {run + 1}/{args.runs}: drain with {queues} queue process(es)", flush=True)
+            for queues, task in ((1, minimal_task), (2, minimal_task), (2, realistic_task)) if want("drain") else ():
+                print(f"run {run + 1}/{args.runs}: drain with {queues} queue process(es), {task.__name__}s",
+                      flush=True)
                 with Daemon(server.url, work / f"state{queues}", buckets=4, queues=queues):
-                    figs[f"drain{queues}"].add(drain(client, r))
+                    figs["drain_real" if task is realistic_task else f"drain{queues}"].add(drain(client, r, task=task))
                 r.flushall()
                 client = Client.from_url(server.url)
             if want("drainio"):
@@ -610,7 +637,18 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.only is None:
-        Path(args.out).write_text(text)
+        write_table(Path(args.out), text)
+
+
+def write_table(out: Path, table: str) -> None:
+    """The run's table replaces the file's first section (up to its first `## ` heading); the sections
+    below it, written by hand (A/B runs, the huge run, notes), stay."""
+    kept = ""
+    if out.exists():
+        old = out.read_text()
+        at = old.find("\n## ")
+        kept = old[at:] if at >= 0 else ""
+    out.write_text(table.rstrip("\n") + "\n" + kept)
 
 
 if __name__ == "__main__":

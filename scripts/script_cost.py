@@ -3,7 +3,8 @@
 Prints, per script call size, Redis µs per call and per task and the commands run inside;
 then a drain of 20,000 through the real daemon (no-op and RPUSH handler): Redis µs per task
 by command. Commandstats count Redis's own CPU, so the figures hold on a busy machine.
---add: add.lua instead (one task per call, then 200), beside a trivial EVALSHA (`return 1`).
+--add: add.lua instead (one task per call, then 200; minimal tasks, then bench.py's realistic ones),
+beside a trivial EVALSHA (`return 1`).
 With --versus DIR (a checkout of another version), each call alternates between that
 version's scripts and these on the same data, and SLOWLOG gives each call's duration:
 medians per version, robust to a busy machine.
@@ -18,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench import NOOP, RPUSH, N, drain, handler_env
+from bench import NOOP, RPUSH, N, drain, handler_env, minimal_task, realistic_task
 from daemon_helper import Daemon
 from redis_server import RedisServer
 
@@ -150,15 +151,15 @@ def scripts(client: Client, r, calls: int = 200, pair: list | None = None) -> No
 
 def adds(client: Client, r, calls: int = 200, pair: list | None = None) -> None:
     """add.lua writing one task per call, then 200 (fresh call tasks of one bucket, as `add` and
-    `add_many` send them), beside a trivial EVALSHA (`return 1`): how much of a single add's round
-    trip is Redis's own."""
+    `add_many` send them; minimal, then realistic: bench.py's two kinds), beside a trivial EVALSHA
+    (`return 1`): how much of a single add's round trip is Redis's own."""
     store = Store(r, client.prefix, 1)  # (every task in bucket 0)
     turn = alternating(r, pair) if pair else itertools.repeat(None)
     trivial = r.script_load("return 1")
     report("trivial", measured(r, lambda: [r.evalsha(trivial, 0) for _ in range(calls)]), calls, calls)
     ids = itertools.count()
-    for n in (1, 200):
-        built = [[client.build("bench", next(ids), call=NOOP, delay=3600) for _ in range(n)] for _ in range(calls)]
+    for (kind, task), n in itertools.product((("", minimal_task), (" realistic", realistic_task)), (1, 200)):
+        built = [[client.build(**task(next(ids))) for _ in range(n)] for _ in range(calls)]
 
         def add() -> None:
             for tasks in built:
@@ -167,9 +168,9 @@ def adds(client: Client, r, calls: int = 200, pair: list | None = None) -> None:
 
         got = measured(r, add)
         if pair:
-            durations(r, pair, f"add {n}")
+            durations(r, pair, f"add{kind} {n}")
         else:
-            report(f"add {n}", got, calls, calls * n)
+            report(f"add{kind} {n}", got, calls, calls * n)
 
 
 def drains(client: Client, r, work: Path) -> None:

@@ -29,6 +29,10 @@ TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
+# Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
+_encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+_FLAT_VALUES = frozenset({str, int, float, bool, type(None)})  # what json.loads gives back as it was given
+_MAX_INT_BITS = 2_000  # an int this long prints in fewer than 640 digits, the least limit Python may be set to
 
 
 class TaskError(ValueError):
@@ -257,17 +261,7 @@ class Task:
         if not params:
             params = {}  # a fresh one: nothing to check or copy
         elif params_limit is not None:  # user input: must survive JSON, as a copy, within the limit
-            try:
-                encoded = json.dumps(params, allow_nan=False, separators=(",", ":"))
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise TaskError(f"params are not JSON-serialisable: {exc}") from None
-            if len(encoded.encode()) > params_limit:
-                raise TaskError(f"params are {len(encoded.encode())} bytes, more than the limit of {params_limit}")
-            # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as
-            # \udcNN like a character outside the BMP: checked only when such an escape is there.
-            if "\\ud" in encoded and not is_utf8(json.dumps(params, ensure_ascii=False)):
-                raise TaskError("params are not valid UTF-8 text")
-            params = json.loads(encoded)
+            params = _json_copy(params, params_limit)
         if persistent is not True and persistent is not False:
             raise TaskError("persistent must be true or false")
         if priority not in (1, 2, 3) or isinstance(priority, bool) or not isinstance(priority, int):
@@ -379,6 +373,59 @@ class Task:
         else:
             return None
         return gap if gap > 0 else 1
+
+
+def _json_copy(params: dict, limit: int) -> dict:
+    """`params` as their JSON (at most `limit` bytes) decodes, or TaskError.
+
+    The usual params, one level of str keys and values of JSON's own kinds, need not be encoded
+    to know: a bound on their JSON's size within the limit, a shallow copy is that (the record
+    encodes them, after every item of an add_many is checked). Other params are encoded here."""
+    if _flat_size(params) <= limit:
+        return dict(params)
+    try:
+        encoded = _encode_params(params)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TaskError(f"params are not JSON-serialisable: {exc}") from None
+    if len(encoded) > limit:  # (ASCII: the encoder escapes every other character)
+        raise TaskError(f"params are {len(encoded)} bytes, more than the limit of {limit}")
+    # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as
+    # \udcNN like a character outside the BMP: checked only when such an escape is there.
+    if "\\ud" in encoded and not is_utf8(json.dumps(params, ensure_ascii=False)):
+        raise TaskError("params are not valid UTF-8 text")
+    return json.loads(encoded)
+
+
+def _flat_size(params: dict) -> float:
+    """At least the size of params' JSON, when they are a dict of str keys and values that JSON gives
+    back as they are: UTF-8 text (a character is at most 12 bytes of JSON: two \\uXXXX escapes), an
+    int Python prints, a finite float (at most 24 characters), True, False or None. Else infinity."""
+    if type(params) is not dict:
+        return math.inf
+    size = 1  # the braces, and each item's colon and comma
+    for key, value in params.items():
+        kind = type(value)
+        if type(key) is not str or not (key.isascii() or is_utf8(key)):
+            return math.inf
+        if kind is str:
+            if not (value.isascii() or is_utf8(value)):
+                return math.inf
+            size += 12 * len(value) + 2
+        elif kind is int:
+            bits = value.bit_length()
+            if bits > _MAX_INT_BITS:
+                return math.inf
+            size += bits // 3 + 3  # (a digit holds more than 3 bits; a sign)
+        elif kind is float:
+            if not math.isfinite(value):
+                return math.inf
+            size += 24
+        elif kind not in _FLAT_VALUES:
+            return math.inf
+        else:
+            size += 5  # true, false, null
+        size += 12 * len(key) + 4
+    return size
 
 
 def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any, Any, Any]:

@@ -1,15 +1,17 @@
 """The task model: validation, the stored form, the schedule, the allowlist."""
 from __future__ import annotations
 
+import enum
 import json
 import math
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from delayd.model.record import from_record, spec_json
-from delayd.model.task import Task, TaskError, module_allowed, parse_intervals
+from delayd.model.task import Task, TaskError, is_utf8, module_allowed, parse_intervals
 
 
 def new(**kw):
@@ -172,6 +174,58 @@ def test_params_outside_the_bmp_are_utf8():  # (escaped in JSON as a surrogate p
 
 def test_params_are_normalised_to_json():
     assert new(params={1: (1, 2)}).params == {"1": [1, 2]}
+
+
+class Level(enum.IntEnum):
+    HIGH = 2
+
+
+class Name(str):
+    pass
+
+
+def reference_params(params: dict, limit: int) -> dict | str:
+    """What add() made of params before it skipped encoding flat ones: their JSON decoded, or why not."""
+    try:
+        encoded = json.dumps(params, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        return "not JSON-serialisable"
+    if len(encoded.encode()) > limit:
+        return "limit"
+    if not is_utf8(json.dumps(params, ensure_ascii=False)):
+        return "not valid UTF-8"
+    return json.loads(encoded)
+
+
+_flat_value = st.one_of(st.text(max_size=8), st.integers(-(10 ** 700), 10 ** 700), st.integers(-300, 300), st.floats(),
+                        st.booleans(), st.none(), st.sampled_from(["\udcff", "\U0001f600", Level.HIGH, Name("n")]))
+
+
+@settings(max_examples=400)
+@given(params=st.dictionaries(st.one_of(st.text(max_size=4), st.just("\udcfe")), _flat_value, min_size=1, max_size=5),
+       limit=st.integers(1, 400))
+def test_flat_params_are_checked_and_copied_as_their_json_says(params, limit):
+    """Flat params are no longer encoded at add: the same outcome as encoding them (the error, or a
+    copy equal to their JSON decoded, of the same types: the record writes the same text)."""
+    expected = reference_params(params, limit)
+    if isinstance(expected, str):
+        with pytest.raises(TaskError, match=expected):
+            new(params=params, params_limit=limit)
+        return
+    got = new(params=params, params_limit=limit).params
+    assert got == expected and got is not params
+    assert [(type(k), type(v)) for k, v in got.items()] == [(type(k), type(v)) for k, v in expected.items()]
+
+
+def test_an_int_too_long_to_print_is_refused_at_add_whatever_the_digit_limit():
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)  # the least Python allows
+    try:
+        with pytest.raises(TaskError, match="not JSON-serialisable"):
+            new(params={"n": 10 ** 641})
+        assert new(params={"n": 10 ** 600}).params == {"n": 10 ** 600}
+    finally:
+        sys.set_int_max_str_digits(limit)
 
 
 @pytest.mark.parametrize("timeout", [0, -1, 86400.5, True, "5", float("nan"), float("inf")])

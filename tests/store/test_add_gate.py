@@ -271,3 +271,37 @@ def test_a_spec_of_a_call_alone_is_held_to_every_rule(r, store, spec, mode, valu
     keys, args = good_call(store)
     args[SPEC], args[MODE], args[VALUE] = spec, mode, value
     refused(r, keys, args, "delayd:bad-task " + message)
+
+
+@pytest.mark.parametrize("spec, mode, message", [
+    ('{"call":"a:b","callback":"c:d","params":{"x":1}}', "delay*", "mode: ends in '\\*'"),
+    ('{"call":"a:b","callback":"c:d"}', "at*", "mode: ends in '\\*'"),
+    ('{"call":"a:b","callback":"c.:d","params":{"x":1}}', "delay", "callback: must look like"),
+    ('{"call":"a..b:c","params":{"x":1}}', "delay", "call: must look like"),
+    ('{"call":"a:b","params":{"x":1},"every":60}', "delay", "mode: ends in '\\*'"),
+    ('{"call":"a:b","params":{"x":1},"timeout":0}', "delay", "timeout: must be a number > 0"),
+    ('{"call":"a:b","callback":"c:d","params":{"x":1},"bogus":1}', "delay", 'spec: unknown field "bogus"'),
+    ('{"call":"a:b","callback":"c:d","params":{"x":1},"push":"q"}', "delay", "target: give exactly one"),
+    ('{"call":"a:b","params":{"x":1},"params":[1]}', "delay", "params: must be a JSON object"),
+    ('{"call":"a:b","callback":"c:d","params":null}', "delay", "params: must be a JSON object"),
+    ('{"call":"a:b","params":[1]}', "delay", "params: must be a JSON object"),
+    ('{"call":"a:b","params":{"x":1}', "delay", "spec: is not a JSON object"),
+    ('{"call":"a:b","params":{"x":1}}}', "delay", "spec: is not a JSON object"),
+    ('{"call":"a:b","params":{"x":"\xff"}}'.encode("latin-1"), "delay", "spec: is not valid UTF-8 text"),
+])
+def test_a_spec_of_a_call_callback_and_params_is_held_to_every_rule(r, store, spec, mode, message):
+    """add.lua checks `{"call":…,"callback":…,"params":{…}}` decoding its params alone: the same rules, the
+    same errors, whatever follows or breaks that shape."""
+    keys, args = good_call(store)
+    args[SPEC], args[MODE] = spec, mode
+    refused(r, keys, args, "delayd:bad-task " + message)
+
+
+@pytest.mark.parametrize("spec", ['{"call":"a:b","callback":"c:d"}', '{"call":"a:b","params":{}}',
+                                  '{"call":"a:b","callback":"c:d","params":{"x":[1,{"y":null}],"z":"\\u00e9"} }',
+                                  '{"call":"a:b","callback":"c:d","params":{"x":"é"}}'])
+def test_a_good_spec_of_a_call_callback_and_params_is_written(r, store, spec):
+    keys, args = good_call(store)
+    args[SPEC] = spec
+    assert add(r, keys, args) == [1, 1]
+    assert r.hget(keys[11], "spec") == spec

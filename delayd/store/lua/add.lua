@@ -122,6 +122,32 @@ local function check_spec(spec, mode, recurs)
     if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
     return
   end
+  -- So is a call's spec with `,"callback":"<name>"` then `,"params":{...}` (each optional, in the order
+  -- delayd's clients write them) before its `}`, up to 1,000 bytes (params nested 1,000 deep, which the
+  -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object. A spec
+  -- this path does not take goes the whole way below, which says why.
+  local call, at
+  if #spec <= 1000 and string.byte(spec, -1) == 125 then  -- ends in `}`
+    call, at = string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()')
+  end
+  if call then
+    local callback, after = string.match(spec, '^,"callback":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()', at)
+    at = after or at
+    local fits = at == #spec
+    if not fits and string.sub(spec, at, at + 9) == ',"params":' then
+      local params = string.sub(spec, at + 10, -2)
+      if string.find(params, '^[ -~]*$') then
+        local decoded, t = pcall(cjson.decode, params)
+        fits = decoded and type(t) == 'table' and t[1] == nil
+      end
+    end
+    if fits then
+      check_target('call', call)
+      if callback then check_target('callback', callback) end
+      if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+      return
+    end
+  end
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
   if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
