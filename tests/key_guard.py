@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 
 import pytest
 
@@ -111,7 +112,10 @@ def guard(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(script, "source", _GUARDED[name])
         monkeypatch.setattr(script, "sha", hashlib.sha1(_GUARDED[name].encode()).hexdigest())
         monkeypatch.setattr(script, "function", script.function)  # (renamed by the guarded library below)
-    # On Redis >= 7 and Valkey the scripts run as functions: the library is made of the guarded sources too.
-    library = Library(SCRIPTS.values())
-    monkeypatch.setattr(dialect, "LIBRARY", library)
-    monkeypatch.setattr(dialect.FCALL, "_load", library.load_command())
+    # On Redis >= 7 and Valkey the scripts run as functions: the library is made of the guarded sources
+    # too. The dialects remember names and loads by script name: fresh ones for the test (and for
+    # every client, asked again), so no call mixes a guarded name with an unguarded load.
+    monkeypatch.setattr(dialect, "LIBRARY", Library(SCRIPTS.values()))
+    monkeypatch.setattr(dialect, "EVALSHA", dialect.Evalsha())
+    monkeypatch.setattr(dialect, "FCALL", dialect.Fcall())
+    monkeypatch.setattr(dialect, "_chosen", weakref.WeakKeyDictionary())
