@@ -122,15 +122,22 @@ def test_bad_intervals(value):
 
 
 # -- priority, params, timeout, persistent -------------------------------------------
-@pytest.mark.parametrize("priority", [0, 4, -1, True, False, 2.0, "2", None])
-def test_bad_priority(priority):
-    with pytest.raises(TaskError, match="priority"):
-        new(priority=priority)
+# Values refused (the error names the field) and kept as given, per field.
+BAD_VALUES = {"priority": [0, 4, -1, True, False, 2.0, "2", None],
+              "timeout": [0, -1, 86400.5, True, "5", float("nan"), float("inf")],
+              "persistent": [0, 1, "yes", None]}
+GOOD_VALUES = {"priority": [1, 2, 3], "timeout": [0.001, 5, 86400]}
 
 
-@pytest.mark.parametrize("priority", [1, 2, 3])
-def test_good_priority(priority):
-    assert new(priority=priority).priority == priority
+@pytest.mark.parametrize("field,value", [(f, v) for f, values in BAD_VALUES.items() for v in values], ids=repr)
+def test_a_bad_value_is_refused_naming_its_field(field, value):
+    with pytest.raises(TaskError, match=field):
+        new(**{field: value})
+
+
+@pytest.mark.parametrize("field,value", [(f, v) for f, values in GOOD_VALUES.items() for v in values], ids=repr)
+def test_a_good_value_is_kept(field, value):
+    assert getattr(new(**{field: value}), field) == value
 
 
 @pytest.mark.parametrize("params", [{"x": {1, 2}}, {"x": object()}, {"x": float("nan")}, {"x": float("inf")},
@@ -172,23 +179,6 @@ def test_params_outside_the_bmp_are_utf8():  # (escaped in JSON as a surrogate p
 
 def test_params_are_normalised_to_json():
     assert new(params={1: (1, 2)}).params == {"1": [1, 2]}
-
-
-@pytest.mark.parametrize("timeout", [0, -1, 86400.5, True, "5", float("nan"), float("inf")])
-def test_bad_timeout(timeout):
-    with pytest.raises(TaskError, match="timeout"):
-        new(timeout=timeout)
-
-
-@pytest.mark.parametrize("timeout", [0.001, 5, 86400])
-def test_good_timeout(timeout):
-    assert new(timeout=timeout).timeout == timeout
-
-
-@pytest.mark.parametrize("persistent", [0, 1, "yes", None])
-def test_persistent_must_be_bool(persistent):
-    with pytest.raises(TaskError, match="persistent"):
-        new(persistent=persistent)
 
 
 def test_errors_are_one_line():
