@@ -475,7 +475,7 @@ def test_spec_json_is_the_compact_json_of_the_spec(fields):
 
 def test_topics_and_targets_found_good_are_remembered_within_a_bound():
     """check_topic/check_target remember good names (add_many repeats them); never a bad one."""
-    from delayd.model import task as task_mod
+    from delayd.model import checks as task_mod
     for i in range(3 * task_mod._GOOD_MAX):
         Task.new(f"topic{i}", 1, call=f"m{i}:f")
     assert len(task_mod._GOOD_TOPICS) <= task_mod._GOOD_MAX and len(task_mod._GOOD_TARGETS) <= task_mod._GOOD_MAX
