@@ -393,7 +393,7 @@ def test_the_command_line_reads_damaged_data(client, r):
     info, _ = registry.keys("delayd:")
     for ident, body in (("json", b"{not json"), ("list", b"[1]"), ("types", b'{"started": "x", "children": [1]}'),
                         ("bytes", b'{"host": "\xff", "started": 1e999}')):
-        registry.register(r, "delayd:", ident, {})
+        registry.register(r, "delayd:", ident, {}, ttl=3600)  # as "good": the commands outlast 15 s when loaded
         r.hset(info, ident, body)
 
     for args, codes in ((["get", "c", "good"], (0,)), (["get", "c", "utf8"], (1,)), (["get", "c", "list"], (1,)),
