@@ -287,33 +287,6 @@ def env_var(option: str) -> str:
 _ENV = {env_var(name): name for name in OPTIONS}
 
 
-def _default_text(value: Any) -> str:
-    """A default as the environment variable would spell it."""
-    if value is None or value == "":
-        return "unset"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, tuple):
-        return ",".join(map(str, value)) or "empty"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def options_help() -> str:
-    """Every option with its variable, default and help, from the Config table (defaults only:
-    a configured value, a secret's above all, is never shown)."""
-    lines = ["options (config file key, environment variable, default; etc/delayd.toml says more):"]
-    for f in fields(Config):
-        if f.name in OPTIONS:
-            lines.append(f"  {f.name}  {env_var(f.name)}  (default {_default_text(f.default)})")
-            lines.append(f"      {f.metadata['help']}")
-    return "\n".join(lines)
-
-
-HELP = ("Configuration: defaults < config file (-c FILE, $DELAYD_CONFIG or /etc/delayd/delayd.toml; every option "
-        "is documented in etc/delayd.toml) < environment < flags. Every option NAME has the variable "
-        f"DELAYD_<NAME>: {', '.join(_ENV)}. `delayd start --help` lists them with their defaults.")
-
-
 def closest(word: str, choices: list[str], spell: Callable[[str], str] = str) -> str:
     """' (did you mean X?)' naming the closest of `choices` (as `spell` writes it), or '' when none is close."""
     match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)

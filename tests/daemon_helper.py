@@ -56,6 +56,26 @@ def settled(client, topic: str) -> bool:
     return counts.get("delayed", 0) == 0 and counts.get("running", 0) == 0
 
 
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a master that is still there: it, its children (each in a process group of its own)
+    and its process group (a master started with start_new_session), then reap it."""
+    if proc.poll() is None:
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        for target in [proc.pid] + [c.pid for c in children]:
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(10)
+
+
 def redis_url_set(env: dict) -> bool:
     return bool(env.get("DELAYD_REDIS_URL"))
 
@@ -77,15 +97,22 @@ class Daemon:
         self.buckets, self.queues, self.args = buckets, queues, tuple(args)
         self.proc: subprocess.Popen | None = None
 
-    def start(self, wait: bool = True) -> "Daemon":
+    def start(self, wait: bool = True, timeout: float = 30) -> "Daemon":
+        """Start it; with `wait`, until its children are up: if they are not within `timeout` s,
+        the daemon is killed (kill_tree) before the AssertionError is raised."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen([*DELAYD, "start", "--foreground", *self.args], env=self.env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)  # its own process group, for kill_tree
         if wait:
             embedded = not redis_url_set(self.env) and "--redis" not in self.args
             expected = self.buckets + self.queues + (1 if embedded else 0)
-            wait_for(lambda: len(self.children()) == expected and self.ready(), 30,
-                     message="daemon children up")
+            try:
+                wait_for(lambda: len(self.children()) == expected and self.ready(), timeout,
+                         message="daemon children up")
+            except AssertionError:
+                self.stop(grace=0)
+                raise
         return self
 
     def ready(self) -> bool:
@@ -126,16 +153,16 @@ class Daemon:
     def wait(self, timeout: float = 30) -> int:
         return self.proc.wait(timeout)
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 30) -> None:
+        """SIGTERM, and after `grace` s (0: at once) SIGKILL to whatever is left (kill_tree)."""
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(30)
+                if grace:
+                    self.proc.send_signal(signal.SIGTERM)
+                    self.proc.wait(grace)
             except subprocess.TimeoutExpired:
-                for kid in self.children():
-                    kid.kill()
-                self.proc.kill()
-                self.proc.wait()
+                pass
+            kill_tree(self.proc)
         if self.proc and self.proc.stdout:
             self.proc.stdout.close()
 

@@ -16,6 +16,7 @@ from setproctitle import setproctitle
 from delayd import config as config_mod
 from delayd.cli import daemon, schedule, stats, tasks
 from delayd.cli.common import Verb, fail
+from delayd.cli.options_help import HELP
 from delayd.model.task import TaskError
 from delayd.version import __version__
 from delayd.web import command as web_command
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
 
     parser = argparse.ArgumentParser(prog="delayd", description="Delayed and recurring tasks stored in Redis.",
-                                     epilog=config_mod.HELP)
+                                     epilog=HELP)
     parser.add_argument("--version", action="version", version=f"delayd {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for module in (tasks, daemon, stats, schedule):

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from delayd import config as config_mod
+from delayd.cli.options_help import options_help
 from delayd.model.task import printable
 
 if TYPE_CHECKING:
@@ -103,8 +104,8 @@ def verb_parser(sub: Any, common: argparse.ArgumentParser, name: str, help: str,
 
 
 def with_options(sub: Any, common: argparse.ArgumentParser, name: str, help: str) -> argparse.ArgumentParser:
-    """A verb that reads the daemon's configuration: its --help lists every option (config.options_help)."""
-    return verb_parser(sub, common, name, help, epilog=config_mod.options_help(),
+    """A verb that reads the daemon's configuration: its --help lists every option (options_help)."""
+    return verb_parser(sub, common, name, help, epilog=options_help(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
 
 

@@ -57,6 +57,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+NOT_DELIVERED = "no delivery in the last day"  # rather than "ok" for a host nothing was sent to
+
+
 def cmd_hosts(args: argparse.Namespace) -> int:
     if args.action:
         return switch_host(args)
@@ -71,7 +74,8 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     width = max(20, *(len(h.host) for h in found))
     print(f"{'HOST':{width}} {'SENT_1H':>8} {'FAILED_1H':>9} {'BREAKER':>8}  FAILING SINCE / LAST ERROR")
     for h in found:
-        state = "ok" if h.failing_since is None else f"failing since {fmt_time(h.failing_since)}: {h.last_error}"
+        state = ("ok" if h.delivered else NOT_DELIVERED) if h.failing_since is None else \
+            f"failing since {fmt_time(h.failing_since)}: {h.last_error}"
         if h.disabled_at is not None:
             state = f"DISABLED since {fmt_time(h.disabled_at)}; {state}"
         print(f"{h.host:{width}} {h.deliveries:>8} {h.failures:>9} {h.breaker:>8}  {state}")

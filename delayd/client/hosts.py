@@ -48,6 +48,11 @@ class HostHealth(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
 
+    @property
+    def delivered(self) -> bool:
+        """Whether a delivery to it was reported in the last day (a host disabled before any was not)."""
+        return self.failing_since is not None or self.ok_at is not None
+
 
 def _int(text: Any) -> int:
     return int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else 0

@@ -19,6 +19,7 @@ from delayd.daemon.pidfile import (
     wait_started,
     wait_unlocked,
 )
+from delayd.daemon.reload_wait import Waiter
 
 
 def looked_in(config: Config) -> str:
@@ -81,24 +82,29 @@ class ReloadFailed(RuntimeError):
     """The master refused the new config, a new child did not come up, or no outcome came; one line."""
 
 
-RELOAD_CHECK_EVERY = 0.05  # seconds between looks at status.json while `delayd reload` waits
-
-
 def reload(config: Config) -> int | None:
     """SIGHUP to the master, then wait for the outcome it records in status.json (its reload count
-    goes up). Returns the master's pid (None: not running); raises ReloadFailed. A master of an
-    earlier version, which records no outcome, is only signalled."""
-    before = read_status(config).get("reloads")
-    pid = signal_master(config, signal.SIGHUP)
-    if not pid or before is None:
-        return pid
-    timeout = config.heartbeat_timeout + 15  # the master waits up to heartbeat_timeout for new children
-    deadline = time.monotonic() + timeout
-    while (outcome := read_status(config)).get("reloads") == before:
-        if time.monotonic() > deadline:
-            raise ReloadFailed(f"the master (pid {pid}) did not report the reload's outcome within {timeout:g} s; "
-                               f"see {config.log_path}")
-        time.sleep(RELOAD_CHECK_EVERY)
+    goes up; the master wakes this wait through reload_wait's FIFO). Returns the master's pid (None:
+    not running); raises ReloadFailed. A master of an earlier version, which records no outcome, is
+    only signalled."""
+    if not running_master(config.pid_path):
+        return None
+    try:
+        waiter = Waiter(config.state_dir)
+    except OSError as exc:
+        raise ReloadFailed(f"cannot wait for the outcome in {config.state_dir}: {exc.strerror or exc}; "
+                           "the master was not signalled") from None
+    with waiter:
+        before = read_status(config).get("reloads")
+        pid = signal_master(config, signal.SIGHUP)
+        if not pid or before is None:
+            return pid
+        timeout = config.heartbeat_timeout + 15  # the master waits up to heartbeat_timeout for new children
+        deadline = time.monotonic() + timeout
+        while (outcome := read_status(config)).get("reloads") == before:
+            if not waiter.wait(deadline):
+                raise ReloadFailed(f"the master (pid {pid}) did not report the reload's outcome within "
+                                   f"{timeout:g} s; see {config.log_path}")
     if outcome.get("reload_error"):
         raise ReloadFailed(outcome["reload_error"])
     return pid

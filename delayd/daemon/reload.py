@@ -2,8 +2,8 @@
 start beside the old, which stop only once every new one is up; otherwise the reload is undone.
 
 A mixin of Master (delayd.daemon.master): it uses the master's slot bookkeeping (spawn, hold,
-let_go, retire, drop, kill, wait_children_up); the outcome goes to status.json, where `delayd
-reload` waits for it.
+let_go, retire, drop, kill, wait_children_up); the outcome goes to status.json, and `delayd
+reload`, waiting on a FIFO (reload_wait), is woken to read it.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from delayd import log as log_mod
 from delayd.config import Config
 from delayd.daemon import notify
 from delayd.daemon.preflight import StartError
+from delayd.daemon.reload_wait import wake_reload_waiters
 from delayd.daemon.slots import Retiring, Slot
 from delayd.log import event
 
@@ -114,3 +115,4 @@ class Reloading:
         self.reload_error = error
         notify.notify(f"READY=1\nSTATUS={status}")
         self.write_status()
+        wake_reload_waiters(self.config.state_dir)

@@ -1,142 +1,41 @@
 """The task model: what a task is and how it is validated.
 
-Everything written is validated first (`Task.new`); how a task is stored, and read back
-defensively, is delayd.model.record (the wire format).
+Everything written is validated first (`Task.new`, with the checks of delayd.model.checks,
+whose names are imported from here too); how a task is stored, and read back defensively, is
+delayd.model.record (the wire format).
 """
 from __future__ import annotations
 
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from delayd.model import schedule
+from delayd.model.checks import (
+    _BAD_URL_CHARS,
+    BODIES,
+    DEFAULT_PARAMS_LIMIT,
+    DEFAULT_RETRIES,
+    MAX_RETRIES,
+    METHODS,
+    RETRY_JITTER,
+    TaskError,
+    _check_name,
+    _check_retries,
+    _check_schedule,
+    check_key_name,
+    check_target,
+    check_topic,
+    is_utf8,
+    module_allowed,
+    params_copy,
+    parse_intervals,
+    printable,
+)
 
 FINISHED = ("ok", "failed", "deleted")
 STATUSES = ("delayed", "running", *FINISHED)  # the one table of statuses (delayed first: stats counts it by state)
-METHODS = ("GET", "POST")
-BODIES = ("form", "json")
-DEFAULT_PARAMS_LIMIT = 64 * 1024
-DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
-MAX_RETRIES = 10_000
-RETRY_JITTER = 0.1  # a backoff delay is up to this much (a fraction) longer, never shorter
-MAX_NAME = 512
-# A target is `package.module:function` (dotted identifiers on both sides).
-_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
-TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
-_BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
-KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
-_BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
-# Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
-_encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
-_FLAT_VALUES = frozenset({str, int, float, bool, type(None)})  # what json.loads gives back as it was given
-_MAX_INT_BITS = 2_000  # an int this long prints in fewer than 640 digits, the least limit Python may be set to
-
-
-class TaskError(ValueError):
-    """A task that fails validation. The message is one line, fit for a user."""
-
-
-def parse_intervals(value: Any) -> list[float]:
-    """Accept `10`, `[0, 30, 60]` or `"0,30,60"`; return a non-empty list of seconds."""
-    if value is None:
-        return [0]
-    if isinstance(value, bool):
-        raise TaskError("intervals must be seconds: a number, a list, or '0,30,60'")
-    if isinstance(value, (int, float)):
-        items: list[Any] = [value]
-    elif isinstance(value, str):
-        items = [part.strip() for part in value.split(",")]
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        raise TaskError("intervals must be seconds: a number, a list, or '0,30,60'")
-    if not items:
-        raise TaskError("intervals must not be empty")
-    if len(items) > 1000:
-        raise TaskError("intervals may hold at most 1000 entries")
-    out: list[float] = []
-    for item in items:
-        if isinstance(item, bool):
-            raise TaskError(f"interval {item!r} is not a number of seconds")
-        try:
-            number = float(item)
-        except (TypeError, ValueError, OverflowError):
-            raise TaskError(f"interval {item!r} is not a number of seconds") from None
-        if not math.isfinite(number) or number < 0:
-            raise TaskError(f"interval {item!r} must be a finite number >= 0")
-        if number > 10 * 365 * 86400:
-            raise TaskError(f"interval {item!r} is longer than ten years")
-        out.append(int(number) if number.is_integer() else number)
-    return out
-
-
-def _check_name(what: str, value: Any) -> str:
-    if type(value) is int:  # digits (and a sign): only the length can be wrong
-        text = str(value)
-        if len(text) > MAX_NAME:
-            raise TaskError(f"{what} is longer than {MAX_NAME} characters")
-        return text
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise TaskError(f"{what} must be a string or an integer")
-    text = str(value)
-    if not text:
-        raise TaskError(f"{what} must not be empty")
-    if len(text) > MAX_NAME:
-        raise TaskError(f"{what} is longer than {MAX_NAME} characters")
-    if _BAD_NAME_CHARS.search(text):
-        raise TaskError(f"{what} must not contain spaces or control characters")
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            raise TaskError(f"{what} is not valid UTF-8 text") from None
-    return text
-
-
-# Topics and targets already found good: the items of an add_many (and a web app's adds)
-# repeat a few of them, so each is checked once, not per task. Bounded.
-_GOOD_TOPICS: set[str] = set()
-_GOOD_TARGETS: set[str] = set()
-_GOOD_MAX = 1024
-
-
-def _remember(good: set[str], text: str) -> str:
-    if len(good) >= _GOOD_MAX:
-        good.clear()
-    good.add(text)
-    return text
-
-
-def check_topic(value: Any) -> str:
-    """A topic name, checked as add() checks it."""
-    if type(value) is str and value in _GOOD_TOPICS:
-        return value
-    return _remember(_GOOD_TOPICS, _check_name("topic", value))
-
-
-def check_target(what: str, value: Any) -> str:
-    """A `module:function` reference, checked for shape only."""
-    if type(value) is str and value in _GOOD_TARGETS:
-        return value
-    if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
-        raise TaskError(f"{what} must look like package.module:function, got {value!r}")
-    return _remember(_GOOD_TARGETS, value) if type(value) is str else value
-
-
-def check_key_name(value: Any) -> str:
-    """A signing key's name (url_signing_keys, a task's signing_key): 1-128 letters, digits, _ . : -."""
-    if not isinstance(value, str) or not KEY_NAME_RE.fullmatch(value):
-        raise TaskError(f"signing_key must be 1-128 letters, digits, '_', '.', ':' or '-', got {value!r}")
-    return value
-
-
-def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
-    """`shop.tasks` allows `shop.tasks` and `shop.tasks.x`, never `shop.tasks_evil`."""
-    module = target.split(":", 1)[0]
-    return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
 
 
 @dataclass(slots=True)
@@ -261,7 +160,7 @@ class Task:
         if not params:
             params = {}  # a fresh one: nothing to check or copy
         elif params_limit is not None:  # user input: must survive JSON, as a copy, within the limit
-            params = _json_copy(params, params_limit)
+            params = params_copy(params, params_limit)
         if persistent is not True and persistent is not False:
             raise TaskError("persistent must be true or false")
         if priority not in (1, 2, 3) or isinstance(priority, bool) or not isinstance(priority, int):
@@ -375,99 +274,6 @@ class Task:
         return gap if gap > 0 else 1
 
 
-def _json_copy(params: dict, limit: int) -> dict:
-    """`params` as their JSON (at most `limit` bytes) decodes, or TaskError.
-
-    The usual params, one level of str keys and values of JSON's own kinds, need not be encoded
-    to know: a bound on their JSON's size within the limit, a shallow copy is that (the record
-    encodes them, after every item of an add_many is checked). Other params are encoded here."""
-    if _flat_size(params) <= limit:
-        return dict(params)
-    try:
-        encoded = _encode_params(params)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise TaskError(f"params are not JSON-serialisable: {exc}") from None
-    if len(encoded) > limit:  # (ASCII: the encoder escapes every other character)
-        raise TaskError(f"params are {len(encoded)} bytes, more than the limit of {limit}")
-    # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as
-    # \udcNN like a character outside the BMP: checked only when such an escape is there.
-    if "\\ud" in encoded and not is_utf8(json.dumps(params, ensure_ascii=False)):
-        raise TaskError("params are not valid UTF-8 text")
-    return json.loads(encoded)
-
-
-def _flat_size(params: dict) -> float:
-    """At least the size of params' JSON, when they are a dict of str keys and values that JSON gives
-    back as they are: UTF-8 text (a character is at most 12 bytes of JSON: two \\uXXXX escapes), an
-    int Python prints, a finite float (at most 24 characters), True, False or None. Else infinity."""
-    if type(params) is not dict:
-        return math.inf
-    size = 1  # the braces, and each item's colon and comma
-    for key, value in params.items():
-        kind = type(value)
-        if type(key) is not str or not (key.isascii() or is_utf8(key)):
-            return math.inf
-        if kind is str:
-            if not (value.isascii() or is_utf8(value)):
-                return math.inf
-            size += 12 * len(value) + 2
-        elif kind is int:
-            bits = value.bit_length()
-            if bits > _MAX_INT_BITS:
-                return math.inf
-            size += bits // 3 + 3  # (a digit holds more than 3 bits; a sign)
-        elif kind is float:
-            if not math.isfinite(value):
-                return math.inf
-            size += 24
-        elif kind not in _FLAT_VALUES:
-            return math.inf
-        else:
-            size += 5  # true, false, null
-        size += 12 * len(key) + 4
-    return size
-
-
-def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any, Any, Any]:
-    """Validate a recurring schedule: (every, cron, tz), tz defaulting to UTC for cron."""
-    given = [name for name, value in (("intervals", intervals), ("every", every), ("cron", cron))
-             if value is not None]
-    if len(given) > 1:
-        raise TaskError(f"give one of intervals, every or cron, not {' and '.join(given)}")
-    if cron is None and tz is not None:
-        raise TaskError("tz is the zone of a cron schedule: give it with cron")
-    try:
-        if every is not None:
-            return schedule.check_every(every), None, None
-        tz = "UTC" if tz is None else tz
-        schedule.zone(tz)
-        return None, schedule.check_cron(cron), tz
-    except schedule.ScheduleError as exc:
-        raise TaskError(str(exc)) from None
-
-
-def _check_retries(retries: Any, backoff: bool, persistent: Any, intervals: Any, every: Any) -> None:
-    """`retries` is for a task without a schedule, and says what persistent=False says otherwise."""
-    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-        raise TaskError(f"retries must be an integer from 0 to {MAX_RETRIES}, got {retries!r}")
-    if not backoff:
-        given = "intervals" if intervals is not None else "every" if every is not None else "cron"
-        raise TaskError(f"retries is for a task without a schedule: give retries or {given}, not both")
-    if persistent is False:
-        raise TaskError("give retries or persistent=False (one run, no retries), not both")
-
-
-def is_utf8(text: str) -> bool:
-    """False if `text` holds lone surrogates: bytes that were not UTF-8, decoded with surrogateescape."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def printable(text: str) -> str:
-    """`text` safe to print and log: bytes that were not UTF-8 become \\xNN escapes."""
-    if text.isascii() or is_utf8(text):
-        return text
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+__all__ = ["FINISHED", "STATUSES", "Task", "TaskError", "DEFAULT_RETRIES", "MAX_RETRIES", "RETRY_JITTER",
+           "check_key_name", "check_target", "check_topic", "is_utf8", "module_allowed", "parse_intervals",
+           "printable"]

@@ -33,6 +33,8 @@ from typing import Any, Callable
 from delayd.config import Config
 from delayd.model.task import Task, TaskError, check_target, module_allowed
 from delayd.store.connection import REDIS_ERRORS
+from delayd.store.steps import command
+from delayd.store.transport import Transport
 
 HOW_TO_ALLOW = "add it to allowed_modules in the config or DELAYD_ALLOWED_MODULES"
 EXCERPT = 200          # characters of an answer or a value quoted in an error
@@ -213,9 +215,9 @@ class Runner:
     event loop, set by its delayd.targets.url.engine.Engine) while the calling thread waits for it,
     for at most task_timeout."""
 
-    def __init__(self, config: Config, redis_client: Any) -> None:
+    def __init__(self, config: Config, transport: Transport | None) -> None:
         self.config = config
-        self.redis = redis_client
+        self.transport = transport  # the store's (the one road to Redis): a push target's RPUSH goes on it
         self.allowed = tuple(config.allowed_modules)
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -273,7 +275,7 @@ class Runner:
 
     def _run_push(self, task: Task) -> Outcome:
         try:
-            self.redis.rpush(task.push, task.to_json())
+            self.transport.send(command("RPUSH", task.push, task.to_json()))
         except (*REDIS_ERRORS, OSError) as exc:
             return Outcome("retry", f"Redis error pushing to {task.push!r}: {type(exc).__name__}: {clip(str(exc))}")
         return OK

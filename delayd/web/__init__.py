@@ -1,6 +1,6 @@
 """The dashboard: `delayd web`, or the master's `delayd: web` child when web_port is set.
 
-app.py (routes, auth rules), auth.py (token, session cookie, CSRF), views.py (what pages
+app.py (routes, auth rules), pages.py (the HTML pages), auth.py (token, session cookie, CSRF), views.py (what pages
 and the API show), display.py (showing stored data safely: names, times, JSON), charts.py
 (the last hour per minute), actions.py (buttons and POSTs), producers.py (the HTTP producer API:
 POST /api/tasks, DELETE /api/tasks/TOPIC/ID), bodies.py (request bodies within a limit),

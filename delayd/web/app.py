@@ -46,6 +46,7 @@ from delayd.web.auth import (
     is_loopback,
 )
 from delayd.web.bodies import BodyTooLarge, read_body, read_form
+from delayd.web.pages import Pages, limit_param, list_params, raw_path, segments
 
 HERE = resources.files(__package__)
 SECURITY_HEADERS = {
@@ -58,17 +59,6 @@ SECURITY_HEADERS = {
 }
 FAILURES = (DelaydError, *REDIS_ERRORS)
 WRITES = ("POST", "DELETE")  # methods that change something: web_readonly, CSRF for cookie sessions
-
-
-def raw_path(request: Request) -> str:
-    """The path as sent, still percent-encoded (a `/` inside a name is `%2F`)."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    return raw.decode("latin-1").partition("?")[0]
-
-
-def segments(request: Request, prefix: str) -> list[str]:
-    """The percent-decoded segments of the raw path after `prefix` ('/tasks/')."""
-    return [display.unquote(part) for part in raw_path(request)[len(prefix):].split("/")]
 
 
 def producer_route(request: Request) -> bool:
@@ -84,7 +74,7 @@ def local_next(value: str | None) -> str:
     return value if value and value.startswith("/") and not value.startswith("//") and "\\" not in value else "/"
 
 
-class Dashboard:
+class Dashboard(Pages):
     """The Starlette application and what its handlers share."""
 
     def __init__(self, config: Config, client: AsyncClient | None = None):
@@ -192,41 +182,6 @@ class Dashboard:
             logged_in=who is not None and who.how == "cookie", flash=self.flash(request))
         return HTMLResponse(body, status, headers=headers)
 
-    # -- pages ------------------------------------------------------------------------
-    async def page_overview(self, request: Request, who: Identity) -> Response:
-        data = await views.overview(self.client)
-        return self.render(request, who, "overview.html", {"s": data, "charts": data["_charts"]})
-
-    async def page_tasks(self, request: Request, who: Identity) -> Response:
-        params = _list_params(request)
-        try:
-            data = await views.listing(self.client, *params)
-        except ValueError as exc:
-            return self.refuse(request, 400, str(exc))
-        topics = await self.client.topics()
-        return self.render(request, who, "tasks.html", {"d": data, "topic": params[0], "status": params[1] or "",
-                                                        "q": params[2], "topics": topics})
-
-    async def page_task(self, request: Request, who: Identity) -> Response:
-        parts = segments(request, "/tasks/")
-        if len(parts) != 2:
-            return self.refuse(request, 404, "no such page: tasks are at /tasks/TOPIC/ID")
-        data = await views.detail(self.client, *parts)
-        if data is None:
-            return self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
-        return self.render(request, who, "task.html", {"t": data})
-
-    async def page_schedules(self, request: Request, who: Identity) -> Response:
-        topic, _, q, cursor = _list_params(request)
-        try:
-            data = await views.schedule_list(self.client, topic, q, cursor)
-        except BadCursor as exc:
-            return self.refuse(request, 400, str(exc))
-        return self.render(request, who, "schedules.html", {"d": data, "topic": topic, "q": q})
-
-    async def page_hosts(self, request: Request, who: Identity) -> Response:
-        return self.render(request, who, "hosts.html", {"hosts": await views.hosts(self.client)})
-
     # -- login ------------------------------------------------------------------------
     async def login(self, request: Request) -> Response:
         target = local_next(request.query_params.get("next"))
@@ -269,8 +224,8 @@ class Dashboard:
         if request.method == "POST":
             return await self.api_add(request)
         try:
-            return display.Json(await views.listing(self.client, *_list_params(request),
-                                                    _limit(request, views.PAGE_SIZE)))
+            return display.Json(await views.listing(self.client, *list_params(request),
+                                                    limit_param(request, views.PAGE_SIZE)))
         except ValueError as exc:
             return self.refuse(request, 400, str(exc))
 
@@ -278,9 +233,9 @@ class Dashboard:
         return display.Json({"hosts": await views.hosts(self.client)})
 
     async def api_schedules(self, request: Request, who: Identity) -> Response:
-        topic, _, q, cursor = _list_params(request)
+        topic, _, q, cursor = list_params(request)
         try:
-            limit = _limit(request, views.PAGE_SIZE)
+            limit = limit_param(request, views.PAGE_SIZE)
         except ValueError as exc:
             return self.refuse(request, 400, f"limit: {exc}")
         try:
@@ -393,17 +348,6 @@ def _address(request: Request) -> str | None:
 
 def _wants_html(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "")
-
-
-def _list_params(request: Request) -> tuple[str, str | None, str, str | None]:
-    q = request.query_params
-    return q.get("topic", "").strip(), q.get("status") or None, q.get("q", "").strip(), q.get("cursor") or None
-
-
-def _limit(request: Request, default: int) -> int:
-    """?limit=, clamped to 1..200; ValueError if it is not a number."""
-    text = request.query_params.get("limit")
-    return min(200, max(1, int(text))) if text else default
 
 
 def create(config: Config) -> Starlette:

@@ -135,6 +135,10 @@ def listen(redis_client: Any, channel: str, events: Any, kind: str, stop_after: 
     since messages published while the connection was down are lost. It outlives
     any error (without it, wake-ups would wait for the sleep cap): a Redis outage
     is logged by the process's main loop, anything else here once per episode.
+
+    The one Redis use outside the store's transport: a subscription is not a request and its
+    reply but a connection that stays in subscribed mode, which redis-py's PubSub holds (and
+    routes on Cluster, where a message reaches every node); this loop is its retry on errors.
     """
     failures = 0
     failing = False

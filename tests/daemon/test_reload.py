@@ -3,6 +3,8 @@ effect, an invalid one leaves the old config running."""
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
 
 import pytest
@@ -105,5 +107,32 @@ def test_reload_reports_what_the_master_refused(redis_url, tmp_path):
         assert out.stdout.startswith("reloaded (pid"), (out.stdout, out.stderr)
         assert len(d.children("queue")) == 2 and not before & {c.pid for c in d.children()}
         delayd("status", env=d.env)
+    finally:
+        d.stop()
+
+
+def test_the_master_wakes_a_waiting_reload_on_the_embedded_redis_and_removes_a_dead_waiter(tmp_path):
+    """`delayd reload` looked at status.json every 50 ms until the outcome came; now it waits on a FIFO
+    in the state directory that the master writes to once the outcome is recorded (reload_wait). Seen
+    here from outside, as the CLI's end: a FIFO nobody reads (its CLI was killed) is removed, and the
+    CLI on the embedded Redis reports the outcome."""
+    d = Daemon(None, tmp_path / "d", buckets=1, queues=1).start()
+    try:
+        dead = d.state_dir / "reload-1.wait"
+        os.mkfifo(dead)
+        waiting = d.state_dir / "reload-2.wait"
+        os.mkfifo(waiting)
+        fd = os.open(waiting, os.O_RDWR | os.O_NONBLOCK)
+        try:
+            d.signal(signal.SIGHUP)
+            assert select.select([fd], [], [], 30)[0], "the master did not write to the waiting FIFO"
+            assert json.loads((d.state_dir / "status.json").read_text())["reloads"] == 1
+        finally:
+            os.close(fd)
+        wait_for(lambda: not dead.exists(), 10, message="the FIFO without a reader removed")
+        out = delayd("reload", env=d.env)
+        assert out.stdout.startswith("reloaded (pid"), (out.stdout, out.stderr)
+        assert json.loads((d.state_dir / "status.json").read_text())["reloads"] == 2
+        assert not list(d.state_dir.glob("reload-*"))  # the CLI's own removed, the test's (now closed) too
     finally:
         d.stop()

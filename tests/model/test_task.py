@@ -124,15 +124,22 @@ def test_bad_intervals(value):
 
 
 # -- priority, params, timeout, persistent -------------------------------------------
-@pytest.mark.parametrize("priority", [0, 4, -1, True, False, 2.0, "2", None])
-def test_bad_priority(priority):
-    with pytest.raises(TaskError, match="priority"):
-        new(priority=priority)
+# Values refused (the error names the field) and kept as given, per field.
+BAD_VALUES = {"priority": [0, 4, -1, True, False, 2.0, "2", None],
+              "timeout": [0, -1, 86400.5, True, "5", float("nan"), float("inf")],
+              "persistent": [0, 1, "yes", None]}
+GOOD_VALUES = {"priority": [1, 2, 3], "timeout": [0.001, 5, 86400]}
 
 
-@pytest.mark.parametrize("priority", [1, 2, 3])
-def test_good_priority(priority):
-    assert new(priority=priority).priority == priority
+@pytest.mark.parametrize("field,value", [(f, v) for f, values in BAD_VALUES.items() for v in values], ids=repr)
+def test_a_bad_value_is_refused_naming_its_field(field, value):
+    with pytest.raises(TaskError, match=field):
+        new(**{field: value})
+
+
+@pytest.mark.parametrize("field,value", [(f, v) for f, values in GOOD_VALUES.items() for v in values], ids=repr)
+def test_a_good_value_is_kept(field, value):
+    assert getattr(new(**{field: value}), field) == value
 
 
 @pytest.mark.parametrize("params", [{"x": {1, 2}}, {"x": object()}, {"x": float("nan")}, {"x": float("inf")},
@@ -226,23 +233,6 @@ def test_an_int_too_long_to_print_is_refused_at_add_whatever_the_digit_limit():
         assert new(params={"n": 10 ** 600}).params == {"n": 10 ** 600}
     finally:
         sys.set_int_max_str_digits(limit)
-
-
-@pytest.mark.parametrize("timeout", [0, -1, 86400.5, True, "5", float("nan"), float("inf")])
-def test_bad_timeout(timeout):
-    with pytest.raises(TaskError, match="timeout"):
-        new(timeout=timeout)
-
-
-@pytest.mark.parametrize("timeout", [0.001, 5, 86400])
-def test_good_timeout(timeout):
-    assert new(timeout=timeout).timeout == timeout
-
-
-@pytest.mark.parametrize("persistent", [0, 1, "yes", None])
-def test_persistent_must_be_bool(persistent):
-    with pytest.raises(TaskError, match="persistent"):
-        new(persistent=persistent)
 
 
 def test_errors_are_one_line():
@@ -539,7 +529,7 @@ def test_spec_json_is_the_compact_json_of_the_spec(fields):
 
 def test_topics_and_targets_found_good_are_remembered_within_a_bound():
     """check_topic/check_target remember good names (add_many repeats them); never a bad one."""
-    from delayd.model import task as task_mod
+    from delayd.model import checks as task_mod
     for i in range(3 * task_mod._GOOD_MAX):
         Task.new(f"topic{i}", 1, call=f"m{i}:f")
     assert len(task_mod._GOOD_TOPICS) <= task_mod._GOOD_MAX and len(task_mod._GOOD_TARGETS) <= task_mod._GOOD_MAX

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import os
@@ -22,10 +23,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
-from daemon_helper import ROOT
+from daemon_helper import ROOT, kill_tree
 from redis_server import wait_for
 
 import delayd
@@ -259,7 +261,7 @@ def test_the_daemon_runs_in_the_units_sandbox(tmp_path, monkeypatch):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, output(tmp_path)
     finally:
-        finish(proc)
+        kill_tree(proc)
 
 
 # -- the notify protocol -----------------------------------------------------------------
@@ -321,23 +323,20 @@ def start_foreground(tmp_path: Path, notify: Notifications, **extra: str) -> sub
         log.close()
 
 
-def finish(proc: subprocess.Popen) -> None:
-    """SIGKILL whatever is left: the master, its process group and its children (own groups)."""
-    if proc.poll() is None:
-        try:
-            children = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            children = []
-        for target in [proc.pid] + [c.pid for c in children]:
-            try:
-                os.kill(target, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(10)
+@contextlib.contextmanager
+def foreground(tmp_path: Path, **extra: str) -> Iterator[tuple[subprocess.Popen, Notifications]]:
+    """`delayd start --foreground` (start_foreground) with its notify socket; its output is printed
+    if the test fails, and whatever is left of it is killed at the end (kill_tree)."""
+    notify = Notifications(tmp_path)
+    proc = start_foreground(tmp_path, notify, **extra)
+    try:
+        yield proc, notify
+    except BaseException:
+        print(output(tmp_path))
+        raise
+    finally:
+        kill_tree(proc)
+        notify.close()
 
 
 def output(tmp_path: Path) -> str:
@@ -346,9 +345,7 @@ def output(tmp_path: Path) -> str:
 
 @pytest.mark.system
 def test_notify_ready_reload_stop(redis_url, tmp_path):
-    notify = Notifications(tmp_path)
-    proc = start_foreground(tmp_path, notify)
-    try:
+    with foreground(tmp_path) as (proc, notify):
         ready = notify.expect("READY", timeout=30)
         assert ready.get("MAINPID") == str(proc.pid), ready
         assert proc.poll() is None
@@ -365,12 +362,6 @@ def test_notify_ready_reload_stop(redis_url, tmp_path):
         proc.send_signal(signal.SIGTERM)
         notify.expect("STOPPING", timeout=10)
         assert proc.wait(timeout=20) == 0, output(tmp_path)
-    except BaseException:
-        print(output(tmp_path))
-        raise
-    finally:
-        finish(proc)
-        notify.close()
     assert not (tmp_path / "state" / "delayd.pid").exists(), "the pidfile is removed on a clean stop"
 
 
@@ -378,52 +369,31 @@ def test_notify_ready_reload_stop(redis_url, tmp_path):
 def test_no_ready_when_a_queue_process_cannot_start(redis_url, tmp_path):
     """A preload module that does not import: the master sent READY=1 while its queue processes
     crash-looped, so systemd called the service started."""
-    notify = Notifications(tmp_path)
-    proc = start_foreground(tmp_path, notify, DELAYD_ALLOWED_MODULES="delayd.examples,nosuchmodule",
-                            DELAYD_PRELOAD="nosuchmodule")
-    try:
+    with foreground(tmp_path, DELAYD_ALLOWED_MODULES="delayd.examples,nosuchmodule",
+                    DELAYD_PRELOAD="nosuchmodule") as (proc, notify):
         assert proc.wait(timeout=60) == 1, output(tmp_path)
         notify.quiet("READY", timeout=0.5)  # every datagram it sent is queued on the socket by now
         assert {"STOPPING": "1"} in notify.seen
         assert output(tmp_path).strip().splitlines()[-1].startswith(
             "delayd: error: queue 0 could not start: preload: cannot import module 'nosuchmodule'")
-    finally:
-        finish(proc)
-        notify.close()
 
 
 @pytest.mark.system
 def test_notify_watchdog(redis_url, tmp_path):
-    notify = Notifications(tmp_path)
-    proc = start_foreground(tmp_path, notify, WATCHDOG_USEC="1000000")
-    try:
+    with foreground(tmp_path, WATCHDOG_USEC="1000000") as (proc, notify):
         notify.expect("READY", timeout=30)
         notify.expect("WATCHDOG", timeout=10)
         notify.expect("WATCHDOG", timeout=10)  # and again: keep-alives keep coming (every WATCHDOG_USEC/2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0, output(tmp_path)
-    except BaseException:
-        print(output(tmp_path))
-        raise
-    finally:
-        finish(proc)
-        notify.close()
 
 
 @pytest.mark.system
 def test_notify_watchdog_for_another_pid_is_not_sent(redis_url, tmp_path):
     # WATCHDOG_PID names the process systemd expects keep-alives from; not us: stay quiet.
-    notify = Notifications(tmp_path)
-    proc = start_foreground(tmp_path, notify, WATCHDOG_USEC="1000000", WATCHDOG_PID="1")
-    try:
+    with foreground(tmp_path, WATCHDOG_USEC="1000000", WATCHDOG_PID="1") as (proc, notify):
         notify.expect("READY", timeout=30)
         notify.quiet("WATCHDOG", timeout=1.5)
-    except BaseException:
-        print(output(tmp_path))
-        raise
-    finally:
-        finish(proc)
-        notify.close()
 
 
 def started_lines(buckets: int, queues: int) -> list[str]:
@@ -433,16 +403,11 @@ def started_lines(buckets: int, queues: int) -> list[str]:
 
 @pytest.mark.system
 def test_ready_is_sent_after_every_child_started(redis_url, tmp_path):
-    notify = Notifications(tmp_path)
-    proc = start_foreground(tmp_path, notify)
-    try:
+    with foreground(tmp_path) as (proc, notify):
         notify.expect("READY", timeout=30)
         text = (tmp_path / "stderr.log").read_text(errors="replace")
         missing = [line for line in started_lines(buckets=2, queues=1) if line not in text]
         assert not missing, f"READY=1 arrived before {missing}"
-    finally:
-        finish(proc)
-        notify.close()
 
 
 @pytest.mark.system
@@ -450,10 +415,8 @@ def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, 
     """What etc/logrotate.d/delayd does: move the log, SIGUSR1 the master via the pidfile."""
     from redis_server import wait_for
 
-    notify = Notifications(tmp_path)
     log = tmp_path / "state" / "delayd.log"
-    proc = start_foreground(tmp_path, notify, DELAYD_LOG_FILE=str(log))
-    try:
+    with foreground(tmp_path, DELAYD_LOG_FILE=str(log)) as (proc, notify):
         notify.expect("READY", timeout=30)
         wait_for(lambda: all(word in log.read_text() for word in started_lines(buckets=2, queues=1)), 15,
                  message="every child started")
@@ -464,9 +427,6 @@ def test_logrotate_postrotate_signal_reopens_logs_and_keeps_children(redis_url, 
         wait_for(lambda: log.exists() and "event=log_reopened" in log.read_text(), 10, message="log reopened")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-    finally:
-        finish(proc)
-        notify.close()
     text = log.read_text() + log.with_suffix(".log.1").read_text()
     assert "SIGUSR1" not in text, "a child was killed by the log-reopen signal"
     # The children write to the new file too, not to the rotated one.
@@ -517,11 +477,9 @@ def test_a_log_file_that_cannot_be_reopened_keeps_the_old_one_and_every_process(
     stopped). Now each process warns in the old file and goes on writing there."""
     from redis_server import wait_for
 
-    notify = Notifications(tmp_path)
     log = tmp_path / "logs" / "delayd.log"
     log.parent.mkdir()
-    proc = start_foreground(tmp_path, notify, DELAYD_LOG_FILE=str(log))
-    try:
+    with foreground(tmp_path, DELAYD_LOG_FILE=str(log)) as (proc, notify):
         notify.expect("READY", timeout=30)
         wait_for(lambda: all(word in log.read_text() for word in started_lines(buckets=2, queues=1)), 15,
                  message="every child started")
@@ -539,9 +497,6 @@ def test_a_log_file_that_cannot_be_reopened_keeps_the_old_one_and_every_process(
         assert "No such file or directory" in old.read_text() and "log_reopened" not in old.read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-    finally:
-        finish(proc)
-        notify.close()
     text = old.read_text()
     assert "master_crashed" not in text and "child_crashed" not in text and "event=master_stopped" in text
 

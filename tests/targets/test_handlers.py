@@ -21,6 +21,7 @@ from redis_server import free_port, wait_for
 
 from delayd import Task
 from delayd.config import Config
+from delayd.store.transport import Transport
 from delayd.targets.handlers import Outcome, Runner, outcome_of
 
 
@@ -28,7 +29,7 @@ from delayd.targets.handlers import Outcome, Runner, outcome_of
 def make_runner():
     def make(redis_client=None, **options) -> Runner:
         config = Config(**{"allowed_modules": ("handlers_fixture",), "url_timeout": 5.0, **options})
-        return Runner(config, redis_client)
+        return Runner(config, redis_client and Transport(redis_client))
 
     return make
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
+from daemon_helper import delayd
 from redis_server import now_ms
 from store_helper import claim, promote_all
 from test_web import TOKEN, logged_in
@@ -35,6 +36,16 @@ def test_the_api_disables_and_enables_a_host(web, client):
         assert api.post(f"/api/hosts/{quote(SHOP, safe='')}/explode").status_code == 404
         assert api.post("/api/hosts/shop.example/enable").json()["result"] == "enabled"
         assert disabled(client) == []
+
+
+def test_a_host_never_delivered_to_is_not_shown_ok(web, client, redis_url):
+    """A host disabled before any delivery read "ok" under FAILING SINCE, in `delayd hosts` and on /hosts."""
+    client.disable_host(SHOP)
+    line = delayd("hosts", DELAYD_REDIS_URL=redis_url).stdout.splitlines()[1]
+    assert line.startswith(SHOP) and line.endswith("; no delivery in the last day"), line
+    with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        cells = api.get("/hosts").text.split("<tbody>")[1].split("</tbody>")[0]
+        assert "no delivery in the last day" in cells and ">ok<" not in cells
 
 
 def test_the_button_needs_the_csrf_token(web, client):

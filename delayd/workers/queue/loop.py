@@ -50,7 +50,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             except TargetUnavailable as exc:
                 raise StartupFailure(f"preload: {exc}") from None
         super().__init__(config, heartbeat, log)
-        self.runner = Runner(config, self.redis)
+        self.runner = Runner(config, self.store.transport)
         self.engine = Engine(config, self.runner)  # also runs async def targets for the pool's threads
         self.link = self.store.transport.link()
         self.pool = Pool(config.concurrency, self.execute, lambda: self.events.put(("results", None)))
