@@ -36,16 +36,6 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def titled(prefix: str) -> list[psutil.Process]:
-    """Live processes whose title starts with `prefix` (e.g. 'delayd: queue')."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if cmd.startswith(prefix) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc)
-    return found
-
-
 def settled(client, topic: str) -> bool:
     """Nothing of `topic` can run (again): no task of it delayed, ready or running (leased).
 
