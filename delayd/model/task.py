@@ -29,6 +29,10 @@ TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
+# A W3C traceparent of version 00 (lowercase hex, ids not all zero) and a tracestate kept with it (printable ASCII,
+# at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
+TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
 
 
 class TaskError(ValueError):
@@ -129,6 +133,18 @@ def check_key_name(value: Any) -> str:
     return value
 
 
+def trace_of(traceparent: Any, tracestate: Any = None) -> str | None:
+    """A task's `trace`: `traceparent`, then a space and `tracestate` when that is well formed (W3C: a bad
+    tracestate is dropped); None without a traceparent. A bad traceparent is refused."""
+    if traceparent is None:
+        return None
+    if not isinstance(traceparent, str) or not TRACEPARENT_RE.fullmatch(traceparent):
+        raise TaskError(f"traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero), "
+                        f"got {traceparent!r}")
+    state = tracestate.strip() if isinstance(tracestate, str) else ""
+    return f"{traceparent} {state}" if _TRACESTATE_RE.fullmatch(state) else traceparent
+
+
 def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
     """`shop.tasks` allows `shop.tasks` and `shop.tasks.x`, never `shop.tasks_evil`."""
     module = target.split(":", 1)[0]
@@ -165,6 +181,7 @@ class Task:
     backoff: bool = True
     retries: int | None = None
     signing_key: str | None = None  # a url task: the url_signing_keys entry that signs it (None: the default)
+    trace: str | None = None  # the W3C trace context of its add: traceparent[ tracestate] (delayd.tracing)
     status: str = "delayed"
     created_at: float | None = None
     due_at: float | None = None
@@ -214,6 +231,8 @@ class Task:
         tz: Any = None,
         retries: Any = None,
         signing_key: Any = None,
+        traceparent: Any = None,
+        tracestate: Any = None,
         params_limit: int | None = DEFAULT_PARAMS_LIMIT,
     ) -> "Task":
         """Validate user input and build a task; raise TaskError with one clear line.
@@ -287,7 +306,7 @@ class Task:
             topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
             params=params, intervals=[0] if intervals is None else parse_intervals(intervals), persistent=persistent,
             priority=priority, callback=callback, timeout=timeout, every=every, cron=cron, tz=tz,
-            backoff=backoff, retries=retries, signing_key=signing_key,
+            backoff=backoff, retries=retries, signing_key=signing_key, trace=trace_of(traceparent, tracestate),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -301,6 +320,7 @@ class Task:
             "due_at": self.due_at,
             "last_run_at": self.last_run_at, "last_due_at": self.last_due_at, "runs": self.runs,
             "last_error": self.last_error, "attempts": self.attempts, "signing_key": self.signing_key,
+            "traceparent": self.trace and self.trace[:55],
         }
 
     def to_json(self) -> str:
