@@ -72,6 +72,8 @@ def setup() -> str | None:
     missing = []
     for name in names:
         found = list(entry_points(group=EXPORTERS, name=name))
+        if not found and name == "otlp":  # (registered by the gRPC exporter; delayd[otlp] brings OTLP/HTTP)
+            found = list(entry_points(group=EXPORTERS, name="otlp_proto_http"))
         if found:
             provider.add_span_processor(BatchSpanProcessor(found[0].load()()))  # OTEL_BSP_* settings
         else:
