@@ -46,7 +46,7 @@ class Ticket:
 
     def __init__(self, task: Task, limit: float = 60.0):
         self.task, self.limit, self.started, self.deadline = task, limit, 0.0, math.inf
-        self.delivery = None
+        self.delivery = self.span = None
 
 
 def begin(engine: Engine, task: Task) -> concurrent.futures.Future:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from delayd.client.sync_client import Client
 
 ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",
-              "params", "method", "body", "timeout", "callback", "signing_key", "debounce", "max_wait")
+              "params", "method", "body", "timeout", "callback", "signing_key", "debounce", "max_wait",
+              "traceparent", "tracestate")
 
 
 def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
@@ -113,6 +115,9 @@ def cmd_add(args: argparse.Namespace) -> int:
                   method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at,
                   every=args.every, cron=args.cron, tz=args.tz, retries=args.retries, signing_key=args.signing_key,
                   debounce=args.debounce, max_wait=args.max_wait)
+    if args.traceparent is None:  # the trace context a calling process hands down (OpenTelemetry's env carriers)
+        args.traceparent, args.tracestate = os.environ.get("TRACEPARENT") or None, os.environ.get("TRACESTATE")
+    fields.update(traceparent=args.traceparent, tracestate=args.tracestate)
     client = client_for(args)
     written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
     task = client.get(args.topic, args.id)
@@ -255,6 +260,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--callback", metavar="MOD:FUNC", help="function called once after success")
     p.add_argument("--signing-key", metavar="NAME", help="the url_signing_keys entry that signs a url task's "
                                                          "requests (default: url_signing_secret)")
+    p.add_argument("--traceparent", metavar="TP", help="the W3C trace context its runs link to "
+                                                       "(default: $TRACEPARENT, with $TRACESTATE)")
+    p.add_argument("--tracestate", metavar="TS", help="the W3C tracestate going with --traceparent")
     p.add_argument("--nx", action="store_true", help="only add if the task does not exist")
 
     task_verb(sub, common, "get", "show a task")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import redis
 
 from delayd import config as config_mod
+from delayd import tracing
 from delayd.client import browse, replay
 from delayd.client.errors import (
     DelaydError,
@@ -36,7 +37,7 @@ from delayd.store.transitions import Store
 
 TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
                          "priority", "callback", "timeout", "every", "cron", "tz", "retries",
-                         "signing_key"})  # add()'s keywords but delay/at
+                         "signing_key", "traceparent", "tracestate"})  # add()'s keywords but delay/at
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
 DEBOUNCE = "debounce"  # build()'s mode for a debounced add: its due time depends on the stored task
 RETRY_BATCH = 200  # failed tasks put back per retry_failed step
@@ -162,6 +163,8 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
         unknown = fields.keys() - TASK_FIELDS
         if unknown:
             raise TaskError(f"unknown task field(s): {', '.join(sorted(unknown))}")
+        if "traceparent" not in fields and (context := tracing.current()) is not None:
+            fields["traceparent"], fields["tracestate"] = context  # the caller's current span
         task = Task.new(topic, id, params_limit=self.config.params_limit, **fields)
         if self.allowed_modules is not None:
             for target in (task.call, task.callback):

@@ -24,6 +24,10 @@ TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
+# A W3C traceparent of version 00 (lowercase hex, ids not all zero) and a tracestate kept with it (printable ASCII,
+# at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
+TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
 # Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
 _encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 _FLAT_VALUES = frozenset({str, int, float, bool, type(None)})  # what json.loads gives back as it was given
@@ -126,6 +130,18 @@ def check_key_name(value: Any) -> str:
     if not isinstance(value, str) or not KEY_NAME_RE.fullmatch(value):
         raise TaskError(f"signing_key must be 1-128 letters, digits, '_', '.', ':' or '-', got {value!r}")
     return value
+
+
+def trace_of(traceparent: Any, tracestate: Any = None) -> str | None:
+    """A task's `trace`: `traceparent`, then a space and `tracestate` when that is well formed (W3C: a bad
+    tracestate is dropped); None without a traceparent. A bad traceparent is refused."""
+    if traceparent is None:
+        return None
+    if not isinstance(traceparent, str) or not TRACEPARENT_RE.fullmatch(traceparent):
+        raise TaskError(f"traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero), "
+                        f"got {traceparent!r}")
+    state = tracestate.strip() if isinstance(tracestate, str) else ""
+    return f"{traceparent} {state}" if _TRACESTATE_RE.fullmatch(state) else traceparent
 
 
 def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:

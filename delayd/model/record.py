@@ -55,6 +55,8 @@ def spec_json(task: Task) -> str:
         spec.append(f'"tz":{_json_text(task.tz)}')
     if task.signing_key is not None:
         spec.append(f'"signing_key":{_json_text(task.signing_key)}')
+    if task.trace is not None:
+        spec.append(f'"trace":{_json_text(task.trace)}')
     return "{" + ",".join(spec) + "}"
 
 
@@ -84,6 +86,8 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
             retries=spec.get("retries"), signing_key=spec.get("signing_key"), params_limit=None,
         )
         task.default_retries = default_retries
+        trace = spec.get("trace")  # (not checked here: delayd.tracing reads it defensively, a bad one is ignored)
+        task.trace = trace if isinstance(trace, str) else None
         status = record.get("status", "delayed")
         if status not in STATUSES:
             raise TaskError(f"unknown status {status!r}")

@@ -32,6 +32,7 @@ from delayd.model.checks import (
     params_copy,
     parse_intervals,
     printable,
+    trace_of,
 )
 
 FINISHED = ("ok", "failed", "deleted")
@@ -68,6 +69,7 @@ class Task:
     backoff: bool = True
     retries: int | None = None
     signing_key: str | None = None  # a url task: the url_signing_keys entry that signs it (None: the default)
+    trace: str | None = None  # the W3C trace context of its add: traceparent[ tracestate] (delayd.tracing)
     status: str = "delayed"
     created_at: float | None = None
     due_at: float | None = None
@@ -117,6 +119,8 @@ class Task:
         tz: Any = None,
         retries: Any = None,
         signing_key: Any = None,
+        traceparent: Any = None,
+        tracestate: Any = None,
         params_limit: int | None = DEFAULT_PARAMS_LIMIT,
     ) -> "Task":
         """Validate user input and build a task; raise TaskError with one clear line.
@@ -180,7 +184,7 @@ class Task:
             topic=topic, id=id, call=call, url=url, push=push, method=method.upper(), body=body,
             params=params, intervals=[0] if intervals is None else parse_intervals(intervals), persistent=persistent,
             priority=priority, callback=callback, timeout=timeout, every=every, cron=cron, tz=tz,
-            backoff=backoff, retries=retries, signing_key=signing_key,
+            backoff=backoff, retries=retries, signing_key=signing_key, trace=trace_of(traceparent, tracestate),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,6 +198,7 @@ class Task:
             "due_at": self.due_at,
             "last_run_at": self.last_run_at, "last_due_at": self.last_due_at, "runs": self.runs,
             "last_error": self.last_error, "attempts": self.attempts, "signing_key": self.signing_key,
+            "traceparent": self.trace and self.trace[:55],
         }
 
     def to_json(self) -> str:

@@ -252,7 +252,8 @@ class Dashboard(Pages):
         except BodyTooLarge as exc:
             return self.refuse(request, 413, str(exc))
         try:
-            return display.Json(*await producers.add(self.client, body, self.commit))
+            return display.Json(*await producers.add(self.client, body, self.commit,
+                                                     producers.incoming_trace(request.headers)))
         except producers.BadInput as exc:
             return display.Json(exc.answer(), exc.status)
 

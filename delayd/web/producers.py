@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from starlette.concurrency import run_in_threadpool
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.base import NEXT_CRON, Built, ItemError
 from delayd.client.errors import AddInterrupted, RedisUnavailable
+from delayd.model.checks import TRACEPARENT_RE
 from delayd.model.task import TaskError
 from delayd.web import views
 
@@ -77,9 +78,22 @@ def _options(item: dict[str, Any], index: int | None) -> Options:
     raise BadInput(f"{prefix}{name} must be true or false, got {json.dumps(value)}", index)
 
 
-def validated(client: AsyncClient, body: bytes) -> tuple[bool, list[Built], list[Options]]:
-    """(single, the built tasks, their options) of a body; BadInput for anything refused."""
+def incoming_trace(headers: Mapping[str, str]) -> tuple[str, str] | None:
+    """A request's own W3C trace context (its `traceparent` and `tracestate` headers), for the tasks that
+    give none; a malformed traceparent header is ignored, as W3C asks of a receiver."""
+    traceparent = headers.get("traceparent", "").strip()
+    return (traceparent, headers.get("tracestate", "")) if TRACEPARENT_RE.fullmatch(traceparent) else None
+
+
+def validated(client: AsyncClient, body: bytes, trace: tuple[str, str] | None = None
+              ) -> tuple[bool, list[Built], list[Options]]:
+    """(single, the built tasks, their options) of a body; BadInput for anything refused. `trace`: the
+    request's trace context (incoming_trace), for items without a traceparent."""
     value = parse(body)
+    if trace is not None:
+        for item in [value] if isinstance(value, dict) else value if isinstance(value, list) else ():
+            if isinstance(item, dict) and item.get("traceparent") is None:
+                item["traceparent"], item["tracestate"] = trace
     if isinstance(value, dict):
         options = _options(value, None)
         try:
@@ -142,12 +156,14 @@ class GroupCommit:
                     future.set_exception(outcome)
 
 
-async def add(client: AsyncClient, body: bytes, commit: GroupCommit | None = None) -> tuple[dict[str, Any], int]:
+async def add(client: AsyncClient, body: bytes, commit: GroupCommit | None = None,
+              trace: tuple[str, str] | None = None) -> tuple[dict[str, Any], int]:
     """POST /api/tasks: (answer, HTTP status). BadInput (nothing written) for refused input;
     DelaydError (503) if Redis fails, AddInterrupted saying how many of the request's were written.
     A single add without nx or durable goes through `commit` when given (but a cron task without
     delay or at: its first due time, from Redis's clock, could fail the others' write)."""
-    check = validated(client, body) if len(body) <= PARSE_ON_LOOP else await run_in_threadpool(validated, client, body)
+    check = validated(client, body, trace) if len(body) <= PARSE_ON_LOOP else await run_in_threadpool(
+        validated, client, body, trace)
     single, built, options = check
     if single and commit is not None and options[0] == (False, False) and built[0][1] != NEXT_CRON:
         await commit.add(built[0])

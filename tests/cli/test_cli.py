@@ -51,6 +51,22 @@ def test_add_then_get_json(redis_url):
     assert task["due_at"] - task["created_at"] == pytest.approx(1800, abs=0.002)
 
 
+def test_add_takes_the_trace_context_from_traceparent_or_the_environment(redis_url):
+    """--traceparent, else $TRACEPARENT (with $TRACESTATE): the context a calling process hands down; a bad
+    one exits 1 with the clients' message and writes nothing."""
+    given, inherited = ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    delayd("add", "t", "1", "--call", "a:b", "--traceparent", given, TRACEPARENT=inherited)
+    delayd("add", "t", "2", "--call", "a:b", TRACEPARENT=inherited, TRACESTATE="congo=t61rcWkgMzE")
+    delayd("add", "t", "3", "--call", "a:b", TRACEPARENT="")
+    client = Client.from_url(redis_url)
+    assert [client.get("t", i).trace for i in (1, 2, 3)] == [given, f"{inherited} congo=t61rcWkgMzE", None]
+    assert json.loads(delayd("get", "t", "2", "--json").stdout)["traceparent"] == inherited
+    error = one_line_error(delayd("add", "t", "4", "--call", "a:b", check=1, TRACEPARENT=inherited.upper()))
+    assert error.startswith("delayd: error: traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex>")
+    assert client.get("t", 4) is None
+
+
 def test_add_url_and_push_and_at(redis_url):
     delayd("add", "order:notify", "5", "--url", "http://merchant.example/notify", "--method", "post",
            "--body", "json", "--timeout", "2.5", "--at", "2033-05-18T03:33:20Z")

@@ -18,6 +18,7 @@ from delayd.store.keys import bucket_of
 pytestmark = pytest.mark.system  # (node processes)
 
 LUA = Path(__file__).resolve().parents[2] / "delayd" / "store" / "lua"
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 # add() arguments, each stored alike by both clients (times aside).
 SAME_RECORD = [
@@ -41,6 +42,9 @@ SAME_RECORD = [
     {"topic": "t", "id": 13, "call": "a.b:c", "at": "1999999999"},
     {"topic": "ünïcode", "id": "ключ", "push": "список"},
     {"topic": "notify", "id": 6, "url": "https://merchant.example/n", "signing_key": "acme.eu:2_a-b"},
+    {"topic": "notify", "id": 7, "url": "https://merchant.example/n", "traceparent": TRACEPARENT,
+     "tracestate": " congo=t61rcWkgMzE,rojo=00f067aa0ba902b7 "},
+    {"topic": "notify", "id": 8, "call": "a.b:c", "traceparent": TRACEPARENT, "tracestate": "k=\u00e9"},
 ]
 
 # add() arguments that both clients refuse, with the same message.
@@ -103,6 +107,9 @@ REFUSED = [
     {"topic": "t", "id": 1, "url": "https://x.example/", "signing_key": 42},
     {"topic": "t", "id": 1, "url": "https://x.example/", "signing_key": "k" * 129},
     {"topic": "t", "id": 1, "push": "q", "signing_key": "acme"},
+    {"topic": "t", "id": 1, "call": "a:b", "traceparent": TRACEPARENT.upper()},
+    {"topic": "t", "id": 1, "call": "a:b", "traceparent": 42},
+    {"topic": "t", "id": 1, "call": "a:b", "traceparent": "00-" + "0" * 32 + TRACEPARENT[35:]},
 ]
 
 

@@ -4,6 +4,7 @@ misread. Each bad call gets `ERR delayd:bad-task <field>: ...` (or `delayd:bad-c
 KEYS/ARGV of the wrong shape) and writes nothing, not even the good tasks beside the bad one."""
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 import pytest
@@ -17,6 +18,7 @@ from delayd.store.transitions import Store
 from delayd.store.transport import Transport
 
 TEN_YEARS_MS = 10 * 365 * 86400 * 1000
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 @pytest.fixture
@@ -97,7 +99,13 @@ BAD_SPECS = [
     ('{"url":"http://h/","signing_key":"' + "k" * 129 + '"}', "signing_key: must be 1-128"),
     ('{"url":"http://h/","signing_key":"\u00e9"}', "signing_key: must be 1-128"),
     ('{"push":"q","signing_key":"acme"}', "signing_key: must be 1-128 letters, digits, _ . : - on a url task"),
+    *((f'{{"call":"a:b","trace":{trace}}}', "trace: must be a W3C traceparent") for trace in (
+        '7', f'"{TRACEPARENT.upper()}"', f'"01{TRACEPARENT[2:]}"', f'"00-{"0" * 32}{TRACEPARENT[35:]}"',
+        f'"{TRACEPARENT[:36]}{"0" * 16}{TRACEPARENT[52:]}"', f'"{TRACEPARENT[:-1]}"', f'"{TRACEPARENT}x"',
+        f'"{TRACEPARENT} "', f'"{TRACEPARENT} k=\\tv"', f'"{TRACEPARENT} {"k" * 513}"')),
 ]
+TRACES = [TRACEPARENT, f"{TRACEPARENT} k=v", f"{TRACEPARENT} congo=t61rcWkgMzE, rojo=00f067aa0ba902b7",
+          f"{TRACEPARENT} {'k' * 512}"]
 BAD_RECURRING_SPECS = [
     ('{"call":"a:b","every":0.5}', "every: must be a number >= 1"),
     ('{"call":"a:b","every":"60"}', "every: must be a number"),
@@ -114,6 +122,14 @@ def test_a_bad_spec_is_refused_by_name_and_nothing_of_the_call_is_written(r, sto
     keys, args = good_call(store)
     args[SPEC] = spec
     refused(r, keys, args, "^delayd:bad-task " + message.replace("{", r"\{") + r".* \(task 2 of the call\)$")
+
+
+@pytest.mark.parametrize("trace", TRACES)
+def test_a_trace_context_is_stored_as_given(r, store, trace):
+    keys, args = good_call(store)
+    args[SPEC] = json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
+    add(r, keys, args)
+    assert json.loads(r.hget(keys[-2], "spec"))["trace"] == trace
 
 
 @pytest.mark.parametrize("spec, message", BAD_RECURRING_SPECS)

@@ -272,3 +272,21 @@ def test_the_readme_curl_examples_work_as_written(server, client):
     assert answers[:2] == [{"added": True}, {"added": 2}] and answers[3:] == [{"deleted": True}]
     assert answers[2]["key"] == "order:cancel:42" and answers[2]["call"] == "delayd.examples:cancel_order"
     assert client.get("order:cancel", 42) is None and client.get("order:notify", 5).intervals == [0, 30, 60, 150]
+
+
+def test_the_requests_traceparent_header_goes_with_the_tasks_that_give_none(producer, client, r):
+    header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    sent = {"traceparent": header, "tracestate": "congo=t61rcWkgMzE"}
+    assert producer.post("/api/tasks", json=TASK, headers=sent).status_code == 201
+    assert producer.post("/api/tasks", json=[{**TASK, "id": 43}, {**TASK, "id": 44, "traceparent": given}],
+                         headers=sent).json() == {"added": 2}
+    assert [client.get("order:cancel", i).trace for i in (42, 43, 44)] == [
+        f"{header} congo=t61rcWkgMzE", f"{header} congo=t61rcWkgMzE", given]
+    # A malformed header is ignored (W3C: a receiver starts afresh); a malformed body field is refused.
+    assert producer.post("/api/tasks", json={**TASK, "id": 45}, headers={"traceparent": "00-xyz"}).status_code == 201
+    assert client.get("order:cancel", 45).trace is None
+    before = keys(r)
+    answer = producer.post("/api/tasks", json={**TASK, "id": 46, "traceparent": header.upper()}, headers=sent)
+    assert answer.status_code == 400 and answer.json()["error"].startswith("traceparent must be W3C's 00-<32 hex>")
+    assert keys(r) == before

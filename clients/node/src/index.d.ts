@@ -31,6 +31,9 @@ export interface Task {
   retries?: number;
   /** a url task: the daemon's url_signing_keys entry that signs its requests (signingKey too) */
   signing_key?: string;
+  /** the W3C trace context its runs link to: 00-<32 hex>-<16 hex>-<2 hex> (with an optional tracestate) */
+  traceparent?: string;
+  tracestate?: string;
   /** insert only: leave an existing task as it is (add() then resolves false) */
   nx?: boolean;
   [camelCaseName: string]: unknown;
@@ -67,6 +70,7 @@ export interface StoredTask {
   tz: string | null;
   retries: number | null;
   signing_key: string | null;
+  traceparent: string | null;
   status: 'delayed' | 'running' | 'ok' | 'failed' | 'deleted';
   created_at: number | null;
   due_at: number | null;

@@ -298,6 +298,7 @@ export class Client {
       created_at: seconds(record.created), due_at: seconds(record.due), last_run_at: seconds(record.last_run),
       last_due_at: seconds(record.last_due), runs: Number(record.runs ?? 0), last_error: record.error || null,
       attempts: attempts(record.attempts), signing_key: t.signing_key,
+      traceparent: typeof spec.trace === 'string' ? spec.trace.slice(0, 55) : null,
     };
   }
 }

@@ -14,7 +14,7 @@ export class TaskError extends Error {
 }
 
 export const TASK_FIELDS = new Set(['call', 'url', 'push', 'method', 'body', 'params', 'intervals', 'persistent',
-  'priority', 'callback', 'timeout', 'every', 'cron', 'tz', 'retries', 'signing_key']);
+  'priority', 'callback', 'timeout', 'every', 'cron', 'tz', 'retries', 'signing_key', 'traceparent', 'tracestate']);
 const METHODS = ['GET', 'POST'];
 const BODIES = ['form', 'json'];
 export const DEFAULT_PARAMS_LIMIT = 64 * 1024;
@@ -26,6 +26,9 @@ const DOTTED = '[A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)*';
 const TARGET_RE = new RegExp(`^${DOTTED}:${DOTTED}$`);
 const BAD_NAME_CHARS = /[\x00-\x20\x7f]/;
 const KEY_NAME = /^[A-Za-z0-9_.:-]{1,128}$/; // a signing key's name (delayd.model.task.KEY_NAME_RE)
+// W3C trace context (delayd.model.task.TRACEPARENT_RE): a traceparent of version 00, a tracestate kept with it.
+const TRACEPARENT = /^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
+const TRACESTATE = /^[!-~](?:[ -~]{0,510}[!-~])?$/;
 // Python's \s (str.isspace) and control characters, Unicode's too.
 const BAD_URL_CHARS = /[\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/;
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
@@ -165,11 +168,22 @@ function checkParams(params, limit) {
   return encoded;
 }
 
+/** The stored `trace` (delayd.model.task.trace_of): the traceparent, then a space and a well-formed tracestate. */
+function traceOf(traceparent, tracestate) {
+  if (traceparent === null) return null;
+  if (typeof traceparent !== 'string' || !TRACEPARENT.test(traceparent)) {
+    throw new TaskError(`traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero), got ${pyRepr(traceparent)}`);
+  }
+  const state = typeof tracestate === 'string' ? tracestate.trim() : '';
+  return TRACESTATE.test(state) ? `${traceparent} ${state}` : traceparent;
+}
+
 /** A validated task: Task.new's checks, in its order; returns what the add script stores. `stored`: a
  * record read back, whose params are not re-encoded and whose URL is not held to the add-time rules. */
 export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = false) {
   const { call = null, url = null, push = null, method = 'GET', body = 'form', params = null, intervals = null,
-    persistent = true, priority = 2, callback = null, timeout = null, retries = null, signing_key = null } = input;
+    persistent = true, priority = 2, callback = null, timeout = null, retries = null, signing_key = null,
+    traceparent = null, tracestate = null } = input;
   let { every = null, cron = null, tz = null } = input;
   const topic = checkTopic(input.topic ?? null);
   const id = checkName('id', input.id ?? null);
@@ -215,10 +229,11 @@ export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = fals
     }
     if (persistent === false) throw new TaskError('give retries or persistent=False (one run, no retries), not both');
   }
+  const trace = stored ? null : traceOf(traceparent, tracestate); // (a stored one: taskDict reads the spec's)
   const task = {
     topic, id, key: `${topic}:${id}`, call, url, push: pushList, method: method.toUpperCase(), body, paramsJson,
     intervals: parseIntervals(intervals), persistent, priority, callback, timeout, every, cron, tz, backoff, retries,
-    recurring: every != null || cron != null, signing_key,
+    recurring: every != null || cron != null, signing_key, trace,
   };
   task.spec = specJson(task);
   return task;
@@ -239,6 +254,7 @@ function specJson(t) {
   if (t.retries !== null) spec.push(`"retries":${t.retries}`);
   if (t.tz !== null && t.tz !== 'UTC') spec.push(`"tz":${jsonString(t.tz)}`);
   if (t.signing_key !== null) spec.push(`"signing_key":${jsonString(t.signing_key)}`);
+  if (t.trace !== null) spec.push(`"trace":${jsonString(t.trace)}`);
   return '{' + spec.join(',') + '}';
 }
 

@@ -37,6 +37,7 @@ final class Record
             'last_due_at' => self::seconds($record['last_due'] ?? null),
             'runs' => (int) ($record['runs'] ?? 0), 'last_error' => ($record['error'] ?? '') === '' ? null : $record['error'],
             'attempts' => self::attempts($record['attempts'] ?? ''), 'signing_key' => $spec['signing_key'] ?? null,
+            'traceparent' => is_string($spec['trace'] ?? null) ? substr($spec['trace'], 0, 55) : null,
         ];
     }
 

@@ -12,8 +12,11 @@ final class Task
 {
     public const FIELDS = ['topic', 'id', 'call', 'url', 'push', 'method', 'body', 'params', 'intervals',
         'intervalTime', 'persistent', 'priority', 'callback', 'timeout', 'every', 'cron', 'tz', 'retries',
-        'signing_key', 'delay', 'at', 'debounce', 'max_wait'];
+        'signing_key', 'traceparent', 'tracestate', 'delay', 'at', 'debounce', 'max_wait'];
     private const KEY_NAME = '/^[A-Za-z0-9_.:-]{1,128}$/D';  // a signing key's name (delayd.model.task.KEY_NAME_RE)
+    // W3C trace context (delayd.model.task.TRACEPARENT_RE): a traceparent of version 00, a tracestate kept with it
+    private const TRACEPARENT = '/^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/D';
+    private const TRACESTATE = '/^[!-~](?:[ -~]{0,510}[!-~])?$/D';
     private const MAX_NAME = 512;
     private const TEN_YEARS = 10 * 365 * 86400;
     private const MAX_RETRIES = 10000;
@@ -79,6 +82,7 @@ final class Task
                 throw new TaskError('signing_key is for a url task: only URL requests are signed');
             }
         }
+        $trace = self::trace($task['traceparent'] ?? null, $task['tracestate'] ?? null);
         $method = $task['method'] ?? 'GET';
         if (!is_string($method) || !in_array(strtoupper($method), ['GET', 'POST'], true)) {
             throw new TaskError('method must be GET or POST, got ' . self::shown($method));
@@ -152,9 +156,26 @@ final class Task
         if ($signingKey !== null) {
             $spec[] = '"signing_key":' . json_encode($signingKey, self::JSON);
         }
+        if ($trace !== null) {
+            $spec[] = '"trace":' . json_encode($trace, self::JSON);
+        }
         $this->spec = '{' . implode(',', $spec) . '}';
         $this->priority = $priority;
         [$this->mode, $this->value] = self::when($task, $intervals, $every, $cron);
+    }
+
+    /** The stored `trace` (delayd.model.task.trace_of): the traceparent, then a space and a well-formed tracestate. */
+    private static function trace(mixed $traceparent, mixed $tracestate): ?string
+    {
+        if ($traceparent === null) {
+            return null;
+        }
+        if (!is_string($traceparent) || !preg_match(self::TRACEPARENT, $traceparent)) {
+            throw new TaskError("traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero), got "
+                . self::shown($traceparent));
+        }
+        $state = is_string($tracestate) ? trim($tracestate) : '';
+        return preg_match(self::TRACESTATE, $state) ? "$traceparent $state" : $traceparent;
     }
 
     /** A topic, id or list name: a string or an integer, 1-512 characters of UTF-8, no space or control character. */

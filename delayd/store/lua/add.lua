@@ -107,6 +107,18 @@ local function check_number(field, value, low, high, low_open)
   end
 end
 
+-- A task's W3C trace context: a traceparent of version 00 (lowercase hex, ids not all zero), then nothing,
+-- or a space and a tracestate of 1-512 printable characters (delayd.model.task.trace_of).
+local function trace_ok(trace)
+  if type(trace) ~= 'string' or #trace > 568 then return false end
+  local hex = '[0-9a-f]'
+  local trace_id, span_id = string.match(trace, '^00%-(' .. string.rep(hex, 32) .. ')%-(' .. string.rep(hex, 16)
+    .. ')%-' .. hex .. hex)
+  if not trace_id or not string.find(trace_id, '[1-9a-f]') or not string.find(span_id, '[1-9a-f]') then return false end
+  local rest = string.sub(trace, 56)
+  return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
+end
+
 -- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
 -- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
 -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
@@ -152,7 +164,8 @@ local function check_spec(spec, mode, recurs)
   local decoded, t = pcall(cjson.decode, spec)
   if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
   FIELDS = FIELDS or {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1,
-    method = 1, body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1}
+    method = 1, body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1,
+    trace = 1}
   for name in pairs(t) do
     if not FIELDS[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
   end
@@ -175,6 +188,9 @@ local function check_spec(spec, mode, recurs)
   if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or url == nil
       or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
     refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
+  end
+  if t.trace ~= nil and not trace_ok(t.trace) then
+    refuse('trace', 'must be a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>, then maybe a space and a tracestate')
   end
   if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
   if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end

@@ -29,6 +29,7 @@ import aiohttp
 from yarl import URL
 
 from delayd import config as config_mod
+from delayd import tracing
 from delayd.config import Config
 from delayd.model.origin import origin
 from delayd.model.task import Task
@@ -49,6 +50,7 @@ class Ticket(Protocol):
     started: float    # monotonic time the request was sent
     deadline: float   # started + limit: past it, the queue abandons the run
     delivery: asyncio.Task | None  # the run on the loop (set there): what cancel() cancels
+    span: Any         # the run's span (delayd.tracing), its request's parent; None with tracing off
 
 
 Done = Callable[[Any, tuple[Outcome, str] | None], None]
@@ -163,7 +165,10 @@ class Engine:
         try:
             ticket.started = time.monotonic()
             ticket.deadline = ticket.started + ticket.limit + GRACE
-            outcome, reachable = await self._request(task)
+            if ticket.span is None:
+                outcome, reachable = await self._request(task)
+            else:
+                outcome, reachable = await self._traced(task, ticket.span)
         finally:
             self.hosts.release(host, reachable)
         self.health.record(host, outcome.kind == "ok", outcome.error, self.hosts.open_for(host))
@@ -172,11 +177,20 @@ class Engine:
             callback_error = await asyncio.to_thread(self.runner.run_callback, task)
         return outcome, callback_error
 
-    async def _request(self, task: Task) -> tuple[Outcome, bool | None]:
-        """One request: (outcome, whether the host answered: True, False, or None unknown)."""
+    async def _traced(self, task: Task, run_span: Any) -> tuple[Outcome, bool | None]:
+        """_request in a child span of the run's, whose context the request carries (`traceparent`)."""
+        req = request.build(task)
+        with tracing.request_span(run_span, req.method, task.url or "", req.headers) as span:
+            outcome, reachable = await self._request(task, req)
+            if outcome.status:
+                span.set_attribute("http.response.status_code", outcome.status)
+            return outcome, reachable
+
+    async def _request(self, task: Task, req: request.Request | None = None) -> tuple[Outcome, bool | None]:
+        """One request (`req`, or the task's): (outcome, whether the host answered: True, False, or None unknown)."""
         timeout = float(task.timeout or self.config.url_timeout)
         cap = int(self.config.max_response_bytes)
-        req = request.build(task)
+        req = req or request.build(task)
         headers = req.headers
         keys = self.default_keys if task.signing_key is None else self.named_keys[task.signing_key]
         if keys:

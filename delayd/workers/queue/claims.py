@@ -23,6 +23,7 @@ import math
 import time
 from typing import Any, Callable
 
+from delayd import tracing
 from delayd.log import event
 from delayd.model import schedule
 from delayd.model.task import Task, TaskError
@@ -136,6 +137,7 @@ class Claims(QueueState):
             limit = self.timeout_of(task)
             url = bool(task.url)
             run = Run(task, bucket, at, math.inf if url else at + limit, limit, at, claimed.now, url)
+            run.span = tracing.start_run(task, claimed.now)
             self.in_hand[task.key] = run
             if url:
                 urls.append(run)

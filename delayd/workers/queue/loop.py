@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable
 
 from delayd import log as log_mod
+from delayd import tracing
 from delayd.config import Config
 from delayd.log import event
 from delayd.model.task import Task
@@ -50,6 +51,8 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             except TargetUnavailable as exc:
                 raise StartupFailure(f"preload: {exc}") from None
         super().__init__(config, heartbeat, log)
+        if problem := tracing.setup():  # OTEL_TRACES_EXPORTER: each run a span (delayd.tracing)
+            event(log, "tracing_unavailable", logging.WARNING, reason=problem)
         self.runner = Runner(config, self.store.transport)
         self.engine = Engine(config, self.runner)  # also runs async def targets for the pool's threads
         self.link = self.store.transport.link()
@@ -101,6 +104,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
                 break
         self.pool.stop()
         self.engine.close()
+        tracing.shutdown()
         event(log, "queue_stopped", queue=self.index)
 
     def next_event(self) -> Any:

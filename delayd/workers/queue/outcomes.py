@@ -15,6 +15,7 @@ import random
 import time
 from typing import Any, Callable, NamedTuple
 
+from delayd import tracing
 from delayd.log import event
 from delayd.model import attempts
 from delayd.model.task import RETRY_JITTER, Task
@@ -90,6 +91,8 @@ class Outcomes(QueueState):
             task.runs, run.claimed_ms + round((run.started - run.claimed) * 1000), elapsed_ms, kind, outcome.status,
             error or outcome.answer)
         wait_ms = math.ceil(wait * 1000) if wait else 0  # (up, never earlier)
+        if run.span is not None:
+            tracing.end_run(run.span, kind, error)
         self.finished.setdefault(run.bucket, []).append((run, Finish(
             task.key, task.claim, kind, gap_ms, error, next_due, wait_ms, attempt)))
 

@@ -35,6 +35,7 @@ class Run:
     abandoned: bool = False  # given up at its timeout; its thread retires when the handler returns
     returned: bool = False   # the handler returned in time; its result is on the way
     result: tuple[Outcome, str] | None = field(default=None, repr=False)
+    span: Any = field(default=None, repr=False)  # the run's span (delayd.tracing), None with tracing off
 
 
 def timeout_at(run: Run, now: float) -> float:
