@@ -32,6 +32,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
+from delayd.client.hosts import hosts_steps
 from delayd.config import Config
 from delayd.log import event
 from delayd.model.limit import per_second
@@ -41,6 +42,7 @@ from delayd.store import stats as stats_mod
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import PRIORITIES, recorded_buckets
 from delayd.store.transitions import Store
+from delayd.store.transport import Transport
 from delayd.version import __version__
 from delayd.workers.process import HANDLED_SIGNALS
 
@@ -48,6 +50,9 @@ log = logging.getLogger("delayd.metrics")
 
 # (kind, name, up, restarts, crash_looping) for each slot the master keeps alive
 Slots = Callable[[], Iterable[tuple[str, str, bool, int, bool]]]
+
+
+METRICS_HOSTS = 100  # URL hosts given series of their own: the most recently seen (and the disabled ones)
 
 
 def _le(bound: float) -> str:
@@ -65,7 +70,9 @@ class Collector:
         client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         try:
             buckets = recorded_buckets(client, self.config.prefix, self.config.buckets)
-            return stats_mod.collect(client, Store(client, self.config.prefix, buckets))
+            stats = stats_mod.collect(client, Store(client, self.config.prefix, buckets))
+            stats["host_health"] = Transport(client).run(hosts_steps(self.config.prefix, METRICS_HOSTS))
+            return stats
         except REDIS_ERRORS as exc:
             event(log, "metrics_redis_unavailable", logging.WARNING, redis=connection.where(self.config.redis_url),
                   error=str(exc))
@@ -168,7 +175,22 @@ class Collector:
 
 
 def host_families(stats: dict[str, Any]) -> Iterable[Any]:
-    """The URL hosts disabled now, and how many times hosts were disabled and enabled (delayd hosts)."""
+    """The URL hosts disabled now, how many times hosts were disabled and enabled, and each host's health
+    as `delayd hosts` shows it (the METRICS_HOSTS most recently seen: a bounded set of labels)."""
+    sent = GaugeMetricFamily("delayd_host_deliveries_last_hour", "URL requests sent to the host in the last hour",
+                             labels=["host"])
+    failed = GaugeMetricFamily("delayd_host_failures_last_hour", "URL requests to the host that failed in the "
+                               "last hour (an error, a timeout, a non-2xx answer)", labels=["host"])
+    failing = GaugeMetricFamily("delayd_host_failing", "1 while the host's last delivery failed (failing since "
+                                "its first failure after a success)", labels=["host"])
+    breaker = GaugeMetricFamily("delayd_host_breaker_open", "1 while the host's circuit is open (nothing is sent "
+                                "to it until the probe)", labels=["host"])
+    for h in stats.get("host_health", []):
+        sent.add_metric([h.host], h.deliveries)
+        failed.add_metric([h.host], h.failures)
+        failing.add_metric([h.host], 1 if h.failing_since is not None else 0)
+        breaker.add_metric([h.host], 1 if h.breaker == "open" else 0)
+    yield from (sent, failed, failing, breaker)
     hosts = stats.get("hosts", {})
     disabled = GaugeMetricFamily("delayd_host_disabled", "1 while the URL host is disabled (delayd hosts disable): "
                                  "its due tasks are set aside", labels=["host"])

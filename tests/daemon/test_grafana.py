@@ -78,11 +78,19 @@ def unknown_labels(found: list[tuple[str, str]], labels: dict[str, set[str]]) ->
 def test_every_metric_and_label_the_dashboard_queries_is_exposed(redis_url, client, daemon_factory):
     port = free_port()
     daemon_factory(redis_url, buckets=1, queues=1, DELAYD_METRICS_PORT=str(port))
-    # a run and a disabled host, so that the labelled series have samples whose labels can be checked
+    # a run, a disabled host and a failed delivery, so that the labelled series have samples whose labels
+    # can be checked
     client.add("grafana", 1, call="delayd.examples:noop")
     client.disable_host("http://shop.example")
-    wait_for(lambda: client.get("grafana", 1).status == "ok", 15, message="the run recorded")
+    dead = f"http://127.0.0.1:{free_port()}"
+    client.add("grafana", 2, url=f"{dead}/notify", persistent=False)
+    wait_for(lambda: client.get("grafana", 1).status == "ok" and client.get("grafana", 2).status == "failed", 15,
+             message="both runs recorded")
     text = scrape(port)
+    # The hosts' health, as `delayd hosts` shows it, one series per host.
+    assert f'delayd_host_failures_last_hour{{host="{dead}"}} 1.0' in text
+    assert f'delayd_host_failing{{host="{dead}"}} 1.0' in text
+    assert re.search(r'^delayd_host_deliveries_last_hour\{host="http://shop.example(:80)?"\} 0.0$', text, re.M)
     dashboard = json.loads(DASHBOARD.read_text())
     found = queries(dashboard)
     assert len(found) > 20
