@@ -77,6 +77,7 @@ BAD_SPECS = [
     ('{"call":"a:b","params":[1]}', "params: must be a JSON object"),
     ('{"call":"a:b","params":"x"}', "params: must be a JSON object"),
     ('{"call":"a:b","params":[null]}', "params: must be a JSON object"),
+    ('{"url":"http://a.example/","params":[]}', "params: must be a JSON object"),  # (cjson reads [] as {})
     ('[null]', "spec: is not a JSON object"),
     ('{"call":"a:b","persistent":1}', "persistent: must be true or false"),
     ('{"call":"a:b","timeout":0}', "timeout: must be a number > 0"),
@@ -301,6 +302,8 @@ def test_a_spec_of_a_call_alone_is_held_to_every_rule(r, store, spec, mode, valu
     ('{"call":"a:b","params":{"x":1},"params":[1]}', "delay", "params: must be a JSON object"),
     ('{"call":"a:b","callback":"c:d","params":null}', "delay", "params: must be a JSON object"),
     ('{"call":"a:b","params":[1]}', "delay", "params: must be a JSON object"),
+    ('{"call":"a:b","params":[]}', "delay", "params: must be a JSON object"),
+    ('{"call":"a:b","callback":"c:d","params":[ ]}', "delay", "params: must be a JSON object"),
     ('{"call":"a:b","params":{"x":1}', "delay", "spec: is not a JSON object"),
     ('{"call":"a:b","params":{"x":1}}}', "delay", "spec: is not a JSON object"),
     ('{"call":"a:b","params":{"x":"\xff"}}'.encode("latin-1"), "delay", "spec: is not valid UTF-8 text"),

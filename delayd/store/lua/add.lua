@@ -150,7 +150,7 @@ local function check_spec(spec, mode, recurs)
       local params = string.sub(spec, at + 10, -2)
       if string.find(params, '^[ -~]*$') then
         local decoded, t = pcall(cjson.decode, params)
-        fits = decoded and type(t) == 'table' and t[1] == nil
+        fits = decoded and type(t) == 'table' and t[1] == nil and string.byte(params, 1) == 123  -- `{`: not []
       end
     end
     if fits then
@@ -194,7 +194,9 @@ local function check_spec(spec, mode, recurs)
   end
   if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
   if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
-  if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil) then
+  -- (cjson decodes [] as it decodes {}: an empty one must be written as an object)
+  if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil
+      or next(t.params) == nil and not string.find(spec, '"params"%s*:%s*{')) then
     refuse('params', 'must be a JSON object')
   end
   if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
