@@ -131,29 +131,32 @@ class GroupCommit:
         future = loop.create_future()
         self.waiting.append((built, future))
         if len(self.writers) < WRITERS:
-            writer = loop.create_task(self._write())
-            self.writers.add(writer)
-            writer.add_done_callback(self.writers.discard)
+            self.writers.add(loop.create_task(self._write()))
         await future
 
     async def _write(self) -> None:
-        while self.waiting:
-            group = self.waiting[:MAX_BATCH]
-            del self.waiting[:MAX_BATCH]
-            outcome: BaseException | None = None
-            try:
-                await self.client.add_built([built for built, _ in group])
-            except AddInterrupted as exc:  # (which of the group were written is unknown: adding again is safe)
-                outcome = RedisUnavailable(exc.reason)
-            except Exception as exc:
-                outcome = exc
-            for _, future in group:
-                if future.done():  # (a request given up meanwhile)
-                    continue
-                if outcome is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(outcome)
+        try:
+            while self.waiting:
+                group = self.waiting[:MAX_BATCH]
+                del self.waiting[:MAX_BATCH]
+                outcome: BaseException | None = None
+                try:
+                    await self.client.add_built([built for built, _ in group])
+                except AddInterrupted as exc:  # (which of the group were written is unknown: adding again is safe)
+                    outcome = RedisUnavailable(exc.reason)
+                except Exception as exc:
+                    outcome = exc
+                for _, future in group:
+                    if future.done():  # (a request given up meanwhile)
+                        continue
+                    if outcome is None:
+                        future.set_result(None)
+                    else:
+                        future.set_exception(outcome)
+        finally:
+            # Out of `writers` at once, not by a done callback (run an iteration later): an add arriving in
+            # between would count this finished writer as busy and, every writer so, wait for ever.
+            self.writers.discard(asyncio.current_task())
 
 
 async def add(client: AsyncClient, body: bytes, commit: GroupCommit | None = None,

@@ -18,7 +18,8 @@ from redis_server import free_port
 from test_web_hardening import MiB, post_unread
 from web_helper import TOKEN, Web, logged_in
 
-from delayd import Client
+from delayd import AsyncClient, Client
+from delayd.web.producers import GroupCommit
 
 pytestmark = pytest.mark.system
 
@@ -290,3 +291,15 @@ def test_the_requests_traceparent_header_goes_with_the_tasks_that_give_none(prod
     answer = producer.post("/api/tasks", json={**TASK, "id": 46, "traceparent": header.upper()}, headers=sent)
     assert answer.status_code == 400 and answer.json()["error"].startswith("traceparent must be W3C's 00-<32 hex>")
     assert keys(r) == before
+
+
+def test_a_writer_that_finished_is_not_counted_busy(redis_url):
+    """GroupCommit: a writer leaves `writers` as it finishes, not an event-loop turn later (a done
+    callback): an add arriving in that turn, every writer so counted, would start none and wait for
+    ever (seen: one of 200 concurrent single adds timed out in CI)."""
+    async def scenario() -> list:
+        async with AsyncClient.from_url(redis_url) as c:
+            commit = GroupCommit(c)
+            await commit.add(c.build("t", 1, call="a:b"))
+            return [writer for writer in commit.writers if writer.done()]
+    assert asyncio.run(scenario()) == []
