@@ -41,8 +41,9 @@ def exporter_names(env: Mapping[str, str] = os.environ) -> list[str]:
 def current() -> tuple[str, str] | None:
     """The current span's (traceparent, tracestate), or None: no valid current span, or a process
     that never loaded OpenTelemetry's API (which then has no span)."""
-    api = sys.modules.get("opentelemetry.trace")
-    if api is None:
+    api, contexts = sys.modules.get("opentelemetry.trace"), sys.modules.get("opentelemetry.context")
+    # (an empty context holds no span: the usual case where a library, e.g. redis-py, loaded the API)
+    if api is None or contexts is None or not contexts.get_current():
         return None
     context = api.get_current_span().get_span_context()
     if not context.is_valid:
