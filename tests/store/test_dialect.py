@@ -138,7 +138,8 @@ def test_a_promoted_replica_has_the_library(primary_and_replica):  # noqa: F811 
     """A failover: the library came to the replica by replication (functions are replicated; the
     script cache is not), so once promoted it runs the calls without a load."""
     primary, replica = primary_and_replica
-    Client.from_url(primary.url).add("t", 1, call="a:b")
+    # durable: the add returns once the replica has it, so the promotion below cannot outrun it
+    Client.from_url(primary.url).add("t", 1, call="a:b", durable=True)
     rr = replica.client()
     rr.replicaof("NO", "ONE")
     rr.config_resetstat()
