@@ -12,6 +12,11 @@ from delayd.store import lua_lib, resp
 # Scripts that write nothing: their functions are flagged `no-writes` and called with FCALL_RO, which
 # a replica serves and an out-of-memory server still runs.
 READ_ONLY = frozenset({"browse", "stats"})
+# Scripts that run on a server out of memory (maxmemory, noeviction): a delete is how an operator frees
+# memory, so its function is flagged `allow-oom` (a soft delete's few writes may then go over the limit).
+# EVALSHA (6.2) refuses a script only at a first write that needs memory, which delete's first writes
+# (HDEL, ZREM) do not; a function without the flag is refused whole before it starts.
+ALLOW_OOM = frozenset({"delete"})
 
 
 class Script:
@@ -57,7 +62,7 @@ class Library:
 
 def _registration(script: Script) -> str:
     """The script's source as the body of a registered function (KEYS and ARGV its arguments)."""
-    flags = "'no-writes'" if script.read_only else ""
+    flags = "'no-writes'" if script.read_only else "'allow-oom'" if script.name in ALLOW_OOM else ""
     return (f"redis.register_function{{function_name='{script.function}', flags={{{flags}}}, "
             f"callback=function(KEYS, ARGV)\n{script.source}\nend}}\n")
 

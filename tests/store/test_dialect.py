@@ -42,8 +42,8 @@ def test_calls_go_as_functions_where_the_server_has_them_else_by_evalsha(client,
         assert calls["evalsha"] == calls["eval"] == 0 and calls["fcall"] >= 2 and calls["fcall_ro"] >= 1, calls
         [library] = r.function_list(library=dialect.LIBRARY.name)
         functions = {f["name"]: set(f["flags"]) for f in _fields(library)["functions"]}
-        assert functions == {s.function: ({"no-writes"} if s.name in ("browse", "stats") else set())
-                             for s in SCRIPTS.values()}
+        flags = {"browse": {"no-writes"}, "stats": {"no-writes"}, "delete": {"allow-oom"}}
+        assert functions == {s.function: flags.get(s.name, set()) for s in SCRIPTS.values()}
     else:
         assert calls["fcall"] == calls["fcall_ro"] == 0 and calls["evalsha"] >= 3, calls
 
