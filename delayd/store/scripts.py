@@ -41,14 +41,14 @@ class Script:
 
 
 class Library:
-    """The scripts as one function library (`FUNCTION LOAD`), named after a hash of their sources:
+    """The scripts as one function library (`FUNCTION LOAD`), named after a hash of their sources and flags:
     `delayd_<hash>`, its functions `delayd_<hash>_<script>`. Function names are global to a server,
     so two delayd builds sharing a Redis each call their own scripts, and builds whose scripts are
     the same share one library. A library no build uses any more stays until `FUNCTION DELETE`."""
 
     def __init__(self, scripts: Iterable[Script]):
         scripts = sorted(scripts, key=lambda s: s.name)
-        digest = hashlib.sha1("".join(f"{s.name}\0{s.source}\0" for s in scripts).encode()).hexdigest()
+        digest = hashlib.sha1("".join(f"{s.name}\0{s.source}\0{_flags(s)}\0" for s in scripts).encode()).hexdigest()
         self.name = f"delayd_{digest[:16]}"
         for script in scripts:
             script.function = f"{self.name}_{script.name}"
@@ -60,10 +60,14 @@ class Library:
         return resp.pack(("FUNCTION", "LOAD", "REPLACE", self.code))
 
 
+def _flags(script: Script) -> str:
+    """The function's flags, as Lua table items (part of the library's name: a change loads a new library)."""
+    return "'no-writes'" if script.read_only else "'allow-oom'" if script.name in ALLOW_OOM else ""
+
+
 def _registration(script: Script) -> str:
     """The script's source as the body of a registered function (KEYS and ARGV its arguments)."""
-    flags = "'no-writes'" if script.read_only else "'allow-oom'" if script.name in ALLOW_OOM else ""
-    return (f"redis.register_function{{function_name='{script.function}', flags={{{flags}}}, "
+    return (f"redis.register_function{{function_name='{script.function}', flags={{{_flags(script)}}}, "
             f"callback=function(KEYS, ARGV)\n{script.source}\nend}}\n")
 
 
