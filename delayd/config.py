@@ -171,8 +171,9 @@ class Config:
             if not 0 < value <= limit:
                 raise ConfigError(f"{name} must be > 0 and <= {limit:g}, got {value!r}")
 
-        for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096), ("url_concurrency", 100_000),
-                            ("url_host_concurrency", 100_000), ("url_breaker_failures", 1_000_000)):
+        for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096),
+                            ("url_concurrency", 100_000), ("url_host_concurrency", 100_000),
+                            ("url_breaker_failures", 1_000_000)):
             positive(name, limit)
         for name in ("url_breaker_cooldown", "url_retry_after_max", "retry_max_delay"):
             positive(name)
@@ -280,7 +281,8 @@ NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
           "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
-SECRETS = frozenset({"url_signing_secret", "url_signing_keys", "web_token", "producer_token"})  # never quoted in an error
+# the options whose values an error never quotes
+SECRETS = frozenset({"url_signing_secret", "url_signing_keys", "web_token", "producer_token"})
 LIST_SEPARATORS = {"pythonpath": ":"}  # how a variable spells a list; the others are comma-separated
 
 
