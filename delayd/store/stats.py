@@ -201,7 +201,8 @@ def summary(answers: list[list[Any]]) -> dict[str, Any]:
         truncated = truncated or bool(int(trunc))
         per_bucket.append({
             "bucket": b, "waiting": mine["waiting"], "ready": {str(p): mine[f"ready:{p}"] for p in PRIORITIES},
-            "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"], "deleted": mine["deleted"],
+            "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"],
+            "deleted": mine["deleted"],
             "quarantined": int(q), "next_due_at": _due_at(head),
         })
 

@@ -102,7 +102,8 @@ class Store:
         start = self._add_starts.get((keys.bucket, nx))
         if start is None:
             lead_keys, lead_args = add_keys(keys), [int(nx), keys.wake_channel]
-            start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, SCRIPTS["add"].head(lead_keys, lead_args))
+            head = SCRIPTS["add"].head(lead_keys, lead_args)
+            start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, head)
         lead_keys, lead_args, head = start
         task_keys, args = self.add_args(keys, tasks)
         return ScriptCall(SCRIPTS["add"], lead_keys + task_keys, lead_args + args, head)
