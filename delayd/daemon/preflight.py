@@ -38,13 +38,18 @@ def check_redis(config: Config) -> None:
         event(log, "redis_server", server=server)
         try:
             policy = transport.send(command("CONFIG GET", "maxmemory-policy")).get("maxmemory-policy", "noeviction")
+            compact = transport.send(command("CONFIG GET", "hash-max-ziplist-value")).get("hash-max-ziplist-value")
         except ResponseError as exc:  # managed Redis often renames or disables CONFIG: the policy is unknown
-            policy = None
+            policy = compact = None
             event(log, "redis_policy_unknown", server=server, reason=str(exc),
                   advice="CONFIG is refused: make sure maxmemory-policy is noeviction or tasks can be evicted")
         if policy not in (None, "noeviction"):
             event(log, "redis_may_evict", logging.WARNING, server=server, maxmemory_policy=policy,
                   advice="set maxmemory-policy noeviction or tasks can be evicted")
+        if compact is not None and compact.isdigit() and int(compact) < embedded.RECORD_VALUE_BYTES:
+            event(log, "redis_records_not_compact", server=server, hash_max_listpack_value=int(compact),
+                  advice=f"set hash-max-listpack-value {embedded.RECORD_VALUE_BYTES}: a task whose spec is over "
+                         f"{compact} bytes takes about 1.7 times the memory (README, Redis settings)")
         if not info.get("aof_enabled"):
             event(log, "redis_not_durable", logging.WARNING, server=server,
                   advice="enable appendonly yes (appendfsync everysec) or a Redis restart loses tasks")

@@ -55,6 +55,24 @@ def test_preflight_names_the_server_and_warns_about_eviction_and_no_aof(redis_ur
     assert warnings(caplog) == {}  # noeviction and AOF: nothing to warn about
 
 
+def test_preflight_notes_a_setting_that_makes_larger_records_take_more_memory(redis_url, r, caplog):
+    """Redis's default hash-max-listpack-value (64) keeps a record compact only while its spec is short:
+    a note (not a warning) says what to set; at the embedded Redis's 1024, nothing is said."""
+    caplog.set_level(logging.INFO, logger="delayd.master")
+    r.config_set("hash-max-ziplist-value", 64)
+    check_redis(load())
+    (noted,) = [rec.fields for rec in caplog.records if rec.getMessage() == "redis_records_not_compact"]
+    assert noted["hash_max_listpack_value"] == 64 and "hash-max-listpack-value 1024" in noted["advice"]
+    assert "redis_records_not_compact" not in warnings(caplog)
+    caplog.clear()
+    r.config_set("hash-max-ziplist-value", 1024)
+    try:
+        check_redis(load())
+    finally:
+        r.config_set("hash-max-ziplist-value", 64)
+    assert not [rec for rec in caplog.records if rec.getMessage() == "redis_records_not_compact"]
+
+
 @pytest.fixture
 def renamed(request):
     """A redis-server of its own with `request.param` renamed away (as managed Redis does to CONFIG)."""
