@@ -30,7 +30,6 @@ NO_KEYS = ("TIME", "PUBLISH")
 # Keys still derived inside the scripts (Lua patterns, matched against the key), by script. Each is a
 # data-dependent key the caller cannot name before the call: see docs/redis-layout.md.
 CORRUPT = ("corrupt$", "a key of the wrong type renamed aside (`<key>:corrupt`)")
-WINDOW = ("}:w:m?:?%d+$", "a run-event window hash, named from Redis's clock (`P{N}:w:<n>`, `P{N}:w:m:<n>`)")
 TASK = ("}:t:", "a task record whose member the script pops from an index (`P{N}:t:<member>`)")
 PARKED = ("}:paused:", "a paused topic's parked set, the topic read from the `paused` hash or a popped member")
 HELD = ("}:limited:", "a limited topic's held set, the topic read from `limited` or a popped member")
@@ -40,9 +39,9 @@ OTHER_LIMITED = ("}:limited$", "another bucket's `limited` zset, woken by a free
                  "`P{limits}:where:<topic>`)")
 KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
     "add": (CORRUPT,),
-    "promote": (CORRUPT, WINDOW, TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
-    "claim": (CORRUPT, WINDOW, TASK, PARKED, HELD, LIMITS),
-    "finish": (CORRUPT, WINDOW),
+    "promote": (CORRUPT, TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
+    "claim": (CORRUPT, TASK, PARKED, HELD, LIMITS),
+    "finish": (CORRUPT,),
     "renew": (CORRUPT,),
     "delete": (CORRUPT,),
     "retry": (CORRUPT,),
@@ -50,7 +49,7 @@ KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
     "park": (CORRUPT, TASK),
     "resume": (CORRUPT,),
     "aside": (CORRUPT,),
-    "stats": (CORRUPT, WINDOW, TASK),
+    "stats": (TASK,),
     "register": (CORRUPT,),
     "limit": (CORRUPT,),
     "hosts": (CORRUPT,),

@@ -129,10 +129,13 @@ class BucketKeys:
         """Hash `<event>|<topic>` -> runs by outcome, starts, lateness buckets, since the start."""
         return self.tag + "totals"
 
-    @property
+    @cached_property
     def window_prefix(self) -> str:
-        """`P{N}:w:<n>`: the same events as totals for the 10-second window n (expires)."""
         return self.tag + "w:"
+
+    def window(self, window: int) -> str:
+        """`P{N}:w:<n>`: the same events as totals for the 10-second window n (Unix ms // 10000; expires)."""
+        return f"{self.window_prefix}{window}"
 
     def minute(self, minute: int) -> str:
         """`P{N}:w:m:<minute>`: run events of that minute (Unix ms // 60000), for the dashboard's

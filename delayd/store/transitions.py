@@ -36,6 +36,7 @@ from delayd.store.replies import (
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall, Steps, Stream
 from delayd.store.transport import Transport, is_cluster
+from delayd.store.windows import RedisClock, run_windows
 
 # Parked tasks moved back per resume.lua call (a few ms of Redis time each, whatever the backlog).
 RESUME_BATCH = 1000
@@ -58,6 +59,7 @@ class Store:
         self.prefix = prefix
         self.buckets = buckets
         self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
+        self.clock = RedisClock()  # to name the run-event windows a call declares (delayd.store.windows)
         self._add_starts: dict[tuple[int, bool], tuple[list[str], list[Any], Any]] = {}
         # The daemon's scripts read limits on a single Redis only ('': Redis Cluster, none; see
         # docs/redis-layout.md, "Limits").
@@ -227,10 +229,10 @@ class Store:
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
-             keys.limited],
-            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix,
-             self.limits],
+             keys.limited, *run_windows(keys, self.clock)],
+            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, self.limits],
         ))
+        self.clock.observe(clock_us / 1000)
         return Promoted(moved, reaped, next_due, next_lease, clock_us, bool(full))
 
     # -- queue process ---------------------------------------------------------------
@@ -241,13 +243,12 @@ class Store:
         return ScriptCall(SCRIPTS["claim"],
                           [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
                            keys.done("failed"), keys.quarantine, keys.limited, keys.paused, keys.aside,
-                           *([self.hosts_off] if url and self.hosts_off else [])],
-                          [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix,
-                           retention_ms, self.limits, bucket, ready_channel(self.prefix),
-                           f"u{bucket}" if url else bucket])
+                           *run_windows(keys, self.clock), *([self.hosts_off] if url and self.hosts_off else [])],
+                          [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, retention_ms, self.limits,
+                           bucket, ready_channel(self.prefix), f"u{bucket}" if url else bucket])
 
-    @staticmethod
-    def claimed(reply: list[Any]) -> Claimed:
+    def claimed(self, reply: list[Any]) -> Claimed:
+        self.clock.observe(reply[0])
         return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
                                   for i in range(1, len(reply), CLAIMED_FIELDS)])
 
@@ -260,7 +261,7 @@ class Store:
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]
         task_keys: list[Any] = []
-        args: list[Any] = [retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept, self.limits]
+        args: list[Any] = [retention_ms, keys.wake_channel, attempts_kept, self.limits]
         for entry in results:
             member, claim, outcome, gap_ms, error, next_due, wait_ms, attempt = (
                 entry if len(entry) == FINISH_FIELDS else Finish(*entry))
@@ -268,7 +269,8 @@ class Store:
             args += (wire(member), claim, outcome, gap_ms, wire(error), next_due, wait_ms, wire(attempt))
         topics = (topic_of(entry[0]) for entry in results)
         return ScriptCall(SCRIPTS["finish"], [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
-                                              keys.quarantine, keys.counts, keys.totals, keys.recurring, *task_keys,
+                                              keys.quarantine, keys.counts, keys.totals, keys.recurring,
+                                              *run_windows(keys, self.clock), *task_keys,
                                               *self.limit_keys(topics, wakes=True)], args)
 
     @staticmethod

@@ -86,7 +86,7 @@ local counts, runs = {}, {}
 local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
 local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
 local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
-local MINUTE_MS = 60000       -- and one per minute, '<window_prefix>m:<n>', for the dashboard's
+local MINUTE_MS = 60000       -- and one per minute, `P{N}:w:m:<n>`, for the dashboard's
 local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
 local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 
@@ -277,13 +277,23 @@ local function flush_counts(counts_key)
   end
 end
 
+-- Of two declared consecutive window keys (`first` ends in its number n, `second` is n + 1) the one
+-- of `now`, or the nearer one when `now` is in neither: the caller names them from its estimate of
+-- Redis's clock (delayd.store.windows), which the clock in the script's reply corrects.
+local function declared_window(first, second, now, width)
+  local n = tonumber(string.match(first, '(%d+)$'))
+  if n and math.floor(now / width) > n then return second end
+  return first
+end
+
 -- Write what the script counted: state counts (flush_counts); run events to the
--- lifetime totals and to the 10-second window of `now` (which expires).
-local function flush_stats(counts_key, totals_key, window_prefix, now)
+-- lifetime totals and to the 10-second window and the minute of `now` (which expire), from
+-- the declared keys KEYS[w] .. KEYS[w + 3]: windows n, n + 1 and minutes m, m + 1.
+local function flush_stats(counts_key, totals_key, w, now)
   flush_counts(counts_key)
   if next(runs) then
-    local window = window_prefix .. math.floor(now / WINDOW_MS)
-    local minute = window_prefix .. 'm:' .. math.floor(now / MINUTE_MS)
+    local window = declared_window(KEYS[w], KEYS[w + 1], now, WINDOW_MS)
+    local minute = declared_window(KEYS[w + 2], KEYS[w + 3], now, MINUTE_MS)
     -- The script that makes a window or minute hash sees a counter equal to its change
     -- and sets its expiry; later scripts (counters already there) leave it as it is.
     local new_window, new_minute = false, false
