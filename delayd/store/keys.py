@@ -120,6 +120,12 @@ class BucketKeys:
         return wire(f"{self.limited}:{topic}")
 
     @property
+    def corrupt(self) -> str:
+        """Hash of the bucket's keys found of the wrong type and set aside (lua/_lib.lua, set_aside):
+        `<key>` -> its DUMP, `<key>|why` -> when and why; the last 16 kept."""
+        return self.tag + "corrupt"
+
+    @property
     def counts(self) -> str:
         """Hash `<state>|<topic>` -> tasks in that state (kept in step by every script)."""
         return self.tag + "counts"
@@ -173,6 +179,11 @@ def host_key(prefix: str, origin: str) -> str:
 def hosts_off_key(prefix: str) -> str:
     """Hash origin -> when (ms) of the URL hosts disabled (delayd hosts disable), read by claim.lua."""
     return f"{prefix}{{hosts}}:off"
+
+
+def hosts_corrupt_key(prefix: str) -> str:
+    """The host keys' set-aside hash (as BucketKeys.corrupt, for the `{hosts}` slot)."""
+    return f"{prefix}{{hosts}}:corrupt"
 
 
 def host_events_key(prefix: str) -> str:

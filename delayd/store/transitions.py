@@ -12,6 +12,7 @@ from delayd.store.keys import (
     bucket_of,
     host_events_key,
     host_key,
+    hosts_corrupt_key,
     hosts_off_key,
     hosts_seen_key,
     limits_prefix,
@@ -47,7 +48,7 @@ PARK_CHUNK = 1000
 def add_keys(keys: BucketKeys) -> list[str]:
     """add.lua's leading KEYS: the bucket's keys it may touch (docs/protocol.md)."""
     return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
-            keys.done("deleted"), keys.quarantine, keys.paused]
+            keys.done("deleted"), keys.quarantine, keys.paused, keys.corrupt]
 
 
 class Store:
@@ -76,6 +77,7 @@ class Store:
         named = [self.limits + "conf"]
         for topic in dict.fromkeys(topics):
             named += [wire(f"{self.limits}{kind}:{topic}") for kind in ("tat", "run", "where")]
+        named.append(self.limits + "corrupt")  # (their set-aside hash, as BucketKeys.corrupt)
         return named + ([keys.limited for keys in self.keys] if wakes else [])
 
     @cached_property
@@ -118,7 +120,7 @@ class Store:
         return bool((yield ScriptCall(
             SCRIPTS["delete"],
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member))],
+             keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member)), keys.corrupt],
             [wire(member), int(hard), retention_ms],
         )))
 
@@ -126,7 +128,8 @@ class Store:
         """retry.lua for `member`: a `status` task (and, for a replay, one that finished in `span`, ms)."""
         keys = self.keys_for(member)
         return ScriptCall(SCRIPTS["retry"],
-                          [keys.task(member), keys.delayed, keys.done(status), keys.counts, keys.quarantine],
+                          [keys.task(member), keys.delayed, keys.done(status), keys.counts, keys.quarantine,
+                           keys.corrupt],
                           [wire(member), keys.wake_channel, status, *(span or ())])
 
     def retry_steps(self, member: str) -> Steps[int]:
@@ -141,7 +144,7 @@ class Store:
     def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)
         code, status = yield ScriptCall(SCRIPTS["run_now"], [keys.task(member), keys.delayed, keys.paused, keys.counts,
-                                                             keys.parked(topic_of(member))],
+                                                             keys.parked(topic_of(member)), keys.corrupt],
                                         [wire(member), keys.wake_channel])
         return RunNow(int(code), status)
 
@@ -153,14 +156,14 @@ class Store:
         were flagged, so the pause finishes it (for its own generation and older only)."""
         generation = ""
         for keys in self.keys:
-            generation = int((yield ScriptCall(SCRIPTS["pause"], [keys.paused], [topic, generation])))
+            generation = int((yield ScriptCall(SCRIPTS["pause"], [keys.paused, keys.corrupt], [topic, generation])))
         parked = 0
         for keys in self.keys:
             for ready in (*keys.ready, *keys.ready_url):
                 position = 0
                 while position >= 0:
                     moved, position = yield ScriptCall(
-                        SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic)],
+                        SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic), keys.corrupt],
                         [keys.task_prefix, topic, generation, position, PARK_CHUNK])
                     parked, position = parked + int(moved), int(position)
                 if position == -2:  # resumed here by a later resume
@@ -176,7 +179,7 @@ class Store:
         pause of `generation` or later holds the bucket (None: a new resume, its generation taken here)."""
         keys = self.keys[bucket]
         moved, left, generation, overtaken = yield ScriptCall(
-            SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts, keys.parked(topic)],
+            SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts, keys.parked(topic), keys.corrupt],
             [topic, keys.wake_channel, batch, "" if generation is None else generation])
         return Resumed(int(moved), int(left), int(generation), bool(overtaken))
 
@@ -200,7 +203,8 @@ class Store:
         """'disable' or 'enable' URL hosts (host_switch.lua); how many changed."""
         health = [wire(host_key(self.prefix, origin)) for origin in origins] if action == "enable" else []
         return int((yield ScriptCall(SCRIPTS["host_switch"],
-                                     [hosts_off_key(self.prefix), host_events_key(self.prefix), *health],
+                                     [hosts_off_key(self.prefix), host_events_key(self.prefix),
+                                      hosts_corrupt_key(self.prefix), *health],
                                      [action, *origins])))
 
     def enable_steps(self) -> Steps[int]:
@@ -210,7 +214,7 @@ class Store:
         set aside again when claimed. Returns how many went back."""
         moved = 0
         for keys in self.keys:
-            topics = yield ScriptCall(SCRIPTS["aside"], [keys.aside], [])
+            topics = yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.corrupt], [])
             for topic in topics:
                 while True:  # generation 0: older than any pause, so a paused topic is left as it is
                     step = yield from self.resume_batch_steps(keys.bucket, topic, generation=0)
@@ -218,7 +222,7 @@ class Store:
                     if step.overtaken or not step.left:
                         break
             if topics:  # forgets the topics emptied
-                yield ScriptCall(SCRIPTS["aside"], [keys.aside, *map(keys.parked, topics)],
+                yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.corrupt, *map(keys.parked, topics)],
                                  list(map(wire, topics)))
         return moved
 
@@ -229,7 +233,7 @@ class Store:
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
-             keys.limited, *run_windows(keys, self.clock)],
+             keys.limited, *run_windows(keys, self.clock), keys.corrupt],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, self.limits],
         ))
         self.clock.observe(clock_us / 1000)
@@ -243,7 +247,8 @@ class Store:
         return ScriptCall(SCRIPTS["claim"],
                           [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
                            keys.done("failed"), keys.quarantine, keys.limited, keys.paused, keys.aside,
-                           *run_windows(keys, self.clock), *([self.hosts_off] if url and self.hosts_off else [])],
+                           *run_windows(keys, self.clock), keys.corrupt,
+                           *([self.hosts_off] if url and self.hosts_off else [])],
                           [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, retention_ms, self.limits,
                            bucket, ready_channel(self.prefix), f"u{bucket}" if url else bucket])
 
@@ -270,7 +275,7 @@ class Store:
         topics = (topic_of(entry[0]) for entry in results)
         return ScriptCall(SCRIPTS["finish"], [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
                                               keys.quarantine, keys.counts, keys.totals, keys.recurring,
-                                              *run_windows(keys, self.clock), *task_keys,
+                                              *run_windows(keys, self.clock), keys.corrupt, *task_keys,
                                               *self.limit_keys(topics, wakes=True)], args)
 
     @staticmethod
@@ -289,7 +294,7 @@ class Store:
         args: list[Any] = [lease_ms, self.limits]
         for member, claim in runs:
             args += [wire(member), claim]
-        return ScriptCall(SCRIPTS["renew"], [keys.leases, *(keys.task(member) for member, _ in runs),
+        return ScriptCall(SCRIPTS["renew"], [keys.leases, keys.corrupt, *(keys.task(member) for member, _ in runs),
                                              *self.limit_keys((topic_of(member) for member, _ in runs), wakes=False)],
                           args)
 
@@ -301,7 +306,8 @@ class Store:
         """hosts.lua: fold one process's per-host delivery tallies (delayd.targets.url.health.Tally,
         by origin) into the hosts' health in Redis (`delayd hosts`), disabling a host failing for
         `disable_after_ms` (0: never; url_disable_after)."""
-        keys: list[Any] = [hosts_seen_key(self.prefix), hosts_off_key(self.prefix), host_events_key(self.prefix)]
+        keys: list[Any] = [hosts_seen_key(self.prefix), hosts_off_key(self.prefix), host_events_key(self.prefix),
+                           hosts_corrupt_key(self.prefix)]
         args: list[Any] = []
         for origin, t in tallies.items():
             keys.append(wire(host_key(self.prefix, origin)))

@@ -36,13 +36,47 @@ local function key_type(key)
   return redis.call('TYPE', key)['ok']
 end
 
+-- Keys set aside (expect) kept per slot, the oldest dropped first; a DUMP larger than this is not
+-- kept (only why the key was set aside is).
+local CORRUPT_KEPT, CORRUPT_DUMP_MAX = 16, 1048576
+
+-- Set `key` (found a `found` where a `kind` belongs) aside in the hash `<tag>corrupt` of its slot
+-- (`P{N}:corrupt`, `P{limits}:corrupt`, ...; every call that may do so passes it in KEYS): field
+-- `<key>` its DUMP (RESTORE brings it back under any name), `<key>|why` '<ms> a <found> where a <kind>
+-- belongs'; then the key is deleted. A set-aside hash that is not a hash, or full of fields that are
+-- not ours, is deleted first.
+local function set_aside(key, found, kind)
+  local aside = string.match(key, '^[^{]*{[^}]*}:') .. 'corrupt'
+  local payload = redis.call('DUMP', key)
+  local why = now_ms() .. ' a ' .. found .. ' where a ' .. kind .. ' belongs'
+  if #payload > CORRUPT_DUMP_MAX then
+    why = why .. ' (its DUMP of ' .. #payload .. ' bytes is not kept)'
+    payload = ''
+  end
+  local fields = redis.pcall('HKEYS', aside)
+  if fields['err'] then
+    redis.call('DEL', aside)
+    fields = {}
+  end
+  if #fields >= 2 * CORRUPT_KEPT and redis.call('HEXISTS', aside, key) == 0 then
+    local oldest, oldest_at = nil, math.huge
+    for _, field in ipairs(fields) do
+      local at = string.sub(field, -4) == '|why' and int_of(string.match(redis.call('HGET', aside, field) or '', '^%d+'))
+      if at and at < oldest_at then oldest, oldest_at = string.sub(field, 1, -5), at end
+    end
+    if oldest then redis.call('HDEL', aside, oldest, oldest .. '|why') else redis.call('DEL', aside) end
+  end
+  redis.call('HSET', aside, key, payload, key .. '|why', why)
+  redis.call('DEL', key)
+end
+
 -- Each key that exists with another type than `kind` (a string where a sorted set
--- belongs) is renamed aside to `<key>:corrupt`, kept for a person to look at; the
--- script then goes on as if the key were empty, instead of failing on WRONGTYPE.
+-- belongs) is set aside (set_aside), kept for a person to look at; the script then
+-- goes on as if the key were empty, instead of failing on WRONGTYPE.
 local function expect(kind, ...)
   for _, key in ipairs({...}) do
     local t = key_type(key)
-    if t ~= kind and t ~= 'none' then redis.call('RENAME', key, key .. ':corrupt') end
+    if t ~= kind and t ~= 'none' then set_aside(key, t, kind) end
   end
 end
 

@@ -1,6 +1,7 @@
 -- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
 -- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited, paused, aside,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), then for URL lists on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster)
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
+--       then for URL lists on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster)
 -- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
 --       retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       bucket id, ready channel, its message for these lists ('N' or 'uN')
@@ -39,8 +40,8 @@ local lp, bucket = ARGV[9], ARGV[10]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
 local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if KEYS[16] then
-  local origins = redis.pcall('HKEYS', KEYS[16])
+if KEYS[17] then
+  local origins = redis.pcall('HKEYS', KEYS[17])
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
     off = {}
     for _, origin in ipairs(origins) do off[origin] = true end

@@ -1,6 +1,7 @@
 -- finish: record the outcome of a batch of runs of one bucket.
 -- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), then each run's record,
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
+--       then each run's record,
 --       then on a single Redis the limits' keys of the runs' topics and every bucket's limited (Store.limit_keys)
 -- ARGV: retention (ms), wake channel,
 --       attempts kept (the delivery log's length), limits prefix (P{limits}:, or '' on Redis
@@ -69,7 +70,7 @@ local freed = nil  -- topic -> members whose slot this call frees
 for i = 5, #ARGV, 8 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
-  local task_key = KEYS[13 + (i - 5) / 8]
+  local task_key = KEYS[14 + (i - 5) / 8]
   local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts')
   if r and r[1] == claim and r[2] == 'running' then
     local topic = topic_of(member)

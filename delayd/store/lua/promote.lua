@@ -2,7 +2,7 @@
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
 --       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats)
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside)
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       limits prefix (P{limits}:, or '' on Redis Cluster)
 -- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
