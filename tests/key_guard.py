@@ -47,7 +47,7 @@ KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
     "delete": (CORRUPT,),
     "retry": (CORRUPT,),
     "run_now": (CORRUPT,),
-    "park": (CORRUPT, TASK),
+    "park": (CORRUPT,),
     "resume": (CORRUPT,),
     "aside": (CORRUPT,),
     "stats": (CORRUPT, WINDOW, TASK),
