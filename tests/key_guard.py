@@ -50,7 +50,7 @@ KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
     "park": (CORRUPT,),
     "resume": (CORRUPT,),
     "aside": (CORRUPT,),
-    "stats": (CORRUPT, WINDOW, TASK),
+    "stats": (CORRUPT, WINDOW),
     "register": (CORRUPT,),
     "limit": (CORRUPT,),
     "hosts": (CORRUPT,),
