@@ -39,8 +39,6 @@ OTHER_LIMITED = ("}:limited$", "another bucket's `limited` zset, woken by a free
 KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
     "promote": (TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
     "claim": (TASK, PARKED, HELD, LIMITS),
-    "park": (TASK,),
-    "stats": (TASK,),
 }
 
 

@@ -1,12 +1,15 @@
 """Tests' shortcuts to the store's transitions (delayd.store.transitions.Store) on a real Redis:
-claim and promote with the daemon's defaults, read a task's record. Shared by the store, CLI,
-workers and web tests."""
+claim and promote with the daemon's defaults, read a task's record, run an operation with another
+actor acting between two of its calls. Shared by the store, CLI, workers and web tests."""
 from __future__ import annotations
 
 import json
 
 from delayd.store.replies import Promoted
+from delayd.store.scripts import SCRIPTS
+from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
+from delayd.store.transport import Transport
 
 DAY_MS = 86400 * 1000
 QUOTAS = (5, 3, 2)
@@ -27,3 +30,30 @@ def promote_all(store: Store, bucket=0, retention_ms=DAY_MS) -> Promoted:
 
 def record(r, store: Store, member: str) -> dict:
     return r.hgetall(store.keys_for(member).task(member))
+
+
+def calls_of(script: str, n: int | None = None):
+    """A test of a request: true for each call of the named script, or for its n-th only."""
+    seen = [0]
+
+    def test(request) -> bool:
+        if not (isinstance(request, ScriptCall) and request.script is SCRIPTS[script]):
+            return False
+        seen[0] += 1
+        return n is None or seen[0] == n
+    return test
+
+
+def interleaved(r, operation, when, then):
+    """Run a Client operation (its steps) on `r`, calling then() right after the request for which
+    when(request) is true was answered: another operator acting between two of its calls.
+    Returns the operation's result; its exception is raised."""
+    reply, transport = None, Transport(r)
+    while True:
+        try:
+            request = operation.send(reply)
+        except StopIteration as done:
+            return done.value
+        reply = transport.send(request)
+        if when(request):
+            then()

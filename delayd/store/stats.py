@@ -2,7 +2,8 @@
 
 Every daemon on every host writes into the same per-bucket hashes, so whoever
 reads them (`delayd stats`, the master's /metrics) sees the whole installation.
-Reading costs one stats.lua call per bucket: O(buckets x topics), never O(tasks).
+Reading costs a peek at the heads of the ready lists, then one stats.lua call per bucket with
+those members' records (two round trips): O(buckets x topics), never O(tasks).
 """
 from __future__ import annotations
 
@@ -138,24 +139,31 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
     }
 
 
-def bucket_call(store: Store, b: int) -> ScriptCall:
-    """Bucket b's stats.lua call."""
+def bucket_call(store: Store, b: int, heads: list[Any]) -> ScriptCall:
+    """Bucket b's stats.lua call, with the records of the members found at the heads of its ready
+    lists (`heads`: one LRANGE reply per list, an error in place of one that is not a list)."""
     keys = store.keys[b]
+    lists = [head for head in heads if isinstance(head, list)]
+    members = dict.fromkeys(member for head in lists for member in head)
     return ScriptCall(SCRIPTS["stats"],
-                      [keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused,
-                       *keys.ready_url, *recent_windows(keys, store.clock, WINDOWS)],
-                      [keys.task_prefix, SCAN_LIMIT])
+                      [keys.delayed, keys.counts, keys.totals, keys.quarantine, keys.paused,
+                       *recent_windows(keys, store.clock, WINDOWS), *map(keys.task, members)],
+                      [keys.task_prefix, WINDOWS, SCAN_LIMIT, int(any(len(head) == SCAN_LIMIT for head in lists))])
 
 
 def collect_steps(store: Store) -> Steps[dict[str, Any]]:
-    """Counts, lag, throughput and lateness, overall, per topic and per bucket: one stats.lua
-    call per bucket, all in one round trip; then the limits set (delayd.store.limits) and the disabled URL
-    hosts with how many times hosts were disabled and enabled (delayd hosts disable|enable). A store
-    that has not seen Redis's clock yet asks it first (TIME), to name the windows to read."""
+    """Counts, lag, throughput and lateness, overall, per topic and per bucket: the heads of the
+    ready lists (one round trip), then one stats.lua call per bucket with their records, all in one
+    round trip; then the limits set (delayd.store.limits) and the disabled URL hosts with how many
+    times hosts were disabled and enabled (delayd hosts disable|enable). A store that has not seen
+    Redis's clock yet asks it first (TIME), to name the windows to read."""
     if store.clock.offset_ms is None:
         seconds, micros = yield command("TIME")
         store.clock.observe(int(seconds) * 1000 + int(micros) / 1000)
-    answers = yield Stream([bucket_call(store, b) for b in range(store.buckets)], window=None)
+    lists = [(*keys.ready, *keys.ready_url) for keys in store.keys]
+    heads = iter((yield Batch([command("LRANGE", ready, 0, SCAN_LIMIT - 1) for names in lists for ready in names])))
+    answers = yield Stream([bucket_call(store, b, [next(heads) for _ in names]) for b, names in enumerate(lists)],
+                           window=None)
     if answers.replies:
         store.clock.observe(max(int(reply[0]) for reply in answers.replies))
     stats = summary(answers.replies)

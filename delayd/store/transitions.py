@@ -161,10 +161,11 @@ class Store:
         parked = 0
         for keys in self.keys:
             for ready in (*keys.ready, *keys.ready_url):
-                position = 0
-                while position >= 0:
-                    moved, position = yield ScriptCall(
-                        SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic), keys.corrupt],
+                position, members = 0, []
+                while position >= 0 or members:  # the members a call looked at are parked by the next
+                    moved, position, *members = yield ScriptCall(
+                        SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic), keys.corrupt,
+                                          *map(keys.task, members)],
                         [keys.task_prefix, topic, generation, position, PARK_CHUNK])
                     parked, position = parked + int(moved), int(position)
                 if position == -2:  # resumed here by a later resume

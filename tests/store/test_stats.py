@@ -11,6 +11,7 @@ import pytest
 from daemon_helper import delayd
 from prometheus_client import CollectorRegistry, generate_latest
 from redis_server import lose_scripts, now_ms
+from store_helper import claim, interleaved, promote_all
 from test_store import client_of
 
 from delayd import config as config_mod
@@ -20,6 +21,7 @@ from delayd.store import stats as stats_mod
 from delayd.store.keys import PRIORITIES
 from delayd.store.replies import Finish
 from delayd.store.scripts import SCRIPTS
+from delayd.store.steps import Batch
 from delayd.store.transitions import Store
 
 PREFIX = "delayd:"
@@ -327,3 +329,30 @@ def test_count_reads_the_counters_by_topic_and_status(client):
     assert (client.count(), client.count("a"), client.count("b:c"), client.count("nope")) == (8, 5, 3, 0)
     assert (client.count("a", "delayed"), client.count("a", "deleted"), client.count(status="delayed")) == (4, 1, 7)
     assert client.count(status="failed") == 0
+
+
+def test_the_oldest_due_of_ready_tasks_reads_the_records_a_peek_at_the_ready_lists_found(client, r):
+    """stats.lua reads the records of the members a peek at the heads of the ready lists found (declared
+    in its KEYS): a deleted task's stale entry and a task a worker took after the peek are not due-but-
+    not-started; a list longer than the peek makes the per-topic lags approximate."""
+    r.hset("delayd:meta", "buckets", 1)
+    now = now_ms(r) / 1000
+    for topic, id, ago, priority in (("a", 0, 50, 2), ("a", 1, 10, 2), ("b", 0, 30, 1), ("c", 0, 40, 3)):
+        client.add(topic, id, push="out", at=now - ago, priority=priority)
+    promote_all(client.store, 0)
+    client.delete("a", 0)
+
+    taken = []
+
+    def worker() -> None:  # after the peek (the first Batch), once
+        taken.extend([] if taken else [run["member"] for run in claim(client.store, 0, n=1)])
+
+    stats = interleaved(r, client.stats_steps(), lambda request: isinstance(request, Batch), worker)
+    expected = {"a": 10, "b": 30, "c": 40} | {member.partition(":")[0]: 0 for member in taken}
+    lags = {topic: row["oldest_due_lag"] for topic, row in stats["topics"].items()}
+    assert len(taken) == 1 and lags == pytest.approx(expected, abs=2)
+    assert stats["oldest_due_lag"] == pytest.approx(max(expected.values()), abs=2) and stats["oldest_due_exact"]
+    client.add_many([{"topic": "d", "id": i, "push": "out", "delay": 0, "priority": 1}
+                     for i in range(stats_mod.SCAN_LIMIT)])
+    promote_all(client.store, 0)
+    assert not client.stats()["oldest_due_exact"]

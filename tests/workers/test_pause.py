@@ -12,14 +12,13 @@ import time
 import pytest
 from daemon_helper import DELAYD, Daemon, delayd, one_line_error
 from redis_server import now_ms, wait_for
-from store_helper import DAY_MS, claim, promote_all
+from store_helper import DAY_MS, calls_of, claim, interleaved, promote_all
 from test_recurring import bucket_of_task, pushed
 
 from delayd import Client, Overtaken
 from delayd.model.task import TaskError
 from delayd.store import transitions as store_mod
 from delayd.store.scripts import SCRIPTS
-from delayd.store.steps import ScriptCall
 from delayd.store.transport import Transport
 
 
@@ -27,33 +26,6 @@ def all_counts(client) -> dict:
     stats = client.stats()
     return {topic: t["counts"] | {"parked": t["parked"], "waiting": t["waiting"]}
             for topic, t in stats["topics"].items()}
-
-
-def calls_of(script: str, n: int | None = None):
-    """A test of a request: true for each call of the named script, or for its n-th only."""
-    seen = [0]
-
-    def test(request) -> bool:
-        if not (isinstance(request, ScriptCall) and request.script is SCRIPTS[script]):
-            return False
-        seen[0] += 1
-        return n is None or seen[0] == n
-    return test
-
-
-def interleaved(r, operation, when, then):
-    """Run a Client operation (its steps) on `r`, calling then() right after the request for which
-    when(request) is true was answered: another operator acting between two of its calls.
-    Returns the operation's result; its exception is raised."""
-    reply, transport = None, Transport(r)
-    while True:
-        try:
-            request = operation.send(reply)
-        except StopIteration as done:
-            return done.value
-        reply = transport.send(request)
-        if when(request):
-            then()
 
 
 def promote_everything(client) -> None:

@@ -1,8 +1,10 @@
 -- stats: read one bucket's statistics (changes nothing).
--- KEYS: delayed, ready:3, ready:2, ready:1, counts, totals, quarantine, paused,
---       ready:u3, ready:u2, ready:u1, then the run-event windows w:<n-k+1> ... w:<n+1>: the k windows
---       the caller expects to be the last, and the next one (delayd.store.windows)
--- ARGV: task-key prefix, scan limit
+-- KEYS: delayed, counts, totals, quarantine, paused, then the run-event windows w:<n-k+1> ... w:<n+1>
+--       (the k windows the caller expects to be the last, and the next one: delayd.store.windows),
+--       then the records (`<task-key prefix><member>`) of the members the caller found at the heads
+--       of the bucket's ready lists (a peek first: a script reads only the records its call declares)
+-- ARGV: task-key prefix, number of windows k, scan limit, 1 if a ready list held more entries than
+--       the peek looked at else 0
 -- Returns {now, counts (flat field/value list), totals (flat), first window number,
 --          {one flat list per window, oldest first}, due time of the delayed head
 --          (or false), quarantined, {topic, earliest due, ...} of tasks due but not
@@ -11,7 +13,7 @@
 -- It writes nothing, not even to set a corrupt key aside: a key of the wrong type
 -- reads as empty, an unreadable due time is not seen.
 local now = now_ms()
-local prefix, limit = ARGV[1], tonumber(ARGV[2])
+local prefix = ARGV[1]
 
 -- The reply of a read, or `default` when it fails on stored data (WRONGTYPE).
 local function read(default, ...)
@@ -19,15 +21,16 @@ local function read(default, ...)
   if type(reply) == 'table' and reply['err'] then return default end
   return reply
 end
+local windows, limit, truncated = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local WINDOW_KEYS, RECORD_KEYS = 6, 6 + windows + 1  -- where the windows and the records start in KEYS
 
 -- The last `windows` windows of Redis's clock, among the declared ones; if the caller's clock was
 -- off by more than half a window, the declared ones nearest to them (the reply's `first` says which).
-local windows = #KEYS - 12
-local declared = tonumber(string.match(KEYS[12], '(%d+)$'))
+local declared = tonumber(string.match(KEYS[WINDOW_KEYS], '(%d+)$'))
 local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows + 1, declared), declared + 1)
 local recent = {}
 for w = first, first + windows - 1 do
-  recent[#recent + 1] = read({}, 'HGETALL', KEYS[12 + w - declared])
+  recent[#recent + 1] = read({}, 'HGETALL', KEYS[WINDOW_KEYS + w - declared])
 end
 
 -- A score of `delayed` below any time a script writes (-inf, -1e300: written by someone else)
@@ -39,8 +42,9 @@ local function due_score(score)
 end
 
 -- Earliest due time per topic of tasks that are due and not running: the past-due
--- head of `delayed` (not promoted yet) and the live head of each ready list.
-local earliest, truncated = {}, 0
+-- head of `delayed` (not promoted yet) and the live heads of the ready lists (the records
+-- declared: a member a worker took since the peek is no longer live).
+local earliest = {}
 local function seen(member, due)
   if not due then return end
   local topic = topic_of(member)
@@ -49,13 +53,9 @@ end
 local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_score(overdue[i + 1]))) end
 if #overdue == 2 * limit then truncated = 1 end
-for _, k in ipairs({2, 3, 4, 9, 10, 11}) do
-  local members = read({}, 'LRANGE', KEYS[k], 0, limit - 1)
-  for _, member in ipairs(members) do
-    local r = read({}, 'HMGET', prefix .. member, 'queued', 'due')
-    if r[1] == '1' and r[2] then seen(member, int_of(r[2])) end
-  end
-  if #members == limit then truncated = 1 end
+for i = RECORD_KEYS, #KEYS do
+  local r = read({}, 'HMGET', KEYS[i], 'queued', 'due')
+  if r[1] == '1' and r[2] then seen(string.sub(KEYS[i], #prefix + 1), int_of(r[2])) end
 end
 local lag = {}
 for topic, due in pairs(earliest) do
@@ -64,5 +64,6 @@ for topic, due in pairs(earliest) do
 end
 
 local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {now, read({}, 'HGETALL', KEYS[5]), read({}, 'HGETALL', KEYS[6]), first, recent,
-        head[2] and due_score(head[2]) or false, read(0, 'HLEN', KEYS[7]), lag, truncated, read({}, 'HKEYS', KEYS[8])}
+return {now, read({}, 'HGETALL', KEYS[2]), read({}, 'HGETALL', KEYS[3]), first, recent,
+        head[2] and due_score(head[2]) or false, read(0, 'HLEN', KEYS[4]), lag, truncated,
+        read({}, 'HKEYS', KEYS[5])}
