@@ -2,7 +2,7 @@
 Redis: add.lua writes a URL task's origin in its record (`host`), and every script that moves it between
 still to be delivered (delayed, ready, running, parked, held, set aside) and finished or gone keeps
 `host|<origin>` in its bucket's counts in step. Through a real daemon and a real local HTTP server, the CLI,
-/metrics and the dashboard: tests/daemon/test_host_waiting.py. The counts are also checked against the
+/metrics and the dashboard: tests/daemon/test_waiting_for_hosts.py. The counts are also checked against the
 records through random transitions in tests/store/test_stats.py."""
 from __future__ import annotations
 
