@@ -159,3 +159,16 @@ def test_host_fields_are_not_topics_or_task_counts(store, client, r):
     stats = client.stats()
     assert set(stats["topics"]) == {"orders"} and stats["counts"]["delayed"] == 1
     assert client.count() == 1
+
+
+def test_a_task_quarantined_by_promote_stops_waiting_and_a_damaged_host_field_counts_nothing_below_0(store, client, r):
+    for i in range(3):
+        add(store, "hook", i, url=f"https://shop.example/{i}", at_ms=now_ms(r) - 10)
+    r.hset(store.keys_for("hook:0").task("hook:0"), "status", "running")  # not in delayed: quarantined
+    r.hset(store.keys_for("hook:1").task("hook:1"), "host", b"\xff" * 300)  # damaged by hand
+    for b in range(store.buckets):
+        promote_all(store, b)
+    assert client.get("hook", 0).status == "failed" and "quarantined" in client.get("hook", 0).last_error
+    client.delete("hook", 1)  # counted out under the damaged name: stops at 0 (no field)
+    assert waiting(r, store) == {SHOP: 2}  # (hook:1 is still counted under its real origin: the damage hid it)
+    assert all(int(v) >= 0 for keys in store.keys for v in r.hvals(keys.counts))
