@@ -148,6 +148,8 @@ class Config:
     web_readonly: bool = option(False, "the dashboard shows, but every action is refused (403)")
     web_forwarded_allow_ips: tuple = option((), "proxies (addresses or networks, * = any) whose X-Forwarded-Proto "
                                                 "and X-Forwarded-For the dashboard believes; unset: none")
+    web_trace_url: str = option("", "a tracing UI's page of a trace: a URL with {trace_id}, linked from a task's "
+                                    "page when the task carries a trace; unset: no link")
     source: str = field(default="", compare=False)  # the file read, if any
     start_dir: str = field(default="", compare=False, repr=False)  # where `delayd start` ran (cwd when loaded)
     explicit: frozenset = field(default=frozenset(), compare=False, repr=False)  # options set by file/env/flag
@@ -169,8 +171,9 @@ class Config:
             if not 0 < value <= limit:
                 raise ConfigError(f"{name} must be > 0 and <= {limit:g}, got {value!r}")
 
-        for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096), ("url_concurrency", 100_000),
-                            ("url_host_concurrency", 100_000), ("url_breaker_failures", 1_000_000)):
+        for name, limit in (("buckets", MAX_BUCKETS), ("queues", 256), ("concurrency", 4096),
+                            ("url_concurrency", 100_000), ("url_host_concurrency", 100_000),
+                            ("url_breaker_failures", 1_000_000)):
             positive(name, limit)
         for name in ("url_breaker_cooldown", "url_retry_after_max", "retry_max_delay"):
             positive(name)
@@ -214,6 +217,9 @@ class Config:
             raise ConfigError(f"web_port must be a TCP port, got {self.web_port!r}")
         if self.producer_token and self.producer_token == self.web_token:
             raise ConfigError("producer_token must differ from web_token (it allows only the producer API)")
+        trace_url = self.web_trace_url
+        if trace_url and (not trace_url.startswith(("https://", "http://")) or "{trace_id}" not in trace_url):
+            raise ConfigError(f"web_trace_url must be an http(s) URL with {{trace_id}} in it, got {trace_url!r}")
         for proxy in self.web_forwarded_allow_ips:
             if proxy != "*" and not _is_network(proxy):
                 raise ConfigError(f"web_forwarded_allow_ips: {proxy!r} is not an IP address, a network or *")
@@ -275,7 +281,8 @@ NOT_OPTIONS = frozenset({"DELAYD_CONFIG", "DELAYD_PROC"})
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
           "": False}
 _TYPES = {f.name: f.type for f in fields(Config)}
-SECRETS = frozenset({"url_signing_secret", "url_signing_keys", "web_token", "producer_token"})  # never quoted in an error
+# the options whose values an error never quotes
+SECRETS = frozenset({"url_signing_secret", "url_signing_keys", "web_token", "producer_token"})
 LIST_SEPARATORS = {"pythonpath": ":"}  # how a variable spells a list; the others are comma-separated
 
 

@@ -12,6 +12,10 @@
   A recurring task links only its first run to its add; each later run is a root with the due time it
   ran for. A URL run's request is a child span of the run (`request_span`), whose context goes to
   the merchant as `traceparent` (and `tracestate`).
+- While a run's handler and its callback run, the run's span is the current one (`as_current`) in the
+  thread, or the asyncio task, that runs them (an async handler's task copies the context of the thread
+  that waits for it): spans the handler starts, and the calls an instrumentation traces, are its
+  children, as Celery's and BullMQ's instrumentations make a job's own spans.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from delayd.version import __version__
 
 EXPORTERS = "opentelemetry_traces_exporter"  # the entry-point group exporters register their names in
 _tracer: Any = None  # this process's Tracer once setup() turned tracing on; None: off
+_NOTHING = contextlib.nullcontext()
 
 
 def exporter_names(env: Mapping[str, str] = os.environ) -> list[str]:
@@ -136,6 +141,23 @@ def request_span(run_span: Any, method: str, url: str, headers: dict[str, str]) 
         yield span
     finally:
         span.end()
+
+
+def as_current(run_span: Any) -> contextlib.AbstractContextManager[Any]:
+    """The run's span as the current span of this thread's (or asyncio task's) context meanwhile;
+    with tracing off (no span) nothing."""
+    return _NOTHING if run_span is None else _attached(run_span)
+
+
+@contextlib.contextmanager
+def _attached(run_span: Any) -> Iterator[None]:
+    from opentelemetry import context
+    from opentelemetry.trace import set_span_in_context
+    token = context.attach(set_span_in_context(run_span))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _traceparent(context: Any) -> str:

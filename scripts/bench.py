@@ -29,7 +29,7 @@ from daemon_helper import Daemon  # noqa: E402
 from redis_server import RedisServer, wait_for  # noqa: E402
 
 from delayd import Client  # noqa: E402
-from delayd.daemon.embedded import find_redis_server  # noqa: E402
+from delayd.daemon.embedded import RECORD_SETTINGS, find_redis_server  # noqa: E402
 
 N = 20_000
 NOOP, RPUSH = "delayd.examples:noop", "bench_handlers:rpush"  # RPUSH: one Redis round trip per run
@@ -404,7 +404,7 @@ def main() -> None:
     want = (lambda part: True) if args.only is None else args.only.__contains__
 
     work = Path(tempfile.mkdtemp(prefix="delayd-bench-"))
-    server = RedisServer(str(work / "redis")).start()
+    server = RedisServer(str(work / "redis"), extra=RECORD_SETTINGS).start()  # as the embedded Redis
     r = server.client()
     version = r.info("server")["redis_version"]
     figs = {k: Figure(*v) for k, v in {
@@ -448,6 +448,7 @@ def main() -> None:
         "idle": ("idle CPU, all delayd processes, 10 s", "% of one core", "< 0.5 %"),
         "mem": ("Redis memory per pending minimal task (20,000)", "bytes", "<= 300"),
         "mem_real": ("Redis memory per pending realistic task (20,000)", "bytes"),
+        "mem_real64": ("… on a Redis left at its default hash-max-listpack-value (64)", "bytes"),
         "pause": ("`pause` of a topic behind 1,000,000 ready tasks of another: median script call (SLOWLOG)",
                   "ms"),
         "pausemax": ("… its slowest script call", "ms", "<= 5 ms"),
@@ -507,6 +508,9 @@ def main() -> None:
             if want("mem"):
                 figs["mem"].add(memory_per_task(client, r, N))
                 figs["mem_real"].add(memory_per_task(client, r, N, realistic_task))
+                r.config_set("hash-max-ziplist-value", 64)
+                figs["mem_real64"].add(memory_per_task(client, r, N, realistic_task))
+                r.config_set("hash-max-ziplist-value", RECORD_SETTINGS[1])
             r.flushall()
             client = Client.from_url(server.url)
             for queues, task in ((1, minimal_task), (2, minimal_task), (2, realistic_task)) if want("drain") else ():

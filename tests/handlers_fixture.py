@@ -94,3 +94,25 @@ def otel_modules(task):
     import sys
     Path(task.params["path"]).write_text(json.dumps(sorted(m for m in sys.modules if m.startswith("opentelemetry"))))
     return "success"
+
+
+def _span(name: str):
+    from opentelemetry import trace  # (imported by the handler: the tracing-off tests load none of it)
+    return trace.get_tracer("handlers_fixture").start_as_current_span(name)
+
+
+def traced(task):
+    """Start a span of its own, `handler <key>` (tests/daemon/test_traces.py: its parent is the run's)."""
+    with _span(f"handler {task.key}"):
+        return "success"
+
+
+async def traced_async(task):
+    with _span(f"handler {task.key}"):
+        await asyncio.sleep(0)
+        return "success"
+
+
+def traced_callback(task):
+    with _span(f"callback {task.key}"):
+        return None

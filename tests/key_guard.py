@@ -19,9 +19,9 @@ from delayd.store import dialect
 from delayd.store.scripts import SCRIPTS, Library
 
 # Which arguments of each command the scripts send are keys (COMMAND GETKEYS): the first, all
-# (DEL, EXISTS), the first two (RENAME), none (TIME; PUBLISH names a channel). A command missing
+# (DEL, EXISTS), none (TIME; PUBLISH names a channel). A command missing
 # here fails the call, so the table grows with the scripts.
-FIRST_KEY = ("GET SET TYPE PERSIST PEXPIRE HDEL HEXISTS HGET HGETALL HINCRBY HKEYS HLEN HMGET HSET HSETNX "
+FIRST_KEY = ("DUMP GET SET TYPE PERSIST PEXPIRE HDEL HEXISTS HGET HGETALL HINCRBY HKEYS HLEN HMGET HSET HSETNX "
              "LPOP LPUSH LRANGE RPUSH SADD SMEMBERS SREM ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZREM "
              "ZREMRANGEBYRANK ZREMRANGEBYSCORE ZSCORE ZRANK ZREVRANK ZREVRANGE ZREVRANGEBYSCORE").split()
 ALL_KEYS = ("DEL", "EXISTS")
@@ -29,8 +29,6 @@ NO_KEYS = ("TIME", "PUBLISH")
 
 # Keys still derived inside the scripts (Lua patterns, matched against the key), by script. Each is a
 # data-dependent key the caller cannot name before the call: see docs/redis-layout.md.
-CORRUPT = ("corrupt$", "a key of the wrong type renamed aside (`<key>:corrupt`)")
-WINDOW = ("}:w:m?:?%d+$", "a run-event window hash, named from Redis's clock (`P{N}:w:<n>`, `P{N}:w:m:<n>`)")
 TASK = ("}:t:", "a task record whose member the script pops from an index (`P{N}:t:<member>`)")
 PARKED = ("}:paused:", "a paused topic's parked set, the topic read from the `paused` hash or a popped member")
 HELD = ("}:limited:", "a limited topic's held set, the topic read from `limited` or a popped member")
@@ -39,22 +37,10 @@ LIMITS = ("{limits}:", "the limits' keys (`P{limits}:conf`, per topic `tat:`, `r
 OTHER_LIMITED = ("}:limited$", "another bucket's `limited` zset, woken by a freed slot (its number read from "
                  "`P{limits}:where:<topic>`)")
 KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
-    "add": (CORRUPT,),
-    "promote": (CORRUPT, WINDOW, TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
-    "claim": (CORRUPT, WINDOW, TASK, PARKED, HELD, LIMITS),
-    "finish": (CORRUPT, WINDOW),
-    "renew": (CORRUPT,),
-    "delete": (CORRUPT,),
-    "retry": (CORRUPT,),
-    "run_now": (CORRUPT,),
-    "park": (CORRUPT, TASK),
-    "resume": (CORRUPT,),
-    "aside": (CORRUPT,),
-    "stats": (CORRUPT, WINDOW, TASK),
-    "register": (CORRUPT,),
-    "limit": (CORRUPT,),
-    "hosts": (CORRUPT,),
-    "host_switch": (CORRUPT,),
+    "promote": (TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
+    "claim": (TASK, PARKED, HELD, LIMITS),
+    "park": (TASK,),
+    "stats": (TASK,),
 }
 
 
@@ -76,7 +62,7 @@ def prelude(name: str, audit: bool = False) -> str:
     local name, args = string.upper(cmd), {{...}}
     local last = 1
     if none[name] then return end
-    if all[name] then last = #args elseif name == 'RENAME' then last = 2
+    if all[name] then last = #args
     elseif not first[name] then error('key guard: no key positions known for ' .. name, 0) end
     for i = 1, last do
       local key = args[i]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import redis
+from redis.client import NEVER_DECODE
 
 from delayd.daemon.embedded import find_redis_server
 
@@ -71,6 +72,20 @@ def lose_scripts(r: redis.Redis) -> None:
     r.script_flush()
     if has_functions(r):
         r.function_flush()
+
+
+def set_aside(r: redis.Redis, key: str) -> tuple[str, str] | None:
+    """What a script set aside of `key` (lua/_lib.lua, set_aside: its DUMP and why in the `corrupt` hash
+    of its slot): (its type, restored under another name to look at, as a person would; why), or None."""
+    aside = key[:key.index("}:") + 2] + "corrupt"
+    payload = r.execute_command("HGET", aside, key, **{NEVER_DECODE: []})
+    if payload is None:
+        return None
+    copy = f"{aside}:look"
+    r.restore(copy, 0, payload, replace=True)
+    kind = r.type(copy)
+    r.delete(copy)
+    return kind if isinstance(kind, str) else kind.decode(), r.hget(aside, f"{key}|why")
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition"):

@@ -128,7 +128,8 @@ VERBS: dict[str, Verb] = {"start": cmd_start, "stop": cmd_stop, "restart": cmd_r
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = with_options(sub, common, "start", "start the daemon")
     p.add_argument("--foreground", action="store_true", help="do not detach (systemd, containers, tests)")
-    for name, help, make in (("stop", "stop the daemon (a starting one once it is up) and wait until it is gone", verb_parser),
+    stop_help = "stop the daemon (a starting one once it is up) and wait until it is gone"
+    for name, help, make in (("stop", stop_help, verb_parser),
                              ("restart", "stop, then start the daemon", with_options)):
         p = make(sub, common, name, help)
         p.add_argument("--timeout", type=non_negative, metavar="S",

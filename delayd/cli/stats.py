@@ -119,7 +119,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     verb_parser(sub, common, "stats", "counts, lag, tasks/s and lateness, per topic and overall",
                 "Per topic and overall: tasks delayed (waiting, ready per priority), running, "
                 "ok/failed/deleted (retained), the oldest due lag, runs and tasks/s over the "
-                "last minute (defer: URL runs not sent because the host's circuit was open), and the lateness (start minus due) p50/p99 of those runs. "
+                "last minute (defer: URL runs not sent because the host's circuit was open), and the "
+                "lateness (start minus due) p50/p99 of those runs. "
                 "Read from counters in Redis that every daemon keeps, so any host sees all.")
     p = verb_parser(sub, common, "hosts", "health of the URL hosts delivered to in the last day",
                     "Per scheme://host:port that a URL task was sent to in the last day, by every daemon "

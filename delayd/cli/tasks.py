@@ -89,8 +89,9 @@ def add_from(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     existed = len(built) - written
+    source = "stdin" if args.from_file == "-" else args.from_file
     emit(args, {"result": "added", "lines": lines, "tasks": len(built), "written": written, "existed": existed},
-         f"added {written} task{'s' if written != 1 else ''} from {'stdin' if args.from_file == '-' else args.from_file}"
+         f"added {written} task{'s' if written != 1 else ''} from {source}"
          + (f"; {existed} existed (nothing changed)" if existed else ""))
     return 0
 

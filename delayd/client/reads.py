@@ -58,7 +58,8 @@ class Reads:
         store = yield from self.store_steps()
         keys = store.keys_for(member)
         key = keys.task(member)
-        reply, quarantined, ttl_ms = yield Batch([command("HGETALL", key), command("HGET", keys.quarantine, wire(member)),
+        reply, quarantined, ttl_ms = yield Batch([command("HGETALL", key),
+                                                  command("HGET", keys.quarantine, wire(member)),
                                                   command("PTTL", key)])
         read = record_mod.read(member, reply, self.config.retries)
         if read.gone:

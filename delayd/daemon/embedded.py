@@ -23,6 +23,12 @@ from delayd.store.transport import Transport
 from delayd.workers.process import fork, title
 
 START_TIMEOUT = 30.0  # seconds the embedded redis-server has to answer its first PING
+# A task record stays a compact listpack while each field value is at most this many bytes. Redis's
+# default (64) makes the record of a task with about 100 bytes of params a full hash table, at about
+# 1.7 times the memory (BENCHMARKS.md, the realistic rows); preflight suggests the same for a Redis of
+# one's own. The option's 6.2 name, which Redis 7 and Valkey take as well.
+RECORD_VALUE_BYTES = 1024
+RECORD_SETTINGS = ["--hash-max-ziplist-value", str(RECORD_VALUE_BYTES)]
 
 
 def find_redis_server() -> str:
@@ -55,6 +61,7 @@ def server_args(state_dir: str | os.PathLike, socket_mode: str = "700") -> list[
         "--daemonize", "no",
         "--logfile", str(state / "redis.log"),
         "--hz", "100",
+        *RECORD_SETTINGS,
     ]
 
 

@@ -23,7 +23,8 @@ class StartError(RuntimeError):
 
 
 def check_redis(config: Config) -> None:
-    """Redis answers, and the stored layout matches ours (bucket count). Raises StartError."""
+    """Redis answers, and the stored layout matches ours (bucket count); a server that can evict or lose
+    tasks is warned about. Raises StartError, also for any command the server refuses but CONFIG."""
     client = connection.connect(config.redis_url)
     transport = Transport(client)
     try:
@@ -35,16 +36,24 @@ def check_redis(config: Config) -> None:
         info = transport.send(command("INFO"))  # (the default sections: server and persistence among them)
         server = describe(info)
         event(log, "redis_server", server=server)
-        policy = transport.send(command("CONFIG GET", "maxmemory-policy")).get("maxmemory-policy", "noeviction")
-        if policy != "noeviction":
+        try:
+            policy = transport.send(command("CONFIG GET", "maxmemory-policy")).get("maxmemory-policy", "noeviction")
+            compact = transport.send(command("CONFIG GET", "hash-max-ziplist-value")).get("hash-max-ziplist-value")
+        except ResponseError as exc:  # managed Redis often renames or disables CONFIG: the policy is unknown
+            policy = compact = None
+            event(log, "redis_policy_unknown", server=server, reason=str(exc),
+                  advice="CONFIG is refused: make sure maxmemory-policy is noeviction or tasks can be evicted")
+        if policy not in (None, "noeviction"):
             event(log, "redis_may_evict", logging.WARNING, server=server, maxmemory_policy=policy,
                   advice="set maxmemory-policy noeviction or tasks can be evicted")
+        if compact is not None and compact.isdigit() and int(compact) < embedded.RECORD_VALUE_BYTES:
+            event(log, "redis_records_not_compact", server=server, hash_max_listpack_value=int(compact),
+                  advice=f"set hash-max-listpack-value {embedded.RECORD_VALUE_BYTES}: a task whose spec is over "
+                         f"{compact} bytes takes about 1.7 times the memory (README, Redis settings)")
         if not info.get("aof_enabled"):
             event(log, "redis_not_durable", logging.WARNING, server=server,
                   advice="enable appendonly yes (appendfsync everysec) or a Redis restart loses tasks")
     except ResponseError as exc:
-        if "unknown command" in str(exc).lower():  # CONFIG may be renamed on managed Redis
-            return
         raise StartError(f"Redis at {connection.where(config.redis_url)}: {exc}") from None
     except REDIS_ERRORS as exc:
         raise StartError(f"cannot reach Redis at {connection.where(config.redis_url)}: {exc}") from None

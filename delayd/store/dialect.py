@@ -128,12 +128,24 @@ def choose(info: dict[str, Any]) -> Dialect:
     return EVALSHA
 
 
+PROBE = "delayd_probe"  # a function no library defines: FCALL of it answers "Function not found"
+
+
 def choose_steps(client: Any) -> Steps[Dialect]:
-    """The dialect of `client`'s server: asked once per client (INFO server), then remembered."""
+    """The dialect of `client`'s server: asked once per client, then remembered. INFO names the version;
+    where it says functions, an FCALL of a function that does not exist must answer "Function not found":
+    a server that reports a Redis 7 version without having functions (a Redis-compatible server, a proxy
+    that does not route FCALL) or an ACL that refuses FCALL answers otherwise, and gets EVALSHA."""
     dialect = _chosen.get(client)
     if dialect is None:
         try:
             dialect = choose((yield command("INFO", "server")))
+            if dialect is FCALL:
+                try:
+                    yield command("FCALL_RO", PROBE, 0)
+                except redis.exceptions.ResponseError as exc:
+                    if not FCALL.missing(exc):
+                        dialect = EVALSHA
         except redis.exceptions.ResponseError:  # INFO refused (an ACL): EVALSHA works on every server
             dialect = EVALSHA
         _chosen[client] = dialect

@@ -120,6 +120,12 @@ class BucketKeys:
         return wire(f"{self.limited}:{topic}")
 
     @property
+    def corrupt(self) -> str:
+        """Hash of the bucket's keys found of the wrong type and set aside (lua/_lib.lua, set_aside):
+        `<key>` -> its DUMP, `<key>|why` -> when and why; the last 16 kept."""
+        return self.tag + "corrupt"
+
+    @property
     def counts(self) -> str:
         """Hash `<state>|<topic>` -> tasks in that state (kept in step by every script)."""
         return self.tag + "counts"
@@ -129,10 +135,13 @@ class BucketKeys:
         """Hash `<event>|<topic>` -> runs by outcome, starts, lateness buckets, since the start."""
         return self.tag + "totals"
 
-    @property
+    @cached_property
     def window_prefix(self) -> str:
-        """`P{N}:w:<n>`: the same events as totals for the 10-second window n (expires)."""
         return self.tag + "w:"
+
+    def window(self, window: int) -> str:
+        """`P{N}:w:<n>`: the same events as totals for the 10-second window n (Unix ms // 10000; expires)."""
+        return f"{self.window_prefix}{window}"
 
     def minute(self, minute: int) -> str:
         """`P{N}:w:m:<minute>`: run events of that minute (Unix ms // 60000), for the dashboard's
@@ -170,6 +179,11 @@ def host_key(prefix: str, origin: str) -> str:
 def hosts_off_key(prefix: str) -> str:
     """Hash origin -> when (ms) of the URL hosts disabled (delayd hosts disable), read by claim.lua."""
     return f"{prefix}{{hosts}}:off"
+
+
+def hosts_corrupt_key(prefix: str) -> str:
+    """The host keys' set-aside hash (as BucketKeys.corrupt, for the `{hosts}` slot)."""
+    return f"{prefix}{{hosts}}:corrupt"
 
 
 def host_events_key(prefix: str) -> str:

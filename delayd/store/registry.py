@@ -33,6 +33,11 @@ def keys(prefix: str) -> tuple[str, str]:
     return f"{prefix}{{daemons}}:info", f"{prefix}{{daemons}}:expires"
 
 
+def _script_keys(prefix: str) -> list[str]:
+    """register.lua's KEYS: the two keys, and the slot's set-aside hash (as BucketKeys.corrupt)."""
+    return [*keys(prefix), f"{prefix}{{daemons}}:corrupt"]
+
+
 def daemon_id(config: Config, pid: int) -> str:
     """host:pid, plus the config name when set: unique among the live daemons of a store."""
     return f"{socket.gethostname()}:{pid}" + (f":{config.name}" if config.name else "")
@@ -41,11 +46,12 @@ def daemon_id(config: Config, pid: int) -> str:
 def register(client: Any, prefix: str, ident: str, entry: dict[str, Any], ttl: float = TTL) -> int:
     """Write or refresh one daemon's entry; returns Redis's time in ms."""
     body = json.dumps({**entry, "id": ident, "ttl": ttl}, separators=(",", ":"))
-    return int(Transport(client).call(ScriptCall(SCRIPTS["register"], keys(prefix), [ident, body, int(ttl * 1000)])))
+    call = ScriptCall(SCRIPTS["register"], _script_keys(prefix), [ident, body, int(ttl * 1000)])
+    return int(Transport(client).call(call))
 
 
 def unregister(client: Any, prefix: str, ident: str) -> None:
-    Transport(client).call(ScriptCall(SCRIPTS["register"], keys(prefix), [ident, "", 0]))
+    Transport(client).call(ScriptCall(SCRIPTS["register"], _script_keys(prefix), [ident, "", 0]))
 
 
 def live(client: Any, prefix: str) -> list[dict[str, Any]]:

@@ -12,6 +12,11 @@ from delayd.store import lua_lib, resp
 # Scripts that write nothing: their functions are flagged `no-writes` and called with FCALL_RO, which
 # a replica serves and an out-of-memory server still runs.
 READ_ONLY = frozenset({"browse", "stats"})
+# Scripts that run on a server out of memory (maxmemory, noeviction): a delete is how an operator frees
+# memory, so its function is flagged `allow-oom` (a soft delete's few writes may then go over the limit).
+# EVALSHA (6.2) refuses a script only at a first write that needs memory, which delete's first writes
+# (HDEL, ZREM) do not; a function without the flag is refused whole before it starts.
+ALLOW_OOM = frozenset({"delete"})
 
 
 class Script:
@@ -36,14 +41,14 @@ class Script:
 
 
 class Library:
-    """The scripts as one function library (`FUNCTION LOAD`), named after a hash of their sources:
+    """The scripts as one function library (`FUNCTION LOAD`), named after a hash of their sources and flags:
     `delayd_<hash>`, its functions `delayd_<hash>_<script>`. Function names are global to a server,
     so two delayd builds sharing a Redis each call their own scripts, and builds whose scripts are
     the same share one library. A library no build uses any more stays until `FUNCTION DELETE`."""
 
     def __init__(self, scripts: Iterable[Script]):
         scripts = sorted(scripts, key=lambda s: s.name)
-        digest = hashlib.sha1("".join(f"{s.name}\0{s.source}\0" for s in scripts).encode()).hexdigest()
+        digest = hashlib.sha1("".join(f"{s.name}\0{s.source}\0{_flags(s)}\0" for s in scripts).encode()).hexdigest()
         self.name = f"delayd_{digest[:16]}"
         for script in scripts:
             script.function = f"{self.name}_{script.name}"
@@ -55,10 +60,14 @@ class Library:
         return resp.pack(("FUNCTION", "LOAD", "REPLACE", self.code))
 
 
+def _flags(script: Script) -> str:
+    """The function's flags, as Lua table items (part of the library's name: a change loads a new library)."""
+    return "'no-writes'" if script.read_only else "'allow-oom'" if script.name in ALLOW_OOM else ""
+
+
 def _registration(script: Script) -> str:
     """The script's source as the body of a registered function (KEYS and ARGV its arguments)."""
-    flags = "'no-writes'" if script.read_only else ""
-    return (f"redis.register_function{{function_name='{script.function}', flags={{{flags}}}, "
+    return (f"redis.register_function{{function_name='{script.function}', flags={{{_flags(script)}}}, "
             f"callback=function(KEYS, ARGV)\n{script.source}\nend}}\n")
 
 

@@ -16,10 +16,10 @@ from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import Batch, ScriptCall, Steps, Stream, command
 from delayd.store.transitions import Store
 from delayd.store.transport import Transport
+from delayd.store.windows import WINDOW_MS, recent_windows
 
 # Upper bounds (ms) of the lateness histogram; lua/_lib.lua has the same list.
 LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
-WINDOW_MS = 10_000   # one hash of recent runs per 10 s (lua/_lib.lua: WINDOW_MS)
 WINDOWS = 7          # "the last minute": the current window and the six before it (60-70 s)
 SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due time
 OUTCOMES = ("ok", "failed", "retry", "quarantine")  # of runs made (tasks/s counts these)
@@ -156,15 +156,21 @@ def bucket_call(store: Store, b: int) -> ScriptCall:
     keys = store.keys[b]
     return ScriptCall(SCRIPTS["stats"],
                       [keys.delayed, *keys.ready, keys.counts, keys.totals, keys.quarantine, keys.paused,
-                       *keys.ready_url],
-                      [keys.task_prefix, keys.window_prefix, WINDOWS, SCAN_LIMIT])
+                       *keys.ready_url, *recent_windows(keys, store.clock, WINDOWS)],
+                      [keys.task_prefix, SCAN_LIMIT])
 
 
 def collect_steps(store: Store) -> Steps[dict[str, Any]]:
     """Counts, lag, throughput and lateness, overall, per topic and per bucket: one stats.lua
     call per bucket, all in one round trip; then the limits set (delayd.store.limits) and the disabled URL
-    hosts with how many times hosts were disabled and enabled (delayd hosts disable|enable)."""
+    hosts with how many times hosts were disabled and enabled (delayd hosts disable|enable). A store
+    that has not seen Redis's clock yet asks it first (TIME), to name the windows to read."""
+    if store.clock.offset_ms is None:
+        seconds, micros = yield command("TIME")
+        store.clock.observe(int(seconds) * 1000 + int(micros) / 1000)
     answers = yield Stream([bucket_call(store, b) for b in range(store.buckets)], window=None)
+    if answers.replies:
+        store.clock.observe(max(int(reply[0]) for reply in answers.replies))
     stats = summary(answers.replies)
     stats["limits"] = {limit.topic: {"rate": limit.rate, "concurrency": limit.concurrency, "held": limit.held,
                                      "running": limit.running} for limit in (yield from limits_mod.read_steps(store))}
@@ -214,7 +220,8 @@ def summary(answers: list[list[Any]]) -> dict[str, Any]:
         truncated = truncated or bool(int(trunc))
         per_bucket.append({
             "bucket": b, "waiting": mine["waiting"], "ready": {str(p): mine[f"ready:{p}"] for p in PRIORITIES},
-            "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"], "deleted": mine["deleted"],
+            "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"],
+            "deleted": mine["deleted"],
             "quarantined": int(q), "next_due_at": _due_at(head),
         })
 

@@ -12,6 +12,7 @@ from delayd.store.keys import (
     bucket_of,
     host_events_key,
     host_key,
+    hosts_corrupt_key,
     hosts_off_key,
     hosts_seen_key,
     limits_prefix,
@@ -36,6 +37,7 @@ from delayd.store.replies import (
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall, Steps, Stream
 from delayd.store.transport import Transport, is_cluster
+from delayd.store.windows import RedisClock, run_windows
 
 # Parked tasks moved back per resume.lua call (a few ms of Redis time each, whatever the backlog).
 RESUME_BATCH = 1000
@@ -46,7 +48,7 @@ PARK_CHUNK = 1000
 def add_keys(keys: BucketKeys) -> list[str]:
     """add.lua's leading KEYS: the bucket's keys it may touch (docs/protocol.md)."""
     return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
-            keys.done("deleted"), keys.quarantine, keys.paused]
+            keys.done("deleted"), keys.quarantine, keys.paused, keys.corrupt]
 
 
 class Store:
@@ -58,6 +60,7 @@ class Store:
         self.prefix = prefix
         self.buckets = buckets
         self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
+        self.clock = RedisClock()  # to name the run-event windows a call declares (delayd.store.windows)
         self._add_starts: dict[tuple[int, bool], tuple[list[str], list[Any], Any]] = {}
         # The daemon's scripts read limits on a single Redis only ('': Redis Cluster, none; see
         # docs/redis-layout.md, "Limits").
@@ -74,6 +77,7 @@ class Store:
         named = [self.limits + "conf"]
         for topic in dict.fromkeys(topics):
             named += [wire(f"{self.limits}{kind}:{topic}") for kind in ("tat", "run", "where")]
+        named.append(self.limits + "corrupt")  # (their set-aside hash, as BucketKeys.corrupt)
         return named + ([keys.limited for keys in self.keys] if wakes else [])
 
     @cached_property
@@ -102,7 +106,8 @@ class Store:
         start = self._add_starts.get((keys.bucket, nx))
         if start is None:
             lead_keys, lead_args = add_keys(keys), [int(nx), keys.wake_channel]
-            start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, SCRIPTS["add"].head(lead_keys, lead_args))
+            head = SCRIPTS["add"].head(lead_keys, lead_args)
+            start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, head)
         lead_keys, lead_args, head = start
         task_keys, args = self.add_args(keys, tasks)
         return ScriptCall(SCRIPTS["add"], lead_keys + task_keys, lead_args + args, head)
@@ -116,7 +121,7 @@ class Store:
         return bool((yield ScriptCall(
             SCRIPTS["delete"],
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member))],
+             keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member)), keys.corrupt],
             [wire(member), int(hard), retention_ms],
         )))
 
@@ -124,7 +129,8 @@ class Store:
         """retry.lua for `member`: a `status` task (and, for a replay, one that finished in `span`, ms)."""
         keys = self.keys_for(member)
         return ScriptCall(SCRIPTS["retry"],
-                          [keys.task(member), keys.delayed, keys.done(status), keys.counts, keys.quarantine],
+                          [keys.task(member), keys.delayed, keys.done(status), keys.counts, keys.quarantine,
+                           keys.corrupt],
                           [wire(member), keys.wake_channel, status, *(span or ())])
 
     def retry_steps(self, member: str) -> Steps[int]:
@@ -139,7 +145,7 @@ class Store:
     def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)
         code, status = yield ScriptCall(SCRIPTS["run_now"], [keys.task(member), keys.delayed, keys.paused, keys.counts,
-                                                             keys.parked(topic_of(member))],
+                                                             keys.parked(topic_of(member)), keys.corrupt],
                                         [wire(member), keys.wake_channel])
         return RunNow(int(code), status)
 
@@ -151,14 +157,14 @@ class Store:
         were flagged, so the pause finishes it (for its own generation and older only)."""
         generation = ""
         for keys in self.keys:
-            generation = int((yield ScriptCall(SCRIPTS["pause"], [keys.paused], [topic, generation])))
+            generation = int((yield ScriptCall(SCRIPTS["pause"], [keys.paused, keys.corrupt], [topic, generation])))
         parked = 0
         for keys in self.keys:
             for ready in (*keys.ready, *keys.ready_url):
                 position = 0
                 while position >= 0:
                     moved, position = yield ScriptCall(
-                        SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic)],
+                        SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic), keys.corrupt],
                         [keys.task_prefix, topic, generation, position, PARK_CHUNK])
                     parked, position = parked + int(moved), int(position)
                 if position == -2:  # resumed here by a later resume
@@ -174,7 +180,7 @@ class Store:
         pause of `generation` or later holds the bucket (None: a new resume, its generation taken here)."""
         keys = self.keys[bucket]
         moved, left, generation, overtaken = yield ScriptCall(
-            SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts, keys.parked(topic)],
+            SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts, keys.parked(topic), keys.corrupt],
             [topic, keys.wake_channel, batch, "" if generation is None else generation])
         return Resumed(int(moved), int(left), int(generation), bool(overtaken))
 
@@ -198,7 +204,8 @@ class Store:
         """'disable' or 'enable' URL hosts (host_switch.lua); how many changed."""
         health = [wire(host_key(self.prefix, origin)) for origin in origins] if action == "enable" else []
         return int((yield ScriptCall(SCRIPTS["host_switch"],
-                                     [hosts_off_key(self.prefix), host_events_key(self.prefix), *health],
+                                     [hosts_off_key(self.prefix), host_events_key(self.prefix),
+                                      hosts_corrupt_key(self.prefix), *health],
                                      [action, *origins])))
 
     def enable_steps(self) -> Steps[int]:
@@ -208,7 +215,7 @@ class Store:
         set aside again when claimed. Returns how many went back."""
         moved = 0
         for keys in self.keys:
-            topics = yield ScriptCall(SCRIPTS["aside"], [keys.aside], [])
+            topics = yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.corrupt], [])
             for topic in topics:
                 while True:  # generation 0: older than any pause, so a paused topic is left as it is
                     step = yield from self.resume_batch_steps(keys.bucket, topic, generation=0)
@@ -216,7 +223,7 @@ class Store:
                     if step.overtaken or not step.left:
                         break
             if topics:  # forgets the topics emptied
-                yield ScriptCall(SCRIPTS["aside"], [keys.aside, *map(keys.parked, topics)],
+                yield ScriptCall(SCRIPTS["aside"], [keys.aside, keys.corrupt, *map(keys.parked, topics)],
                                  list(map(wire, topics)))
         return moved
 
@@ -227,10 +234,10 @@ class Store:
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
-             keys.limited],
-            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, keys.window_prefix,
-             self.limits],
+             keys.limited, *run_windows(keys, self.clock), keys.corrupt],
+            [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, self.limits],
         ))
+        self.clock.observe(clock_us / 1000)
         return Promoted(moved, reaped, next_due, next_lease, clock_us, bool(full))
 
     # -- queue process ---------------------------------------------------------------
@@ -241,13 +248,13 @@ class Store:
         return ScriptCall(SCRIPTS["claim"],
                           [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
                            keys.done("failed"), keys.quarantine, keys.limited, keys.paused, keys.aside,
+                           *run_windows(keys, self.clock), keys.corrupt,
                            *([self.hosts_off] if url and self.hosts_off else [])],
-                          [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, keys.window_prefix,
-                           retention_ms, self.limits, bucket, ready_channel(self.prefix),
-                           f"u{bucket}" if url else bucket])
+                          [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, retention_ms, self.limits,
+                           bucket, ready_channel(self.prefix), f"u{bucket}" if url else bucket])
 
-    @staticmethod
-    def claimed(reply: list[Any]) -> Claimed:
+    def claimed(self, reply: list[Any]) -> Claimed:
+        self.clock.observe(reply[0])
         return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
                                   for i in range(1, len(reply), CLAIMED_FIELDS)])
 
@@ -260,7 +267,7 @@ class Store:
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]
         task_keys: list[Any] = []
-        args: list[Any] = [retention_ms, keys.wake_channel, keys.window_prefix, attempts_kept, self.limits]
+        args: list[Any] = [retention_ms, keys.wake_channel, attempts_kept, self.limits]
         for entry in results:
             member, claim, outcome, gap_ms, error, next_due, wait_ms, attempt = (
                 entry if len(entry) == FINISH_FIELDS else Finish(*entry))
@@ -268,7 +275,8 @@ class Store:
             args += (wire(member), claim, outcome, gap_ms, wire(error), next_due, wait_ms, wire(attempt))
         topics = (topic_of(entry[0]) for entry in results)
         return ScriptCall(SCRIPTS["finish"], [keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
-                                              keys.quarantine, keys.counts, keys.totals, keys.recurring, *task_keys,
+                                              keys.quarantine, keys.counts, keys.totals, keys.recurring,
+                                              *run_windows(keys, self.clock), keys.corrupt, *task_keys,
                                               *self.limit_keys(topics, wakes=True)], args)
 
     @staticmethod
@@ -287,7 +295,7 @@ class Store:
         args: list[Any] = [lease_ms, self.limits]
         for member, claim in runs:
             args += [wire(member), claim]
-        return ScriptCall(SCRIPTS["renew"], [keys.leases, *(keys.task(member) for member, _ in runs),
+        return ScriptCall(SCRIPTS["renew"], [keys.leases, keys.corrupt, *(keys.task(member) for member, _ in runs),
                                              *self.limit_keys((topic_of(member) for member, _ in runs), wakes=False)],
                           args)
 
@@ -299,7 +307,8 @@ class Store:
         """hosts.lua: fold one process's per-host delivery tallies (delayd.targets.url.health.Tally,
         by origin) into the hosts' health in Redis (`delayd hosts`), disabling a host failing for
         `disable_after_ms` (0: never; url_disable_after)."""
-        keys: list[Any] = [hosts_seen_key(self.prefix), hosts_off_key(self.prefix), host_events_key(self.prefix)]
+        keys: list[Any] = [hosts_seen_key(self.prefix), hosts_off_key(self.prefix), host_events_key(self.prefix),
+                           hosts_corrupt_key(self.prefix)]
         args: list[Any] = []
         for origin, t in tallies.items():
             keys.append(wire(host_key(self.prefix, origin)))

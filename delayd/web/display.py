@@ -16,6 +16,7 @@ from typing import Any
 from markupsafe import Markup
 from starlette.responses import JSONResponse
 
+from delayd.model.checks import TRACEPARENT_RE
 from delayd.model.clock import time_parts
 from delayd.model.task import printable
 
@@ -32,6 +33,22 @@ def unquote(text: str) -> str:
 
 def task_url(topic: str, id: str, *, api: bool = False) -> str:
     return ("/api/tasks/" if api else "/tasks/") + f"{quote(topic)}/{quote(id)}"
+
+
+def trace_context(trace: str | None, trace_url: str = "") -> dict[str, Any] | None:
+    """A task's stored `trace` (docs/protocol.md: traceparent, then a space and its tracestate) as its
+    page shows it: the trace id, the span that added it, whether it was sampled, and `link`: `trace_url`
+    (web_trace_url) with the trace id in place of {trace_id}. A stored trace that does not parse is
+    shown as it is (`traceparent` None); None: the task carries none."""
+    if not trace:
+        return None
+    traceparent, tracestate = trace[:55], trace[56:]
+    if not TRACEPARENT_RE.fullmatch(traceparent) or trace[55:56] not in ("", " "):
+        return {"traceparent": None, "raw": trace}
+    trace_id = traceparent[3:35]
+    return {"traceparent": traceparent, "tracestate": tracestate, "trace_id": trace_id, "span_id": traceparent[36:52],
+            "sampled": bool(int(traceparent[53:55], 16) & 1),
+            "link": trace_url.replace("{trace_id}", trace_id) if trace_url else ""}
 
 
 def shown(value: Any) -> Any:

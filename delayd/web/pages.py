@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.browse import BadCursor
+from delayd.config import Config
 from delayd.web import display, views
 from delayd.web.auth import Identity
 
@@ -31,6 +32,7 @@ class Pages:
     """The pages of Dashboard (delayd.web.app)."""
 
     client: AsyncClient
+    config: Config
     render: Any
     refuse: Any
 
@@ -55,7 +57,8 @@ class Pages:
         data = await views.detail(self.client, *parts)
         if data is None:
             return self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
-        return self.render(request, who, "task.html", {"t": data})
+        trace = display.trace_context(data.get("_trace"), self.config.web_trace_url)
+        return self.render(request, who, "task.html", {"t": data, "trace": trace})
 
     async def page_schedules(self, request: Request, who: Identity) -> Response:
         topic, _, q, cursor = list_params(request)

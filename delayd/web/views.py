@@ -76,7 +76,8 @@ async def detail(client: AsyncClient, topic: str, id: str) -> dict[str, Any] | N
     if task and task.get("url") and "spec" in raw:
         raw["spec"] = json.dumps({**json.loads(raw["spec"]), "url": task["url"]}, separators=(",", ":"))
     return {"topic": topic, "id": id, "key": member, "task": task, "corrupt": read.error, "record": raw,
-            "quarantined": found.quarantined, "bucket": found.bucket, "ttl_s": found.ttl_s, "_retries": retries}
+            "quarantined": found.quarantined, "bucket": found.bucket, "ttl_s": found.ttl_s, "_retries": retries,
+            "_trace": read.task.trace if read.task else None}
 
 
 async def schedule_list(client: AsyncClient, topic: str, q: str, cursor: str | None,

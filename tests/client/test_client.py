@@ -309,6 +309,22 @@ def test_add_many_error_reply_leaves_the_client_usable(client, r):
     assert client.add_many(items[:10], nx=True) == 10
 
 
+def test_a_full_redis_still_deletes(client, r):
+    """Out of memory (maxmemory, noeviction), adds are refused but deletes run: a hard delete is how an
+    operator frees memory, on every server (Redis 7's functions refuse a write whole unless flagged)."""
+    client.add_many([{"topic": "t", "id": i, "call": "a:b", "delay": 60} for i in range(3)])
+    r.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(RedisUnavailable, match="OOM"):
+            client.add("t", "more", call="a:b")
+        assert client.delete("t", 0, hard=True) is True
+        assert client.delete("t", 1) is True
+    finally:
+        r.config_set("maxmemory", 0)
+    assert client.get("t", 0) is None and client.get("t", 1).status == "deleted"
+    assert client.get("t", 2).status == "delayed"
+
+
 def test_add_many_refused_part_way_says_how_many_were_written(client, r):
     """Redis refuses the batches after its memory filled up (maxmemory, noeviction): the error said
     only that, not how many tasks the batches before it had written."""

@@ -24,6 +24,10 @@ def test_embedded_redis_persists_a_task_across_stop_and_start(tmp_path, monkeypa
     redis_proc = d.children("redis")[0]
     client = Client(config=load())  # finds the embedded Redis through the state dir
     client.add("e", 1, call="delayd.examples:noop", delay=1.5)
+    # A task with ~200 bytes of params keeps a compact record (Redis's default turns it into a hash table)
+    client.add("e", 2, call="delayd.examples:noop", delay=3600, params={"note": "x" * 200})
+    record = client.store.keys_for("e:2").task("e:2")
+    assert client.redis.object("encoding", record) in ("ziplist", "listpack")
     client.close()
     d.stop()
     assert d.proc.returncode == 0

@@ -1,14 +1,16 @@
 """The preflight's Redis checks on the server the suite runs (the server matrix runs them on Redis
 6.2, Redis 7 and Valkey 8): it names the real server and version, and warns, without refusing to
-start, about a server that can evict or lose tasks."""
+start, about a server that can evict or lose tasks; a server that refuses CONFIG (managed Redis) only
+leaves the eviction policy unchecked, any other refused command stops the start."""
 from __future__ import annotations
 
 import logging
 
 import pytest
+from redis_server import RedisServer
 
 from delayd.config import load
-from delayd.daemon.preflight import check_redis
+from delayd.daemon.preflight import StartError, check_redis
 from delayd.store import durable
 from delayd.store.server_info import describe
 
@@ -51,3 +53,44 @@ def test_preflight_names_the_server_and_warns_about_eviction_and_no_aof(redis_ur
     finally:
         r.config_set("appendonly", "no")
     assert warnings(caplog) == {}  # noeviction and AOF: nothing to warn about
+
+
+def test_preflight_notes_a_setting_that_makes_larger_records_take_more_memory(redis_url, r, caplog):
+    """Redis's default hash-max-listpack-value (64) keeps a record compact only while its spec is short:
+    a note (not a warning) says what to set; at the embedded Redis's 1024, nothing is said."""
+    caplog.set_level(logging.INFO, logger="delayd.master")
+    r.config_set("hash-max-ziplist-value", 64)
+    check_redis(load())
+    (noted,) = [rec.fields for rec in caplog.records if rec.getMessage() == "redis_records_not_compact"]
+    assert noted["hash_max_listpack_value"] == 64 and "hash-max-listpack-value 1024" in noted["advice"]
+    assert "redis_records_not_compact" not in warnings(caplog)
+    caplog.clear()
+    r.config_set("hash-max-ziplist-value", 1024)
+    try:
+        check_redis(load())
+    finally:
+        r.config_set("hash-max-ziplist-value", 64)
+    assert not [rec for rec in caplog.records if rec.getMessage() == "redis_records_not_compact"]
+
+
+@pytest.fixture
+def renamed(request):
+    """A redis-server of its own with `request.param` renamed away (as managed Redis does to CONFIG)."""
+    server = RedisServer(extra=["--rename-command", request.param, ""]).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("renamed", ["CONFIG"], indirect=True)
+def test_a_refused_config_is_noted_and_the_other_checks_still_run(renamed, caplog):
+    caplog.set_level(logging.INFO, logger="delayd.master")
+    check_redis(load(env={"DELAYD_REDIS_URL": renamed.url}))
+    (noted,) = [rec.fields for rec in caplog.records if rec.getMessage() == "redis_policy_unknown"]
+    assert "unknown command" in noted["reason"].lower() and "CONFIG is refused" in noted["advice"]
+    assert set(warnings(caplog)) == {"redis_not_durable"}, "the AOF check after CONFIG still ran"
+
+
+@pytest.mark.parametrize("renamed", ["INFO"], indirect=True)
+def test_any_other_refused_command_stops_the_start(renamed):
+    with pytest.raises(StartError, match=r"^Redis at 127\.0\.0\.1:\d+: unknown command .INFO."):
+        check_redis(load(env={"DELAYD_REDIS_URL": renamed.url}))

@@ -100,6 +100,28 @@ def test_a_trace_goes_from_the_client_through_the_run_to_the_merchant(daemon_fac
     assert (version, sent_trace, sent_span) == ("00", trace_id, span_id) and int(flags, 16) & 1, "sampled"
 
 
+def test_a_handler_and_its_callback_run_in_the_run_span(daemon_factory, redis_url, http):
+    """A handler's own span (sync in a pool thread, async on the event loop) and its callback's are children of
+    the run's span, as is a URL run's callback's (tests/handlers_fixture.py: traced, traced_async, traced_callback)."""
+    d = daemon_factory(redis_url, buckets=2, queues=1, OTEL_TRACES_EXPORTER="console", OTEL_BSP_SCHEDULE_DELAY="100",
+                       DELAYD_ALLOWED_MODULES="handlers_fixture")
+    client = Client.from_url(redis_url)
+    callback = "handlers_fixture:traced_callback"
+    client.add("h", "sync", call="handlers_fixture:traced", callback=callback)
+    client.add("h", "async", call="handlers_fixture:traced_async", callback=callback)
+    client.add("h", "url", url=f"{http.base}/success", callback=callback)
+    wait_for(lambda: all((t := client.get("h", id)) and t.status == "ok" for id in ("sync", "async", "url")), 20,
+             message="the three runs ended ok")
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+    spans = spans_in(d.proc.stdout.read())
+    runs = {s["attributes"]["delayd.id"]: s["context"] for s in spans if s["name"] == "delayd.run"}
+    parents = {s["name"]: (s["context"]["trace_id"], s["parent_id"]) for s in spans if s["name"] != "delayd.run"}
+    for name, id in [("handler h:sync", "sync"), ("handler h:async", "async"), ("callback h:sync", "sync"),
+                     ("callback h:async", "async"), ("callback h:url", "url")]:
+        assert parents.get(name) == (runs[id]["trace_id"], runs[id]["span_id"]), name
+
+
 def test_tracing_off_sets_up_nothing_and_sends_no_traceparent(daemon_factory, redis_url, http, r, tmp_path):
     """OTEL_TRACES_EXPORTER unset, the SDK installed: the record as it always was, no traceparent sent, and the
     SDK's tracing never loaded in the queue process (redis-py itself loads OpenTelemetry's metrics, when installed)."""

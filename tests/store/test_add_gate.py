@@ -222,20 +222,29 @@ def test_bad_names_in_the_record_key_are_refused(r, store, name, message):
     keys, args = good_call(store)
     member = name if isinstance(name, bytes) else name.encode()
     topic = member.rpartition(b":")[0]
-    keys[11], keys[12] = b"delayd:{0}:t:" + member, b"delayd:{0}:paused:" + topic
+    keys[12], keys[13] = b"delayd:{0}:t:" + member, b"delayd:{0}:paused:" + topic
     refused(r, keys, args, "delayd:bad-task " + message)
+
+
+def test_a_call_without_the_corrupt_key_is_still_taken(r, store):
+    """Producers written before `corrupt` was declared send 9 bucket keys (docs/protocol.md): still
+    accepted (the script then names the set-aside hash itself, as Redis allows)."""
+    keys, args = good_call(store)
+    assert keys[9] == store.keys[0].corrupt
+    assert add(r, [*keys[:9], *keys[10:]], args) == [1, 1]
+    refused(r, [*keys[:9], "delayd:{0}:other", *keys[10:]], args, "delayd:bad-call")
 
 
 def test_names_of_many_characters_count_characters_not_bytes(r, store):
     keys, args = good_call(store)
-    keys[11], keys[12] = ("delayd:{0}:t:t:" + "é" * 512).encode(), b"delayd:{0}:paused:t"
+    keys[12], keys[13] = ("delayd:{0}:t:t:" + "é" * 512).encode(), b"delayd:{0}:paused:t"
     assert add(r, keys, args) == [1, 1]
 
 
 def test_keys_of_another_bucket_or_shape_are_refused(r, store):
     keys, args = good_call(store)
-    refused(r, [*keys[:11], "delayd:{1}:t:t:1", keys[12]], args, "delayd:bad-task key: not a record key of this bucket")
-    refused(r, [*keys[:12], "delayd:{0}:paused:u"], args, "delayd:bad-task key: the task's second key must be")
+    refused(r, [*keys[:12], "delayd:{1}:t:t:1", keys[13]], args, "delayd:bad-task key: not a record key of this bucket")
+    refused(r, [*keys[:13], "delayd:{0}:paused:u"], args, "delayd:bad-task key: the task's second key must be")
     refused(r, [*keys[:3], "delayd:{0}:other", *keys[4:]], args, "delayd:bad-call")
     refused(r, keys[:-1], args, "delayd:bad-call")
     refused(r, keys, args[:-1], "delayd:bad-call")
@@ -323,4 +332,4 @@ def test_a_good_spec_of_a_call_callback_and_params_is_written(r, store, spec):
     keys, args = good_call(store)
     args[SPEC] = spec
     assert add(r, keys, args) == [1, 1]
-    assert r.hget(keys[11], "spec") == spec
+    assert r.hget(keys[12], "spec") == spec

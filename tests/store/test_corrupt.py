@@ -11,12 +11,14 @@ as docs/redis-layout.md says.
 from __future__ import annotations
 
 import json
+import random
+import re
 import subprocess
 import zlib
 
 import pytest
 from daemon_helper import delayd
-from redis_server import now_ms, wait_for
+from redis_server import now_ms, set_aside, wait_for
 from test_store import client_of
 from web_helper import Web
 
@@ -247,7 +249,7 @@ def test_a_record_that_is_no_hash_when_its_run_finishes_is_quarantined_at_its_la
 
 
 # Keys of the bucket itself with the wrong type, and counters that are not integers:
-# each is set aside (renamed to <key>:corrupt) or starts again, and nothing is lost.
+# each is set aside (its DUMP in the bucket's `corrupt` hash) or starts again, and nothing is lost.
 def key_cases(keys):
     return {
         "delayed": (keys.delayed, "string"), "leases": (keys.leases, "string"),
@@ -272,8 +274,24 @@ def test_a_bucket_key_of_the_wrong_type_is_set_aside(r, store, name):
     corrupt(r, store, BAD, "spec", "[1]")  # a quarantine as well, to write that hash
     runs = run_everything(store)
     assert_good_ran_once(r, store, runs)
-    assert r.type(f"{key}:corrupt") == kind
+    assert set_aside(r, key)[0] == kind and not r.exists(f"{key}:corrupt")
     assert_quarantined(r, store, BAD, "spec is not a JSON object")
+
+
+def test_the_set_aside_hash_keeps_the_last_keys_only(r, store):
+    """Keys set aside go in the slot's `corrupt` hash (DUMP and why), not beside themselves: at most the last
+    16, the oldest dropped first, and of a key too large to keep, only why."""
+    keys = store.keys[0]
+    for i in range(20):
+        write_wrong(r, keys.parked(f"p{i}"), "list")
+        store.transport.run(store.delete_steps(f"p{i}:1", True, DAY_MS))  # delete.lua expects the parked zset
+    assert r.hlen(keys.corrupt) == 32 and set_aside(r, keys.parked("p19"))[0] == "list"
+    assert not any(r.exists(keys.parked(f"p{i}"), keys.parked(f"p{i}") + ":corrupt") for i in range(20))
+    r.set(keys.parked("big"), random.randbytes(1_100_000))  # (DUMP compresses: random bytes do not shrink)
+    store.transport.run(store.delete_steps("big:1", True, DAY_MS))
+    assert r.hget(keys.corrupt, keys.parked("big")) == "" and not r.exists(keys.parked("big"))
+    assert re.fullmatch(r"\d+ a string where a zset belongs \(its DUMP of 11\d{5} bytes is not kept\)",
+                        r.hget(keys.corrupt, keys.parked("big") + "|why"))
 
 
 def test_counters_that_are_not_integers_start_again(r, store):

@@ -27,5 +27,20 @@ def test_a_key_left_out_of_keys_is_refused_by_name(r):
     assert Transport(r).call(ScriptCall(SCRIPTS["delete"], [*declared, keys.parked("t")], ["t:1", 0, 1000])) == 0
 
 
+def test_setting_a_key_aside_needs_the_slots_corrupt_hash_declared(r):
+    """A key of the wrong type goes to the slot's `corrupt` hash, which the call must declare (a producer of
+    protocol 1 may leave it out of delete's KEYS: refused here, as Dragonfly would)."""
+    store = Store(r, PREFIX, 1)
+    keys = store.keys[0]
+    declared = [keys.task("t:1"), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
+                keys.done("deleted"), keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked("t")]
+    r.set(keys.leases, "not a zset")
+    refused = r"undeclared key in delete\.lua: \w+ delayd:\{0\}:corrupt"
+    with pytest.raises(redis.exceptions.ResponseError, match=refused):
+        Transport(r).call(ScriptCall(SCRIPTS["delete"], declared, ["t:1", 0, 1000]))
+    assert Transport(r).call(ScriptCall(SCRIPTS["delete"], [*declared, keys.corrupt], ["t:1", 0, 1000])) == 0
+    assert r.type(keys.leases) == "none" and r.hexists(keys.corrupt, keys.leases)
+
+
 def test_the_known_keys_name_only_scripts_that_exist():
     assert set(KNOWN) <= set(SCRIPTS)

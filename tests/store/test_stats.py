@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from daemon_helper import delayd
 from prometheus_client import CollectorRegistry, generate_latest
-from redis_server import lose_scripts
+from redis_server import lose_scripts, now_ms
 from test_store import client_of
 
 from delayd import config as config_mod
@@ -236,6 +236,55 @@ def test_window_and_minute_hashes_always_expire(client, r):
     for key in windows:
         limit = stats_mod.WINDOW_MS * 13 if ":m:" not in key else 3_900_000
         assert 0 < r.pttl(key) <= limit, key
+
+
+def runs_by_window(r, store: Store) -> Counter:
+    """Runs that ended `ok` per 10-second window number, over every bucket."""
+    found: Counter = Counter()
+    for keys in store.keys:
+        for key in r.keys(keys.window_prefix + "*"):
+            if ":m:" not in key:
+                found[int(key.rpartition(":")[2])] += int(r.hget(key, "ok|t") or 0)
+    return +found
+
+
+def run_all(store: Store, skew_ms: float) -> None:
+    """Promote, claim and finish every task, the store's estimate of Redis's clock off by `skew_ms`
+    before each claim and finish (each reply with Redis's clock corrects it)."""
+    for b in range(store.buckets):
+        store.promote(b, 1000, DAY_MS)
+        while True:
+            store.clock.offset_ms = skew_ms
+            tasks = store.claim(b, (1, 1, 1), 1, 60_000, DAY_MS).tasks
+            if not tasks:
+                break
+            store.clock.offset_ms = skew_ms
+            store.finish(b, [(tasks[0].member, tasks[0].claim, "ok", 0, "")], DAY_MS)
+
+
+def test_runs_count_in_the_window_of_redis_clock_the_caller_declared(client, r):
+    """The windows a call declares come from the caller's estimate of Redis's clock (delayd.store.windows).
+    Off by less than half a window, every run counts in the window of Redis's clock; off by an hour (a
+    first call on a skewed host), in the nearest declared one, and the reply sets the estimate right."""
+    store = client.store
+    first = now_ms(r) // stats_mod.WINDOW_MS
+    client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(12)])
+    run_all(store, 4_900.0)
+    client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(12, 24)])
+    run_all(store, -4_900.0)
+    last = now_ms(r) // stats_mod.WINDOW_MS
+    found = runs_by_window(r, store)
+    assert sum(found.values()) == 24 and set(found) <= set(range(first, last + 1)), found
+    client.add("t", "skewed", call="a:b")
+    b = store.keys_for("t:skewed").bucket
+    store.promote(b, 1000, DAY_MS)
+    store.clock.offset_ms = -3_600_000.0
+    claimed = store.claim(b, (1, 1, 1), 1, 60_000, DAY_MS).tasks
+    assert abs(store.clock.offset_ms) < 1000  # corrected by the claim's reply
+    store.clock.offset_ms = -3_600_000.0
+    store.finish(b, [(claimed[0].member, claimed[0].claim, "ok", 0, "")], DAY_MS)
+    hour_ago = runs_by_window(r, store) - found
+    assert sum(hour_ago.values()) == 1 and first - 361 <= next(iter(hour_ago)) <= last - 359, hour_ago
 
 
 def test_old_windows_leave_the_last_minute(client, r):

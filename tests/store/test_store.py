@@ -5,13 +5,23 @@ import contextlib
 import json
 import os
 import random
+import re
 import tempfile
 import threading
 
 import pytest
 import redis
 from redis.crc import key_slot
-from redis_server import RedisServer, free_port, has_functions, lose_scripts, now_ms, script_loads, wait_for
+from redis_server import (
+    RedisServer,
+    free_port,
+    has_functions,
+    lose_scripts,
+    now_ms,
+    script_loads,
+    set_aside,
+    wait_for,
+)
 from store_helper import DAY_MS, claim, promote_all, record
 
 from delayd import Client
@@ -162,7 +172,7 @@ def test_readd_resets_a_finished_or_running_task(r, store, keys):
 
 def test_a_replacement_sets_aside_index_keys_of_the_wrong_type(r, store, keys):
     """add.lua checks the keys only a replacement touches at the first replacement of a call,
-    after the fresh tasks before it were written: a wrong type is renamed aside, nothing fails."""
+    after the fresh tasks before it were written: a wrong type is set aside, nothing fails."""
     add(store, "t", 1)
     r.delete(keys.leases, keys.done("ok"), keys.quarantine)
     r.set(keys.leases, "x")
@@ -170,8 +180,9 @@ def test_a_replacement_sets_aside_index_keys_of_the_wrong_type(r, store, keys):
     r.rpush(keys.quarantine, "x")
     batch = [(task_of("t", i), "delay", 0) for i in (0, 1, 2)]  # fresh, replacement, fresh
     assert store.add(keys, batch, False) == [1, 1, 1]
-    assert r.type(f"{keys.leases}:corrupt") == "string" and r.type(f"{keys.done('ok')}:corrupt") == "list"
-    assert r.type(f"{keys.quarantine}:corrupt") == "list"
+    assert set_aside(r, keys.leases)[0] == "string" and set_aside(r, keys.done("ok"))[0] == "list"
+    kind, why = set_aside(r, keys.quarantine)
+    assert kind == "list" and re.fullmatch(r"\d{13} a list where a hash belongs", why), why
     assert sorted(r.zrange(keys.delayed, 0, -1)) == ["t:0", "t:1", "t:2"]
     assert r.hget(keys.counts, "waiting|t") == "3"
 

@@ -284,3 +284,20 @@ def test_overview_does_not_reload_while_retry_failed_runs(redis_url, tmp_path, c
         with page.expect_navigation():
             page.clock.run_for(5_000)  # the action is over: the refresh runs again
         assert page.evaluate("window.stayed") is None
+
+
+def test_task_page_shows_its_trace_and_links_it(redis_url, client, page):
+    """The trace context of the add (tests/web/test_trace_page.py over HTTP): its id linked to web_trace_url,
+    the full traceparent and a tracestate holding HTML, which stays text."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    client.add("order:cancel", "traced", call="delayd.examples:echo", delay=600,
+               traceparent=f"00-{trace_id}-00f067aa0ba902b7-01", tracestate=f"congo=t61rcWkgMzE,x={XSS}")
+    with Web(redis_url, DELAYD_WEB_TRACE_URL="https://jaeger.example/trace/{trace_id}") as web:
+        page.goto(web.base + "/tasks/order:cancel/traced")
+        card = page.locator("section#trace")
+        link = card.locator("a")
+        assert link.inner_text() == trace_id and link.get_attribute("href") == f"https://jaeger.example/trace/{trace_id}"
+        assert card.locator("tr:has(th:text-is('traceparent')) td").inner_text() == f"00-{trace_id}-00f067aa0ba902b7-01"
+        assert card.locator("tr:has(th:text-is('tracestate')) td").inner_text() == f"congo=t61rcWkgMzE,x={XSS}"
+        assert page.evaluate("window.pwned") is None and page.dialogs == []
+        screenshot(page, "dashboard-task-trace.png")

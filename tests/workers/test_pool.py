@@ -34,7 +34,8 @@ class Harness:
         self.results: dict[str, str] = {}
         self.pool = Pool(size, self.execute, lambda: self.notified.put(True))
 
-    def execute(self, task: str) -> str:
+    def execute(self, run: FakeRun) -> str:
+        task = run.task
         self.started.add(task)
         if task in self.gates:
             self.gates[task].wait(30)

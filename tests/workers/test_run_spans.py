@@ -65,6 +65,18 @@ def test_a_trace_that_does_not_parse_links_nothing_and_failures_are_errors(expor
     assert span.status.status_code == StatusCode.ERROR and span.status.description == "no retries left"
 
 
+def test_the_run_span_is_current_while_its_handler_runs(exported):
+    """as_current: a span started inside is the run's child; with None (tracing off) it is not.
+    (The daemon's handlers and callbacks: tests/daemon/test_traces.py.)"""
+    task = Task.new("t", 1, call="a:b")
+    run = tracing.start_run(task, now_ms=1_700_000_000_000)
+    with tracing.as_current(run):
+        child = tracing._tracer.start_span("handler")
+    with tracing.as_current(None):
+        root = tracing._tracer.start_span("outside")
+    assert child.parent.span_id == run.get_span_context().span_id and root.parent is None
+
+
 def test_tracing_is_on_only_when_otel_traces_exporter_names_an_exporter():
     assert tracing.exporter_names({}) == []
     assert tracing.exporter_names({"OTEL_TRACES_EXPORTER": "none"}) == []

@@ -23,7 +23,7 @@ const VERSIONS = { layout: '1', protocol: '1' };
 const MAX_BUCKETS = 1024;
 // add.lua's leading KEYS: the bucket's keys it may touch, after its tag.
 const ADD_KEYS = ['delayed', 'counts', 'recurring', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-  'paused'];
+  'paused', 'corrupt'];
 const ADD_BATCH = 200; // tasks per add.lua call, as the Python client sends them
 const STATUSES = ['delayed', 'running', 'ok', 'failed', 'deleted'];
 const ATTEMPT_FIELDS = ['run', 'at', 'ms', 'outcome', 'status', 'error'];
@@ -167,7 +167,7 @@ export class Client {
   }
 
   /** One add.lua call writing `entries` (built tasks) of one bucket, packed (docs/protocol.md section 3):
-   * KEYS the bucket's 9 keys, then the record and parked set of each task; ARGV nx, the wake
+   * KEYS the bucket's 10 keys, then the record and parked set of each task; ARGV nx, the wake
    * channel, then each task's spec, priority, mode and value. */
   addCall(bucket, entries, nx) {
     const tag = this.tag(bucket);
@@ -252,7 +252,7 @@ export class Client {
     const member = `${topic}:${id}`;
     const tag = this.tag(bucketOf(member, await this.store()));
     const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-      'counts', 'paused', 'recurring', `paused:${topic}`].map((k) => tag + k)];
+      'counts', 'paused', 'recurring', `paused:${topic}`, 'corrupt'].map((k) => tag + k)];
     return (await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs])) === 1;
   }
 

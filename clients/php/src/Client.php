@@ -94,7 +94,7 @@ final class Client
         $tag = $this->tag($member);
         $keys = ["{$tag}t:$member", "{$tag}delayed", "{$tag}leases", "{$tag}done:ok", "{$tag}done:failed",
             "{$tag}done:deleted", "{$tag}quarantine", "{$tag}counts", "{$tag}paused", "{$tag}recurring",
-            "{$tag}paused:$topic"];
+            "{$tag}paused:$topic", "{$tag}corrupt"];
         return $this->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]) === 1;
     }
 
@@ -167,7 +167,7 @@ final class Client
         $bucket = $this->bucketOf($tasks[0]->member);
         $tag = $this->prefix . '{' . $bucket . '}:';
         $keys = ["{$tag}delayed", "{$tag}counts", "{$tag}recurring", "{$tag}leases", "{$tag}done:ok",
-            "{$tag}done:failed", "{$tag}done:deleted", "{$tag}quarantine", "{$tag}paused"];
+            "{$tag}done:failed", "{$tag}done:deleted", "{$tag}quarantine", "{$tag}paused", "{$tag}corrupt"];
         $args = [$nx ? 1 : 0, $this->prefix . 'wake:' . $bucket];
         foreach ($tasks as $task) {
             $keys[] = "{$tag}t:{$task->member}";

@@ -36,13 +36,47 @@ local function key_type(key)
   return redis.call('TYPE', key)['ok']
 end
 
+-- Keys set aside (expect) kept per slot, the oldest dropped first; a DUMP larger than this is not
+-- kept (only why the key was set aside is).
+local CORRUPT_KEPT, CORRUPT_DUMP_MAX = 16, 1048576
+
+-- Set `key` (found a `found` where a `kind` belongs) aside in the hash `<tag>corrupt` of its slot
+-- (`P{N}:corrupt`, `P{limits}:corrupt`, ...; every call that may do so passes it in KEYS): field
+-- `<key>` its DUMP (RESTORE brings it back under any name), `<key>|why` '<ms> a <found> where a <kind>
+-- belongs'; then the key is deleted. A set-aside hash that is not a hash, or full of fields that are
+-- not ours, is deleted first.
+local function set_aside(key, found, kind)
+  local aside = string.match(key, '^[^{]*{[^}]*}:') .. 'corrupt'
+  local payload = redis.call('DUMP', key)
+  local why = now_ms() .. ' a ' .. found .. ' where a ' .. kind .. ' belongs'
+  if #payload > CORRUPT_DUMP_MAX then
+    why = why .. ' (its DUMP of ' .. #payload .. ' bytes is not kept)'
+    payload = ''
+  end
+  local fields = redis.pcall('HKEYS', aside)
+  if fields['err'] then
+    redis.call('DEL', aside)
+    fields = {}
+  end
+  if #fields >= 2 * CORRUPT_KEPT and redis.call('HEXISTS', aside, key) == 0 then
+    local oldest, oldest_at = nil, math.huge
+    for _, field in ipairs(fields) do
+      local at = string.sub(field, -4) == '|why' and int_of(string.match(redis.call('HGET', aside, field) or '', '^%d+'))
+      if at and at < oldest_at then oldest, oldest_at = string.sub(field, 1, -5), at end
+    end
+    if oldest then redis.call('HDEL', aside, oldest, oldest .. '|why') else redis.call('DEL', aside) end
+  end
+  redis.call('HSET', aside, key, payload, key .. '|why', why)
+  redis.call('DEL', key)
+end
+
 -- Each key that exists with another type than `kind` (a string where a sorted set
--- belongs) is renamed aside to `<key>:corrupt`, kept for a person to look at; the
--- script then goes on as if the key were empty, instead of failing on WRONGTYPE.
+-- belongs) is set aside (set_aside), kept for a person to look at; the script then
+-- goes on as if the key were empty, instead of failing on WRONGTYPE.
 local function expect(kind, ...)
   for _, key in ipairs({...}) do
     local t = key_type(key)
-    if t ~= kind and t ~= 'none' then redis.call('RENAME', key, key .. ':corrupt') end
+    if t ~= kind and t ~= 'none' then set_aside(key, t, kind) end
   end
 end
 
@@ -86,7 +120,7 @@ local counts, runs = {}, {}
 local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
 local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
 local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
-local MINUTE_MS = 60000       -- and one per minute, '<window_prefix>m:<n>', for the dashboard's
+local MINUTE_MS = 60000       -- and one per minute, `P{N}:w:m:<n>`, for the dashboard's
 local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
 local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 
@@ -301,13 +335,23 @@ local function flush_counts(counts_key)
   end
 end
 
+-- Of two declared consecutive window keys (`first` ends in its number n, `second` is n + 1) the one
+-- of `now`, or the nearer one when `now` is in neither: the caller names them from its estimate of
+-- Redis's clock (delayd.store.windows), which the clock in the script's reply corrects.
+local function declared_window(first, second, now, width)
+  local n = tonumber(string.match(first, '(%d+)$'))
+  if n and math.floor(now / width) > n then return second end
+  return first
+end
+
 -- Write what the script counted: state counts (flush_counts); run events to the
--- lifetime totals and to the 10-second window of `now` (which expires).
-local function flush_stats(counts_key, totals_key, window_prefix, now)
+-- lifetime totals and to the 10-second window and the minute of `now` (which expire), from
+-- the declared keys KEYS[w] .. KEYS[w + 3]: windows n, n + 1 and minutes m, m + 1.
+local function flush_stats(counts_key, totals_key, w, now)
   flush_counts(counts_key)
   if next(runs) then
-    local window = window_prefix .. math.floor(now / WINDOW_MS)
-    local minute = window_prefix .. 'm:' .. math.floor(now / MINUTE_MS)
+    local window = declared_window(KEYS[w], KEYS[w + 1], now, WINDOW_MS)
+    local minute = declared_window(KEYS[w + 2], KEYS[w + 3], now, MINUTE_MS)
     -- The script that makes a window or minute hash sees a counter equal to its change
     -- and sets its expiry; later scripts (counters already there) leave it as it is.
     local new_window, new_minute = false, false

@@ -1,6 +1,7 @@
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
 -- KEYS: delayed, counts, recurring, leases, done:ok, done:failed, done:deleted, quarantine,
---       paused (the bucket's keys, all under its tag `P{N}:`), then per task 2 keys: its
+--       paused, corrupt (the bucket's keys, all under its tag `P{N}:`; corrupt, where a key of the wrong
+--       type is set aside, may be left out, as producers before it did), then per task 2 keys: its
 --       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
 -- ARGV: nx (1/0), wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
@@ -15,7 +16,7 @@
 -- route and check by them); the task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
--- replacement touches are type-checked at the first replacement (a RENAME aside cannot
+-- replacement touches are type-checked at the first replacement (a set-aside cannot
 -- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
 -- type is checked by reading its head with pcall, before any write.
 local now = now_ms()
@@ -23,10 +24,11 @@ local nx, channel = ARGV[1] == '1', ARGV[2]
 local delayed, counts_key, recurring_key = KEYS[1], KEYS[2], KEYS[3]
 local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
 local prefix = tag .. 't:'
+local lead = KEYS[10] == tag .. 'corrupt' and 10 or 9  -- the bucket's keys before the tasks' (a record key is never that)
 local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'counts'
   or recurring_key ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases' or KEYS[5] ~= tag .. 'done:ok'
   or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted' or KEYS[8] ~= tag .. 'quarantine'
-  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= 9 + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
+  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
 if bad_keys then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
@@ -256,7 +258,7 @@ local function check_all()
   local last_topic, last_parked  -- a topic and parked key already checked
   for i = 3, #ARGV, 4 do
     task = task + 1
-    local task_key, parked = KEYS[2 * task + 8], KEYS[2 * task + 9]
+    local task_key, parked = KEYS[2 * task + lead - 1], KEYS[2 * task + lead]
     local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     if string.sub(task_key, 1, prefix_len) ~= prefix then
       refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
@@ -352,7 +354,7 @@ for n = 1, task do
   local i = 4 * n - 1
   local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local value = tonumber(ARGV[i + 3])
-  local task_key, parked, member, topic = KEYS[2 * n + 8], KEYS[2 * n + 9], names[2 * n - 1], names[2 * n]
+  local task_key, parked, member, topic = KEYS[2 * n + lead - 1], KEYS[2 * n + lead], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.

@@ -1,8 +1,9 @@
 -- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
 -- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited, paused, aside,
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
 --       then for URL lists on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster)
 -- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
---       window-key prefix, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
+--       retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       bucket id, ready channel, its message for these lists ('N' or 'uN')
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
@@ -30,18 +31,18 @@
 local now = now_ms()
 local prefix, n, lease = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6])
 local quota = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
-local aside = {failed = KEYS[7], quarantine = KEYS[8], now = now, retention = tonumber(ARGV[9])}
+local aside = {failed = KEYS[7], quarantine = KEYS[8], now = now, retention = tonumber(ARGV[8])}
 local out = {now}
 local taken = 0
 local lease_head = on('zset', 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
 local HOLD_MAX = 200  -- (a hold costs Redis about what a claim does: a call stays as short as a claim of 200)
-local lp, bucket = ARGV[10], ARGV[11]
+local lp, bucket = ARGV[9], ARGV[10]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
 local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if KEYS[12] then
-  local origins = redis.pcall('HKEYS', KEYS[12])
+if KEYS[17] then
+  local origins = redis.pcall('HKEYS', KEYS[17])
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
     off = {}
     for _, origin in ipairs(origins) do off[origin] = true end
@@ -167,7 +168,7 @@ if held > 0 then
     redis.pcall('SADD', lp .. 'where:' .. topic, bucket)
   end
   if soonest then redis.call('PUBLISH', ARGV[7], soonest) end
-  if held >= HOLD_MAX then redis.call('PUBLISH', ARGV[12], ARGV[13]) end
+  if held >= HOLD_MAX then redis.call('PUBLISH', ARGV[11], ARGV[12]) end
 end
 
 -- The bucket process sleeps until its next due time or lease expiry; tell it
@@ -175,5 +176,5 @@ end
 if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
   redis.call('PUBLISH', ARGV[7], now + lease)
 end
-flush_stats(KEYS[5], KEYS[6], ARGV[8], now)
+flush_stats(KEYS[5], KEYS[6], 12, now)
 return out

@@ -1,6 +1,7 @@
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
 -- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring,
---       the topic's parked set (paused:<topic>; named here from `paused` when a producer leaves it out)
+--       the topic's parked set (paused:<topic>; named here from `paused` when a producer leaves it out),
+--       corrupt (where a key of the wrong type is set aside; named the same way when left out)
 -- ARGV: member, hard (1/0), retention (ms)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is

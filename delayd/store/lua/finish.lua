@@ -1,7 +1,9 @@
 -- finish: record the outcome of a batch of runs of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring, then each run's record,
+-- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring,
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
+--       then each run's record,
 --       then on a single Redis the limits' keys of the runs' topics and every bucket's limited (Store.limit_keys)
--- ARGV: retention (ms), wake channel, window-key prefix,
+-- ARGV: retention (ms), wake channel,
 --       attempts kept (the delivery log's length), limits prefix (P{limits}:, or '' on Redis
 --       Cluster), then per run 8 values:
 --       member, claim token, outcome ('ok'|'failed'|'retry'|'quarantine'|'defer'),
@@ -24,7 +26,7 @@
 -- woken once per batch, if a run went back to `delayed` ahead of its head.
 local now = now_ms()
 local retention, channel = tonumber(ARGV[1]), ARGV[2]
-local kept = tonumber(ARGV[4]) or 0
+local kept = tonumber(ARGV[3]) or 0
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = retention}
 local schedules = recurring_index(KEYS[8])
 local applied = {}
@@ -61,14 +63,14 @@ local function requeue(member, topic, due, fields)
   fields[#fields + 1] = due
 end
 
-local lp = ARGV[5]
+local lp = ARGV[4]
 local limits = limits_of(lp)
 local freed = nil  -- topic -> members whose slot this call frees
 
-for i = 6, #ARGV, 8 do
+for i = 5, #ARGV, 8 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
-  local task_key = KEYS[9 + (i - 6) / 8]
+  local task_key = KEYS[14 + (i - 5) / 8]
   local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts', 'host')
   if r and r[1] == claim and r[2] == 'running' then
     local topic = topic_of(member)
@@ -131,5 +133,5 @@ flush_counted(unleased, {[KEYS[2]] = 'running'}, -1)
 if freed then free_slots(lp, freed, now) end
 flush_counted(indexed, index_states, 1)
 if earliest < (head_due or math.huge) then redis.call('PUBLISH', channel, earliest) end
-flush_stats(KEYS[6], KEYS[7], ARGV[3], now)
+flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied

@@ -1,5 +1,6 @@
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
--- KEYS: off (hash origin -> when disabled, ms), events (hash disabled|enabled -> times), then to enable
+-- KEYS: off (hash origin -> when disabled, ms), events (hash disabled|enabled -> times), corrupt
+--       (set_aside), then to enable
 --       each origin's health hash (`P{hosts}:h:<origin>`)
 -- ARGV: 'disable' or 'enable', then the origins (scheme://host:port)
 -- Disabling flags the origins: from then on claim.lua sets their due URL tasks aside (runs in flight
@@ -15,7 +16,7 @@ for i = 2, #ARGV do
     changed = changed + redis.call('HSETNX', KEYS[1], ARGV[i], now_ms())
   else
     changed = changed + redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.pcall('HDEL', KEYS[i + 1], 'failing_since')
+    redis.pcall('HDEL', KEYS[i + 2], 'failing_since')
   end
 end
 if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end

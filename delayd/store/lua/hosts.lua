@@ -1,5 +1,5 @@
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
--- KEYS: seen (zset: origin -> last report, ms), off, events, then one hash per host, `P{hosts}:h:<origin>`
+-- KEYS: seen (zset: origin -> last report, ms), off, events, corrupt (set_aside), then one hash per host, `P{hosts}:h:<origin>`
 -- ARGV: per host 5 values: deliveries, failures, last outcome ('ok' or 'fail'), last error
 --       ('' when none failed), ms the host's circuit stays open from now (0: closed); then the ms of
 --       continuous failure after which a host is disabled (url_disable_after; 0: never)
@@ -14,11 +14,11 @@ local now = now_ms()
 local DAY = 86400000
 local seen, off, events = KEYS[1], KEYS[2], KEYS[3]
 local host_prefix = string.sub(seen, 1, -5) .. 'h:'  -- `P{hosts}:h:` of `P{hosts}:seen`
-local disable_after = tonumber(ARGV[(#KEYS - 3) * 5 + 1]) or 0
+local disable_after = tonumber(ARGV[(#KEYS - 4) * 5 + 1]) or 0
 local minute = math.floor(now / 60000)
 local slot = 'm' .. (minute % 60)
-for i = 4, #KEYS do
-  local key, j = KEYS[i], (i - 4) * 5
+for i = 5, #KEYS do
+  local key, j = KEYS[i], (i - 5) * 5
   local deliveries, failures = tonumber(ARGV[j + 1]) or 0, tonumber(ARGV[j + 2]) or 0
   local last, err, open_ms = ARGV[j + 3], ARGV[j + 4], tonumber(ARGV[j + 5]) or 0
   local ring = on('hash', 'HGET', key, slot)

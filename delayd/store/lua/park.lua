@@ -1,6 +1,6 @@
 -- park: set aside the tasks of a paused topic that were in one ready list when it was paused,
 -- a bounded chunk per call (Client.pause walks each ready list of each bucket after pause.lua).
--- KEYS: paused, ready list, counts, the topic's parked set (paused:<topic>)
+-- KEYS: paused, ready list, counts, the topic's parked set (paused:<topic>), corrupt (set_aside)
 -- ARGV: task-key prefix, topic, the pause's generation, position (entries counted from the
 --       list's tail that earlier calls looked at), chunk
 -- Looks at the `chunk` entries before `position` from the tail: the topic's live ones are parked

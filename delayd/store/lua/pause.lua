@@ -1,6 +1,6 @@
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
 -- park.lua on their ready lists).
--- KEYS: paused
+-- KEYS: paused, corrupt (set_aside)
 -- ARGV: topic, generation ('' on the first bucket: it is taken there)
 -- Promote reads the flag: from now on the topic's due tasks (and lapsed leases) are parked in
 -- `paused:<topic>` instead of made ready. The flag's value is the pause's generation: Redis's

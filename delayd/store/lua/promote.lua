@@ -1,9 +1,10 @@
 -- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
---       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited
+--       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside)
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
---       window-key prefix, limits prefix (P{limits}:, or '' on Redis Cluster)
+--       limits prefix (P{limits}:, or '' on Redis Cluster)
 -- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
 -- as many as the limit lets start now, earliest due first, to the front of their ready lists
 -- (all of them, a batch at a time, when the topic has no limit any more), their starts and slots
@@ -112,7 +113,7 @@ end
 -- of their ready lists (LPUSH of the batch in reverse: the earliest first), marked `released`.
 -- A held entry whose record is no longer that held task (deleted, replaced, run meanwhile) is
 -- dropped. An entry for a topic that holds nothing here any more leaves `limited` and `where`.
-local lp = ARGV[7]
+local lp = ARGV[6]
 local limited = on('zset', 'ZRANGEBYSCORE', KEYS[16], '-inf', now, 'LIMIT', 0, limit)
 local limits = #limited > 0 and limits_of(lp) or nil
 local fronts, full_held = {}, false
@@ -233,7 +234,7 @@ for k = 6, 8 do
     for _, member in ipairs(old) do count(states[k], topic_of(member), -1) end
   end
 end
-flush_stats(KEYS[10], KEYS[11], ARGV[6], now)
+flush_stats(KEYS[10], KEYS[11], 17, now)
 
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
 for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end

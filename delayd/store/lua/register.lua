@@ -1,5 +1,5 @@
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
--- KEYS: info (hash: daemon id -> JSON entry), expires (sorted set: daemon id -> expiry ms)
+-- KEYS: info (hash: daemon id -> JSON entry), expires (sorted set: daemon id -> expiry ms), corrupt (set_aside)
 -- ARGV: daemon id, JSON entry ('' removes the entry: a graceful stop), ttl (ms)
 -- Entries whose expiry has passed (a daemon that died without a stop) are dropped
 -- on every call, so the registry never grows with dead daemons.

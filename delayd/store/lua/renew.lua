@@ -1,5 +1,5 @@
 -- renew: extend the leases of runs still in progress.
--- KEYS: leases, then each run's record, then on a single Redis the limits' keys of their topics
+-- KEYS: leases, corrupt (set_aside), then each run's record, then on a single Redis the limits' keys of their topics
 -- ARGV: lease (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       then per run: member, claim token
 -- A run of a topic with a concurrency limit holds its slot as long as its lease: renewed with it.
@@ -11,7 +11,7 @@ expect('zset', KEYS[1])
 local renewed = {}
 for i = 3, #ARGV, 2 do
   local member, claim = ARGV[i], ARGV[i + 1]
-  local r = read_record(KEYS[1 + (i - 1) / 2], 'claim', 'status')
+  local r = read_record(KEYS[2 + (i - 1) / 2], 'claim', 'status')
   if r and r[1] == claim and r[2] == 'running' and redis.call('ZSCORE', KEYS[1], member) then
     redis.call('ZADD', KEYS[1], 'XX', now + lease, member)
     local l = limits and limits[topic_of(member)]

@@ -1,5 +1,5 @@
 -- resume: start the tasks of one topic in one bucket again, a batch at a time.
--- KEYS: paused, delayed, counts, the topic's parked set (paused:<topic>)
+-- KEYS: paused, delayed, counts, the topic's parked set (paused:<topic>), corrupt (set_aside)
 -- ARGV: topic, wake channel, batch size, the resume's generation ('' on its first call, on the
 --       first bucket: it is taken there, later than the pause flagged there)
 -- Moves the earliest `batch` parked tasks back into `delayed` at their due times, so

@@ -1,6 +1,6 @@
 -- retry: put a finished task back to run now (one more run by its schedule): a failed one (retry), or
 -- a failed or ok one finished inside a time span (replay: the same task, so the same webhook-id).
--- KEYS: task, delayed, done:<status>, counts, quarantine
+-- KEYS: task, delayed, done:<status>, counts, quarantine, corrupt (set_aside)
 -- ARGV: member, wake channel, status ('failed' when left out; or 'ok'), and for a replay the span
 --       (ms) its finish time (its score in done:<status>) must be in: from, to
 -- Returns 1 if the task was of that status (and finished in the span) and is now delayed, 0 if

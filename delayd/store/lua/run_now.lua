@@ -1,5 +1,5 @@
 -- run_now: make a waiting task due now (a recurring one then continues on its schedule).
--- KEYS: task, delayed, paused, counts, the topic's parked set (paused:<topic>)
+-- KEYS: task, delayed, paused, counts, the topic's parked set (paused:<topic>), corrupt (set_aside)
 -- ARGV: member, wake channel
 -- Returns {code, status}: 1 due now; 2 due now but its topic is paused (it runs first
 -- on resume); 3 already due (in a ready list, waiting for a worker: nothing changed);

@@ -1,7 +1,8 @@
 -- stats: read one bucket's statistics (changes nothing).
 -- KEYS: delayed, ready:3, ready:2, ready:1, counts, totals, quarantine, paused,
---       ready:u3, ready:u2, ready:u1
--- ARGV: task-key prefix, window-key prefix, number of windows, scan limit
+--       ready:u3, ready:u2, ready:u1, then the run-event windows w:<n-k+1> ... w:<n+1>: the k windows
+--       the caller expects to be the last, and the next one (delayd.store.windows)
+-- ARGV: task-key prefix, scan limit
 -- Returns {now, counts (flat field/value list), totals (flat), first window number,
 --          {one flat list per window, oldest first}, due time of the delayed head
 --          (or false), quarantined, {topic, earliest due, ...} of tasks due but not
@@ -10,7 +11,7 @@
 -- It writes nothing, not even to set a corrupt key aside: a key of the wrong type
 -- reads as empty, an unreadable due time is not seen.
 local now = now_ms()
-local prefix, window_prefix = ARGV[1], ARGV[2]
+local prefix, limit = ARGV[1], tonumber(ARGV[2])
 
 -- The reply of a read, or `default` when it fails on stored data (WRONGTYPE).
 local function read(default, ...)
@@ -18,12 +19,15 @@ local function read(default, ...)
   if type(reply) == 'table' and reply['err'] then return default end
   return reply
 end
-local windows, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 
-local first = math.floor(now / WINDOW_MS) - windows + 1
+-- The last `windows` windows of Redis's clock, among the declared ones; if the caller's clock was
+-- off by more than half a window, the declared ones nearest to them (the reply's `first` says which).
+local windows = #KEYS - 12
+local declared = tonumber(string.match(KEYS[12], '(%d+)$'))
+local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows + 1, declared), declared + 1)
 local recent = {}
 for w = first, first + windows - 1 do
-  recent[#recent + 1] = read({}, 'HGETALL', window_prefix .. w)
+  recent[#recent + 1] = read({}, 'HGETALL', KEYS[12 + w - declared])
 end
 
 -- A score of `delayed` below any time a script writes (-inf, -1e300: written by someone else)

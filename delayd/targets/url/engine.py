@@ -174,7 +174,8 @@ class Engine:
         self.health.record(host, outcome.kind == "ok", outcome.error, self.hosts.open_for(host))
         callback_error = ""
         if outcome.kind == "ok" and task.callback and self.runner is not None:
-            callback_error = await asyncio.to_thread(self.runner.run_callback, task)
+            with tracing.as_current(ticket.span):  # (to_thread copies this task's context to its thread)
+                callback_error = await asyncio.to_thread(self.runner.run_callback, task)
         return outcome, callback_error
 
     async def _traced(self, task: Task, run_span: Any) -> tuple[Outcome, bool | None]:

@@ -23,7 +23,6 @@ from delayd import log as log_mod
 from delayd import tracing
 from delayd.config import Config
 from delayd.log import event
-from delayd.model.task import Task
 from delayd.store.connection import REDIS_ERRORS
 from delayd.store.keys import ready_channel
 from delayd.store.replies import Finish
@@ -71,10 +70,11 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.next_report = 0.0  # monotonic time the next host-health report may go
 
     # -- threads -------------------------------------------------------------------
-    def execute(self, task: Task) -> tuple[Outcome, str]:
-        """In a pool thread: run the target, then the callback of a success."""
-        outcome = self.runner.run(task)
-        callback_error = self.runner.run_callback(task) if outcome.kind == "ok" else ""
+    def execute(self, run: Run) -> tuple[Outcome, str]:
+        """In a pool thread: run the target, then the callback of a success (in the run's span, if traced)."""
+        with tracing.as_current(run.span):
+            outcome = self.runner.run(run.task)
+            callback_error = self.runner.run_callback(run.task) if outcome.kind == "ok" else ""
         return outcome, callback_error
 
     def completed(self, run: Run, result: tuple[Outcome, str] | None) -> None:

@@ -81,7 +81,7 @@ class Pool:
                         continue  # given up before it started
                     run.started = time.monotonic()
                     run.taken = True
-                result = self.execute(run.task)
+                result = self.execute(run)
                 spent = time.monotonic() - run.started
                 self.handler_time = spent if self.handler_time is None else self.handler_time + (
                     spent - self.handler_time) / 8
