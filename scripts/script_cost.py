@@ -3,8 +3,8 @@
 Prints, per script call size, Redis µs per call and per task and the commands run inside;
 then a drain of 20,000 through the real daemon (no-op and RPUSH handler): Redis µs per task
 by command. Commandstats count Redis's own CPU, so the figures hold on a busy machine.
---add: add.lua instead (one task per call, then 200; minimal tasks, then bench.py's realistic ones),
-beside a trivial EVALSHA (`return 1`).
+--add: add.lua instead (one task per call, then 200; minimal tasks, bench.py's realistic ones, then URL
+tasks: webhooks to 50 merchants), beside a trivial EVALSHA (`return 1`).
 With --versus DIR (a checkout of another version), each call alternates between that
 version's scripts and these on the same data, and SLOWLOG gives each call's duration:
 medians per version, robust to a busy machine.
@@ -18,6 +18,7 @@ import itertools
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench import NOOP, RPUSH, N, drain, handler_env, minimal_task, realistic_task
 from daemon_helper import Daemon
@@ -149,16 +150,24 @@ def scripts(client: Client, r, calls: int = 200, pair: list | None = None) -> No
     show("promote 256", measured(r, promote), len(moved), due)
 
 
+def url_task(i: int) -> dict[str, Any]:
+    """A webhook as a payment platform adds it: a JSON POST to one of 50 merchants, due in an hour."""
+    return {"topic": "webhooks", "id": f"evt-{i}", "url": f"https://merchant-{i % 50}.example/hooks/delayd",
+            "method": "POST", "body": "json", "delay": 3600,
+            "params": {"type": "payment.succeeded", "order": f"ord-{i:08d}", "amount_cents": 4990 + i % 500}}
+
+
 def adds(client: Client, r, calls: int = 200, pair: list | None = None) -> None:
-    """add.lua writing one task per call, then 200 (fresh call tasks of one bucket, as `add` and
-    `add_many` send them; minimal, then realistic: bench.py's two kinds), beside a trivial EVALSHA
-    (`return 1`): how much of a single add's round trip is Redis's own."""
+    """add.lua writing one task per call, then 200 (fresh tasks of one bucket, as `add` and
+    `add_many` send them; minimal, then realistic: bench.py's two kinds, then URL tasks), beside a
+    trivial EVALSHA (`return 1`): how much of a single add's round trip is Redis's own."""
     store = Store(r, client.prefix, 1)  # (every task in bucket 0)
     turn = alternating(r, pair) if pair else itertools.repeat(None)
     trivial = r.script_load("return 1")
     report("trivial", measured(r, lambda: [r.evalsha(trivial, 0) for _ in range(calls)]), calls, calls)
     ids = itertools.count()
-    for (kind, task), n in itertools.product((("", minimal_task), (" realistic", realistic_task)), (1, 200)):
+    kinds = (("", minimal_task), (" realistic", realistic_task), (" url", url_task))
+    for (kind, task), n in itertools.product(kinds, (1, 200)):
         built = [[client.build(**task(next(ids))) for _ in range(n)] for _ in range(calls)]
 
         def add() -> None:

@@ -69,16 +69,17 @@ def cmd_hosts(args: argparse.Namespace) -> int:
             print(json.dumps(host.to_dict(), separators=(",", ":")))
         return 0
     if not found:
-        print("no URL host delivered to in the last day")
+        print("no URL host delivered to in the last day, disabled, or with tasks waiting")
         return 0
     width = max(20, *(len(h.host) for h in found))
-    print(f"{'HOST':{width}} {'SENT_1H':>8} {'FAILED_1H':>9} {'BREAKER':>8}  FAILING SINCE / LAST ERROR")
+    print(f"{'HOST':{width}} {'SENT_1H':>8} {'FAILED_1H':>9} {'BREAKER':>8} {'WAITING':>8}  "
+          "FAILING SINCE / LAST ERROR")
     for h in found:
         state = ("ok" if h.delivered else NOT_DELIVERED) if h.failing_since is None else \
             f"failing since {fmt_time(h.failing_since)}: {h.last_error}"
         if h.disabled_at is not None:
             state = f"DISABLED since {fmt_time(h.disabled_at)}; {state}"
-        print(f"{h.host:{width}} {h.deliveries:>8} {h.failures:>9} {h.breaker:>8}  {state}")
+        print(f"{h.host:{width}} {h.deliveries:>8} {h.failures:>9} {h.breaker:>8} {h.tasks_waiting:>8}  {state}")
     return 0
 
 
@@ -123,16 +124,19 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                 "Read from counters in Redis that every daemon keeps, so any host sees all.")
     p = verb_parser(sub, common, "hosts", "health of the URL hosts delivered to in the last day",
                     "Per scheme://host:port that a URL task was sent to in the last day, by every daemon "
-                    "sharing the store: requests sent and failed over the last hour, the circuit breaker "
-                    "(open: nothing is sent until its probe), since when it has been failing (every request "
-                    "since its last success failed) and the last error; failing hosts first. "
+                    "sharing the store (and each one disabled, or with URL tasks waiting): requests sent and "
+                    "failed over the last hour, the circuit breaker (open: nothing is sent until its probe), "
+                    "its URL tasks still to be delivered (WAITING: delayed, ready, running, parked, held, set "
+                    "aside), since when it has been failing (every request since its last success failed) and "
+                    "the last error; failing hosts first. "
                     "`delayd hosts disable HOST` sends nothing more to HOST: its due URL tasks are kept, set "
                     "aside (not run, not counted as runs) until `delayd hosts enable HOST` runs them in due "
                     "order. HOST: scheme://host[:port], or a bare host[:port] meaning its http and https origins.")
     p.add_argument("action", nargs="?", choices=("disable", "enable"), help="disable or enable HOST")
     p.add_argument("host", nargs="?", metavar="HOST", help="scheme://host[:port], or a bare host[:port]")
     p.add_argument("--limit", type=positive_int, default=1000, metavar="N",
-                   help="at most N hosts, the most recently seen (default 1000)")
+                   help="at most N hosts, the most recently seen, then those with the most tasks waiting "
+                        "(default 1000)")
     p = verb_parser(sub, common, "replay", "send again the finished URL tasks of a host since a time",
                     "Re-queues the URL tasks of HOST that finished (--status failed, the default; ok; or all) "
                     "since TIME, each as a new run of the same task: the same webhook-id, so the merchant's "

@@ -1,10 +1,13 @@
 """Host health, as `delayd hosts` shows it: every URL host (scheme://host:port) delivered to in the
-last day, with its deliveries and failures over the last hour, its circuit breaker, since when it
-has been failing and its last error.
+last day, disabled, or with tasks waiting for it, with its deliveries and failures over the last hour, its
+circuit breaker, since when it has been failing, its last error and how many of its URL tasks are still to
+be delivered.
 
 Queue processes report what they saw at most once a second (lua/hosts.lua), so the figures are those
-of every daemon sharing the store, a second or so behind. Reading is one ZREVRANGEBYSCORE of the
-index of hosts and one HGETALL per host listed, in one round trip.
+of every daemon sharing the store, a second or so behind. The tasks waiting are counted by the scripts as
+they move (`host|<origin>` in each bucket's counts, docs/redis-layout.md "Hosts"). Reading is one
+ZREVRANGEBYSCORE of the index of hosts, then one HGETALL per host listed and per bucket's counts, in one
+round trip.
 
 Disabling a host (`delayd hosts disable`, HostSwitch) sets its due URL tasks aside as a paused topic's
 are (claim.lua), and enabling it brings them back in due order (Store.enable_steps). A HOST is an
@@ -20,6 +23,7 @@ import redis
 from delayd.client.errors import DelaydError
 from delayd.model.origin import origins
 from delayd.store.keys import host_key, hosts_off_key, hosts_seen_key
+from delayd.store.stats import host_counts
 from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
 
@@ -44,6 +48,7 @@ class HostHealth(NamedTuple):
     error_at: float | None
     ok_at: float | None           # its last success
     disabled_at: float | None = None  # when it was disabled (delayd hosts disable); None: enabled
+    tasks_waiting: int = 0        # its URL tasks still to be delivered (delayed, ready, running, set aside)
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -62,7 +67,8 @@ def _seconds(text: Any) -> float | None:
     return _int(text) / 1000 if _int(text) else None
 
 
-def health(host: str, seen_ms: float, record: dict[str, str], now_ms: int, disabled_ms: Any = None) -> HostHealth:
+def health(host: str, seen_ms: float, record: dict[str, str], now_ms: int, disabled_ms: Any = None,
+           waiting: int = 0) -> HostHealth:
     """One host's health from its hash (lua/hosts.lua: a ring of minutes, errors, breaker)."""
     current = now_ms // MINUTE_MS
     deliveries = failures = 0
@@ -75,12 +81,14 @@ def health(host: str, seen_ms: float, record: dict[str, str], now_ms: int, disab
     return HostHealth(host, seen_ms / 1000, deliveries, failures, "open" if open_until > now_ms else "closed",
                       open_until / 1000 if open_until > now_ms else None, _seconds(record.get("failing_since")),
                       record.get("error") or None, _seconds(record.get("error_at")), _seconds(record.get("ok_at")),
-                      _seconds(disabled_ms))
+                      _seconds(disabled_ms), waiting)
 
 
-def hosts_steps(prefix: str, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHealth]]:
-    """The hosts seen in the last day (at most `limit`, the most recently seen), and the disabled ones:
-    failing ones first (the longest failing first), then by failures over the last hour."""
+def hosts_steps(store: Store, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHealth]]:
+    """The hosts seen in the last day (at most `limit`, the most recently seen), the disabled ones, and
+    those with tasks waiting (the most waiting first, as many as fit in `limit`): failing ones first (the
+    longest failing first), then by failures over the last hour, then by tasks waiting."""
+    prefix = store.prefix
     seconds, micros = yield command("TIME")
     now_ms = seconds * 1000 + micros // 1000
     try:
@@ -89,13 +97,18 @@ def hosts_steps(prefix: str, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHealt
     except redis.exceptions.ResponseError:  # not a zset: the next report sets it aside
         return []
     off, *replies = yield Batch([command("HGETALL", hosts_off_key(prefix)),
-                                 *(command("HGETALL", host_key(prefix, host)) for host, _ in seen)])
+                                 *(command("HGETALL", host_key(prefix, host)) for host, _ in seen),
+                                 *(command("HGETALL", keys.counts) for keys in store.keys)])
     off = off if isinstance(off, dict) else {}
-    found = [health(host, score, reply if isinstance(reply, dict) else {}, now_ms, off.get(host))
+    waiting = host_counts(reply for reply in replies[len(seen):] if isinstance(reply, dict))
+    found = [health(host, score, reply if isinstance(reply, dict) else {}, now_ms, off.get(host), waiting.get(host, 0))
              for (host, score), reply in zip(seen, replies)]
     listed = {host for host, _ in seen}
-    found += [health(host, 0, {}, now_ms, at) for host, at in off.items() if host not in listed]
-    return sorted(found, key=lambda h: (h.failing_since is None, h.failing_since or 0, -h.failures))
+    found += [health(host, 0, {}, now_ms, at, waiting.get(host, 0)) for host, at in off.items() if host not in listed]
+    listed |= set(off)
+    unlisted = sorted((host for host in waiting if host not in listed), key=lambda host: (-waiting[host], host))
+    found += [health(host, 0, {}, now_ms, None, waiting[host]) for host in unlisted[:max(0, limit - len(found))]]
+    return sorted(found, key=lambda h: (h.failing_since is None, h.failing_since or 0, -h.failures, -h.tasks_waiting))
 
 
 class HostSwitch:

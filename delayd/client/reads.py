@@ -92,8 +92,10 @@ class Reads:
         return (yield from series.last_hour_steps(store, minutes))
 
     def hosts_steps(self, limit: int = hosts.DEFAULT_LIMIT) -> Steps[list[hosts.HostHealth]]:
-        """The URL hosts delivered to in the last day and their health (delayd.client.hosts)."""
-        return (yield from hosts.hosts_steps(self.prefix, limit))
+        """The URL hosts delivered to in the last day, disabled or with tasks waiting, and their health
+        (delayd.client.hosts)."""
+        store = yield from self.store_steps()
+        return (yield from hosts.hosts_steps(store, limit))
 
     def paused_steps(self) -> Steps[list[str]]:
         """The topics paused now (a bucket whose flag hash is not a hash counts as none paused)."""
@@ -109,7 +111,8 @@ class Reads:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        return sorted({field.partition("|")[2] for fields in replies for field in fields if "|" in field})
+        return sorted({topic for fields in replies for state, _, topic in (field.partition("|") for field in fields)
+                       if topic and state != stats_mod.HOST})
 
     def stats_steps(self) -> Steps[dict[str, Any]]:
         """Counts per status (and ready per priority), oldest due lag, runs and tasks/s over

@@ -52,7 +52,9 @@ log = logging.getLogger("delayd.metrics")
 Slots = Callable[[], Iterable[tuple[str, str, bool, int, bool]]]
 
 
-METRICS_HOSTS = 100  # URL hosts given series of their own: the most recently seen (and the disabled ones)
+# URL hosts given series of their own: the most recently seen (and the disabled ones), then those with the most
+# tasks waiting
+METRICS_HOSTS = 100
 
 
 def _le(bound: float) -> str:
@@ -70,8 +72,9 @@ class Collector:
         client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         try:
             buckets = recorded_buckets(client, self.config.prefix, self.config.buckets)
-            stats = stats_mod.collect(client, Store(client, self.config.prefix, buckets))
-            stats["host_health"] = Transport(client).run(hosts_steps(self.config.prefix, METRICS_HOSTS))
+            store = Store(client, self.config.prefix, buckets)
+            stats = stats_mod.collect(client, store)
+            stats["host_health"] = Transport(client).run(hosts_steps(store, METRICS_HOSTS))
             return stats
         except REDIS_ERRORS as exc:
             event(log, "metrics_redis_unavailable", logging.WARNING, redis=connection.where(self.config.redis_url),
@@ -176,7 +179,7 @@ class Collector:
 
 def host_families(stats: dict[str, Any]) -> Iterable[Any]:
     """The URL hosts disabled now, how many times hosts were disabled and enabled, and each host's health
-    as `delayd hosts` shows it (the METRICS_HOSTS most recently seen: a bounded set of labels)."""
+    as `delayd hosts` shows it (METRICS_HOSTS of them: a bounded set of labels)."""
     sent = GaugeMetricFamily("delayd_host_deliveries_last_hour", "URL requests sent to the host in the last hour",
                              labels=["host"])
     failed = GaugeMetricFamily("delayd_host_failures_last_hour", "URL requests to the host that failed in the "
@@ -185,12 +188,16 @@ def host_families(stats: dict[str, Any]) -> Iterable[Any]:
                                 "its first failure after a success)", labels=["host"])
     breaker = GaugeMetricFamily("delayd_host_breaker_open", "1 while the host's circuit is open (nothing is sent "
                                 "to it until the probe)", labels=["host"])
+    waiting = GaugeMetricFamily("delayd_host_tasks_waiting", "URL tasks of the host still to be delivered (delayed, "
+                                "ready, running, parked, held by a limit, set aside while it is disabled)",
+                                labels=["host"])
     for h in stats.get("host_health", []):
         sent.add_metric([h.host], h.deliveries)
         failed.add_metric([h.host], h.failures)
         failing.add_metric([h.host], 1 if h.failing_since is not None else 0)
         breaker.add_metric([h.host], 1 if h.breaker == "open" else 0)
-    yield from (sent, failed, failing, breaker)
+        waiting.add_metric([h.host], h.tasks_waiting)
+    yield from (sent, failed, failing, breaker, waiting)
     hosts = stats.get("hosts", {})
     disabled = GaugeMetricFamily("delayd_host_disabled", "1 while the URL host is disabled (delayd hosts disable): "
                                  "its due tasks are set aside", labels=["host"])

@@ -30,6 +30,8 @@ SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome
 # (held back by its topic's limit); the other states are the statuses themselves
 # (delayd.model.task.STATUSES).
 STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "throttled", *STATUSES[1:])
+# Beside them, `host|<origin>`: a URL host's tasks still to be delivered (lua/_lib.lua, count_host).
+HOST = "host"
 
 
 def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
@@ -45,6 +47,17 @@ def _pairs(flat: list[Any]) -> Iterable[tuple[str, str, int]]:
         except ValueError:
             continue
         yield name, printable(topic), max(0, value)
+
+
+def host_counts(replies: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """The URL tasks still to be delivered per origin, summed over counts hashes (HGETALL replies)."""
+    waiting: dict[str, int] = {}
+    for reply in replies:
+        flat = [item for field, value in reply.items() if field.startswith(HOST + "|") for item in (field, value)]
+        for _, origin, value in _pairs(flat):
+            if value:
+                waiting[origin] = waiting.get(origin, 0) + value
+    return waiting
 
 
 def status_of(state: str) -> str:

@@ -104,5 +104,6 @@ def schedule_dict(row: Schedule, paused: set[str]) -> dict[str, Any]:
 
 
 async def hosts(client: AsyncClient) -> list[dict[str, Any]]:
-    """GET /api/hosts: the URL hosts delivered to in the last day and their health, failing ones first."""
+    """GET /api/hosts: the URL hosts delivered to in the last day, disabled or with tasks waiting, and their health
+    (tasks_waiting: their URL tasks still to be delivered), failing ones first."""
     return [host.to_dict() for host in await client.hosts()]

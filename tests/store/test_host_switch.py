@@ -66,7 +66,9 @@ def test_a_disabled_hosts_tasks_are_set_aside_uncounted_and_come_back_in_due_ord
         task = client.get("shop", i)
         assert (task.status, task.runs) == ("delayed", 0)
         assert record(r, store, f"shop:{i}")["queued"] == "0"
-    assert {h.host: h.disabled_at is not None for h in client.hosts()} == {SHOP: True}
+    # the set-aside tasks still wait for their host, the other host's running ones for theirs
+    assert {h.host: (h.disabled_at is not None, h.tasks_waiting) for h in client.hosts()} == {SHOP: (True, 5),
+                                                                                              OTHER: (False, 5)}
     assert len(client.browse("delayed", "shop").rows) == 5  # the dashboard's list shows them delayed
     assert claim_urls(store) == []  # nothing else comes due while disabled
 

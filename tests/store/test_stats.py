@@ -45,11 +45,15 @@ def true_counts(r, store: Store, bucket: int) -> dict[str, int]:
         for member in r.zrange(key, 0, -1):
             truth[f"{state}|{topic_of(member)}"] += 1
     live = set()
-    for key in keys.ready:
+    for key in (*keys.ready, *keys.ready_url):
         for member in r.lrange(key, 0, -1):
             if member not in live and r.hget(keys.task(member), "queued") == "1":
                 live.add(member)
                 truth[f"ready:{r.hget(keys.task(member), 'priority') or 2}|{topic_of(member)}"] += 1
+    for task_key in r.scan_iter(match=f"{keys.task_prefix}*"):  # URL tasks still to be delivered, per origin
+        status, host = r.hmget(task_key, "status", "host")
+        if host and status in ("delayed", "running"):
+            truth[f"host|{host}"] += 1
     return dict(truth)
 
 
@@ -59,7 +63,8 @@ def stored_counts(r, store: Store, bucket: int) -> dict[str, int]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_counts_mirror_the_indexes_through_random_transitions(r, redis_url, seed):
-    """Every script keeps `counts` equal to what the indexes hold, whatever the order of events."""
+    """Every script keeps `counts` equal to what the indexes hold (and `host|<origin>` to the URL records
+    still to be delivered), whatever the order of events."""
     rng = random.Random(seed)
     store = Store(r, PREFIX, 2)
     client = client_of(redis_url, store)
@@ -73,7 +78,9 @@ def test_counts_mirror_the_indexes_through_random_transitions(r, redis_url, seed
         keys = store.keys_for(member)
         if op == "add":
             topic, _, id = member.rpartition(":")
-            task = Task.new(topic, id, call="shop.tasks:run", priority=rng.choice(PRIORITIES))
+            target = rng.choice([{"call": "shop.tasks:run"}, {"url": "https://shop.example/a"},
+                                 {"url": "HTTPS://shop.example:443/b"}, {"url": "http://other.example:8080/"}])
+            task = Task.new(topic, id, priority=rng.choice(PRIORITIES), **target)
             when = rng.choice([("delay", 0), ("delay", 0), ("delay", 60_000), ("at", 1000)])
             store.add(keys, [(task, *when)], nx=rng.random() < 0.3)
         elif op == "promote":
@@ -81,7 +88,8 @@ def test_counts_mirror_the_indexes_through_random_transitions(r, redis_url, seed
             lapsed += store.promote(b, 1000, rng.choice([DAY_MS, DAY_MS, 0])).reaped
         elif op == "claim":
             b = rng.randrange(2)
-            for t in store.claim(b, (5, 3, 2), rng.randint(1, 5), rng.choice([60_000, 1]), DAY_MS).tasks:
+            url = rng.random() < 0.5
+            for t in store.claim(b, (5, 3, 2), rng.randint(1, 5), rng.choice([60_000, 1]), DAY_MS, url).tasks:
                 in_hand.append((b, t.member, t.claim))
                 started += 1
         elif op == "finish" and in_hand:

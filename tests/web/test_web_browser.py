@@ -5,8 +5,8 @@ driven by Playwright.
 scripts/test installs chromium (apt) when it runs as root and it is missing; elsewhere
 these tests skip and say why, except under CI=true (.ci/run sets it), where a missing browser
 fails the run: CI must not pass with no browser test run. DASHBOARD_SCREENSHOTS=DIR saves the
-overview, two task pages (a failed call, a cron URL task), two task lists (failed, any status) and the
-schedules page as PNGs (docs/ has the committed ones).
+overview, two task pages (a failed call, a cron URL task), two task lists (failed, any status), the
+schedules page and the hosts page as PNGs (docs/ has the committed ones).
 """
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ import pytest
 from daemon_helper import Daemon
 from redis_server import wait_for
 from web_helper import Web
+
+from delayd.store.transport import Transport
+from delayd.targets.url.health import Health
 
 pytestmark = pytest.mark.system
 
@@ -165,6 +168,28 @@ def test_schedules_page_runs_a_task_now_and_pauses_its_topic(redis_url, tmp_path
         wait_for(lambda: client.get("heartbeat", "ping").runs == 2, 30, message="the run now")
         page.locator("tr:has(a:text-is('tmp'))").locator("button:text('Resume topic')").click()
         assert client.paused() == [] and page.locator("table.schedules .badge").count() == 0
+
+
+def test_hosts_page_shows_the_tasks_waiting_for_each_host(redis_url, client, page):
+    """Issue 29's "tasks waiting for it": a column of its own on /hosts, also for a disabled host and one only
+    scheduled for later, never sent to."""
+    failing, disabled, later = "http://10.0.0.1:80", "https://shop.example:443", "https://later.example:8443"
+    health = Health()
+    for _ in range(3):
+        health.record(failing, False, "connection failed: 10.0.0.1:80: Connection refused", 30.0)
+    Transport(client.redis).call(client.store.hosts_call(health.take()))
+    client.add_many([{"topic": "notify", "id": i, "url": f"{failing}/hook"} for i in range(12)])
+    client.add_many([{"topic": "notify", "id": f"s{i}", "url": f"{disabled}/hook"} for i in range(5000)])
+    client.add("remind", 1, url=f"{later}/r", delay=3600)
+    client.disable_host(disabled)
+    with Web(redis_url) as web:
+        page.goto(web.base + "/hosts")
+        heads = [th.text_content() for th in page.locator("table.hosts thead th").all()]
+        column = heads.index("tasks waiting")
+        cells = {row.locator("td").nth(0).locator("span.mono").inner_text(): row.locator("td").nth(column).inner_text()
+                 for row in page.locator("table.hosts tbody tr").all()}
+        assert cells == {failing: "12", disabled: "5000", later: "1"}
+        screenshot(page, "dashboard-hosts.png")
 
 
 def test_failed_list_retries_and_deletes_per_row_and_in_bulk(redis_url, tmp_path, client, page):

@@ -134,6 +134,21 @@ local function is_url(spec)
   return type(spec) == 'string' and string.sub(spec, 1, 7) == '{"url":'
 end
 
+-- scheme://host:port of a URL (default ports made explicit), as delayd.model.origin.origin writes it:
+-- the unit of host health, disabling and replay; nil when it has none (the URL cannot be sent).
+local function origin_of(url)
+  if type(url) ~= 'string' then return nil end
+  local scheme, authority = string.match(url, '^(%a[%w+.-]*)://([^/?#]*)')
+  if not scheme then return nil end
+  scheme, authority = string.lower(scheme), string.lower(string.match(authority, '([^@]*)$'))
+  local host, port = string.match(authority, '^(%[.*%]):?(%d*)$')
+  if not host then host, port = string.match(authority, '^([^:]*):?(%d*)$') end
+  port = tonumber(port)
+  if not host or host == '' or (port and port > 65535) then return nil end
+  if not port or port == 0 then port = scheme == 'https' and 443 or 80 end  -- (urlsplit's port 0 reads as none)
+  return scheme .. '://' .. host .. ':' .. string.format('%d', port)
+end
+
 -- Record fields left out when they hold their default (docs/redis-layout.md):
 -- priority 2, runs 0, and claim, whose default is the record's `created` time.
 -- Every pending task saves their bytes.
@@ -216,6 +231,15 @@ end
 -- `priority` as read from a record: nil is the default.
 local function count_ready(priority, topic, delta)
   add_to(counts, topic, READY[priority or DEFAULT_PRIORITY] or 'ready:?', delta)
+end
+
+-- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
+-- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
+-- for a host). A record without the field (written before it existed) was never counted in.
+local PENDING = {delayed = true, running = true}
+
+local function count_host(host, delta)
+  if host then add_to(counts, host, 'host', delta) end
 end
 
 local function tally(name, topic, delta)
@@ -356,8 +380,14 @@ end
 -- reason also goes in the quarantine hash, which promote trims with done:failed.
 -- A key that is not a hash cannot hold that and is replaced by a record that does.
 -- `aside`: {failed = done:failed key, quarantine = quarantine key, now =, retention =}.
+-- A task that was still to be delivered no longer waits for its URL host (count_host).
 local function quarantine(aside, task_key, member, reason)
-  if key_type(task_key) ~= 'hash' then redis.call('DEL', task_key) end
+  if key_type(task_key) ~= 'hash' then
+    redis.call('DEL', task_key)
+  else
+    local r = redis.call('HMGET', task_key, 'status', 'host')
+    if PENDING[r[1]] then count_host(r[2], -1) end
+  end
   redis.call('HSET', task_key, 'status', 'failed', 'queued', '0', 'error', 'quarantined: ' .. reason)
   on('hash', 'HSET', aside.quarantine, member, reason)
   index_finished(member, aside.failed, aside.now, task_key, aside.retention, 'failed', topic_of(member))

@@ -246,11 +246,13 @@ local function check_spec(spec, mode, recurs)
     refuse('mode', "ends in '*' for a task with every or cron, and only then")
   end
   if mode == 'next*' and cron == nil then refuse('mode', 'next* is for a cron task') end
+  return url
 end
 
 -- Every task of the call, in order: its keys, priority, mode, value and spec. Fills `names`
--- with each task's member and topic (2n - 1, 2n); `task` is the task being checked.
-local names, task = {}, 0
+-- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
+-- `host`); `task` is the task being checked.
+local names, origins, task = {}, {}, 0
 local function check_all()
   local prefix_len, parked_prefix = #prefix, KEYS[9] .. ':'
   local last_topic, last_parked  -- a topic and parked key already checked
@@ -295,7 +297,8 @@ local function check_all()
     if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
       refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
     end
-    check_spec(ARGV[i], mode, recurs)
+    local url = check_spec(ARGV[i], mode, recurs)
+    if url then origins[task] = origin_of(url) end
     names[2 * task - 1], names[2 * task] = member, topic
   end
 end
@@ -320,8 +323,10 @@ local function replacing()
   local quarantine_key = KEYS[8]
   expect('hash', quarantine_key)
   return function(task_key, parked, member, topic, recurs, old)
-    -- A live ready-list entry of the old record goes stale with it.
+    -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
+    -- no longer waits for its host.
     if old[2] == '1' then count_ready(old[3], topic, -1) end
+    if PENDING[old[1]] then count_host(old[8], -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
     zrem_counted(KEYS[4], member, 'running', topic)
@@ -355,7 +360,9 @@ for n = 1, task do
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
   local old  -- the old record's fields; nil when there is none, or the key is not a hash
-  if exists then old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since') end
+  if exists then
+    old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
+  end
   local recurs = mode == 'delay*' or mode == 'at*' or mode == 'next*'
   if nx and old then
     written[n] = 0
@@ -387,10 +394,18 @@ for n = 1, task do
       redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text)
     else
       local fields = {'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text}
-      -- A URL task is flagged `url=1`, so promote picks its ready list without reading the spec.
+      -- A URL task is flagged `url=1`, so promote picks its ready list without reading the spec, and
+      -- names its origin (`host`): claim checks it against the disabled hosts, and it is counted waiting
+      -- for that host until it finishes (count_host).
       if url then
         fields[#fields + 1] = 'url'
         fields[#fields + 1] = '1'
+        local host = origins[n]
+        if host then
+          fields[#fields + 1] = 'host'
+          fields[#fields + 1] = host
+          count_host(host, 1)
+        end
       end
       if priority ~= DEFAULT_PRIORITY then
         fields[#fields + 1] = 'priority'
@@ -436,5 +451,5 @@ for topic, scores in pairs(by_topic) do
 end
 -- The bucket process is woken once per batch, if the batch moved its head earlier.
 if earliest < head_due then redis.call('PUBLISH', channel, earliest) end
-if replace then flush_counts(counts_key) end
+if next(counts) then flush_counts(counts_key) end
 return written

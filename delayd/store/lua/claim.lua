@@ -24,7 +24,8 @@
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
--- read from the spec only while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
+-- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
+-- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
 -- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
 --          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
 local now = now_ms()
@@ -48,18 +49,10 @@ if KEYS[17] then
   end
 end
 
--- scheme://host:port of a URL task's spec, as delayd.targets.url.request.origin writes it; nil if unreadable.
-local function origin_of(spec)
+-- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
+local function spec_origin(spec)
   local ok, decoded = pcall(cjson.decode, spec)
-  if not ok or type(decoded) ~= 'table' or type(decoded.url) ~= 'string' then return nil end
-  local scheme, authority = string.match(decoded.url, '^(%a[%w+.-]*)://([^/?#]*)')
-  if not scheme then return nil end
-  scheme, authority = string.lower(scheme), string.lower(string.match(authority, '([^@]*)$'))
-  local host, port = string.match(authority, '^(%[.*%]):?(%d*)$')
-  if not host then host, port = string.match(authority, '^([^:]*):?(%d*)$') end
-  if not host then return nil end
-  if port == '' then port = scheme == 'https' and '443' or '80' end
-  return scheme .. '://' .. host .. ':' .. tonumber(port)
+  if ok and type(decoded) == 'table' then return origin_of(decoded.url) end
 end
 
 -- Set a ready task of a disabled host aside: out of the ready count, parked at its due time.
@@ -118,7 +111,7 @@ local function take(list, want)
   for _, member in ipairs(members) do
     local task_key = prefix .. member
     local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-      'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released')
+      'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
     -- Entries whose task was deleted, replaced or already claimed are stale
     -- (queued is 0 or missing): skipped.
     if not r or (r[1] and r[1] ~= '0') then
@@ -127,7 +120,7 @@ local function take(list, want)
       if reason then
         if r and r[1] == '1' then count_ready(r[9], topic, -1) end
         quarantine(aside, task_key, member, reason)
-      elseif off and off[origin_of(r[2]) or ''] then
+      elseif off and off[r[14] or spec_origin(r[2]) or ''] then
         set_aside(topic, member, task_key, r)
       elseif limits and limits[topic] and not admitted(topic, member, r) then
         hold(topic, member, task_key, r)

@@ -19,13 +19,14 @@ expect('zset', parked)
 redis.call('HDEL', KEYS[7], member)
 recurring_index(KEYS[10]).remove(member)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local old = read_record(KEYS[1], 'queued', 'priority', 'claim', 'created')
+local old = read_record(KEYS[1], 'queued', 'priority', 'claim', 'created', 'status', 'host')
 if not old then
   redis.call('DEL', KEYS[1])
   old = {}
 end
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
+if PENDING[old[5]] then count_host(old[6], -1) end  -- a URL task no longer waits for its host
 for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
 zrem_counted(parked, member, 'parked', topic)
 if hard then

@@ -71,7 +71,7 @@ for i = 5, #ARGV, 8 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
   local task_key = KEYS[14 + (i - 5) / 8]
-  local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts')
+  local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts', 'host')
   if r and r[1] == claim and r[2] == 'running' then
     local topic = topic_of(member)
     local not_before = now + wait
@@ -104,6 +104,7 @@ for i = 5, #ARGV, 8 do
       requeue(member, topic, due, fields)
     elseif outcome == 'ok' or outcome == 'failed' then
       fields = {'status', outcome}
+      count_host(r[7], -1)  -- a URL task no longer waits for its host (a quarantine counts it itself)
       batch_add(indexed, KEYS[outcome == 'ok' and 3 or 4], topic, member, now)
       redis.call('PEXPIRE', task_key, retention)
     else
