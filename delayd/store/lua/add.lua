@@ -41,11 +41,12 @@ local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
 -- The patterns of check_spec's fast paths: a target's name of identifier characters (no quote or
 -- backslash), params of printable ASCII from `{` to the `}` before the spec's last.
 local TARGET = '([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)'
-local PARAMS = '({[ -~]*})}$'
 local ONLY_CALL = '^{"call":"' .. TARGET .. '"}$'
-local CALL_CALLBACK_PARAMS = '^{"call":"' .. TARGET .. '","callback":"' .. TARGET .. '","params":' .. PARAMS
-local CALL_FIRST, CALLBACK_NEXT, PARAMS_LAST = '^{"call":"' .. TARGET .. '"()', '^,"callback":"' .. TARGET .. '"()',
-  '^,"params":' .. PARAMS
+local CALL_FIRST, CALLBACK_NEXT = '^{"call":"' .. TARGET .. '"()', '^,"callback":"' .. TARGET .. '"()'
+local PARAMS = '^({[ -~]*})}$'
+-- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
+-- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
+local usual
 local FIELDS  -- the spec's fields, made for the first spec decoded
 local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
@@ -144,19 +145,24 @@ local function check_spec(spec, mode, recurs)
   end
   -- So is a call's spec with `,"callback":"<name>"` then `,"params":{...}` (each optional, in the order
   -- delayd's clients write them) before its `}`, up to 1,000 bytes (params nested 1,000 deep, which the
-  -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object. The
-  -- usual shape, all three, is one match; a spec this path does not take goes the whole way below,
-  -- which says why.
+  -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object; the names
+  -- are not matched again while specs start as the last one with params did. A spec this path does not
+  -- take goes the whole way below, which says why.
   local call, callback, params, at
   if #spec <= 1000 and string.byte(spec, -1) == 125 then  -- ends in `}`
-    call, callback, params = string.match(spec, CALL_CALLBACK_PARAMS)
-    if not call then
+    if usual and string.sub(spec, 1, #usual.head) == usual.head then  -- the last one's names (checked below)
+      call, callback = usual.call, usual.callback
+      params = string.match(spec, PARAMS, #usual.head + 1)
+    else
       call, at = string.match(spec, CALL_FIRST)
       if call then
         local after
         callback, after = string.match(spec, CALLBACK_NEXT, at)
         at = after or at
-        params = string.match(spec, PARAMS_LAST, at)
+        if string.sub(spec, at, at + 9) == ',"params":' then
+          usual = {head = string.sub(spec, 1, at + 9), call = call, callback = callback}
+          params = string.match(spec, PARAMS, at + 10)
+        end
       end
     end
   end
