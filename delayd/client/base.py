@@ -65,14 +65,14 @@ def gc_paused() -> Iterator[None]:
 
 def to_ms(at: Any) -> int:
     """An absolute time (Unix seconds, a datetime, or an ISO 8601 string) in ms."""
+    if type(at) is float or type(at) is int or isinstance(at, (int, float)) and not isinstance(at, bool):
+        if not 0 <= at < 1e11:
+            raise TaskError(f"at must be Unix seconds, got {at!r}")
+        return int(at * 1000)
     if isinstance(at, bool):
         raise TaskError("at must be Unix seconds or an ISO 8601 time")
     if isinstance(at, datetime):
         return int(at.timestamp() * 1000)
-    if isinstance(at, (int, float)):
-        if not 0 <= at < 1e11:
-            raise TaskError(f"at must be Unix seconds, got {at!r}")
-        return int(at * 1000)
     if isinstance(at, str):
         try:
             return to_ms(float(at))
@@ -160,9 +160,8 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
     def build(self, /, topic: Any = None, id: Any = None, *, delay: float | None = None, at: Any = None,
               debounce: float | None = None, max_wait: float | None = None, **fields: Any) -> Built:
         """Validate one add's arguments: (task, mode, value), see Built. Raises TaskError."""
-        unknown = fields.keys() - TASK_FIELDS
-        if unknown:
-            raise TaskError(f"unknown task field(s): {', '.join(sorted(unknown))}")
+        if not TASK_FIELDS.issuperset(fields):
+            raise TaskError(f"unknown task field(s): {', '.join(sorted(fields.keys() - TASK_FIELDS))}")
         if "traceparent" not in fields and (context := tracing.current()) is not None:
             fields["traceparent"], fields["tracestate"] = context  # the caller's current span
         task = Task.new(topic, id, params_limit=self.config.params_limit, **fields)

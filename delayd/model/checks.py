@@ -31,6 +31,7 @@ _TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
 # Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
 _encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 _FLAT_VALUES = frozenset({str, int, float, bool, type(None)})  # what json.loads gives back as it was given
+_STR_ONLY = frozenset({str})  # the keys json.loads gives back as they were given
 _MAX_INT_BITS = 2_000  # an int this long prints in fewer than 640 digits, the least limit Python may be set to
 
 
@@ -85,7 +86,8 @@ def _check_name(what: str, value: Any) -> str:
         raise TaskError(f"{what} must not be empty")
     if len(text) > MAX_NAME:
         raise TaskError(f"{what} is longer than {MAX_NAME} characters")
-    if _BAD_NAME_CHARS.search(text):
+    # (ASCII has no other unprintable character than the controls: two calls cheaper than the search)
+    if not (text.isascii() and text.isprintable() and " " not in text) and _BAD_NAME_CHARS.search(text):
         raise TaskError(f"{what} must not contain spaces or control characters")
     if not text.isascii():
         try:
@@ -175,13 +177,14 @@ def _flat_size(params: dict) -> float:
     """At least the size of params' JSON, when they are a dict of str keys and values that JSON gives
     back as they are: UTF-8 text (a character is at most 12 bytes of JSON: two \\uXXXX escapes), an
     int Python prints, a finite float (at most 24 characters), True, False or None. Else infinity."""
-    if type(params) is not dict:
+    if type(params) is not dict or not _STR_ONLY.issuperset(map(type, params)):
         return math.inf
-    size = 1  # the braces, and each item's colon and comma
-    for key, value in params.items():
+    keys = "".join(params)  # (the keys' checks and sizes at once)
+    if not (keys.isascii() or is_utf8(keys)):
+        return math.inf
+    size = 1 + 12 * len(keys) + 4 * len(params)  # the braces, each key quoted, its colon and comma
+    for value in params.values():
         kind = type(value)
-        if type(key) is not str or not (key.isascii() or is_utf8(key)):
-            return math.inf
         if kind is str:
             if not (value.isascii() or is_utf8(value)):
                 return math.inf
@@ -199,7 +202,6 @@ def _flat_size(params: dict) -> float:
             return math.inf
         else:
             size += 5  # true, false, null
-        size += 12 * len(key) + 4
     return size
 
 

@@ -299,6 +299,11 @@ def test_a_spec_of_a_call_alone_is_held_to_every_rule(r, store, spec, mode, valu
     refused(r, keys, args, "delayd:bad-task " + message)
 
 
+# The first task's spec in the tests below: a call alone (good_call's), or a good spec with params that
+# starts as the second's may (add.lua then takes the second's names without matching them again).
+FIRST_SPECS = [None, '{"call":"a:b","callback":"c:d","params":{"first":1}}', '{"call":"a:b","params":{"first":1}}']
+
+
 @pytest.mark.parametrize("spec, mode, message", [
     ('{"call":"a:b","callback":"c:d","params":{"x":1}}', "delay*", "mode: ends in '\\*'"),
     ('{"call":"a:b","callback":"c:d"}', "at*", "mode: ends in '\\*'"),
@@ -317,19 +322,26 @@ def test_a_spec_of_a_call_alone_is_held_to_every_rule(r, store, spec, mode, valu
     ('{"call":"a:b","params":{"x":1}}}', "delay", "spec: is not a JSON object"),
     ('{"call":"a:b","params":{"x":"\xff"}}'.encode("latin-1"), "delay", "spec: is not valid UTF-8 text"),
 ])
-def test_a_spec_of_a_call_callback_and_params_is_held_to_every_rule(r, store, spec, mode, message):
+@pytest.mark.parametrize("first", FIRST_SPECS)
+def test_a_spec_of_a_call_callback_and_params_is_held_to_every_rule(r, store, spec, mode, message, first):
     """add.lua checks `{"call":…,"callback":…,"params":{…}}` decoding its params alone: the same rules, the
-    same errors, whatever follows or breaks that shape."""
+    same errors, whatever follows or breaks that shape; also after a good spec that starts the same (whose
+    names add.lua then takes without matching them again)."""
     keys, args = good_call(store)
     args[SPEC], args[MODE] = spec, mode
+    if first is not None:
+        args[SPEC - 4] = first
     refused(r, keys, args, "delayd:bad-task " + message)
 
 
 @pytest.mark.parametrize("spec", ['{"call":"a:b","callback":"c:d"}', '{"call":"a:b","params":{}}',
                                   '{"call":"a:b","callback":"c:d","params":{"x":[1,{"y":null}],"z":"\\u00e9"} }',
                                   '{"call":"a:b","callback":"c:d","params":{"x":"é"}}'])
-def test_a_good_spec_of_a_call_callback_and_params_is_written(r, store, spec):
+@pytest.mark.parametrize("first", FIRST_SPECS)
+def test_a_good_spec_of_a_call_callback_and_params_is_written(r, store, spec, first):
     keys, args = good_call(store)
     args[SPEC] = spec
+    if first is not None:
+        args[SPEC - 4] = first
     assert add(r, keys, args) == [1, 1]
     assert r.hget(keys[12], "spec") == spec

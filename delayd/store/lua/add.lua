@@ -40,6 +40,15 @@ end
 -- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
 -- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
 local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
+-- The patterns of check_spec's fast paths: a target's name of identifier characters (no quote or
+-- backslash), params of printable ASCII from `{` to the `}` before the spec's last.
+local TARGET = '([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)'
+local ONLY_CALL = '^{"call":"' .. TARGET .. '"}$'
+local CALL_FIRST, CALLBACK_NEXT = '^{"call":"' .. TARGET .. '"()', '^,"callback":"' .. TARGET .. '"()'
+local PARAMS = '^({[ -~]*})}$'
+-- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
+-- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
+local usual
 local FIELDS  -- the spec's fields, made for the first spec decoded
 local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
@@ -130,7 +139,7 @@ local function check_spec(spec, mode, recurs)
   -- quote or backslash: cjson would decode it to {call = name} and nothing else), is checked without
   -- decoding: the name's shape, and a mode that does not recur, are all the rules below ask of it.
   local only_call = string.byte(spec, -2) == 34  -- ends in `"}`: else not tried (a spec with params ends `}}`)
-    and string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"}$')
+    and string.match(spec, ONLY_CALL)
   if only_call then
     check_target('call', only_call)
     if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
@@ -138,29 +147,37 @@ local function check_spec(spec, mode, recurs)
   end
   -- So is a call's spec with `,"callback":"<name>"` then `,"params":{...}` (each optional, in the order
   -- delayd's clients write them) before its `}`, up to 1,000 bytes (params nested 1,000 deep, which the
-  -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object. A spec
-  -- this path does not take goes the whole way below, which says why.
-  local call, at
+  -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object; the names
+  -- are not matched again while specs start as the last one with params did. A spec this path does not
+  -- take goes the whole way below, which says why.
+  local call, callback, params, at
   if #spec <= 1000 and string.byte(spec, -1) == 125 then  -- ends in `}`
-    call, at = string.match(spec, '^{"call":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()')
-  end
-  if call then
-    local callback, after = string.match(spec, '^,"callback":"([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)"()', at)
-    at = after or at
-    local fits = at == #spec
-    if not fits and string.sub(spec, at, at + 9) == ',"params":' then
-      local params = string.sub(spec, at + 10, -2)
-      if string.find(params, '^[ -~]*$') then
-        local decoded, t = pcall(cjson.decode, params)
-        fits = decoded and type(t) == 'table' and t[1] == nil and string.byte(params, 1) == 123  -- `{`: not []
+    if usual and string.sub(spec, 1, #usual.head) == usual.head then  -- the last one's names (checked below)
+      call, callback = usual.call, usual.callback
+      params = string.match(spec, PARAMS, #usual.head + 1)
+    else
+      call, at = string.match(spec, CALL_FIRST)
+      if call then
+        local after
+        callback, after = string.match(spec, CALLBACK_NEXT, at)
+        at = after or at
+        if string.sub(spec, at, at + 9) == ',"params":' then
+          usual = {head = string.sub(spec, 1, at + 9), call = call, callback = callback}
+          params = string.match(spec, PARAMS, at + 10)
+        end
       end
     end
-    if fits then
-      check_target('call', call)
-      if callback then check_target('callback', callback) end
-      if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
-      return
-    end
+  end
+  local fits = call and at == #spec
+  if params then
+    local decoded, t = pcall(cjson.decode, params)
+    fits = decoded and type(t) == 'table' and t[1] == nil
+  end
+  if fits then
+    check_target('call', call)
+    if callback then check_target('callback', callback) end
+    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+    return
   end
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
