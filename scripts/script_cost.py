@@ -25,7 +25,7 @@ from daemon_helper import Daemon
 from redis_server import RedisServer
 
 from delayd import Client
-from delayd.store import lua_lib
+from delayd.store import dialect, lua_lib
 from delayd.store.replies import Finish
 from delayd.store.scripts import SCRIPTS
 from delayd.store.transitions import Store
@@ -86,6 +86,9 @@ def alternating(r, pair: list[dict[str, tuple[str, str]]]):
     for chosen in itertools.cycle(pair):
         for name, (source, sha) in chosen.items():
             SCRIPTS[name].source, SCRIPTS[name].sha = source, sha
+            for spoken in (dialect.EVALSHA, dialect.FCALL):  # they keep each script's name and load as sent
+                for cache in (spoken._names, spoken._leads, getattr(spoken, "_loads", {})):
+                    cache.pop(name, None)
         yield
 
 
