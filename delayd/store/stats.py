@@ -169,12 +169,14 @@ def collect_steps(store: Store) -> Steps[dict[str, Any]]:
     ready lists (one round trip), then one stats.lua call per bucket with their records, all in one
     round trip; then the limits set (delayd.store.limits) and the disabled URL hosts with how many
     times hosts were disabled and enabled (delayd hosts disable|enable). A store that has not seen
-    Redis's clock yet asks it first (TIME), to name the windows to read."""
-    if store.clock.offset_ms is None:
-        seconds, micros = yield command("TIME")
-        store.clock.observe(int(seconds) * 1000 + int(micros) / 1000)
+    Redis's clock yet asks it with the peek (TIME), to name the windows to read."""
+    clockless = store.clock.offset_ms is None
     lists = [(*keys.ready, *keys.ready_url) for keys in store.keys]
-    heads = iter((yield Batch([command("LRANGE", ready, 0, SCAN_LIMIT - 1) for names in lists for ready in names])))
+    heads = iter((yield Batch([*([command("TIME")] if clockless else []),
+                               *(command("LRANGE", ready, 0, SCAN_LIMIT - 1) for names in lists for ready in names)])))
+    if clockless:
+        seconds, micros = next(heads)
+        store.clock.observe(int(seconds) * 1000 + int(micros) / 1000)
     answers = yield Stream([bucket_call(store, b, [next(heads) for _ in names]) for b, names in enumerate(lists)],
                            window=None)
     if answers.replies:
