@@ -29,7 +29,8 @@ def origins(host: Any) -> list[str]:
         port, name = parts.port, parts.hostname or ""
     except ValueError as exc:
         raise TaskError(f"bad host {host!r}: {exc}") from None
-    if not name or parts.path not in ("", "/") or parts.query or parts.scheme not in ("http", "https"):
+    if (not name or parts.path not in ("", "/") or parts.query or parts.scheme not in ("http", "https")
+            or not text.isprintable() or " " in text):  # (urlsplit drops tabs and newlines: looked at before)
         raise TaskError(f"bad host {host!r}: give scheme://host[:port] (http or https) or a bare host[:port]")
     name = f"[{name}]" if ":" in name else name
     schemes = ("http", "https") if bare else (parts.scheme,)

@@ -50,7 +50,8 @@ def test_a_host_is_named_by_its_origin_or_a_bare_name_for_both_schemes():
     assert origins("shop.example") == ["http://shop.example:80", "https://shop.example:443"]
     assert origins("shop.example:8443") == ["http://shop.example:8443", "https://shop.example:8443"]
     assert origins("http://[::1]:81") == ["http://[::1]:81"]
-    for bad in ("", "ftp://x", "https://shop.example/path", "http://:80", "shop.example:notaport"):
+    for bad in ("", "ftp://x", "https://shop.example/path", "http://:80", "shop.example:notaport", "not a url",
+                "shop\texample", "http://shop\x01example"):
         with pytest.raises(TaskError):
             origins(bad)
 
