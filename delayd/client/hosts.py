@@ -38,7 +38,7 @@ DEFAULT_LIMIT = 1000
 
 class HostHealth(NamedTuple):
     host: str                     # scheme://host:port
-    seen_at: float                # Unix seconds of the last report of a delivery to it
+    seen_at: float | None         # Unix seconds of the last report of a delivery to it; None: none in the last day
     deliveries: int               # requests sent over the last hour
     failures: int                 # of which did not succeed (error, timeout, non-2xx, `fail`)
     breaker: str                  # "open" (nothing is sent until the probe) or "closed"
@@ -78,7 +78,8 @@ def health(host: str, seen_ms: float, record: dict[str, str], now_ms: int, disab
         if current - HOUR_MINUTES < _int(minute) <= current:
             deliveries, failures = deliveries + _int(sent), failures + _int(failed)
     open_until = _int(record.get("open_until"))
-    return HostHealth(host, seen_ms / 1000, deliveries, failures, "open" if open_until > now_ms else "closed",
+    breaker = "open" if open_until > now_ms else "closed"
+    return HostHealth(host, seen_ms / 1000 if seen_ms else None, deliveries, failures, breaker,
                       open_until / 1000 if open_until > now_ms else None, _seconds(record.get("failing_since")),
                       record.get("error") or None, _seconds(record.get("error_at")), _seconds(record.get("ok_at")),
                       _seconds(disabled_ms), waiting)
