@@ -25,7 +25,7 @@ import sys
 from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
-from delayd.model.checks import TRACEPARENT_RE
+from delayd.model.checks import split_trace
 from delayd.model.task import Task
 from delayd.version import __version__
 
@@ -167,9 +167,10 @@ def _traceparent(context: Any) -> str:
 def _linked(trace: str) -> Any:
     """The SpanContext a task's stored `trace` names, or None when it does not parse."""
     from opentelemetry.trace import SpanContext, TraceFlags, TraceState
-    traceparent = trace[:55]
-    if not TRACEPARENT_RE.fullmatch(traceparent):
+    parts = split_trace(trace)
+    if parts is None:
         return None
-    state = TraceState.from_header([trace[56:]]) if len(trace) > 56 else None
+    traceparent, tracestate = parts
+    state = TraceState.from_header([tracestate]) if tracestate else None
     return SpanContext(int(traceparent[3:35], 16), int(traceparent[36:52], 16), is_remote=True,
                        trace_flags=TraceFlags(int(traceparent[53:55], 16)), trace_state=state)

@@ -146,6 +146,14 @@ def trace_of(traceparent: Any, tracestate: Any = None) -> str | None:
     return f"{traceparent} {state}" if _TRACESTATE_RE.fullmatch(state) else traceparent
 
 
+def split_trace(trace: str) -> tuple[str, str] | None:
+    """A stored `trace` (trace_of's) as (traceparent, tracestate: '' when none); None if it does not parse."""
+    traceparent, gap = trace[:55], trace[55:56]
+    if not TRACEPARENT_RE.fullmatch(traceparent) or gap not in ("", " "):
+        return None
+    return traceparent, trace[56:]
+
+
 def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
     """`shop.tasks` allows `shop.tasks` and `shop.tasks.x`, never `shop.tasks_evil`."""
     module = target.split(":", 1)[0]

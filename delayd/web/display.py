@@ -16,7 +16,7 @@ from typing import Any
 from markupsafe import Markup
 from starlette.responses import JSONResponse
 
-from delayd.model.checks import TRACEPARENT_RE
+from delayd.model.checks import split_trace
 from delayd.model.clock import time_parts
 from delayd.model.task import printable
 
@@ -42,9 +42,10 @@ def trace_context(trace: str | None, trace_url: str = "") -> dict[str, Any] | No
     shown as it is (`traceparent` None); None: the task carries none."""
     if not trace:
         return None
-    traceparent, tracestate = trace[:55], trace[56:]
-    if not TRACEPARENT_RE.fullmatch(traceparent) or trace[55:56] not in ("", " "):
+    parts = split_trace(trace)
+    if parts is None:
         return {"traceparent": None, "raw": trace}
+    traceparent, tracestate = parts
     trace_id = traceparent[3:35]
     return {"traceparent": traceparent, "tracestate": tracestate, "trace_id": trace_id, "span_id": traceparent[36:52],
             "sampled": bool(int(traceparent[53:55], 16) & 1),
