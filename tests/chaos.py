@@ -152,7 +152,9 @@ class Result:
                 f"same_run_duplicates={self.same_run_duplicates} unexplained_duplicates={len(self.unexplained)} "
                 f"renumbered={len(self.renumbered)} "
                 f"duplicate_bound={self.duplicate_bound} queue_kills={self.queue_kills} "
-                f"master_kills={self.master_kills} stops={self.stops} stopped_fenced={self.stopped_fenced} leftovers={len(self.leftovers)} crashes={len(self.crashes)} "
+                f"master_kills={self.master_kills} stops={self.stops} stopped_fenced={self.stopped_fenced} "
+                f"leftovers={len(self.leftovers)} "
+                f"crashes={len(self.crashes)} "
                 f"elapsed_s={self.elapsed:.1f}"
                 + (f" limit_rate={self.settings.limit_rate} limit_concurrency={self.settings.limit_concurrency}"
                    if self.settings.limit_rate or self.settings.limit_concurrency else ""))

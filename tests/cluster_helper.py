@@ -51,7 +51,8 @@ class Cluster:
             node.start()
         if len(self.nodes) >= 3:
             subprocess.run([redis_cli(), "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                            "--cluster-replicas", str(self.replicas), "--cluster-yes"], check=True, capture_output=True, timeout=60)
+                            "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                           check=True, capture_output=True, timeout=60)
         else:  # redis-cli wants 3 masters: give the slots out by hand
             first = self.nodes[0].client()
             for node in self.nodes[1:]:

@@ -28,7 +28,8 @@ KINDS = ("string", "list", "hash", "zset", "set")
 TRAPS = (b"", b"nan", b"inf", b"-inf", b"1e400", b"1.5", b"-1", b"0", b"0x10", b" 7 ", b"1e17",
          b"99999999999999999999", b"9007199254740993", b"1", b"2", b"3", b"r", b"delayed", b"running", b"ok",
          b"failed", b"deleted", b"{}", b"[]", b"null", b'{"call": 5}', b'{"call":"fuzz_handlers:outcome","params":[]}',
-         b'{"call":"fuzz_handlers:outcome","every":0}', b'{"url":"http://\xff/"}', b'{"cron":"* * * * *","tz":"Mars/Base"}',
+         b'{"call":"fuzz_handlers:outcome","every":0}', b'{"url":"http://\xff/"}',
+         b'{"cron":"* * * * *","tz":"Mars/Base"}',
          b"\xff\xfe", b"\xed\xa0\x80", b"\x00", b"{this is not a task \xff")
 
 
@@ -45,8 +46,9 @@ HUGE = st.tuples(st.sampled_from([b"x", b"[", b"9", b"\xff", b'{"a":']), st.samp
 # Numbers that Lua's tonumber reads but that are no integer count or time in ms.
 NUMBERS = (b"nan", b"inf", b"-inf", b"1e400", b"1.5", b"-1", b"0x10", b"1e17", b"99999999999999999999",
            b"9007199254740993", b"-9e18", b"0.5e3", b"1e-9")
-VALUES = st.one_of(st.sampled_from(TRAPS), st.sampled_from(NUMBERS), st.binary(max_size=40), st.integers(-2 ** 70, 2 ** 70).map(
-    lambda i: str(i).encode()), st.floats().map(lambda f: repr(f).encode()), HUGE)
+VALUES = st.one_of(st.sampled_from(TRAPS), st.sampled_from(NUMBERS), st.binary(max_size=40),
+                   st.integers(-2 ** 70, 2 ** 70).map(lambda i: str(i).encode()),
+                   st.floats().map(lambda f: repr(f).encode()), HUGE)
 SCORES = st.one_of(st.just("now"), st.floats(allow_nan=False), st.integers(-2 ** 62, 2 ** 62),
                    st.sampled_from([0, 1.5, 2 ** 53 + 1, float("inf"), float("-inf")]))
 # Names that cannot be a good task's (good topics are g<n>, victims' b<n>...).

@@ -53,8 +53,8 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 class NodeProducer:
-    """A delayd-client Client on `redis_url` with `prefix` (and Client `options`), in its own node process (ended by close(),
-    or when the object is collected)."""
+    """A delayd-client Client on `redis_url` with `prefix` (and Client `options`), in its own node process
+    (ended by close(), or when the object is collected)."""
 
     def __init__(self, redis_url: str, prefix: str = "delayd:", **options: Any):
         self.proc = subprocess.Popen([need_node(), str(NODE_DIR / "test" / "driver.mjs"), redis_url, prefix,

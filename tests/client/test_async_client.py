@@ -132,7 +132,8 @@ def test_errors_of_the_same_classes_as_clients(redis_url, r, tmp_path):
 
 def test_add_many_streams_its_calls_and_loads_the_script_again(redis_url, r):
     """Many add.lua calls in flight on one connection (not one awaited after the other), a
-    missing script (NOSCRIPT, or a missing function) answered by one load, and bad input (the last item) writing nothing."""
+    missing script (NOSCRIPT, or a missing function) answered by one load, and bad input (the last item)
+    writing nothing."""
     items = [{"topic": "bulk", "id": i, "call": "a:b"} for i in range(5000)]
 
     async def app() -> tuple[int, int]:

@@ -17,7 +17,8 @@ def test_every_option_has_its_variable(name):
              "prefix": "p:", "metrics_bind": "::1", "allowed_modules": "delayd", "redis_socket_mode": "770",
              "url_signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
              "url_signing_keys": "acme=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-             "web_forwarded_allow_ips": "10.0.0.0/8", "web_trace_url": "https://jaeger.example/trace/{trace_id}"}.get(name, SAMPLE_VALUES[kind])
+             "web_forwarded_allow_ips": "10.0.0.0/8",
+             "web_trace_url": "https://jaeger.example/trace/{trace_id}"}.get(name, SAMPLE_VALUES[kind])
     env = {f"DELAYD_{name.upper()}": value}
     loaded = config_mod.load(None, env=env)
     assert name in loaded.explicit

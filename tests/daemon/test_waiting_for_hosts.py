@@ -42,7 +42,8 @@ def test_delayd_hosts_metrics_and_dashboard_count_the_tasks_waiting_until_the_da
     assert value(families, "delayd_host_tasks_waiting", host=shop) == 20
     assert value(families, "delayd_host_tasks_waiting", host=later) == 3
     with Web(redis_url) as web, web.client() as browser:
-        assert {h["host"]: h["tasks_waiting"] for h in browser.get("/api/hosts").json()["hosts"]} == {shop: 20, later: 3}
+        hosts = browser.get("/api/hosts").json()["hosts"]
+        assert {h["host"]: h["tasks_waiting"] for h in hosts} == {shop: 20, later: 3}
         assert '<td class="num">20</td>' in browser.get("/hosts").text
 
     delayd("hosts", "enable", shop, env=d.env)

@@ -117,7 +117,8 @@ REFUSED = [
 CRONS = ["* * * * *", "0 3 * * mon-fri", "*/5 * * * *", "0 0 L * *", "0 0 LW * *", "0 9 * * 5L", "0 9 * * 1#2",
          "0 0 1,15 * *", "5-10/2 * * * *", "0 0 * jan,jul *", "0 0 * * 7", "0 0 31 1,3 *", "0 0 30 2 1", "7/15 * * * *",
          "0 0 L/2 * *", "0 0 29 2 *", "0 0 */3 * SUN-sat",
-         "61 * * * *", "* 24 * * *", "0 0 0 * *", "0 0 32 * *", "0 0 * 13 *", "0 0 * * 8", "*/0 * * * *", "1,,2 * * * *",
+         "61 * * * *", "* 24 * * *", "0 0 0 * *", "0 0 32 * *", "0 0 * 13 *", "0 0 * * 8", "*/0 * * * *",
+         "1,,2 * * * *",
          "10-5 * * * *", "0 0 31 4 *", "0 0 30 2 *", "0 0 * * 1#6", "0 0 * * L5", "0 0 * * xL", "0 0 * foo *",
          "a b c d e", "0 0 L5 * *", "0 0 * * mon#0", "- * * * *", "0 0 * * 1-", "0 0 31 2,4 *"]
 
@@ -141,7 +142,8 @@ def python_error(item: dict) -> str:
 
 def test_the_node_linker_gives_each_script_the_source_python_runs():
     script = ("import { script } from './src/lua.js';"
-              "process.stdout.write(JSON.stringify(Object.fromEntries(process.argv.slice(1).map((n) => [n, script(n)]))));")
+              "process.stdout.write(JSON.stringify(Object.fromEntries("
+              "process.argv.slice(1).map((n) => [n, script(n)]))));")
     names = sorted(p.stem for p in LUA.glob("*.lua") if p.stem != "_lib")
     out = subprocess.run([need_node(), "--input-type=module", "-e", script, *names], cwd=NODE_DIR,
                          capture_output=True, text=True, check=True).stdout
@@ -273,9 +275,10 @@ def test_camel_case_names_are_read_as_the_python_ones(node):
 
 
 def test_a_store_of_another_layout_or_a_bad_bucket_count_is_refused_in_one_line(redis_url, r):
-    for fields, words in (({"buckets": "4", "layout": "2", "protocol": "1"}, "says layout = '2'; this client reads layout 1"),
-                          ({"buckets": "4", "layout": "1", "protocol": "2"}, "protocol = '2'; this client reads protocol 1"),
-                          ({"buckets": "zero", "layout": "1", "protocol": "1"}, "buckets = 'zero', not a bucket count")):
+    refusals = (({"buckets": "4", "layout": "2", "protocol": "1"}, "says layout = '2'; this client reads layout 1"),
+                ({"buckets": "4", "layout": "1", "protocol": "2"}, "protocol = '2'; this client reads protocol 1"),
+                ({"buckets": "zero", "layout": "1", "protocol": "1"}, "buckets = 'zero', not a bucket count"))
+    for fields, words in refusals:
         r.flushall()
         r.hset("delayd:meta", mapping=fields)
         producer = NodeProducer(redis_url)

@@ -28,7 +28,8 @@ def php_here():
 def test_tasks_added_from_php_are_run_by_the_daemon(redis_url, r, daemon, client, http, tmp_path):  # noqa: F811
     mark = tmp_path / "mark"
     php(f"""
-        $client->add(['topic' => 'job', 'id' => 1, 'call' => 'handlers_fixture:touch', 'params' => ['path' => {str(mark)!r}]]);
+        $client->add(['topic' => 'job', 'id' => 1, 'call' => 'handlers_fixture:touch',
+                      'params' => ['path' => {str(mark)!r}]]);
         $client->add(['topic' => 'hook', 'id' => 2, 'url' => '{http.base}/success', 'method' => 'POST',
                       'params' => ['order' => 42]]);
         $client->add(['topic' => 'mail', 'id' => 3, 'push' => 'outbox', 'params' => ['to' => 'a@example.com']]);

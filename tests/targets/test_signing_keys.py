@@ -80,7 +80,8 @@ def test_signing_key_is_a_name_for_url_tasks_only():
 
 
 def test_a_client_that_knows_the_keys_refuses_an_unknown_name_and_writes_nothing(redis_url, r):
-    known = Client.from_url(redis_url, config=config_mod.load(None, env={"DELAYD_URL_SIGNING_KEYS": f"acme={ACME_NEW}"}))
+    env = {"DELAYD_URL_SIGNING_KEYS": f"acme={ACME_NEW}"}
+    known = Client.from_url(redis_url, config=config_mod.load(None, env=env))
     with pytest.raises(TaskError, match=r"signing_key 'globex' is not one of url_signing_keys \(acme\)"):
         known.add("n", 1, url="http://h/x", signing_key="globex")
     assert r.keys("*t:n:*") == []
