@@ -30,9 +30,21 @@ TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-
 _TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
 # Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
 _encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+
+def _flat_encoder() -> Any:
+    """`_encode_params` for params with no container inside (a C encoder made once, without markers)."""
+    make = json.encoder.c_make_encoder
+    if make is None:  # (a Python without the json module's C part)
+        return _encode_params
+    encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ":", ",",
+                  False, False, False)
+    return lambda params: "".join(encode(params, 0))
+
+
+_encode_flat = _flat_encoder()
 _FLAT_VALUES = frozenset({str, int, float, bool, type(None)})  # what json.loads gives back as it was given
 _STR_ONLY = frozenset({str})  # the keys json.loads gives back as they were given
-_MAX_INT_BITS = 2_000  # an int this long prints in fewer than 640 digits, the least limit Python may be set to
 
 
 class TaskError(ValueError):
@@ -160,16 +172,18 @@ def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
     return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
 
 
-def params_copy(params: dict, limit: int) -> dict:
-    """`params` as their JSON (at most `limit` bytes) decodes, or TaskError.
+def params_copy(params: dict, limit: int) -> tuple[dict, str]:
+    """`params` as their JSON (at most `limit` bytes) decodes, and that JSON (what the record stores), or
+    TaskError.
 
-    The usual params, one level of str keys and values of JSON's own kinds, need not be encoded
-    to know: a bound on their JSON's size within the limit, a shallow copy is that (the record
-    encodes them, after every item of an add_many is checked). Other params are encoded here."""
-    if _flat_size(params) <= limit:
-        return dict(params)
+    The usual params, one level of str keys and values of JSON's own kinds, come back from JSON as they
+    are: a shallow copy is their copy, and their JSON is made by a C encoder without the markers that
+    find a container inside itself (there is none to find). Other params are encoded as json.dumps
+    does, and decoded for the copy."""
+    flat = (type(params) is dict and _STR_ONLY.issuperset(map(type, params))
+            and _FLAT_VALUES.issuperset(map(type, params.values())))
     try:
-        encoded = _encode_params(params)
+        encoded = _encode_flat(params) if flat else _encode_params(params)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TaskError(f"params are not JSON-serialisable: {exc}") from None
     if len(encoded) > limit:  # (ASCII: the encoder escapes every other character)
@@ -178,39 +192,7 @@ def params_copy(params: dict, limit: int) -> dict:
     # \udcNN like a character outside the BMP: checked only when such an escape is there.
     if "\\ud" in encoded and not is_utf8(json.dumps(params, ensure_ascii=False)):
         raise TaskError("params are not valid UTF-8 text")
-    return json.loads(encoded)
-
-
-def _flat_size(params: dict) -> float:
-    """At least the size of params' JSON, when they are a dict of str keys and values that JSON gives
-    back as they are: UTF-8 text (a character is at most 12 bytes of JSON: two \\uXXXX escapes), an
-    int Python prints, a finite float (at most 24 characters), True, False or None. Else infinity."""
-    if type(params) is not dict or not _STR_ONLY.issuperset(map(type, params)):
-        return math.inf
-    keys = "".join(params)  # (the keys' checks and sizes at once)
-    if not (keys.isascii() or is_utf8(keys)):
-        return math.inf
-    size = 1 + 12 * len(keys) + 4 * len(params)  # the braces, each key quoted, its colon and comma
-    for value in params.values():
-        kind = type(value)
-        if kind is str:
-            if not (value.isascii() or is_utf8(value)):
-                return math.inf
-            size += 12 * len(value) + 2
-        elif kind is int:
-            bits = value.bit_length()
-            if bits > _MAX_INT_BITS:
-                return math.inf
-            size += bits // 3 + 3  # (a digit holds more than 3 bits; a sign)
-        elif kind is float:
-            if not math.isfinite(value):
-                return math.inf
-            size += 24
-        elif kind not in _FLAT_VALUES:
-            return math.inf
-        else:
-            size += 5  # true, false, null
-    return size
+    return (dict(params) if flat else json.loads(encoded)), encoded
 
 
 def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any, Any, Any]:

@@ -59,7 +59,7 @@ def spec_json(task: Task) -> str:
     if task.body != "form":
         spec.append(f'"body":{_json_text(task.body)}')
     if task.params:
-        spec.append(f'"params":{_params_json(task.params)}')
+        spec.append(f'"params":{task.params_json or _params_json(task.params)}')
     if not (task.backoff or task.recurring):  # given, even as [0]: no intervals means backoff
         spec.append(f'"intervals":{_compact_json(task.intervals)}')
     if not task.persistent:

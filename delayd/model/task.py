@@ -80,6 +80,8 @@ class Task:
     attempts: list = field(default_factory=list)  # the delivery log: the last runs, newest last
     # The fencing token of the claim this copy was read under (internal).
     claim: int = field(default=0, repr=False, compare=False)
+    # The params' JSON as add checked it, which the record stores (internal; None: encoded when written).
+    params_json: str | None = field(default=None, repr=False, compare=False)
     # `retries` when the task gives none: the reader's (the daemon's, a client's) setting (internal).
     default_retries: int = field(default=DEFAULT_RETRIES, repr=False, compare=False)
 
@@ -161,10 +163,11 @@ class Task:
             raise TaskError(f"body must be 'form' or 'json', got {body!r}")
         if params is not None and not isinstance(params, dict):
             raise TaskError("params must be a JSON object (a dict)")
+        params_json = None
         if not params:
             params = {}  # a fresh one: nothing to check or copy
         elif params_limit is not None:  # user input: must survive JSON, as a copy, within the limit
-            params = params_copy(params, params_limit)
+            params, params_json = params_copy(params, params_limit)
         if persistent is not True and persistent is not False:
             raise TaskError("persistent must be true or false")
         if priority not in (1, 2, 3) or isinstance(priority, bool) or not isinstance(priority, int):
@@ -185,6 +188,7 @@ class Task:
             params=params, intervals=[0] if intervals is None else parse_intervals(intervals), persistent=persistent,
             priority=priority, callback=callback, timeout=timeout, every=every, cron=cron, tz=tz,
             backoff=backoff, retries=retries, signing_key=signing_key, trace=trace_of(traceparent, tracestate),
+            params_json=params_json,
         )
 
     def to_dict(self) -> dict[str, Any]:
