@@ -90,15 +90,19 @@ class Claims(QueueState):
             if not ok:
                 event(log, "lease_lost", logging.WARNING, task=run.task.key, run=run.task.runs)
 
-    def claim_calls(self, tried: dict[bool, int]) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
-        """The claim of each take whose members are not claimed yet, then a take of each kind that
-        has free slots, from its next candidate bucket; a bucket that fills every slot asked for is
-        asked again (it may have more), the others are not again before they announce ready tasks.
-        A claim that fails (a Redis error) is sent again: its members wait in `taking` meanwhile, and
-        a claim that comes after promote put them back claims nothing (take.lua, claim.lua)."""
-        calls = [(self.store.claim_call(taken.bucket, taken.entries, self.config.lease_ms, self.config.retention_ms,
-                                        taken.url), functools.partial(self.claim_sent, taken))
-                 for taken in self.taken]
+    def claim_calls(self) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        """The claim of each take whose members are not claimed yet. A claim that fails (a Redis
+        error) is sent again: its members wait in `taking` meanwhile, and a claim that comes after
+        promote put them back claims nothing (take.lua, claim.lua)."""
+        return [(self.store.claim_call(taken.bucket, taken.entries, self.config.lease_ms, self.config.retention_ms,
+                                       taken.url), functools.partial(self.claim_sent, taken))
+                for taken in self.taken]
+
+    def take_calls(self, tried: dict[bool, int]) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        """A take of each kind that has free slots, from its next candidate bucket; a bucket that
+        fills every slot asked for is asked again (it may have more), the others are not again
+        before they announce ready tasks."""
+        calls = []
         for url in () if self.stopping else (False, True):
             candidates = self.candidates[url]
             while (free := self.free_slots(url)) > 0 and candidates and tried[url] < self.config.buckets:

@@ -161,20 +161,21 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             self.settle(run, outcome, callback_error)
 
     def sync(self) -> None:
-        """All Redis work of one turn: finishes, lease renewals, takes, in one round trip
-        (delayd.store.transport.Link); the claims of what the takes took in the next, with more takes
-        only while a bucket fills every free slot (claims.py)."""
+        """All Redis work of one turn in one round trip (delayd.store.transport.Link): finishes, lease
+        renewals, the claims of the members the last turn took, and takes (claims.py). More rounds
+        follow only while a bucket fills every free slot; the claims of the last takes go in the next
+        turn's round trip, which comes at once (next_event), with the finishes that came meanwhile."""
         try:
             calls = self.finish_calls() + self.host_report()
             if self.in_hand and time.monotonic() >= self.next_renew:
                 calls += self.renew_calls()
             tried = {False: 0, True: 0}
-            while True:
-                calls += self.claim_calls(tried)
-                if not calls:
+            takes = self.take_calls(tried)
+            while calls or takes or self.taken:
+                self.send(self.claim_calls() + calls + takes)
+                calls, takes = [], self.take_calls(tried)
+                if not takes:
                     break
-                self.send(calls)
-                calls = []
             self.health.ok()
         except REDIS_ERRORS as exc:
             self.retry_at = time.monotonic() + self.health.failed(exc)
