@@ -9,8 +9,8 @@
 -- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       bucket id, the index in KEYS of the first record, then the entries take.lua returned
 --       (`<list>|<member>`)
--- Each entry is first removed from `taking`: if it was not there, promote put it back in its ready
--- list meanwhile (its hold ran out) and the task is left alone (a fence: another claim may start it).
+-- Each entry is removed from `taking`: if it was not there, promote put it back in its ready list
+-- meanwhile (its hold ran out) and the task is left alone (a fence: another claim may start it).
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -112,7 +112,6 @@ end
 
 -- Start (or hold, park, skip) the task of one entry of `taking`, whose record is `task_key`.
 local function claim(entry, task_key)
-  if on('zset', 'ZREM', KEYS[9], entry) == 0 then return end  -- put back meanwhile: fenced off
   local member = string.match(entry, '^[^|]*|(.*)$') or entry
   local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
     'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
@@ -155,7 +154,20 @@ local function claim(entry, task_key)
   end
 end
 
-for i = 7, #ARGV do claim(ARGV[i], KEYS[first + i - 7]) end
+-- The entries still in `taking` (a ZMSCORE, then a ZREM, per UNPACK_MAX of them); the others were put
+-- back meanwhile (their hold ran out): fenced off, left alone.
+for i = 7, #ARGV, UNPACK_MAX do
+  local last = math.min(i + UNPACK_MAX - 1, #ARGV)
+  local scores = on('zset', 'ZMSCORE', KEYS[9], unpack(ARGV, i, last))
+  local kept = {}
+  for j = i, last do
+    if scores[j - i + 1] then
+      kept[#kept + 1] = ARGV[j]
+      claim(ARGV[j], KEYS[first + j - 7])
+    end
+  end
+  if #kept > 0 then redis.call('ZREM', KEYS[9], unpack(kept)) end
+end
 flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
 if held > 0 then
