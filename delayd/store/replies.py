@@ -44,6 +44,14 @@ class ClaimedTask(NamedTuple):
             default_retries)
 
 
+class Take(NamedTuple):
+    """What one take.lua call popped: its member of the bucket's `taking` ('' when it took nothing),
+    which the claim of its members names, and those members, in the order popped."""
+
+    key: str
+    members: list[str]
+
+
 class Claimed(NamedTuple):
     now: int                  # ms, Redis's clock during the claim (the runs' last_run)
     tasks: list[ClaimedTask]

@@ -33,6 +33,7 @@ from delayd.store.replies import (
     Resumed,
     RunNow,
     Score,
+    Take,
     browsed,
 )
 from delayd.store.scripts import SCRIPTS
@@ -254,25 +255,23 @@ class Store:
         return ScriptCall(SCRIPTS["take"], [*(keys.ready_url if url else keys.ready), keys.taking, keys.corrupt],
                           [*quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES)])
 
-    def taken(self, reply: list[Any]) -> list[str]:
-        """take.lua's reply: the entries it moved into `taking` (`<list>|<member>`)."""
+    def taken(self, reply: list[Any]) -> Take:
+        """take.lua's reply: the take (its member of `taking`) and the members it popped."""
         self.clock.observe(reply[0])
-        return reply[1:]
+        return Take(reply[1], reply[2:])
 
-    def claim_call(self, bucket: int, entries: Sequence[str], lease_ms: int, retention_ms: int,
-                   url: bool = False) -> ScriptCall:
-        """claim.lua: start the tasks of entries a take_call returned, declaring every key it may touch."""
+    def claim_call(self, bucket: int, take: Take, lease_ms: int, retention_ms: int, url: bool = False) -> ScriptCall:
+        """claim.lua: start the members of a take, declaring every key it may touch."""
         keys = self.keys[bucket]
-        members = [entry.partition("|")[2] for entry in entries]
-        topics = list(dict.fromkeys(map(topic_of, members)))
+        topics = list(dict.fromkeys(map(topic_of, take.members)))
         head = [keys.leases, keys.counts, keys.totals, keys.done("failed"), keys.quarantine, keys.limited,
                 keys.paused, keys.aside, keys.taking, *run_windows(keys, self.clock), keys.corrupt,
                 *([self.hosts_off] if url and self.hosts_off else [])]
         return ScriptCall(SCRIPTS["claim"],
-                          [*head, *map(keys.task, members), *map(keys.parked, topics), *map(keys.held, topics),
+                          [*head, *map(keys.task, take.members), *map(keys.parked, topics), *map(keys.held, topics),
                            *self.limit_keys(topics, wakes=False)],
                           [lease_ms, keys.wake_channel, retention_ms, self.limits, bucket, len(head) + 1,
-                           *map(wire, entries)])
+                           wire(take.key)])
 
     def claimed(self, reply: list[Any]) -> Claimed:
         self.clock.observe(reply[0])
@@ -284,10 +283,10 @@ class Store:
         """Lease up to n ready tasks of a bucket: URL tasks if `url`, else call and push tasks
         (corrupt entries are quarantined by the script). Two calls: a take, then a claim of what it took."""
         reply = self.transport.call(self.take_call(bucket, quotas, n, url))
-        entries = self.taken(reply)
-        if not entries:
+        take = self.taken(reply)
+        if not take.members:
             return Claimed(reply[0], [])
-        return self.claimed(self.transport.call(self.claim_call(bucket, entries, lease_ms, retention_ms, url)))
+        return self.claimed(self.transport.call(self.claim_call(bucket, take, lease_ms, retention_ms, url)))
 
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]

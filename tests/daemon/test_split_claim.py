@@ -20,11 +20,11 @@ def test_a_task_taken_by_a_queue_process_killed_before_its_claim_runs_once(redis
     client.add("lost", "1", call="delayd.examples:record", params={"list": "ran", "redis": redis_url})
     wait_for(lambda: r.llen(keys.ready[1]) == 1, 10, message="the task ready")
     store = client.store
-    entries = store.taken(store.transport.call(store.take_call(0, QUOTAS, 10)))
-    assert entries == ["2|lost:1"] and r.zrange(keys.taking, 0, -1) == entries and r.llen(keys.ready[1]) == 0
+    taken = store.taken(store.transport.call(store.take_call(0, QUOTAS, 10)))
+    assert taken.members == ["lost:1"] and r.zrange(keys.taking, 0, -1) == [taken.key] and r.llen(keys.ready[1]) == 0
     queue.kill()
     wait_for(lambda: client.get("lost", "1").status == "ok", 30, message="the task ran")
     assert r.lrange("ran", 0, -1) == ["lost:1:1"]
     assert r.zcard(keys.taking) == 0 and r.llen(keys.ready[1]) == 0 and r.zcard(keys.leases) == 0
-    late = store.claimed(store.transport.call(store.claim_call(0, entries, 60_000, 60_000)))
+    late = store.claimed(store.transport.call(store.claim_call(0, taken, 60_000, 60_000)))
     assert late.tasks == [] and r.lrange("ran", 0, -1) == ["lost:1:1"]  # its claim, were it to come, is fenced

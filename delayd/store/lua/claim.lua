@@ -3,14 +3,13 @@
 -- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside, taking,
 --       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
 --       then for URL tasks on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster),
---       then the record of each entry (from KEYS[ARGV[6]] on, in the entries' order), then for each
+--       then the record of each member of the take (from KEYS[ARGV[6]] on, in its order), then for each
 --       distinct topic its parked set (paused:<topic>) and held set (limited:<topic>), and on a
 --       single Redis the limits' keys of those topics (P{limits}:conf, tat:, run:, where:, corrupt)
 -- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, the index in KEYS of the first record, then the entries take.lua returned
---       (`<list>|<member>`)
--- Each entry is removed from `taking`: if it was not there, promote put it back in its ready list
--- meanwhile (its hold ran out) and the task is left alone (a fence: another claim may start it).
+--       bucket id, the index in KEYS of the first record, the take (its member of `taking`, take.lua)
+-- The take is removed from `taking` first: if it was not there, promote put its members back in their
+-- ready lists meanwhile (its hold ran out) and nothing is started (a fence: another claim may start them).
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -110,9 +109,8 @@ local function defect(r, task_key, member)
   if not string.find(member, ':', 1, true) then return 'member is not topic:id' end
 end
 
--- Start (or hold, park, skip) the task of one entry of `taking`, whose record is `task_key`.
-local function claim(entry, task_key)
-  local member = string.match(entry, '^[^|]*|(.*)$') or entry
+-- Start (or hold, park, skip) the task `member` of the take, whose record is `task_key`.
+local function claim(member, task_key)
   local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
     'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
   -- Entries whose task was deleted, replaced or already claimed are stale
@@ -154,19 +152,18 @@ local function claim(entry, task_key)
   end
 end
 
--- The entries still in `taking` (a ZMSCORE, then a ZREM, per UNPACK_MAX of them); the others were put
--- back meanwhile (their hold ran out): fenced off, left alone.
-for i = 7, #ARGV, UNPACK_MAX do
-  local last = math.min(i + UNPACK_MAX - 1, #ARGV)
-  local scores = on('zset', 'ZMSCORE', KEYS[9], unpack(ARGV, i, last))
-  local kept = {}
-  for j = i, last do
-    if scores[j - i + 1] then
-      kept[#kept + 1] = ARGV[j]
-      claim(ARGV[j], KEYS[first + j - 7])
-    end
+-- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced
+-- off, nothing started. Its members, in order, are those of the records declared from KEYS[first] on.
+local take = ARGV[7]
+if on('zset', 'ZREM', KEYS[9], take) == 1 then
+  local at, i = 1, first
+  while true do
+    local length, from = string.match(take, '^u?[123] (%d+) ()', at)
+    if not from then break end
+    at = from + tonumber(length)
+    claim(string.sub(take, from, at - 1), KEYS[i])
+    i = i + 1
   end
-  if #kept > 0 then redis.call('ZREM', KEYS[9], unpack(kept)) end
 end
 flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end

@@ -238,20 +238,30 @@ flush_stats(KEYS[10], KEYS[11], 17, now)
 
 -- Taken (take.lua) but not claimed by the end of their hold: their queue process died or hung between
 -- take and claim. Back to the front of their ready lists, in the order they were popped (a claim that
--- comes later finds its entry gone and leaves the task alone).
+-- comes later finds its take gone and starts nothing).
 local lost = on('zset', 'ZRANGEBYSCORE', KEYS[22], '-inf', now, 'LIMIT', 0, limit)
 if #lost > 0 then
-  local back = {}
-  for i = #lost, 1, -1 do
-    local kind, priority, member = string.match(lost[i], '^(u?)([123])|(.*)$')
-    if member then  -- (an entry no take wrote is dropped)
-      local list = list_of(kind == 'u' and '1' or '0', priority)
-      back[list] = back[list] or {}
-      back[list][#back[list] + 1] = member
-      kinds[kind] = true
+  local back, entries = {}, {}  -- list -> its members to push, the last first; every (list, member) in order
+  for _, take in ipairs(lost) do
+    local at = 1
+    while true do
+      local kind, priority, length, from = string.match(take, '^(u?)([123]) (%d+) ()', at)
+      if not from then break end
+      at = from + tonumber(length)
+      entries[#entries + 1] = {list_of(kind == 'u' and '1' or '0', priority), string.sub(take, from, at - 1), kind}
     end
   end
-  for list, members in pairs(back) do on('list', 'LPUSH', list, unpack(members)) end
+  for i = #entries, 1, -1 do
+    local list, member, kind = unpack(entries[i])
+    back[list] = back[list] or {}
+    back[list][#back[list] + 1] = member
+    kinds[kind] = true
+  end
+  for list, members in pairs(back) do
+    for i = 1, #members, UNPACK_MAX do
+      on('list', 'LPUSH', list, unpack(members, i, math.min(i + UNPACK_MAX - 1, #members)))
+    end
+  end
   redis.call('ZREM', KEYS[22], unpack(lost))
 end
 

@@ -60,7 +60,7 @@ class Claims(QueueState):
         """Tasks of a kind to take now: URL tasks as the engine has room (Engine.room); call
         and push tasks up to `concurrency` and the runs claimed ahead (URL runs that ended but
         are not settled yet count as call runs until they are); less those taken, not claimed yet."""
-        taken = sum(len(t.entries) for t in self.taken if t.url == url)  # taken, not claimed yet
+        taken = sum(len(t.take.members) for t in self.taken if t.url == url)  # taken, not claimed yet
         if url:
             return self.engine.room() - taken
         return self.config.concurrency + self.ahead() - (len(self.in_hand) - self.engine.in_hand) - taken
@@ -94,7 +94,7 @@ class Claims(QueueState):
         """The claim of each take whose members are not claimed yet. A claim that fails (a Redis
         error) is sent again: its members wait in `taking` meanwhile, and a claim that comes after
         promote put them back claims nothing (take.lua, claim.lua)."""
-        return [(self.store.claim_call(taken.bucket, taken.entries, self.config.lease_ms, self.config.retention_ms,
+        return [(self.store.claim_call(taken.bucket, taken.take, self.config.lease_ms, self.config.retention_ms,
                                        taken.url), functools.partial(self.claim_sent, taken))
                 for taken in self.taken]
 
@@ -119,10 +119,10 @@ class Claims(QueueState):
         return calls
 
     def take_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
-        entries = self.store.taken(reply)
-        if entries:
-            self.taken.append(Taken(bucket, url, entries))
-        if len(entries) < n:
+        take = self.store.taken(reply)
+        if take.members:
+            self.taken.append(Taken(bucket, url, take))
+        if len(take.members) < n:
             self.candidates[url].discard(bucket)
         else:
             tried[url] -= 1  # this bucket may have more: stay on it

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 from delayd.config import Config
 from delayd.model.task import Task
-from delayd.store.replies import Finish
+from delayd.store.replies import Finish, Take
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
 from delayd.targets.handlers import Outcome
@@ -39,10 +39,10 @@ class Run:
 
 
 class Taken(NamedTuple):
-    """The members one take.lua call moved into a bucket's `taking`, for the claim that starts them."""
+    """What one take.lua call moved into a bucket's `taking`, for the claim that starts it."""
     bucket: int
     url: bool
-    entries: list[str]
+    take: Take
 
 
 def timeout_at(run: Run, now: float) -> float:
