@@ -29,16 +29,15 @@ NO_KEYS = ("TIME", "PUBLISH")
 
 # Keys still derived inside the scripts (Lua patterns, matched against the key), by script. Each is a
 # data-dependent key the caller cannot name before the call: see docs/redis-layout.md.
-TASK = ("}:t:", "a task record whose member the script pops from an index (`P{N}:t:<member>`)")
-PARKED = ("}:paused:", "a paused topic's parked set, the topic read from the `paused` hash or a popped member")
-HELD = ("}:limited:", "a limited topic's held set, the topic read from `limited` or a popped member")
+TASK = ("}:t:", "a task record whose member the script takes from an index (`P{N}:t:<member>`)")
+PARKED = ("}:paused:", "a paused topic's parked set, the topic read from the `paused` hash or a member taken")
+HELD = ("}:limited:", "a limited topic's held set, the topic read from `limited` or a member taken")
 LIMITS = ("{limits}:", "the limits' keys (`P{limits}:conf`, per topic `tat:`, `run:`, `where:`), topics read "
-          "from `conf` or popped members; another slot (single Redis only)")
+          "from `conf` or members taken; another slot (single Redis only)")
 OTHER_LIMITED = ("}:limited$", "another bucket's `limited` zset, woken by a freed slot (its number read from "
                  "`P{limits}:where:<topic>`)")
 KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
     "promote": (TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
-    "claim": (TASK, PARKED, HELD, LIMITS),
 }
 
 

@@ -79,6 +79,12 @@ class BucketKeys:
         """Ready lists of URL tasks (claimed for the event loop), highest priority first."""
         return tuple(f"{self.tag}ready:u{p}" for p in PRIORITIES)  # type: ignore[return-value]
 
+    @property
+    def taking(self) -> str:
+        """Zset `<list>|<member>` -> deadline (ms) of the ready tasks a queue process popped (take.lua)
+        and has not claimed yet (claim.lua); promote puts those past their deadline back."""
+        return self.tag + "taking"
+
     def done(self, status: str) -> str:
         return f"{self.tag}done:{status}"
 

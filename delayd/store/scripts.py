@@ -71,7 +71,7 @@ def _registration(script: Script) -> str:
             f"callback=function(KEYS, ARGV)\n{script.source}\nend}}\n")
 
 
-SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
+SCRIPTS = {name: Script(name) for name in ("add", "promote", "take", "claim", "finish", "renew", "delete", "retry",
                                            "stats", "register", "pause", "park", "resume", "run_now", "limit",
                                            "browse", "hosts", "host_switch", "aside")}
 LIBRARY = Library(SCRIPTS.values())

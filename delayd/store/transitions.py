@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 from delayd.model.record import spec_json
 from delayd.model.task import Task
 from delayd.store.keys import (
+    PRIORITIES,
     BucketKeys,
     bucket_of,
     host_events_key,
@@ -32,6 +33,7 @@ from delayd.store.replies import (
     Resumed,
     RunNow,
     Score,
+    Take,
     browsed,
 )
 from delayd.store.scripts import SCRIPTS
@@ -43,6 +45,9 @@ from delayd.store.windows import RedisClock, run_windows
 RESUME_BATCH = 1000
 # Ready-list entries park.lua looks at per call (a pause walks every ready list this many at a time).
 PARK_CHUNK = 1000
+# How long (ms) a take's members wait in `taking` for their claim: past it, promote puts them back in
+# their ready lists (the queue process that took them died or hung between the two calls).
+TAKE_HOLD_MS = 5000
 
 
 def add_keys(keys: BucketKeys) -> list[str]:
@@ -235,7 +240,7 @@ class Store:
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
-             keys.limited, *run_windows(keys, self.clock), keys.corrupt],
+             keys.limited, *run_windows(keys, self.clock), keys.corrupt, keys.taking],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, self.limits],
         ))
         self.clock.observe(clock_us / 1000)
@@ -243,16 +248,30 @@ class Store:
 
     # -- queue process ---------------------------------------------------------------
     # (Each transition as a ScriptCall, for the queue's one round trip per turn, and its reply decoded.)
-    def claim_call(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
-                   url: bool = False) -> ScriptCall:
+    def take_call(self, bucket: int, quotas: tuple[int, int, int], n: int, url: bool = False) -> ScriptCall:
+        """take.lua: pop up to n ready members (URL tasks if `url`, else call and push tasks) into the
+        bucket's `taking`, for a claim_call of them (docs/redis-layout.md, "Declared keys")."""
         keys = self.keys[bucket]
+        return ScriptCall(SCRIPTS["take"], [*(keys.ready_url if url else keys.ready), keys.taking, keys.corrupt],
+                          [*quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES)])
+
+    def taken(self, reply: list[Any]) -> Take:
+        """take.lua's reply: the take (its member of `taking`) and the members it popped."""
+        self.clock.observe(reply[0])
+        return Take(reply[1], reply[2:])
+
+    def claim_call(self, bucket: int, take: Take, lease_ms: int, retention_ms: int, url: bool = False) -> ScriptCall:
+        """claim.lua: start the members of a take, declaring every key it may touch."""
+        keys = self.keys[bucket]
+        topics = list(dict.fromkeys(map(topic_of, take.members)))
+        head = [keys.leases, keys.counts, keys.totals, keys.done("failed"), keys.quarantine, keys.limited,
+                keys.paused, keys.aside, keys.taking, *run_windows(keys, self.clock), keys.corrupt,
+                *([self.hosts_off] if url and self.hosts_off else [])]
         return ScriptCall(SCRIPTS["claim"],
-                          [*(keys.ready_url if url else keys.ready), keys.leases, keys.counts, keys.totals,
-                           keys.done("failed"), keys.quarantine, keys.limited, keys.paused, keys.aside,
-                           *run_windows(keys, self.clock), keys.corrupt,
-                           *([self.hosts_off] if url and self.hosts_off else [])],
-                          [keys.task_prefix, *quotas, n, lease_ms, keys.wake_channel, retention_ms, self.limits,
-                           bucket, ready_channel(self.prefix), f"u{bucket}" if url else bucket])
+                          [*head, *map(keys.task, take.members), *map(keys.parked, topics), *map(keys.held, topics),
+                           *self.limit_keys(topics, wakes=False)],
+                          [lease_ms, keys.wake_channel, retention_ms, self.limits, bucket, len(head) + 1,
+                           wire(take.key)])
 
     def claimed(self, reply: list[Any]) -> Claimed:
         self.clock.observe(reply[0])
@@ -262,8 +281,12 @@ class Store:
     def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
               url: bool = False) -> Claimed:
         """Lease up to n ready tasks of a bucket: URL tasks if `url`, else call and push tasks
-        (corrupt entries are quarantined by the script)."""
-        return self.claimed(self.transport.call(self.claim_call(bucket, quotas, n, lease_ms, retention_ms, url)))
+        (corrupt entries are quarantined by the script). Two calls: a take, then a claim of what it took."""
+        reply = self.transport.call(self.take_call(bucket, quotas, n, url))
+        take = self.taken(reply)
+        if not take.members:
+            return Claimed(reply[0], [])
+        return self.claimed(self.transport.call(self.claim_call(bucket, take, lease_ms, retention_ms, url)))
 
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]

@@ -217,19 +217,11 @@ def test_a_held_back_backlog_never_blocks_other_topics(r, store, client):
         add(store, "free", i, at_ms=start + 5_000 + i)  # due after the whole backlog
     for b in range(store.buckets):
         promote_all(store, b)
-    ready = r.pubsub(ignore_subscribe_messages=True)
-    ready.subscribe(f"{PREFIX}ready")
-    first = claim_all(store, n=10)  # each bucket holds its 200 (HOLD_MAX), then says it has more
-    announced = set()
-
-    def heard() -> bool:
-        message = ready.get_message(timeout=0.1)
-        if message:
-            announced.add(message["data"])
-        return announced == {str(b) for b in range(store.buckets)}
-    wait_for(heard, 5, message="each bucket announced ready again")
-    rounds = [first] + [claim_all(store, n=10) for _ in range(3)]
-    started = [run["member"] for runs in rounds for run in runs]
+    rounds = 0
+    started: list[str] = []
+    while len([m for m in started if m.startswith("free:")]) < 3:  # a queue process takes again (claims.py)
+        rounds += 1
+        assert rounds <= 900 // 200 + 2, "the held backlog kept the other topic's tasks from starting"
+        started += [run["member"] for run in claim_all(store, n=200)]
     assert sorted(m for m in started if m.startswith("free:")) == ["free:0", "free:1", "free:2"]
     assert len([m for m in started if m.startswith("lim:")]) == 1 and held(r, store, "lim") == 899
-    ready.close()

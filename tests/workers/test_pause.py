@@ -310,13 +310,13 @@ def test_pause_walks_the_ready_lists_a_bounded_chunk_per_call_and_misses_none(cl
     r.config_set("slowlog-log-slower-than", 10_000)
     looked = [e["command"].split() for e in log if e["command"].startswith(b"LRANGE")]
     assert len(looked) > 3000 / 50 and all(int(stop) - int(start) < 50 for _, _, start, stop in looked)
-    before = [m for m in taken if m.startswith("tiny:")]
-    assert before and parked + len(before) == 300
+    # The workers' claims came after the pause's flag: they park the tasks of the topic they take (claim.lua)
+    assert taken and not [m for m in taken if m.startswith("tiny:")] and parked < 300
     after = [run["member"] for run in claim(client.store, 0, n=20_000)]
     assert after and not [m for m in after if m.startswith("tiny:")]
     tiny = client.stats()["topics"]["tiny"]
-    assert tiny["parked"] == parked == r.zcard("delayd:{0}:paused:tiny") and sum(tiny["ready"].values()) == 0
-    assert client.resume("tiny") == parked
+    assert tiny["parked"] == 300 == r.zcard("delayd:{0}:paused:tiny") and sum(tiny["ready"].values()) == 0
+    assert client.resume("tiny") == 300
 
 
 

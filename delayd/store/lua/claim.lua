@@ -1,26 +1,32 @@
--- claim: take up to n ready tasks of one bucket, weighted by priority, and lease them.
--- KEYS: ready:3, ready:2, ready:1, leases, counts, totals, done:failed, quarantine, limited, paused, aside,
+-- claim: the second half of a claim (take.lua popped the members): start the given members of one
+-- bucket, leasing them.
+-- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside, taking,
 --       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
---       then for URL lists on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster)
--- ARGV: task-key prefix, quota for priority 3, 2, 1, n, lease (ms), wake channel,
---       retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, ready channel, its message for these lists ('N' or 'uN')
+--       then for URL tasks on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster),
+--       then the record of each member of the take (from KEYS[ARGV[6]] on, in its order), then for each
+--       distinct topic its parked set (paused:<topic>) and held set (limited:<topic>), and on a
+--       single Redis the limits' keys of those topics (P{limits}:conf, tat:, run:, where:, corrupt)
+-- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
+--       bucket id, the index in KEYS of the first record, the take (its member of `taking`, take.lua)
+-- The take is removed from `taking` first: if it was not there, promote put its members back in their
+-- ready lists meanwhile (its hold ran out) and nothing is started (a fence: another claim may start them).
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
 -- and, unless the task is being re-run after a lapsed lease, its run number.
--- An entry whose record cannot be a ready task (not a hash, a `queued` flag that is
+-- An entry whose record has `queued` 0 or missing is stale (deleted, replaced or already claimed):
+-- skipped. One whose record cannot be a ready task (not a hash, a `queued` flag that is
 -- neither 0 nor 1, a status other than delayed, a member that is not topic:id) is
 -- quarantined. Fields it only passes on (spec, due, created, ...) are checked by
 -- the worker, which quarantines the task through finish.
+-- A task of a topic paused since take popped it is parked, as pause.lua's park would (not run).
 -- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
 -- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
 -- start and slot for it then): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
--- and the topic's entry in `limited` says when promote should look at it again. The pops go on
--- past held tasks until n are taken or the lists are empty (at most HOLD_MAX, 200, held per call; then
--- the bucket is announced ready again). A released task's wait for its limit is counted apart
--- (`limited`, `limited_ms`) from its lateness, which keeps only the daemon's own delay.
+-- and the topic's entry in `limited` says when promote should look at it again. A held task
+-- leaves its slot of the call unused: the caller takes again. A released task's wait for its limit
+-- is counted apart (`limited`, `limited_ms`) from its lateness, which keeps only the daemon's own delay.
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
@@ -29,25 +35,27 @@
 -- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
 --          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
 local now = now_ms()
-local prefix, n, lease = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6])
-local quota = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
-local aside = {failed = KEYS[7], quarantine = KEYS[8], now = now, retention = tonumber(ARGV[8])}
+local lease, first = tonumber(ARGV[1]), tonumber(ARGV[6])
+local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
 local out = {now}
 local taken = 0
-local lease_head = on('zset', 'ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+local lease_head = on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
-local HOLD_MAX = 200  -- (a hold costs Redis about what a claim does: a call stays as short as a claim of 200)
-local lp, bucket = ARGV[9], ARGV[10]
+local lp, bucket = ARGV[4], ARGV[5]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
 local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if KEYS[17] then
-  local origins = redis.pcall('HKEYS', KEYS[17])
+if first > 15 then
+  local origins = redis.pcall('HKEYS', KEYS[15])
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
     off = {}
     for _, origin in ipairs(origins) do off[origin] = true end
   end
 end
+-- Topics paused in this bucket since take popped their tasks (usually none: one HGETALL of an empty hash).
+local paused = {}
+local flags = on('hash', 'HGETALL', KEYS[7])
+for i = 1, #flags, 2 do paused[flags[i]] = pause_generation(flags[i + 1]) end
 
 -- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
 local function spec_origin(spec)
@@ -55,14 +63,14 @@ local function spec_origin(spec)
   if ok and type(decoded) == 'table' then return origin_of(decoded.url) end
 end
 
--- Set a ready task of a disabled host aside: out of the ready count, parked at its due time.
-local function set_aside(topic, member, task_key, r)
+-- Park a ready task (its topic paused, or its host disabled: `host`): out of the ready count, parked
+-- at its due time; a disabled host's topic is named in `aside`.
+local function park(topic, member, task_key, r, host)
   redis.call('HSET', task_key, 'queued', '0')
   if r[12] then redis.call('HDEL', task_key, 'held', 'released') end
   count_ready(r[9], topic, -1)
-  zadd_counted(parked_key(KEYS[10], topic), int_of(r[6]) or now, member, 'parked', topic)
-  on('set', 'SADD', KEYS[11], topic)
-  held = held + 1
+  zadd_counted(parked_key(KEYS[7], topic), int_of(r[6]) or now, member, 'parked', topic)
+  if host then on('set', 'SADD', KEYS[8], topic) end
 end
 
 -- Start a task of limited topic `topic` (record `r`) now? Takes the start from its gate if so.
@@ -70,7 +78,7 @@ local function admitted(topic, member, r)
   local g = gates[topic]
   if not g then
     g = gate(lp, topic, limits[topic], now_us())
-    g.waiting = redis.call('EXISTS', held_key(KEYS[9], topic)) == 1
+    g.waiting = redis.call('EXISTS', held_key(KEYS[6], topic)) == 1
     gates[topic] = g
   end
   if r[13] then return gate_claim_released(g, member, now + lease) end
@@ -87,7 +95,7 @@ local function hold(topic, member, task_key, r)
     redis.call('HSET', task_key, 'queued', '0', 'held', now)
   end
   count_ready(r[9], topic, -1)
-  zadd_counted(held_key(KEYS[9], topic), int_of(r[6]) or now, member, 'throttled', topic)
+  zadd_counted(held_key(KEYS[6], topic), int_of(r[6]) or now, member, 'throttled', topic)
   holding[topic] = (holding[topic] or 0) + 1
   held = held + 1
   gates[topic].waiting = true
@@ -101,62 +109,63 @@ local function defect(r, task_key, member)
   if not string.find(member, ':', 1, true) then return 'member is not topic:id' end
 end
 
-local emptied = {}  -- lists this call found short: the second pass skips them
-
-local function take(list, want)
-  if want <= 0 or emptied[list] then return end
-  local members = on('list', 'LPOP', list, want)
-  if not members or #members < want then emptied[list] = true end
-  if not members then return end
-  for _, member in ipairs(members) do
-    local task_key = prefix .. member
-    local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-      'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
-    -- Entries whose task was deleted, replaced or already claimed are stale
-    -- (queued is 0 or missing): skipped.
-    if not r or (r[1] and r[1] ~= '0') then
-      local topic = topic_of(member)
-      local reason = defect(r, task_key, member)
-      if reason then
-        if r and r[1] == '1' then count_ready(r[9], topic, -1) end
-        quarantine(aside, task_key, member, reason)
-      elseif off and off[r[14] or spec_origin(r[2]) or ''] then
-        set_aside(topic, member, task_key, r)
-      elseif limits and limits[topic] and not admitted(topic, member, r) then
-        hold(topic, member, task_key, r)
-      else
-        local claim = claim_token(r[4], r[7]) + 1
-        local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
-        if r[5] ~= '1' then runs = runs + 1 end
-        redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
-          'claim', claim, 'runs', runs, 'last_run', now)
-        count_ready(r[9], topic, -1)
-        batch_add(leased, KEYS[4], topic, member, now + lease)
-        local late = now - (int_of(r[6]) or now)
-        if r[12] then  -- held back by its limit: from its hold to its release (or now) is the limit's
-          local waited = math.max(0, math.min(now, int_of(r[13]) or now) - (int_of(r[12]) or now))
-          late = late - waited
-          tally('limited', topic)
-          tally('limited_ms', topic, waited)
-          redis.call('HDEL', task_key, 'held', 'released')
-        end
-        tally_lateness(topic, late)
-        for _, v in ipairs({member, r[2] or '', runs, claim, r[6] or '', r[7] or '', r[8] or '',
-                            r[9] or DEFAULT_PRIORITY, r[11] or ''}) do
-          out[#out + 1] = v
-        end
-        taken = taken + 1
-      end
+-- Start (or hold, park, skip) the task `member` of the take, whose record is `task_key`.
+local function claim(member, task_key)
+  local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
+    'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
+  -- Entries whose task was deleted, replaced or already claimed are stale
+  -- (queued is 0 or missing): skipped.
+  if r and not (r[1] and r[1] ~= '0') then return end
+  local topic = topic_of(member)
+  local reason = defect(r, task_key, member)
+  if reason then
+    if r and r[1] == '1' then count_ready(r[9], topic, -1) end
+    quarantine(aside, task_key, member, reason)
+  elseif paused[topic] then
+    park(topic, member, task_key, r, false)
+  elseif off and off[r[14] or spec_origin(r[2]) or ''] then
+    park(topic, member, task_key, r, true)
+  elseif limits and limits[topic] and not admitted(topic, member, r) then
+    hold(topic, member, task_key, r)
+  else
+    local token = claim_token(r[4], r[7]) + 1
+    local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
+    if r[5] ~= '1' then runs = runs + 1 end
+    redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
+      'claim', token, 'runs', runs, 'last_run', now)
+    count_ready(r[9], topic, -1)
+    batch_add(leased, KEYS[1], topic, member, now + lease)
+    local late = now - (int_of(r[6]) or now)
+    if r[12] then  -- held back by its limit: from its hold to its release (or now) is the limit's
+      local waited = math.max(0, math.min(now, int_of(r[13]) or now) - (int_of(r[12]) or now))
+      late = late - waited
+      tally('limited', topic)
+      tally('limited_ms', topic, waited)
+      redis.call('HDEL', task_key, 'held', 'released')
     end
+    tally_lateness(topic, late)
+    for _, v in ipairs({member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '',
+                        r[9] or DEFAULT_PRIORITY, r[11] or ''}) do
+      out[#out + 1] = v
+    end
+    taken = taken + 1
   end
 end
 
-for p = 1, 3 do take(KEYS[p], math.min(quota[p], n - taken)) end
-repeat
-  local before = held
-  for p = 1, 3 do take(KEYS[p], n - taken) end
-until held == before or taken >= n or held >= HOLD_MAX
-flush_counted(leased, {[KEYS[4]] = 'running'}, 1)
+-- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced
+-- off, nothing started. Its members, in order, are those of the records declared from KEYS[first] on.
+local take = ARGV[7]
+if on('zset', 'ZREM', KEYS[9], take) == 1 then
+  local at, i = 1, first
+  while true do
+    local length, from = string.match(take, '^u?[123] (%d+) ()', at)
+    if not from then break end
+    at = from + tonumber(length)
+    claim(string.sub(take, from, at - 1), KEYS[i])
+    i = i + 1
+  end
+end
+flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
 if held > 0 then
   -- The topic's entry in `limited`: when its limit next lets them start (earlier only), and a
@@ -164,17 +173,16 @@ if held > 0 then
   local soonest = nil
   for topic, count in pairs(holding) do
     local at = gate_next(gates[topic], count)
-    if on('zset', 'ZADD', KEYS[9], 'LT', 'CH', at, topic) == 1 then soonest = math.min(soonest or at, at) end
+    if on('zset', 'ZADD', KEYS[6], 'LT', 'CH', at, topic) == 1 then soonest = math.min(soonest or at, at) end
     redis.pcall('SADD', lp .. 'where:' .. topic, bucket)
   end
-  if soonest then redis.call('PUBLISH', ARGV[7], soonest) end
-  if held >= HOLD_MAX then redis.call('PUBLISH', ARGV[11], ARGV[12]) end
+  if soonest then redis.call('PUBLISH', ARGV[2], soonest) end
 end
 
 -- The bucket process sleeps until its next due time or lease expiry; tell it
 -- when this claim made a lease the earliest one.
 if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
-  redis.call('PUBLISH', ARGV[7], now + lease)
+  redis.call('PUBLISH', ARGV[2], now + lease)
 end
-flush_stats(KEYS[5], KEYS[6], 12, now)
+flush_stats(KEYS[2], KEYS[3], 10, now)
 return out

@@ -2,7 +2,7 @@
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
 --       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside)
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside), taking
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       limits prefix (P{limits}:, or '' on Redis Cluster)
 -- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
@@ -12,7 +12,7 @@
 -- A lapsed lease of a limited topic frees its slot (free_slots).
 -- A member whose record is missing or corrupt (not a hash, a status or priority it
 -- cannot have there) is quarantined: set aside as a failed task with the reason.
--- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
+-- Returns {moved, reaped, next due (ms or -1), next lease expiry or `taking` deadline (ms or -1),
 --          Redis's clock (µs), 1 if a batch was full (call again at once) else 0}
 --          (next due: the earlier of the head of `delayed` and of `limited`)
 local clock = now_us()
@@ -236,6 +236,35 @@ for k = 6, 8 do
 end
 flush_stats(KEYS[10], KEYS[11], 17, now)
 
+-- Taken (take.lua) but not claimed by the end of their hold: their queue process died or hung between
+-- take and claim. Back to the front of their ready lists, in the order they were popped (a claim that
+-- comes later finds its take gone and starts nothing).
+local lost = on('zset', 'ZRANGEBYSCORE', KEYS[22], '-inf', now, 'LIMIT', 0, limit)
+if #lost > 0 then
+  local back, entries = {}, {}  -- list -> its members to push, the last first; every (list, member) in order
+  for _, take in ipairs(lost) do
+    local at = 1
+    while true do
+      local kind, priority, length, from = string.match(take, '^(u?)([123]) (%d+) ()', at)
+      if not from then break end
+      at = from + tonumber(length)
+      entries[#entries + 1] = {list_of(kind == 'u' and '1' or '0', priority), string.sub(take, from, at - 1), kind}
+    end
+  end
+  for i = #entries, 1, -1 do
+    local list, member, kind = unpack(entries[i])
+    back[list] = back[list] or {}
+    back[list][#back[list] + 1] = member
+    kinds[kind] = true
+  end
+  for list, members in pairs(back) do
+    for i = 1, #members, UNPACK_MAX do
+      on('list', 'LPUSH', list, unpack(members, i, math.min(i + UNPACK_MAX - 1, #members)))
+    end
+  end
+  redis.call('ZREM', KEYS[22], unpack(lost))
+end
+
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
 for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -243,6 +272,9 @@ local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
 local next_due = tonumber(head[2] or -1)
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
+local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
+local next_lease = tonumber(lease[2] or -1)
+if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then next_lease = math.ceil(tonumber(taking[2])) end
 local full = 0
-if #due == limit or #lapsed == limit or full_held then full = 1 end
-return {moved, reaped, next_due, tonumber(lease[2] or -1), clock, full}
+if #due == limit or #lapsed == limit or full_held or #lost == limit then full = 1 end
+return {moved, reaped, next_due, next_lease, clock, full}

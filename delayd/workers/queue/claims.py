@@ -1,4 +1,6 @@
-"""Claims: which bucket a queue process asks for ready tasks next, and how many of each priority;
+"""Claims: which bucket a queue process asks for ready tasks next, and how many of each priority
+(a take, take.lua, moves them into the bucket's `taking`; the claim of the members it took,
+claim.lua, starts them in the next round trip of the same turn: docs/redis-layout.md, "Declared keys");
 the claimed tasks handed to the pool (call, push) or the event loop (URL); their lease renewals.
 Each method returns script calls, with the function that takes the reply, for the one round
 trip of the main thread's turn (QueueWorker.send in loop.py).
@@ -30,7 +32,7 @@ from delayd.model.task import Task, TaskError
 from delayd.store.keys import PRIORITIES
 from delayd.store.replies import Claimed, ClaimedTask, Finish
 from delayd.store.steps import ScriptCall
-from delayd.workers.queue.state import QueueState, Run
+from delayd.workers.queue.state import QueueState, Run, Taken
 
 log = logging.getLogger("delayd.queue")
 
@@ -55,12 +57,13 @@ def priority_cycle(weights: tuple[int, int, int]) -> list[int]:
 
 class Claims(QueueState):
     def free_slots(self, url: bool) -> int:
-        """Tasks of a kind to claim now: URL tasks as the engine has room (Engine.room); call
+        """Tasks of a kind to take now: URL tasks as the engine has room (Engine.room); call
         and push tasks up to `concurrency` and the runs claimed ahead (URL runs that ended but
-        are not settled yet count as call runs until they are)."""
+        are not settled yet count as call runs until they are); less those taken, not claimed yet."""
+        taken = sum(len(t.take.members) for t in self.taken if t.url == url)  # taken, not claimed yet
         if url:
-            return self.engine.room()
-        return self.config.concurrency + self.ahead() - (len(self.in_hand) - self.engine.in_hand)
+            return self.engine.room() - taken
+        return self.config.concurrency + self.ahead() - (len(self.in_hand) - self.engine.in_hand) - taken
 
     def ahead(self) -> int:
         """Runs to claim beyond `concurrency`: those the threads finish during one round trip."""
@@ -87,12 +90,20 @@ class Claims(QueueState):
             if not ok:
                 event(log, "lease_lost", logging.WARNING, task=run.task.key, run=run.task.runs)
 
-    def claim_calls(self, tried: dict[bool, int]) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
-        """A claim of each kind that has free slots, from its next candidate bucket; a bucket
-        that fills every slot asked for is asked again (it may have more), the others are
-        not again before they announce ready tasks."""
+    def claim_calls(self) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        """The claim of each take whose members are not claimed yet. A claim that fails (a Redis
+        error) is sent again: its members wait in `taking` meanwhile, and a claim that comes after
+        promote put them back claims nothing (take.lua, claim.lua)."""
+        return [(self.store.claim_call(taken.bucket, taken.take, self.config.lease_ms, self.config.retention_ms,
+                                       taken.url), functools.partial(self.claim_sent, taken))
+                for taken in self.taken]
+
+    def take_calls(self, tried: dict[bool, int]) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        """A take of each kind that has free slots, from its next candidate bucket; a bucket that
+        fills every slot asked for is asked again (it may have more), the others are not again
+        before they announce ready tasks."""
         calls = []
-        for url in (False, True):
+        for url in () if self.stopping else (False, True):
             candidates = self.candidates[url]
             while (free := self.free_slots(url)) > 0 and candidates and tried[url] < self.config.buckets:
                 bucket = next(self.next_bucket)
@@ -102,19 +113,23 @@ class Claims(QueueState):
                     quotas = [0, 0, 0]
                     for priority in itertools.islice(self.cycle, n):
                         quotas[PRIORITIES.index(priority)] += 1
-                    calls.append((self.store.claim_call(bucket, tuple(quotas), n, self.config.lease_ms,
-                                                        self.config.retention_ms, url),
-                                  functools.partial(self.claim_sent, bucket, url, n, tried)))
+                    calls.append((self.store.take_call(bucket, tuple(quotas), n, url),
+                                  functools.partial(self.take_sent, bucket, url, n, tried)))
                     break
         return calls
 
-    def claim_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
-        claimed = self.store.claimed(reply)
-        self.dispatch(bucket, claimed)
-        if len(claimed.tasks) < n:
+    def take_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
+        take = self.store.taken(reply)
+        if take.members:
+            self.taken.append(Taken(bucket, url, take))
+        if len(take.members) < n:
             self.candidates[url].discard(bucket)
         else:
             tried[url] -= 1  # this bucket may have more: stay on it
+
+    def claim_sent(self, taken: Taken, reply: Any) -> None:
+        self.taken.remove(taken)
+        self.dispatch(taken.bucket, self.store.claimed(reply))
 
     def dispatch(self, bucket: int, claimed: Claimed) -> None:
         """Hand the claimed tasks to the pool or the event loop; a record that does not parse

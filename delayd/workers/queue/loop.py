@@ -4,7 +4,8 @@ at once on an event loop (delayd.targets.url.engine).
 
 One main thread owns all Redis state changes and batches them: each loop turn sends its
 finishes (outcomes.py: one call per bucket, every run that ended since the last turn),
-lease renewals and claims (claims.py) in one round trip (delayd.store.transport.Link).
+lease renewals and takes (claims.py) in one round trip (delayd.store.transport.Link), and the
+claims of the members taken in the next.
 
 Wake-ups: a listener thread is subscribed to the ready channel, on which bucket
 processes announce "bucket N has ready tasks"; the pool's results (one event for a
@@ -33,7 +34,7 @@ from delayd.workers.process import ChildProcess, Heartbeat, StartupFailure
 from delayd.workers.queue.claims import Claims, priority_cycle
 from delayd.workers.queue.outcomes import Outcomes
 from delayd.workers.queue.pool import Pool
-from delayd.workers.queue.state import Run
+from delayd.workers.queue.state import Run, Taken
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
@@ -58,6 +59,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.pool = Pool(config.concurrency, self.execute, lambda: self.events.put(("results", None)))
         self.in_hand: dict[str, Run] = {}
         self.finished: dict[int, list[tuple[Run, Finish]]] = {}
+        self.taken: list[Taken] = []
         self.candidates = {False: set(range(config.buckets)), True: set(range(config.buckets))}
         self.cycle = itertools.cycle(priority_cycle(tuple(config.priority_weights)))
         self.next_bucket = itertools.cycle(range(config.buckets))
@@ -86,7 +88,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
     def run(self) -> None:
         self.start_listening(ready_channel(self.config.prefix), "ready")
         event(log, "queue_started", queue=self.index, concurrency=self.config.concurrency)
-        while not (self.stopping and not self.in_hand and not self.finished):
+        while not (self.stopping and not self.in_hand and not self.finished and not self.taken):
             self.heartbeat.beat()
             self.handle(self.next_event())
             while True:  # everything that is already waiting, in the same turn
@@ -115,7 +117,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         if self.in_hand:
             timeout = min(timeout, max(0.0, min(r.deadline for r in self.in_hand.values()) - now),
                           max(0.0, self.next_renew - now))
-        if self.finished:
+        if self.finished or self.taken:
             timeout = min(timeout, max(0.0, self.retry_at - now))
         if self.stopping:
             timeout = min(timeout, max(0.0, self.stop_deadline - now))
@@ -159,20 +161,21 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             self.settle(run, outcome, callback_error)
 
     def sync(self) -> None:
-        """All Redis work of one turn: finishes, lease renewals, claims, in one round trip
-        (delayd.store.transport.Link); more claims follow only while a bucket fills every free slot."""
+        """All Redis work of one turn in one round trip (delayd.store.transport.Link): finishes, lease
+        renewals, the claims of the members the last turn took, and takes (claims.py). More rounds
+        follow only while a bucket fills every free slot; the claims of the last takes go in the next
+        turn's round trip, which comes at once (next_event), with the finishes that came meanwhile."""
         try:
             calls = self.finish_calls() + self.host_report()
             if self.in_hand and time.monotonic() >= self.next_renew:
                 calls += self.renew_calls()
             tried = {False: 0, True: 0}
-            while True:
-                if not self.stopping:
-                    calls += self.claim_calls(tried)
-                if not calls:
+            takes = self.take_calls(tried)
+            while calls or takes or self.taken:
+                self.send(self.claim_calls() + calls + takes)
+                calls, takes = [], self.take_calls(tried)
+                if not takes:
                     break
-                self.send(calls)
-                calls = []
             self.health.ok()
         except REDIS_ERRORS as exc:
             self.retry_at = time.monotonic() + self.health.failed(exc)

@@ -1,0 +1,30 @@
+"""A queue process killed between the two halves of a claim (take.lua, claim.lua: docs/redis-layout.md,
+"Declared keys"): the members it took go back to their ready list when their hold ends, and run once."""
+from __future__ import annotations
+
+import pytest
+from redis_server import wait_for
+from store_helper import QUOTAS
+
+pytestmark = [pytest.mark.system]
+
+
+def test_a_task_taken_by_a_queue_process_killed_before_its_claim_runs_once(redis_url, daemon_factory, client, r):
+    """The queue process is stopped (SIGSTOP) and the take it would send next is sent for it, so
+    that it dies holding a take it never claims; then it is SIGKILLed. The daemon's promote puts the
+    take back after its hold and the restarted queue process runs the task, once."""
+    daemon = daemon_factory(redis_url, buckets=1, queues=1)
+    [queue] = daemon.children("queue")
+    queue.suspend()
+    keys = client.store.keys[0]
+    client.add("lost", "1", call="delayd.examples:record", params={"list": "ran", "redis": redis_url})
+    wait_for(lambda: r.llen(keys.ready[1]) == 1, 10, message="the task ready")
+    store = client.store
+    taken = store.taken(store.transport.call(store.take_call(0, QUOTAS, 10)))
+    assert taken.members == ["lost:1"] and r.zrange(keys.taking, 0, -1) == [taken.key] and r.llen(keys.ready[1]) == 0
+    queue.kill()
+    wait_for(lambda: client.get("lost", "1").status == "ok", 30, message="the task ran")
+    assert r.lrange("ran", 0, -1) == ["lost:1:1"]
+    assert r.zcard(keys.taking) == 0 and r.llen(keys.ready[1]) == 0 and r.zcard(keys.leases) == 0
+    late = store.claimed(store.transport.call(store.claim_call(0, taken, 60_000, 60_000)))
+    assert late.tasks == [] and r.lrange("ran", 0, -1) == ["lost:1:1"]  # its claim, were it to come, is fenced
