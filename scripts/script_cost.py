@@ -70,7 +70,8 @@ def ready_tasks(client: Client, r, n: int) -> None:
 
 def versions(other: Path, names: tuple[str, ...] = ("claim", "finish", "promote")) -> list[dict[str, tuple[str, str]]]:
     """(source, sha) of the scripts `names`: these, then those of the checkout `other`."""
-    lib = "".join((other / f"delayd/store/lua/{name}").read_text() for name in ("_lib.lua", "_limits.lua"))
+    libs = (other / f"delayd/store/lua/{name}" for name in ("_lib.lua", "_limits.lua", "_take.lua"))
+    lib = "".join(path.read_text() for path in libs if path.exists())  # (_take.lua: not in older checkouts)
     theirs = {}
     for name in names:
         body = (other / f"delayd/store/lua/{name}.lua").read_text()

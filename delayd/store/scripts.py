@@ -1,4 +1,4 @@
-"""The Lua scripts: `lua/NAME.lua`, each linked with the `_lib.lua` (and `_limits.lua`) helpers it
+"""The Lua scripts: `lua/NAME.lua`, each linked with the `_lib.lua` (and `_limits.lua`, `_take.lua`) helpers it
 uses, known by SHA (EVALSHA), and the same sources wrapped as one function library (FCALL, Redis >= 7
 and Valkey). How a call is spelled and sent is delayd.store.dialect's and delayd.store.transport's job."""
 from __future__ import annotations
@@ -22,9 +22,9 @@ ALLOW_OOM = frozenset({"delete"})
 class Script:
     """One Lua script from `delayd/store/lua/NAME.lua`."""
 
-    # The helpers: _lib.lua, and the limits' helpers after them (_limits.lua), as one lib.
+    # The helpers: _lib.lua, and after them the limits' (_limits.lua) and the taking ones (_take.lua), as one lib.
     _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text()
-                   for name in ("_lib.lua", "_limits.lua"))
+                   for name in ("_lib.lua", "_limits.lua", "_take.lua"))
 
     def __init__(self, name: str):
         self.name = name

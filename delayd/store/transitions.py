@@ -262,21 +262,41 @@ class Store:
 
     def claim_call(self, bucket: int, take: Take, lease_ms: int, retention_ms: int, url: bool = False) -> ScriptCall:
         """claim.lua: start the members of a take, declaring every key it may touch."""
+        return self._claim_call(bucket, take.members, lease_ms, retention_ms, url, [wire(take.key)])
+
+    def hinted_claim_call(self, bucket: int, quotas: tuple[int, int, int], n: int, hints: list[str], lease_ms: int,
+                          retention_ms: int, url: bool = False) -> ScriptCall:
+        """claim.lua's pop mode: pop as take_call does, starting at once the members popped that are
+        among `hints` (their keys declared); the others are a take, for a claim_call of them (hinted_claimed)."""
         keys = self.keys[bucket]
-        topics = list(dict.fromkeys(map(topic_of, take.members)))
+        return self._claim_call(bucket, hints, lease_ms, retention_ms, url,
+                                ["", *quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES),
+                                 *map(wire, hints)], keys.ready_url if url else keys.ready)
+
+    def _claim_call(self, bucket: int, members: list[str], lease_ms: int, retention_ms: int, url: bool,
+                    tail: list[Any], lists: Any = ()) -> ScriptCall:
+        """A claim.lua call declaring every key it may touch for `members` (and the ready `lists` it pops)."""
+        keys = self.keys[bucket]
+        topics = list(dict.fromkeys(map(topic_of, members)))
         head = [keys.leases, keys.counts, keys.totals, keys.done("failed"), keys.quarantine, keys.limited,
                 keys.paused, keys.aside, keys.taking, *run_windows(keys, self.clock), keys.corrupt,
                 *([self.hosts_off] if url and self.hosts_off else [])]
         return ScriptCall(SCRIPTS["claim"],
-                          [*head, *map(keys.task, take.members), *map(keys.parked, topics), *map(keys.held, topics),
-                           *self.limit_keys(topics, wakes=False)],
-                          [lease_ms, keys.wake_channel, retention_ms, self.limits, bucket, len(head) + 1,
-                           wire(take.key)])
+                          [*head, *map(keys.task, members), *map(keys.parked, topics), *map(keys.held, topics),
+                           *self.limit_keys(topics, wakes=False), *lists],
+                          [lease_ms, keys.wake_channel, retention_ms, self.limits, bucket, len(head) + 1, *tail])
 
-    def claimed(self, reply: list[Any]) -> Claimed:
+    def claimed(self, reply: list[Any], first: int = 1) -> Claimed:
+        """claim.lua's reply: the tasks it started (from reply[first] on)."""
         self.clock.observe(reply[0])
         return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
-                                  for i in range(1, len(reply), CLAIMED_FIELDS)])
+                                  for i in range(first, len(reply), CLAIMED_FIELDS)])
+
+    def hinted_claimed(self, reply: list[Any]) -> tuple[int, Take, Claimed]:
+        """The reply of a hinted_claim_call: how many members it popped, the take of those it did not
+        start (its key '' and no members when there are none), and the tasks it started."""
+        left = reply[3]
+        return reply[1], Take(reply[2], reply[4:4 + left]), self.claimed(reply, 4 + left)
 
     def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
               url: bool = False) -> Claimed:

@@ -2,9 +2,14 @@
 "Declared keys"): the members it took go back to their ready list when their hold ends, and run once."""
 from __future__ import annotations
 
+import threading
+
 import pytest
+import redis
 from redis_server import wait_for
 from store_helper import QUOTAS
+
+from delayd.store.scripts import SCRIPTS
 
 pytestmark = [pytest.mark.system]
 
@@ -28,3 +33,34 @@ def test_a_task_taken_by_a_queue_process_killed_before_its_claim_runs_once(redis
     assert r.zcard(keys.taking) == 0 and r.llen(keys.ready[1]) == 0 and r.zcard(keys.leases) == 0
     late = store.claimed(store.transport.call(store.claim_call(0, taken, 60_000, 60_000)))
     assert late.tasks == [] and r.lrange("ran", 0, -1) == ["lost:1:1"]  # its claim, were it to come, is fenced
+
+
+def claims_seen(monitor, seen: list[str]) -> None:
+    """Each take.lua and claim.lua call MONITOR shows (EVALSHA by SHA, or FCALL by function), as 'take' or
+    'claim' ('claim hinted' in pop mode, its hints last), appended to `seen`."""
+    names = {SCRIPTS[name].sha: name for name in ("take", "claim")}
+    names.update({SCRIPTS[name].function: name for name in ("take", "claim")})
+    try:
+        for command in monitor.listen():
+            text = command["command"]
+            for script, name in names.items():
+                if script in text:
+                    seen.append(name + (" hinted" if name == "claim" and "}:ready:1" in text else ""))
+    except (redis.ConnectionError, ValueError):  # the monitor closed at the end of the test
+        return
+
+
+def test_an_idle_daemon_starts_a_due_task_in_one_claim_call(redis_url, daemon_factory, client, r):
+    """The ready message names the task: the queue process's next call pops and starts it (claim.lua's
+    pop mode), no take before it. A first task loads the scripts (a NOSCRIPT call shows in MONITOR too);
+    the queue process's next idle takes come WAIT_CAP s after its start."""
+    daemon_factory(redis_url, buckets=1, queues=1)
+    seen: list[str] = []
+    with r.monitor() as monitor:
+        threading.Thread(target=claims_seen, args=(monitor, seen), daemon=True).start()
+        for i in range(4):
+            if i == 1:
+                seen.clear()
+            client.add("idle", str(i), push="out", delay=0)
+            wait_for(lambda i=i: client.get("idle", str(i)).status == "ok", 10, message="the task ran")
+        assert seen == ["claim hinted"] * 3

@@ -616,7 +616,7 @@ def test_wake_and_ready_channels(r, store, keys):
     assert int(msg["data"]) == int(record(r, store, "t:3")["due"])
     store.promote(0, 100, DAY_MS)
     msg = next_message(pubsub)
-    assert msg["channel"] == ready_channel(PREFIX) == f"{PREFIX}ready" and msg["data"] == "0"
+    assert msg["channel"] == ready_channel(PREFIX) == f"{PREFIX}ready" and msg["data"] == "0 t:3"  # naming the members
     # A claim whose lease is the earliest wakes the bucket (to reap it in time).
     [run] = claim(store, lease_ms=40_000)
     msg = next_message(pubsub)

@@ -72,15 +72,18 @@ def test_promote_puts_a_lost_take_back_in_front_in_order_and_announces_it(r, one
     ready.subscribe(f"{PREFIX}ready")
     wait_for(lambda: ready.get_message(timeout=0.1) is None, 5, message="subscribed")
     assert take(store, 1).members == ["a:0"] and take(store, 2).members == ["a:1", "a:2"]  # two takes lost
+    last = r.zrange(keys.taking, -1, -1, withscores=True)[0][1]
     monkeypatch.setattr(transitions, "TAKE_HOLD_MS", 60_000)
     held = take(store, 1)  # another process's take, still in its hold
+    wait_for(lambda: (t := r.time()) and t[0] * 1000 + t[1] // 1000 > last, 5, message="both holds over")
     assert r.lrange(keys.ready[1], 0, -1) == ["a:4"]
     promoted = wait_for(lambda: (p := store.promote(0, 1000, DAY_MS)) and r.zcard(keys.taking) == 1 and p, 5,
                         message="the takes put back")
     assert r.lrange(keys.ready[1], 0, -1) == ["a:0", "a:1", "a:2", "a:4"]
     assert r.zrange(keys.taking, 0, -1) == [held.key]
     assert promoted.next_lease == math.ceil(r.zscore(keys.taking, held.key))  # the bucket wakes for the next
-    wait_for(lambda: (m := ready.get_message(timeout=0.1)) and m["data"] == "0", 5, message="ready announced")
+    wait_for(lambda: (m := ready.get_message(timeout=0.1)) and m["data"] == "0 a:0 a:1 a:2", 5,
+             message="ready announced, naming the members put back")
     assert one_bucket.stats()["topics"]["a"]["ready"]["2"] == 5
     ready.close()
 

@@ -1,13 +1,18 @@
 -- claim: the second half of a claim (take.lua popped the members): start the given members of one
--- bucket, leasing them.
+-- bucket, leasing them. Or, in pop mode (ARGV from 8 on given), a take and its claim in one call: it
+-- pops as take.lua does, starts at once each popped member whose keys its caller declared (the members
+-- named by a ready message: promote.lua), and holds the others in `taking` as a take, for the usual claim.
 -- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside, taking,
 --       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
 --       then for URL tasks on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster),
 --       then the record of each member of the take (from KEYS[ARGV[6]] on, in its order), then for each
 --       distinct topic its parked set (paused:<topic>) and held set (limited:<topic>), and on a
---       single Redis the limits' keys of those topics (P{limits}:conf, tat:, run:, where:, corrupt)
+--       single Redis the limits' keys of those topics (P{limits}:conf, tat:, run:, where:, corrupt);
+--       in pop mode, last, the ready lists of priority 3, 2, 1 of the kind popped
 -- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, the index in KEYS of the first record, the take (its member of `taking`, take.lua)
+--       bucket id, the index in KEYS of the first record, the take (its member of `taking`, take.lua;
+--       '' in pop mode), then in pop mode take.lua's ARGV (quotas, n, hold, the lists' names) and the
+--       members whose records are declared (the hints), in the order of their records
 -- The take is removed from `taking` first: if it was not there, promote put its members back in their
 -- ready lists meanwhile (its hold ran out) and nothing is started (a fence: another claim may start them).
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
@@ -33,7 +38,9 @@
 -- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
 -- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
 -- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
---          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
+--          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')};
+-- in pop mode {now, members popped, the take of those not hinted ('' if none), their count, them...,
+--          then the tasks' values}
 local now = now_ms()
 local lease, first = tonumber(ARGV[1]), tonumber(ARGV[6])
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
@@ -152,10 +159,30 @@ local function claim(member, task_key)
   end
 end
 
+-- Pop mode: the popped members whose records are declared (hinted) start now, the others are a take.
+local popped, rest = nil, nil
+if ARGV[8] then
+  local hinted = {}
+  for i = 16, #ARGV do hinted[ARGV[i]] = KEYS[first + i - 16] end
+  local members, from = pop_ready({KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]}, {ARGV[13], ARGV[14], ARGV[15]},
+    {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}, tonumber(ARGV[11]))
+  local left, left_from = {}, {}
+  for i, member in ipairs(members) do
+    if hinted[member] then
+      claim(member, hinted[member])
+    else
+      left[#left + 1] = member
+      left_from[#left] = from[i]
+    end
+  end
+  popped = #members
+  rest = {hold_take(KEYS[9], now_us(), tonumber(ARGV[12]), left, left_from), #left, unpack(left)}
+end
+
 -- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced
 -- off, nothing started. Its members, in order, are those of the records declared from KEYS[first] on.
 local take = ARGV[7]
-if on('zset', 'ZREM', KEYS[9], take) == 1 then
+if take ~= '' and on('zset', 'ZREM', KEYS[9], take) == 1 then
   local at, i = 1, first
   while true do
     local length, from = string.match(take, '^u?[123] (%d+) ()', at)
@@ -185,4 +212,7 @@ if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease)
   redis.call('PUBLISH', ARGV[2], now + lease)
 end
 flush_stats(KEYS[2], KEYS[3], 10, now)
-return out
+if not popped then return out end
+local reply = {now, popped, unpack(rest)}
+for i = 2, #out do reply[#reply + 1] = out[i] end
+return reply

@@ -21,8 +21,17 @@ local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
 local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
 -- Due tasks pushed per ready list (in due order), and the kinds of list that got
--- some, which the ready message names ('' call/push, 'u' URL).
+-- some, which the ready message names ('' call/push, 'u' URL), with the first HINT_MAX members
+-- made ready of each kind (a queue process claims those in one call: claim.lua's pop mode).
 local pushes, kinds = {}, {}
+local HINT_MAX = 32
+
+-- A member made ready in a list of kind `kind`: named in the kind's ready message if there is room.
+local function announce(kind, member)
+  local named = kinds[kind] or {}
+  kinds[kind] = named
+  if #named < HINT_MAX then named[#named + 1] = member end
+end
 
 -- The ready list of a task (by its `url` flag and priority: see is_url in _lib), and its kind.
 -- A record without the flag goes to the call lists (a URL task written before the flag
@@ -99,8 +108,9 @@ for _, member in ipairs(due) do
     redis.call('HSET', task_key, 'queued', '1')
     local list, kind = list_of(r[3], priority)
     local batch = pushes[list] or {}
-    pushes[list], kinds[kind] = batch, true
+    pushes[list] = batch
     batch[#batch + 1] = member
+    announce(kind, member)
     count_ready(priority, topic, 1)
     moved = moved + 1
   end
@@ -143,7 +153,7 @@ for _, topic in ipairs(limited) do
         local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
         fronts[list] = fronts[list] or {}
         table.insert(fronts[list], 1, member)
-        kinds[kind] = true
+        announce(kind, member)
         count_ready(r[4], topic, 1)
         moved = moved + 1
         if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
@@ -203,7 +213,7 @@ for _, member in ipairs(lapsed) do
     else
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
       local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
-      kinds[kind] = true
+      announce(kind, member)
       on('list', 'LPUSH', list, member)
       count_ready(r[2], topic, 1)
       tally('lapsed', topic)
@@ -248,14 +258,14 @@ if #lost > 0 then
       local kind, priority, length, from = string.match(take, '^(u?)([123]) (%d+) ()', at)
       if not from then break end
       at = from + tonumber(length)
-      entries[#entries + 1] = {list_of(kind == 'u' and '1' or '0', priority), string.sub(take, from, at - 1), kind}
+      entries[#entries + 1] = {list_of(kind == 'u' and '1' or '0', priority), string.sub(take, from, at - 1)}
+      announce(kind, entries[#entries][2])
     end
   end
   for i = #entries, 1, -1 do
-    local list, member, kind = unpack(entries[i])
+    local list, member = unpack(entries[i])
     back[list] = back[list] or {}
     back[list][#back[list] + 1] = member
-    kinds[kind] = true
   end
   for list, members in pairs(back) do
     for i = 1, #members, UNPACK_MAX do
@@ -265,8 +275,11 @@ if #lost > 0 then
   redis.call('ZREM', KEYS[22], unpack(lost))
 end
 
--- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
-for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
+-- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced; then,
+-- space-separated, the members named (announce; a member holds no space: add.lua).
+for kind, named in pairs(kinds) do
+  redis.call('PUBLISH', ARGV[4], table.concat({kind .. ARGV[5], unpack(named)}, ' '))
+end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')

@@ -1,6 +1,9 @@
 """Claims: which bucket a queue process asks for ready tasks next, and how many of each priority
 (a take, take.lua, moves them into the bucket's `taking`; the claim of the members it took,
-claim.lua, starts them in the next round trip of the same turn: docs/redis-layout.md, "Declared keys");
+claim.lua, starts them in the next round trip of the same turn: docs/redis-layout.md, "Declared keys").
+The members the bucket's last ready messages named (hints) are claimed in the take's own call instead
+(claim.lua's pop mode, their keys declared): on an idle daemon a due task starts in one round trip;
+those popped but not hinted are a take, claimed in the next;
 the claimed tasks handed to the pool (call, push) or the event loop (URL); their lease renewals.
 Each method returns script calls, with the function that takes the reply, for the one round
 trip of the main thread's turn (QueueWorker.send in loop.py).
@@ -30,11 +33,12 @@ from delayd.log import event
 from delayd.model import schedule
 from delayd.model.task import Task, TaskError
 from delayd.store.keys import PRIORITIES
-from delayd.store.replies import Claimed, ClaimedTask, Finish
+from delayd.store.replies import Claimed, ClaimedTask, Finish, Take
 from delayd.store.steps import ScriptCall
 from delayd.workers.queue.state import QueueState, Run, Taken
 
 log = logging.getLogger("delayd.queue")
+HINTS_KEPT = 64  # members kept per bucket and kind from ready messages, for its next take
 
 
 def priority_cycle(weights: tuple[int, int, int]) -> list[int]:
@@ -113,16 +117,38 @@ class Claims(QueueState):
                     quotas = [0, 0, 0]
                     for priority in itertools.islice(self.cycle, n):
                         quotas[PRIORITIES.index(priority)] += 1
-                    calls.append((self.store.take_call(bucket, tuple(quotas), n, url),
-                                  functools.partial(self.take_sent, bucket, url, n, tried)))
+                    hints = self.hints.pop((bucket, url), None)
+                    if hints:
+                        calls.append((self.store.hinted_claim_call(bucket, tuple(quotas), n, list(hints),
+                                                                   self.config.lease_ms, self.config.retention_ms, url),
+                                      functools.partial(self.hinted_sent, bucket, url, n, tried)))
+                    else:
+                        calls.append((self.store.take_call(bucket, tuple(quotas), n, url),
+                                      functools.partial(self.take_sent, bucket, url, n, tried)))
                     break
         return calls
 
+    def hint(self, bucket: int, url: bool, members: list[str]) -> None:
+        """Keep the members a ready message named (the first HINTS_KEPT) for the bucket's next take."""
+        kept = self.hints.setdefault((bucket, url), {})
+        for member in members[:max(0, HINTS_KEPT - len(kept))]:
+            kept[member] = None
+
     def take_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
         take = self.store.taken(reply)
+        self.took(bucket, url, n, tried, take, len(take.members))
+
+    def hinted_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
+        popped, take, claimed = self.store.hinted_claimed(reply)
+        self.dispatch(bucket, claimed)
+        self.took(bucket, url, n, tried, take, popped)
+
+    def took(self, bucket: int, url: bool, n: int, tried: dict[bool, int], take: Take, popped: int) -> None:
+        """After a call that popped `popped` members of a bucket: `take` (those not claimed yet) waits for
+        its claim; a bucket that filled every slot asked for may have more, the others wait for a message."""
         if take.members:
             self.taken.append(Taken(bucket, url, take))
-        if len(take.members) < n:
+        if popped < n:
             self.candidates[url].discard(bucket)
         else:
             tried[url] -= 1  # this bucket may have more: stay on it

@@ -60,6 +60,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.in_hand: dict[str, Run] = {}
         self.finished: dict[int, list[tuple[Run, Finish]]] = {}
         self.taken: list[Taken] = []
+        self.hints: dict[tuple[int, bool], dict[str, None]] = {}
         self.candidates = {False: set(range(config.buckets)), True: set(range(config.buckets))}
         self.cycle = itertools.cycle(priority_cycle(tuple(config.priority_weights)))
         self.next_bucket = itertools.cycle(range(config.buckets))
@@ -131,8 +132,8 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
 
     def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
-        if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks
-            text = str(value or "")
+        if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks; then the members named
+            text, *members = str(value or "").split(" ")
             url = text.startswith("u")
             bucket = int(text[url:]) if text[url:].isdigit() else None
             for buckets in ((self.candidates[url],) if bucket is not None else self.candidates.values()):
@@ -140,6 +141,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
                     buckets.update(range(self.config.buckets))
                 else:
                     buckets.add(bucket)
+                    self.hint(bucket, url, members)
         elif kind == "done":  # a URL run
             self.returned(value, value.result or (self.abandoned(value), ""))  # None: it was cancelled
         elif kind == "results":  # the pool's

@@ -63,6 +63,7 @@ class QueueState:
     in_hand: dict[str, Run]                        # task key -> its run, from the claim until settled
     finished: dict[int, list[tuple[Run, Finish]]]  # per bucket: the finish entries not sent yet
     taken: list[Taken]                             # takes whose members are not claimed yet
+    hints: dict[tuple[int, bool], dict[str, None]]  # per (bucket, kind): members ready messages named (claims.py)
     candidates: dict[bool, set[int]]  # buckets that may have ready tasks, per kind (False: call/push, True: URL)
     cycle: Iterator[int]              # the priority of each task to claim (priority_cycle, endlessly)
     next_bucket: Iterator[int]        # the buckets in turn
