@@ -64,3 +64,22 @@ def test_an_idle_daemon_starts_a_due_task_in_one_claim_call(redis_url, daemon_fa
             client.add("idle", str(i), push="out", delay=0)
             wait_for(lambda i=i: client.get("idle", str(i)).status == "ok", 10, message="the task ran")
         assert seen == ["claim hinted"] * 3
+
+
+def test_a_ready_message_of_the_old_form_starts_the_task_by_take_and_claim(redis_url, daemon_factory, client, r):
+    """A daemon not upgraded yet announces 'N' without members: the queue process takes, then claims."""
+    daemon_factory(redis_url, buckets=1, queues=1)
+    keys = client.store.keys[0]
+    seen: list[str] = []
+    with r.monitor() as monitor:
+        threading.Thread(target=claims_seen, args=(monitor, seen), daemon=True).start()
+        client.add("old", "0", push="out", delay=0)  # (loads the scripts)
+        wait_for(lambda: client.get("old", "0").status == "ok", 10, message="the first task ran")
+        client.add("old", "1", push="out", delay=3600)
+        seen.clear()
+        r.zrem(keys.delayed, "old:1")  # made ready as an old promote would, announced without its member
+        r.hset(keys.task("old:1"), "queued", "1")
+        r.rpush(keys.ready[1], "old:1")
+        r.publish("delayd:ready", "0")
+        wait_for(lambda: client.get("old", "1").status == "ok", 10, message="the task ran")
+        assert seen == ["take", "claim"]
