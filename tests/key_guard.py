@@ -34,10 +34,7 @@ PARKED = ("}:paused:", "a paused topic's parked set, the topic read from the `pa
 HELD = ("}:limited:", "a limited topic's held set, the topic read from `limited` or a popped member")
 LIMITS = ("{limits}:", "the limits' keys (`P{limits}:conf`, per topic `tat:`, `run:`, `where:`), topics read "
           "from `conf` or popped members; another slot (single Redis only)")
-OTHER_LIMITED = ("}:limited$", "another bucket's `limited` zset, woken by a freed slot (its number read from "
-                 "`P{limits}:where:<topic>`)")
 KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
-    "promote": (TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
     "claim": (TASK, PARKED, HELD, LIMITS),
 }
 
