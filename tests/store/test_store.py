@@ -608,13 +608,14 @@ def test_wake_and_ready_channels(r, store, keys):
     wait_for(lambda: r.pubsub_numsub(keys.wake_channel)[0][1] == 1, 2)
     assert keys.wake_channel == f"{PREFIX}wake:0"
 
+    # A new head: '<due ms> <member>' (the bucket process declares its record in the next promote).
     add(store, "t", 1, delay_ms=50_000)
     msg = next_message(pubsub)
-    assert msg["channel"] == keys.wake_channel and int(msg["data"]) == int(record(r, store, "t:1")["due"])
+    assert msg["channel"] == keys.wake_channel and msg["data"] == f"{record(r, store, 't:1')['due']} t:1"
     add(store, "t", 2, delay_ms=90_000)  # not the earliest: no wake
     add(store, "t", 3)                  # the earliest: wake
     msg = next_message(pubsub)
-    assert int(msg["data"]) == int(record(r, store, "t:3")["due"])
+    assert msg["data"] == f"{record(r, store, 't:3')['due']} t:3"
     promote_all(store, 0, DAY_MS, 100)
     msg = next_message(pubsub)
     assert msg["channel"] == ready_channel(PREFIX) == f"{PREFIX}ready" and msg["data"] == "0"
