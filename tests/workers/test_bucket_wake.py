@@ -15,21 +15,22 @@ def test_a_task_added_due_now_is_moved_by_the_one_promote_its_wake_starts(r, dae
     client.add("warm", 1, push="out")  # the bucket process's first ticks are behind it
     assert r.blpop("out", 10) is not None
     promotes: list[str] = []
-    pushed = threading.Event()
+    claimed = threading.Event()
 
-    def watch(monitor) -> None:  # MONITOR shows each command as Redis runs it, from the add to the push
+    def watch(monitor) -> None:  # MONITOR shows each command as Redis runs it: from the add to the claim
         adding = False
         for command in monitor.listen():
             text = command["command"]
             adding = adding or SCRIPTS["add"].sha in text
             if adding and SCRIPTS["promote"].sha in text:
                 promotes.append(text)
-            if adding and text.startswith("RPUSH out "):  # (the push target runs the task)
-                pushed.set()
+            if promotes and SCRIPTS["claim"].sha in text:  # (its lease then wakes the bucket again)
+                claimed.set()
                 return
 
     with r.monitor() as monitor:
         threading.Thread(target=watch, args=(monitor,), daemon=True).start()
         client.add("now", 1, push="out")
-        assert pushed.wait(10), "the task did not run"
+        assert claimed.wait(10), "the task was not claimed"
+    assert r.blpop("out", 10) is not None
     assert len(promotes) == 1, promotes

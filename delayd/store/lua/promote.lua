@@ -33,9 +33,16 @@ local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
 -- some, which the ready message names ('' call/push, 'u' URL).
 local pushes, kinds = {}, {}
 
--- The keys the call may touch (KEYS), and those to name in the reply: `asked` in order, once each.
-local declared, asked, named = {}, {}, {}
-for _, key in ipairs(KEYS) do declared[key] = true end
+-- The keys the call may touch (KEYS, made a set at the first question: an idle tick asks none), and
+-- those to name in the reply: `asked` in order, once each.
+local declared, asked, named = nil, {}, {}
+local function is_declared(key)
+  if not declared then
+    declared = {}
+    for _, k in ipairs(KEYS) do declared[k] = true end
+  end
+  return declared[key]
+end
 local function ask(key)
   if not named[key] then
     named[key] = true
@@ -44,7 +51,7 @@ local function ask(key)
 end
 -- Whether the call may touch `key`; if not, it is asked for.
 local function use(key)
-  if declared[key] then return true end
+  if is_declared(key) then return true end
   ask(key)
   return false
 end
@@ -52,7 +59,7 @@ end
 -- the whole set).
 local function use_all(keys)
   local all = true
-  for _, key in ipairs(keys) do all = declared[key] and all end
+  for _, key in ipairs(keys) do all = is_declared(key) and all end
   if not all then for _, key in ipairs(keys) do ask(key) end end
   return all
 end
@@ -322,6 +329,7 @@ if freed then
   for topic in pairs(freed) do
     if not (set and set[topic] and set[topic].slots > 0) then freed[topic] = nil end
   end
+  is_declared(KEYS[1])
   free_slots(lp, freed, now, declared)  -- (other buckets' `limited` only if declared: docs/redis-layout.md)
 end
 
@@ -343,15 +351,16 @@ flush_stats(KEYS[10], KEYS[11], 17, now)
 
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
 for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
--- The keys the next call will probably need: the records of the members due within AHEAD_MS of the
--- head of `delayed` (at most a batch: the head is read with them) and of leases lapsing within
--- AHEAD_MS from now (with their topics' limits' keys).
-local AHEAD_MS = 100
-local soonest = redis.call('ZRANGE', KEYS[1], 0, limit - 1, 'WITHSCORES')
-local head = {soonest[1], soonest[2]}
-for i = 1, #soonest, 2 do
-  if tonumber(soonest[i + 1]) > tonumber(soonest[2]) + AHEAD_MS then break end
-  ask(prefix .. soonest[i])
+-- The keys the next call will probably need: the records of the members of `delayed` due within
+-- AHEAD_MS of its head or of now, whichever is later (at most a batch: a backlog's next batch), and of
+-- leases lapsing within AHEAD_MS of now (with their topics' limits' keys).
+local AHEAD_MS = 50
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then
+  local horizon = math.max(now, tonumber(head[2])) + AHEAD_MS
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', 0, limit)) do
+    ask(prefix .. member)
+  end
 end
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
