@@ -148,7 +148,7 @@ def scripts(client: Client, r, calls: int = 200, pair: list | None = None) -> No
     due = r.zcard(keys.delayed)
 
     def promote() -> None:
-        while next(turn) or (p := store.promote(0, 256, 3_600_000)).moved:
+        while next(turn) or (p := store.promote(0, 256, 3_600_000)).moved or p.full:
             moved.append(p.moved)
 
     show("promote 256", measured(r, promote), len(moved), due)

@@ -3,9 +3,9 @@ that refuses any command on a key the call did not pass in KEYS, as Dragonfly an
 do. Production scripts never carry it: `guard(monkeypatch)` swaps the guarded sources into the
 scripts for one test (tests/store/conftest.py does it for every store test).
 
-`KNOWN` lists the keys scripts still derive inside Lua, by script: a pattern each, with the reason it
-is not declared yet. A key outside it fails the call with `undeclared key in NAME.lua: CMD KEY`, so a
-new script (or a new key in an old one) cannot slip back; taking an entry out shows where it is used.
+Every script declares every key it touches (docs/redis-layout.md, "Declared keys"): any other key fails
+the call with `undeclared key in NAME.lua: CMD KEY`, so a new script (or a new key in an old one) cannot
+slip back.
 """
 from __future__ import annotations
 
@@ -27,32 +27,17 @@ FIRST_KEY = ("DUMP GET SET TYPE PERSIST PEXPIRE HDEL HEXISTS HGET HGETALL HINCRB
 ALL_KEYS = ("DEL", "EXISTS")
 NO_KEYS = ("TIME", "PUBLISH")
 
-# Keys still derived inside the scripts (Lua patterns, matched against the key), by script. Each is a
-# data-dependent key the caller cannot name before the call: see docs/redis-layout.md.
-TASK = ("}:t:", "a task record whose member the script takes from an index (`P{N}:t:<member>`)")
-PARKED = ("}:paused:", "a paused topic's parked set, the topic read from the `paused` hash or a member taken")
-HELD = ("}:limited:", "a limited topic's held set, the topic read from `limited` or a member taken")
-LIMITS = ("{limits}:", "the limits' keys (`P{limits}:conf`, per topic `tat:`, `run:`, `where:`), topics read "
-          "from `conf` or members taken; another slot (single Redis only)")
-OTHER_LIMITED = ("}:limited$", "another bucket's `limited` zset, woken by a freed slot (its number read from "
-                 "`P{limits}:where:<topic>`)")
-KNOWN: dict[str, tuple[tuple[str, str], ...]] = {
-    "promote": (TASK, PARKED, HELD, LIMITS, OTHER_LIMITED),
-}
-
-
 def _lua_set(names) -> str:
     return "{" + ", ".join(f"[{name!r}] = true" for name in names) + "}"
 
 
 def prelude(name: str, audit: bool = False) -> str:
     """The guard for script `name`: a local `redis` in front of the script, shadowing the real one,
-    whose call and pcall check every key argument against KEYS (and the script's KNOWN patterns).
-    `audit`: no KNOWN patterns, and each undeclared key is logged (redis-server's log) instead."""
-    allowed = "" if audit else ", ".join(repr(pattern) for pattern, _ in KNOWN.get(name, ()))
+    whose call and pcall check every key argument against KEYS. `audit`: each undeclared key is logged
+    (redis-server's log) instead of refused."""
     refuse = "real.log(real.LOG_WARNING, message)" if audit else "error(message, 0)"
     return f"""local redis = (function(real)
-  local declared, allowed = {{}}, {{{allowed}}}
+  local declared = {{}}
   for _, key in ipairs(KEYS) do declared[key] = true end
   local first, all, none = {_lua_set(FIRST_KEY)}, {_lua_set(ALL_KEYS)}, {_lua_set(NO_KEYS)}
   local function check(cmd, ...)
@@ -64,14 +49,8 @@ def prelude(name: str, audit: bool = False) -> str:
     for i = 1, last do
       local key = args[i]
       if not declared[key] then
-        local known = false
-        for _, pattern in ipairs(allowed) do
-          if string.find(key, pattern) then known = true break end
-        end
-        if not known then
-          local message = 'undeclared key in {name}.lua: ' .. name .. ' ' .. tostring(key)
-          {refuse}
-        end
+        local message = 'undeclared key in {name}.lua: ' .. name .. ' ' .. tostring(key)
+        {refuse}
       end
     end
   end

@@ -66,6 +66,7 @@ class Store:
         self.buckets = buckets
         self.keys = [BucketKeys(prefix, b) for b in range(buckets)]
         self.clock = RedisClock()  # to name the run-event windows a call declares (delayd.store.windows)
+        self.learned: dict[int, list[str | bytes]] = {}  # per bucket, the keys promote's last reply named
         self._add_starts: dict[tuple[int, bool], tuple[list[str], list[Any], Any]] = {}
         # The daemon's scripts read limits on a single Redis only ('': Redis Cluster, none; see
         # docs/redis-layout.md, "Limits").
@@ -234,15 +235,22 @@ class Store:
         return moved
 
     # -- bucket process --------------------------------------------------------------
-    def promote(self, bucket: int, limit: int, retention_ms: int) -> Promoted:
+    def promote(self, bucket: int, limit: int, retention_ms: int, members: Iterable[str] = ()) -> Promoted:
+        """One promote.lua call. It touches only the keys it is given: after the bucket's own, those the
+        previous call's reply named (records of members due soon, parked sets, ...: docs/redis-layout.md,
+        "Declared keys"), and the records of `members` (tasks a wake-up named: just added, due now).
+        `full`: a batch hit `limit`, or the call needed keys it was not given: call again at once."""
         keys = self.keys[bucket]
-        moved, reaped, next_due, next_lease, clock_us, full = self.transport.call(ScriptCall(
+        reply = self.transport.call(ScriptCall(
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
-             keys.limited, *run_windows(keys, self.clock), keys.corrupt, keys.taking],
+             keys.limited, *run_windows(keys, self.clock), keys.corrupt, keys.taking,
+             *self.learned.get(bucket, ()), *map(keys.task, members)],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, self.limits],
         ))
+        moved, reaped, next_due, next_lease, clock_us, full = reply[:6]
+        self.learned[bucket] = [wire(key) for key in reply[6:]]
         self.clock.observe(clock_us / 1000)
         return Promoted(moved, reaped, next_due, next_lease, clock_us, bool(full))
 

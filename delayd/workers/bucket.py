@@ -4,7 +4,9 @@ It sleeps exactly until the bucket's next due time or lease expiry (a timer in
 this process, not a Redis blocking timeout) and is woken early by a message on
 the bucket's wake channel when an add, a retry or a claim moves that time
 earlier. No sleep is longer than WAIT_CAP, so a lost message or a dead
-connection can never stall promotion for long.
+connection can never stall promotion for long. A wake message that names the
+task now due first ('<ms> <member>') has its record declared in the next promote
+call, which then moves it without a second call (docs/redis-layout.md, "Declared keys").
 """
 from __future__ import annotations
 
@@ -25,16 +27,24 @@ WAIT_CAP = 5.0          # seconds: the longest sleep, whatever the next due time
 MIN_BATCH, MAX_BATCH = 50, 200
 
 
+def woken_member(message: str | None) -> str | None:
+    """The member a wake message names: '<ms> <member>' (add, finish, retry, run_now), or None for
+    '<ms>' alone (claim, resume, limits, older versions) and for the listener's (re)subscription."""
+    return (message or "").partition(" ")[2] or None
+
+
 class BucketWorker(ChildProcess):
     def __init__(self, config: Config, bucket: int, heartbeat: Heartbeat):
         super().__init__(config, heartbeat, log)
         self.bucket = bucket
         self.batch = MIN_BATCH
+        self.woken: dict[str, None] = {}  # the members wake messages named since the last tick
 
     def tick(self) -> float:
         """Promote what is due; return how long (s) to sleep before the next tick."""
         while True:
-            done = self.store.promote(self.bucket, self.batch, self.config.retention_ms)
+            woken, self.woken = list(self.woken)[-MAX_BATCH:], {}
+            done = self.store.promote(self.bucket, self.batch, self.config.retention_ms, woken)
             if done.reaped:
                 event(log, "leases_lapsed", logging.WARNING, bucket=self.bucket, tasks=done.reaped)
             if not done.full:
@@ -64,6 +74,10 @@ class BucketWorker(ChildProcess):
                 break
         if ("reopen", None) in items:
             log_mod.reopen()
+        for kind, data in items:
+            member = woken_member(data) if kind == "wake" else None
+            if member:
+                self.woken[member] = None
         return ("stop", None) not in items
 
     def run(self) -> None:

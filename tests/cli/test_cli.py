@@ -222,7 +222,7 @@ def test_retry(redis_url):
     client = Client.from_url(redis_url)  # fail it as a queue process would
     store = client.store
     bucket = store.keys_for("t:1").bucket
-    store.promote(bucket, 100, 60_000)
+    promote_all(store, bucket, 60_000, 100)
     [run] = store.claim(bucket, (5, 3, 2), 10, 60_000, 60_000).tasks
     store.finish(bucket, [("t:1", run.claim, "failed", 0, "said fail")], 60_000)
     assert json.loads(delayd("get", "t", "1", "--json").stdout)["status"] == "failed"

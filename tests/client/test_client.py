@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from daemon_helper import delayd
 from redis_server import RedisServer, free_port, lose_scripts, wait_for
+from store_helper import promote_all
 
 from delayd import (
     AddInterrupted,
@@ -389,7 +390,7 @@ def finish(client, member, outcome, error=""):
     store = client.store
     keys = store.keys_for(member)
     for b in range(store.buckets):
-        store.promote(b, 1000, client.config.retention_ms)
+        promote_all(store, b, client.config.retention_ms, 1000)
     claimed = store.claim(keys.bucket, (5, 3, 2), 1000, 60_000, client.config.retention_ms)
     tokens = {t.member: t.claim for t in claimed.tasks}
     store.finish(keys.bucket, [(member, tokens[member], outcome, 1000, error)], client.config.retention_ms)
@@ -449,7 +450,7 @@ def test_stats(client, r):
     finish(client, "ok:1", "ok")
     store = client.store
     for b in range(store.buckets):
-        store.promote(b, 1000, client.config.retention_ms)
+        promote_all(store, b, client.config.retention_ms, 1000)
 
     stats = client.stats()
     assert stats["counts"] == {"delayed": 8, "running": 0, "ok": 1, "failed": 0, "deleted": 1}

@@ -15,6 +15,7 @@ import pytest
 from daemon_helper import DELAYD, Daemon, delayd
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer, free_port, wait_for
+from store_helper import promote_all
 
 from delayd import Client
 from delayd.store.connection import redact
@@ -117,7 +118,7 @@ def test_stats_lag_of_a_backlog(redis_url, r, client):
     assert 1 < stats["topics"]["new"]["oldest_due_lag"] < 10
     store = client.store
     for b in range(store.buckets):  # now ready (promoted) instead of in the delayed set: the same lag
-        store.promote(b, 100, client.config.retention_ms)
+        promote_all(store, b, client.config.retention_ms, 100)
     again = client.stats()
     assert again["ready"]["2"] == 2 and again["waiting"] == 0
     assert 29 < again["topics"]["old"]["oldest_due_lag"] < 40

@@ -37,12 +37,14 @@ def test_a_task_taken_by_a_queue_process_killed_before_its_claim_runs_once(redis
 
 def claims_seen(monitor, seen: list[str]) -> None:
     """Each take.lua and claim.lua call MONITOR shows (EVALSHA by SHA, or FCALL by function), as 'take' or
-    'claim' ('claim hinted' in pop mode, its hints last), appended to `seen`."""
+    'claim' ('claim hinted' in pop mode), appended to `seen`, and the test's ECHO marks as they are."""
     names = {SCRIPTS[name].sha: name for name in ("take", "claim")}
     names.update({SCRIPTS[name].function: name for name in ("take", "claim")})
     try:
         for command in monitor.listen():
             text = command["command"]
+            if text.startswith("ECHO "):  # the test's marks, in the same stream
+                seen.append(text)
             for script, name in names.items():
                 if script in text:
                     seen.append(name + (" hinted" if name == "claim" and "}:ready:1" in text else ""))
@@ -60,10 +62,12 @@ def test_an_idle_daemon_starts_a_due_task_in_one_claim_call(redis_url, daemon_fa
         threading.Thread(target=claims_seen, args=(monitor, seen), daemon=True).start()
         for i in range(4):
             if i == 1:
-                seen.clear()
+                r.echo("from")
             client.add("idle", str(i), push="out", delay=0)
             wait_for(lambda i=i: client.get("idle", str(i)).status == "ok", 10, message="the task ran")
-        assert seen == ["claim hinted"] * 3
+        r.echo("to")
+        wait_for(lambda: "ECHO to" in seen, 10, message="MONITOR caught up")
+        assert seen[seen.index("ECHO from") + 1:seen.index("ECHO to")] == ["claim hinted"] * 3
 
 
 def test_a_ready_message_of_the_old_form_starts_the_task_by_take_and_claim(redis_url, daemon_factory, client, r):
@@ -76,10 +80,12 @@ def test_a_ready_message_of_the_old_form_starts_the_task_by_take_and_claim(redis
         client.add("old", "0", push="out", delay=0)  # (loads the scripts)
         wait_for(lambda: client.get("old", "0").status == "ok", 10, message="the first task ran")
         client.add("old", "1", push="out", delay=3600)
-        seen.clear()
+        r.echo("from")
         r.zrem(keys.delayed, "old:1")  # made ready as an old promote would, announced without its member
         r.hset(keys.task("old:1"), "queued", "1")
         r.rpush(keys.ready[1], "old:1")
         r.publish("delayd:ready", "0")
         wait_for(lambda: client.get("old", "1").status == "ok", 10, message="the task ran")
-        assert seen == ["take", "claim"]
+        r.echo("to")
+        wait_for(lambda: "ECHO to" in seen, 10, message="MONITOR caught up")
+        assert seen[seen.index("ECHO from") + 1:seen.index("ECHO to")] == ["take", "claim"]

@@ -19,6 +19,7 @@ import zlib
 import pytest
 from daemon_helper import delayd
 from redis_server import now_ms, set_aside, wait_for
+from store_helper import promote_all
 from test_store import client_of
 from web_helper import Web
 
@@ -67,7 +68,7 @@ def run_everything(store: Store) -> dict[str, list[str]]:
     """Promote and run until nothing is left to do; member -> outcomes sent."""
     runs: dict[str, list[str]] = {}
     for _ in range(5):
-        store.promote(0, 1000, DAY_MS)
+        promote_all(store, 0, DAY_MS, 1000)
         sent = run_ready(store)
         if not sent:
             break
@@ -178,14 +179,14 @@ READY_CASES = [
 @pytest.mark.parametrize("field,value,reason", READY_CASES, ids=lambda v: repr(v)[:24])
 def test_a_corrupt_ready_task_loses_no_other_task(r, store, field, value, reason):
     add_amid_good(store)
-    store.promote(0, 1000, DAY_MS)
+    promote_all(store, 0, DAY_MS, 1000)
     corrupt(r, store, BAD, field, value)
     assert_run_or_quarantined(r, store, reason)
 
 
 def test_a_ready_entry_that_is_not_topic_id_is_quarantined(r, store):
     add_amid_good(store)
-    store.promote(0, 1000, DAY_MS)
+    promote_all(store, 0, DAY_MS, 1000)
     r.hset(store.keys[0].task("odd"), mapping={"spec": '{"call":"a:b"}', "status": "delayed", "queued": "1",
                                               "created": 1, "due": 1})
     r.linsert(store.keys[0].ready[1], "AFTER", BAD, "odd")
@@ -228,17 +229,17 @@ LAPSED_CASES = [
 @pytest.mark.parametrize("field,value,reason", LAPSED_CASES, ids=lambda v: repr(v)[:24])
 def test_a_corrupt_lapsed_task_loses_no_other_task(r, store, field, value, reason):
     add_amid_good(store)
-    store.promote(0, 1000, DAY_MS)
+    promote_all(store, 0, DAY_MS, 1000)
     lapse(r, store)
     corrupt(r, store, BAD, field, value)
-    done = store.promote(0, 1000, DAY_MS)
+    done = promote_all(store, 0, DAY_MS, 1000)
     assert done.reaped == len(GOOD) + (reason is None)
     assert_run_or_quarantined(r, store, reason)
 
 
 def test_a_record_that_is_no_hash_when_its_run_finishes_is_quarantined_at_its_lapse(r, store):
     add_amid_good(store)
-    store.promote(0, 1000, DAY_MS)
+    promote_all(store, 0, DAY_MS, 1000)
     claimed = store.claim(0, QUOTAS, 1000, 50, DAY_MS)
     corrupt(r, store, BAD, "(list)", None)
     applied = store.finish(0, [(t.member, t.claim, "retry", 0, "") for t in claimed.tasks], DAY_MS)
@@ -319,7 +320,7 @@ def test_non_utf8_member_names_round_trip(r, store):
 def quarantine_one(store: Store, retention_ms: int = DAY_MS) -> None:
     add(store, BAD)
     bucket = store.keys_for(BAD).bucket
-    store.promote(bucket, 1000, DAY_MS)
+    promote_all(store, bucket, DAY_MS, 1000)
     [t] = store.claim(bucket, QUOTAS, 10, 60_000, DAY_MS).tasks
     store.finish(bucket, [(t.member, t.claim, "quarantine", 0, "unknown target")], retention_ms)
 
@@ -338,7 +339,7 @@ def test_a_quarantine_expires_with_the_retention_period(r, store):
     quarantine_one(store, retention_ms=30)
     assert r.hget(keys.quarantine, BAD) == "unknown target"
     wait_for(lambda: not r.exists(keys.task(BAD)), 3, message="the record to expire")
-    store.promote(0, 1000, 30)
+    promote_all(store, 0, 30, 1000)
     assert r.hlen(keys.quarantine) == 0 and r.zcard(keys.done("failed")) == 0
     assert r.hget(keys.counts, "failed|bad") is None
 
@@ -455,7 +456,7 @@ def test_a_token_that_is_no_integer_reads_as_missing(r, store, field, value):
 def test_a_due_time_that_is_no_integer_when_a_run_is_retried(r, store):
     """finish.lua: ZADD of a nan due time failed the script after its first write, and with it the batch."""
     add_amid_good(store)
-    store.promote(0, 1000, DAY_MS)
+    promote_all(store, 0, DAY_MS, 1000)
     claimed = store.claim(0, QUOTAS, 1000, 60_000, DAY_MS)
     corrupt(r, store, BAD, "due", "nan")
     applied = store.finish(0, [(t.member, t.claim, "retry", 1000, "later") for t in claimed.tasks], DAY_MS)
@@ -467,7 +468,7 @@ def test_a_due_time_that_is_no_integer_when_a_run_is_retried(r, store):
 def test_a_due_time_that_is_no_integer_when_its_topic_is_paused(r, store, redis_url):
     """A pause parks a ready task at its due time (park.lua): a nan one failed the script half-way."""
     add_amid_good(store)
-    store.promote(0, 1000, DAY_MS)
+    promote_all(store, 0, DAY_MS, 1000)
     corrupt(r, store, BAD, "due", "nan")
     client = client_of(redis_url, store)
     assert client.pause("bad") == 1

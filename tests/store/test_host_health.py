@@ -83,8 +83,8 @@ def test_delayd_hosts_shows_a_dead_merchant_failing_and_a_healthy_one_not(daemon
     def listed() -> dict:
         lines = delayd("hosts", "--json", env=daemon.env).stdout.splitlines()
         return {host["host"]: host for host in map(json.loads, lines)}
-    wait_for(lambda: len(listed()) == 2 and listed()[dead]["deliveries"] >= 2 and listed()[http.base]["deliveries"] == 3,
-             20, message="both hosts reported")
+    wait_for(lambda: len(listed()) == 2 and listed()[dead]["deliveries"] >= 2
+             and listed()[http.base]["deliveries"] == 3, 20, message="both hosts reported")
     hosts = listed()
     bad, good = hosts[dead], hosts[http.base]
     assert bad["failing_since"] and bad["failures"] == bad["deliveries"] and "Connection refused" in bad["last_error"]

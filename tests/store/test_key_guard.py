@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import redis
-from key_guard import KNOWN
 from store_helper import calls_of, claim, interleaved, promote_all
 
 from delayd.store.scripts import SCRIPTS
@@ -41,10 +40,6 @@ def test_setting_a_key_aside_needs_the_slots_corrupt_hash_declared(r):
         Transport(r).call(ScriptCall(SCRIPTS["delete"], declared, ["t:1", 0, 1000]))
     assert Transport(r).call(ScriptCall(SCRIPTS["delete"], [*declared, keys.corrupt], ["t:1", 0, 1000])) == 0
     assert r.type(keys.leases) == "none" and r.hexists(keys.corrupt, keys.leases)
-
-
-def test_the_known_keys_name_only_scripts_that_exist():
-    assert set(KNOWN) <= set(SCRIPTS)
 
 
 def test_a_pause_parks_only_records_it_declares_those_still_ready_when_it_parks_them(client, r):

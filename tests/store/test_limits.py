@@ -41,7 +41,7 @@ def claim_all(store, n=100, lease_ms=60_000) -> list[dict]:
 def release(store):
     """Each bucket's promote, as the bucket process runs it when its `limited` time comes."""
     for b in range(store.buckets):
-        store.promote(b, 1000, DAY_MS)
+        promote_all(store, b, DAY_MS, 1000)
 
 
 def held(r, store, topic) -> int:

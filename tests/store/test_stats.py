@@ -85,7 +85,7 @@ def test_counts_mirror_the_indexes_through_random_transitions(r, redis_url, seed
             store.add(keys, [(task, *when)], nx=rng.random() < 0.3)
         elif op == "promote":
             b = rng.randrange(2)
-            lapsed += store.promote(b, 1000, rng.choice([DAY_MS, DAY_MS, 0])).reaped
+            lapsed += promote_all(store, b, rng.choice([DAY_MS, DAY_MS, 0])).reaped
         elif op == "claim":
             b = rng.randrange(2)
             url = rng.random() < 0.5
@@ -129,7 +129,7 @@ def test_entries_written_by_hand_never_make_a_count_negative_or_wait_forever(r, 
     r.zadd(keys.done("ok"), {"x:old": 1})                                # finished long ago, never counted
     r.hset(keys.counts, "waiting|y", -5)                                 # a counter written by hand
     for b in range(store.buckets):
-        store.promote(b, 100, DAY_MS)
+        promote_all(store, b, DAY_MS, 100)
     [run] = [t for b in range(store.buckets) for t in store.claim(b, (5, 3, 2), 10, 60_000, DAY_MS).tasks
              if t.member == "t:lease"] or [None]
     lease_keys = store.keys_for("t:lease")
@@ -138,7 +138,7 @@ def test_entries_written_by_hand_never_make_a_count_negative_or_wait_forever(r, 
     r.zadd(done_keys.done("ok"), {"t:done": float("inf")})               # a finish that never ends
     r.hset(done_keys.counts, "ok|t", 1)
     for b in range(store.buckets):
-        store.promote(b, 100, DAY_MS)
+        promote_all(store, b, DAY_MS, 100)
     stats = client.stats()
     assert all(v >= 0 for c in stats["topics"].values() for v in c["counts"].values()), stats["topics"]
     assert all(int(v) >= 0 for b in range(store.buckets) for k, v in r.hgetall(store.keys[b].counts).items()
@@ -178,7 +178,7 @@ def test_claim_counts_lateness_and_finish_counts_outcomes(client, r):
     client.add("late", 2, call="a:b", at=seconds - 3)
     client.add("now", 1, call="a:b")
     for b in range(store.buckets):
-        store.promote(b, 1000, DAY_MS)
+        promote_all(store, b, DAY_MS, 1000)
     for b in range(store.buckets):
         results = [(t.member, t.claim, "ok" if t.member.startswith("late") else "retry", 1000, "")
                    for t in store.claim(b, (5, 3, 2), 10, 60_000, DAY_MS).tasks]
@@ -205,7 +205,7 @@ def test_deferred_runs_are_shown_by_stats_text_json_and_metrics(client, r):
     store = client.store
     client.add_many([{"topic": "hook", "id": i, "url": "http://127.0.0.1:9/notify"} for i in range(3)])
     for b in range(store.buckets):
-        store.promote(b, 1000, DAY_MS)
+        promote_all(store, b, DAY_MS, 1000)
         results = [Finish(t.member, t.claim, "defer" if t.member != "hook:0" else "retry", 1000,
                           "circuit open for http://127.0.0.1:9", wait_ms=60_000)
                    for t in store.claim(b, (5, 3, 2), 10, 60_000, DAY_MS, url=True).tasks]
@@ -230,7 +230,7 @@ def test_window_and_minute_hashes_always_expire(client, r):
     store = client.store
     client.add_many([{"topic": "t", "id": i, "call": "a:b"} for i in range(40)])
     for b in range(store.buckets):
-        store.promote(b, 1000, DAY_MS)
+        promote_all(store, b, DAY_MS, 1000)
         while tasks := store.claim(b, (1, 1, 1), 1, 60_000, DAY_MS).tasks:
             store.finish(b, [(tasks[0].member, tasks[0].claim, "ok", 0, "")], DAY_MS)
     windows = [key for keys in store.keys for key in r.keys(keys.window_prefix + "*")]
@@ -254,7 +254,7 @@ def run_all(store: Store, skew_ms: float) -> None:
     """Promote, claim and finish every task, the store's estimate of Redis's clock off by `skew_ms`
     before each claim and finish (each reply with Redis's clock corrects it)."""
     for b in range(store.buckets):
-        store.promote(b, 1000, DAY_MS)
+        promote_all(store, b, DAY_MS, 1000)
         while True:
             store.clock.offset_ms = skew_ms
             tasks = store.claim(b, (1, 1, 1), 1, 60_000, DAY_MS).tasks
@@ -279,7 +279,7 @@ def test_runs_count_in_the_window_of_redis_clock_the_caller_declared(client, r):
     assert sum(found.values()) == 24 and set(found) <= set(range(first, last + 1)), found
     client.add("t", "skewed", call="a:b")
     b = store.keys_for("t:skewed").bucket
-    store.promote(b, 1000, DAY_MS)
+    promote_all(store, b, DAY_MS, 1000)
     store.clock.offset_ms = -3_600_000.0
     claimed = store.claim(b, (1, 1, 1), 1, 60_000, DAY_MS).tasks
     assert abs(store.clock.offset_ms) < 1000  # corrected by the claim's reply

@@ -217,6 +217,7 @@ def test_promote_moves_only_due_tasks_never_early(r, store, keys):
 def test_promote_boundary_is_inclusive(r, store, keys):
     at = now_ms(r) + 30
     add(store, "t", 1, at_ms=at)
+    assert store.promote(0, 10, DAY_MS).moved == 0  # (which names its record, the head's, for the next call)
     wait_for(lambda: now_ms(r) >= at, 2)
     assert store.promote(0, 10, DAY_MS).moved == 1
 
@@ -224,8 +225,9 @@ def test_promote_boundary_is_inclusive(r, store, keys):
 def test_promote_in_batches_with_full_flag(r, store, keys):
     for i in range(25):
         add(store, "t", i)
-    results = [store.promote(0, 10, DAY_MS) for _ in range(3)]
-    assert [(res.moved, res.full) for res in results] == [(10, True), (10, True), (5, False)]
+    # The first call learns the records of the first batch; each next one is given the next batch's.
+    results = [store.promote(0, 10, DAY_MS) for _ in range(4)]
+    assert [(res.moved, res.full) for res in results] == [(0, True), (10, True), (10, True), (5, False)]
     assert r.zcard(keys.delayed) == 0
     # In due order (ties by name, as the sorted set orders them), each task once.
     order = sorted((int(record(r, store, f"t:{i}")["due"]), f"t:{i}") for i in range(25))
@@ -236,7 +238,7 @@ def test_promote_returns_next_due_and_next_lease(r, store, keys):
     assert store.promote(0, 10, DAY_MS)[2:4] == (-1, -1)
     add(store, "t", "now")
     add(store, "t", "later", delay_ms=50_000)
-    moved, reaped, next_due, next_lease, now, full = store.promote(0, 10, DAY_MS)
+    moved, reaped, next_due, next_lease, now, full = store.promote(0, 10, DAY_MS, members=["t:now"])
     assert (moved, reaped, full) == (1, 0, False)
     assert next_due == int(record(r, store, "t:later")["due"])
     assert next_lease == -1
@@ -318,8 +320,7 @@ def test_claim_and_finish_of_thousands_of_runs_of_one_topic_in_one_call(r, store
     than Lua can unpack at once (~4,000 pairs) is split, not failed half-way."""
     n = 5_000
     assert client.add_many([{"topic": "t", "id": i, "call": "delayd.examples:noop"} for i in range(n)]) == n
-    while store.promote(0, 1000, DAY_MS).moved:
-        pass
+    assert promote_all(store, 0, DAY_MS).moved == n
     runs = claim(store, n=n)
     assert len(runs) == n and r.zcard(keys.leases) == n
     assert store.finish(0, [(run["member"], run["claim"], "ok", 0, "") for run in runs], DAY_MS) == [1] * n
@@ -542,10 +543,10 @@ def test_finished_records_expire_and_indexes_are_trimmed(r, store, keys, client)
         assert 0 < r.pttl(keys.task(f"t:{i}")) <= DAY_MS
         assert r.zscore(keys.done(status), f"t:{i}") is not None
     finished = now_ms(r)
-    store.promote(0, 100, DAY_MS)
+    promote_all(store, 0, DAY_MS, 100)
     assert all(r.zcard(keys.done(s)) == 1 for s in ("ok", "failed", "deleted")), "inside retention: kept"
     wait_for(lambda: now_ms(r) > finished + 20, 2)
-    store.promote(0, 100, 20)
+    promote_all(store, 0, 20, 100)
     assert all(r.zcard(keys.done(s)) == 0 for s in ("ok", "failed", "deleted")), "older than retention: trimmed"
 
 
@@ -580,7 +581,7 @@ def test_promote_quarantines_a_delayed_entry_without_record(r, store, keys):
     add(store, "t", 1)
     r.hset(keys.task("bad:1"), mapping={"spec": "{}", "priority": "9", "status": "delayed"})
     r.zadd(keys.delayed, {"bad:1": 0})
-    moved, *_ = store.promote(0, 100, DAY_MS)
+    moved, *_ = promote_all(store, 0, DAY_MS, 100)
     assert moved == 1
     assert set(r.hkeys(keys.quarantine)) == {"ghost:1", "bad:1"}
     assert "record" in r.hget(keys.quarantine, "ghost:1")
@@ -607,14 +608,15 @@ def test_wake_and_ready_channels(r, store, keys):
     wait_for(lambda: r.pubsub_numsub(keys.wake_channel)[0][1] == 1, 2)
     assert keys.wake_channel == f"{PREFIX}wake:0"
 
+    # A new head: '<due ms> <member>' (the bucket process declares its record in the next promote).
     add(store, "t", 1, delay_ms=50_000)
     msg = next_message(pubsub)
-    assert msg["channel"] == keys.wake_channel and int(msg["data"]) == int(record(r, store, "t:1")["due"])
+    assert msg["channel"] == keys.wake_channel and msg["data"] == f"{record(r, store, 't:1')['due']} t:1"
     add(store, "t", 2, delay_ms=90_000)  # not the earliest: no wake
     add(store, "t", 3)                  # the earliest: wake
     msg = next_message(pubsub)
-    assert int(msg["data"]) == int(record(r, store, "t:3")["due"])
-    store.promote(0, 100, DAY_MS)
+    assert msg["data"] == f"{record(r, store, 't:3')['due']} t:3"
+    promote_all(store, 0, DAY_MS, 100)
     msg = next_message(pubsub)
     assert msg["channel"] == ready_channel(PREFIX) == f"{PREFIX}ready" and msg["data"] == "0 t:3"  # naming the members
     # A claim whose lease is the earliest wakes the bucket (to reap it in time).
@@ -631,7 +633,7 @@ def exercise(store: Store, client: Client, count=40):
     for i in range(count):
         add(store, "t", i, priority=1 + i % 3, delay_ms=0 if i % 4 else 60_000)
     for b in range(store.buckets):
-        store.promote(b, 1000, DAY_MS)
+        promote_all(store, b, DAY_MS, 1000)
         runs = claim(store, b)
         if runs:
             store.renew(b, [(runs[0]["member"], runs[0]["claim"])], 60_000)

@@ -79,7 +79,8 @@ def test_redis_out_of_memory_is_an_outage_not_a_crash(tmp_path):
                 assert out.stderr.startswith("delayd: error: Redis at ") and "OOM" in out.stderr, out.stderr
                 assert len(out.stderr.splitlines()) == 1, out.stderr
                 # The queue's lease renewal (every 4 s) and the bucket's promote are refused.
-                wait_for(lambda: logged(d, "queue.0", "redis_unavailable") and logged(d, "bucket.0", "redis_unavailable"),
+                wait_for(lambda: logged(d, "queue.0", "redis_unavailable")
+                         and logged(d, "bucket.0", "redis_unavailable"),
                          20, interval=0.1, message="both children saw the refusal")
                 wait_for(lambda: len(lines(ran)) == 3, 20, interval=0.1, message="the handlers returned")
             finally:

@@ -55,7 +55,8 @@ def test_a_paused_topics_due_tasks_are_parked_and_leave_the_head(client, r):
     # The dashboard's list shows them as delayed too (parked sets are walked beside `delayed`), in due order.
     for topic, status in (("mail", "delayed"), ("", "delayed"), ("mail", None)):
         rows = client.browse(status, topic, limit=100).rows
-        assert sorted(row.task.key for row in rows if row.task.topic == "mail") == sorted(f"mail:{i}" for i in range(20))
+        mail = sorted(row.task.key for row in rows if row.task.topic == "mail")
+        assert mail == sorted(f"mail:{i}" for i in range(20))
     client.add("mail", "later", push="out", delay=3600)  # still in `delayed`: listed after the parked ones
     assert [row.task.id for row in client.browse("delayed", "mail", limit=100).rows][-1] == "later"
     client.delete("mail", "later", hard=True)

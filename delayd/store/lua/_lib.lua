@@ -100,11 +100,17 @@ local function read_record(task_key, ...)
   return r
 end
 
--- Wake the bucket process when `member` became the earliest entry of `zset`.
+-- A bucket's wake message: the new earliest due time (ms), and the member due then, whose record
+-- the bucket process declares in its next promote call (docs/redis-layout.md, "Declared keys").
+local function wake_message(due, member)
+  return string.format('%d', due) .. ' ' .. member
+end
+
+-- Wake the bucket process when `member` became the earliest entry of `delayed`, due at `score`.
 local function wake_if_head(zset, member, channel, score)
   local head = redis.call('ZRANGE', zset, 0, 0)
   if head[1] == member then
-    redis.call('PUBLISH', channel, score)
+    redis.call('PUBLISH', channel, wake_message(score, member))
   end
 end
 

@@ -129,21 +129,24 @@ local function held_key(limited_key, topic)
 end
 
 -- Every bucket holding tasks of `topic` looks at them again now (its `limited` entry moved to now,
--- and a wake for its bucket process): a slot came free, or the limit changed.
-local function wake_held(lp, topic, now)
+-- and a wake for its bucket process): a slot came free, or the limit changed. `reach` (a set of
+-- keys, or nil: all): only the buckets whose `limited` is in it (promote's declared keys).
+local function wake_held(lp, topic, now, reach)
   local store_prefix = string.sub(lp, 1, #lp - #'{limits}:')
   local buckets = redis.pcall('SMEMBERS', lp .. 'where:' .. topic)
   if type(buckets) ~= 'table' or buckets['err'] then return end
   for _, b in ipairs(buckets) do
-    if int_of(b) then
-      redis.pcall('ZADD', store_prefix .. '{' .. b .. '}:limited', 'XX', 'LT', now, topic)
+    local limited = store_prefix .. '{' .. b .. '}:limited'
+    if int_of(b) and (not reach or reach[limited]) then
+      redis.pcall('ZADD', limited, 'XX', 'LT', now, topic)
       redis.call('PUBLISH', store_prefix .. 'wake:' .. b, now)
     end
   end
 end
 
--- Runs of limited topics ended or lapsed (`freed`: topic -> {member, ...}): their slots are free.
-local function free_slots(lp, freed, now)
+-- Runs of limited topics ended or lapsed (`freed`: topic -> {member, ...}): their slots are free
+-- (`reach`: see wake_held).
+local function free_slots(lp, freed, now, reach)
   for topic, members in pairs(freed) do
     local runs = lp .. 'run:' .. topic
     expect('zset', runs)
@@ -151,6 +154,6 @@ local function free_slots(lp, freed, now)
     for i = 1, #members, UNPACK_MAX do
       removed = removed + redis.call('ZREM', runs, unpack(members, i, math.min(i + UNPACK_MAX - 1, #members)))
     end
-    if removed > 0 then wake_held(lp, topic, now) end
+    if removed > 0 then wake_held(lp, topic, now, reach) end
   end
 end

@@ -361,7 +361,7 @@ local function replacing()
 end
 
 local replace  -- replacing()'s function, once a task of this call replaces one
-local earliest = math.huge
+local earliest, earliest_member = math.huge, nil  -- the batch's earliest due time, and a member due then
 -- Times go to Redis as text made here once: a Lua number passed to redis.call is formatted
 -- (sprintf %.17g) at every use, which costs more than the rest of a task's HSET.
 local now_text = string.format('%d', now)
@@ -456,7 +456,7 @@ for n = 1, task do
       schedules = schedules or recurring_index(recurring_key)
       schedules.add(member)
     end
-    if due < earliest then earliest = due end
+    if due < earliest then earliest, earliest_member = due, member end
     written[n] = 1
   end
 end
@@ -466,7 +466,8 @@ for topic, scores in pairs(by_topic) do
   local added = redis.call('ZADD', delayed, unpack(scores))
   if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end
 end
--- The bucket process is woken once per batch, if the batch moved its head earlier.
-if earliest < head_due then redis.call('PUBLISH', channel, earliest) end
+-- The bucket process is woken once per batch, if the batch moved its head earlier: '<ms> <member>'
+-- (the member's record for its promote call to declare).
+if earliest < head_due then redis.call('PUBLISH', channel, wake_message(earliest, earliest_member)) end
 if next(counts) then flush_counts(counts_key) end
 return written

@@ -31,7 +31,7 @@ local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = re
 local schedules = recurring_index(KEYS[8])
 local applied = {}
 local head_due = nil     -- the head of `delayed` before this call (read at the first re-queue)
-local earliest = math.huge
+local earliest, earliest_member = math.huge, nil  -- the earliest due time re-queued, and its member
 -- Leases taken out and tasks indexed as finished, one ZREM / ZADD per topic (batch_add).
 local unleased, indexed = {}, {}
 local index_states = {[KEYS[3]] = 'ok', [KEYS[4]] = 'failed'}
@@ -56,7 +56,7 @@ local function requeue(member, topic, due, fields)
     head_due = tonumber(on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or math.huge)
   end
   zadd_counted(KEYS[1], due, member, 'waiting', topic)
-  if due < earliest then earliest = due end
+  if due < earliest then earliest, earliest_member = due, member end
   fields[#fields + 1] = 'status'
   fields[#fields + 1] = 'delayed'
   fields[#fields + 1] = 'due'
@@ -132,6 +132,8 @@ end
 flush_counted(unleased, {[KEYS[2]] = 'running'}, -1)
 if freed then free_slots(lp, freed, now) end
 flush_counted(indexed, index_states, 1)
-if earliest < (head_due or math.huge) then redis.call('PUBLISH', channel, earliest) end
+if earliest < (head_due or math.huge) then
+  redis.call('PUBLISH', channel, wake_message(earliest, earliest_member))
+end
 flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied

@@ -2,7 +2,8 @@
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
 --       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside), taking
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside), taking,
+--       then the learned keys (below)
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       limits prefix (P{limits}:, or '' on Redis Cluster)
 -- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
@@ -12,8 +13,16 @@
 -- A lapsed lease of a limited topic frees its slot (free_slots).
 -- A member whose record is missing or corrupt (not a hash, a status or priority it
 -- cannot have there) is quarantined: set aside as a failed task with the reason.
+-- Learned keys: the script touches no key its call did not declare. The keys it can only know from
+-- what it reads (the records of due and lapsed members, a paused topic's parked set, a limited topic's
+-- held set, the limits' keys) are checked with use(); where one is missing the work stops there (due
+-- order kept: nothing after it is done this call), the keys go in the reply, and `full` is set, so the
+-- caller calls again at once declaring them. The reply also names the keys the next call will probably
+-- need (the records of the members due soonest, of leases about to lapse, the paused topics' parked
+-- sets), which the caller declares then: in the common case no call is cut.
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry or `taking` deadline (ms or -1),
---          Redis's clock (µs), 1 if a batch was full (call again at once) else 0}
+--          Redis's clock (µs), 1 if a batch was full or cut (call again at once) else 0,
+--          then the keys to declare on the next call}
 --          (next due: the earlier of the head of `delayed` and of `limited`)
 local clock = now_us()
 local now = math.floor(clock / 1000)
@@ -28,10 +37,52 @@ local HINT_MAX = 32
 
 -- A member made ready in a list of kind `kind`: named in the kind's ready message if there is room.
 local function announce(kind, member)
-  local named = kinds[kind] or {}
-  kinds[kind] = named
-  if #named < HINT_MAX then named[#named + 1] = member end
+  local hinted = kinds[kind] or {}
+  kinds[kind] = hinted
+  if #hinted < HINT_MAX then hinted[#hinted + 1] = member end
 end
+
+-- The keys the call may touch (KEYS, made a set at the first question: an idle tick asks none), and
+-- those to name in the reply: `asked` in order, once each.
+local declared, asked, named = nil, {}, {}
+local function is_declared(key)
+  if not declared then
+    declared = {}
+    for _, k in ipairs(KEYS) do declared[k] = true end
+  end
+  return declared[key]
+end
+local function ask(key)
+  if not named[key] then
+    named[key] = true
+    asked[#asked + 1] = key
+  end
+end
+-- Whether the call may touch `key`; if not, it is asked for.
+local function use(key)
+  if is_declared(key) then return true end
+  ask(key)
+  return false
+end
+-- Whether the call may touch all of `keys`; if not, all of them are asked for (the next call needs
+-- the whole set).
+local function use_all(keys)
+  local all = true
+  for _, key in ipairs(keys) do all = is_declared(key) and all end
+  if not all then for _, key in ipairs(keys) do ask(key) end end
+  return all
+end
+local lp = ARGV[6]
+-- The limits' keys a topic's release or freed slot touches (single Redis only: `lp` is '' on Cluster).
+local function limit_keys(topic, keys)
+  if lp ~= '' then
+    for _, kind in ipairs({'tat:', 'run:', 'where:'}) do keys[#keys + 1] = lp .. kind .. topic end
+    keys[#keys + 1] = lp .. 'conf'
+    keys[#keys + 1] = lp .. 'corrupt'
+  end
+  return keys
+end
+local cut = false  -- work left undone for want of keys: call again at once
 
 -- The ready list of a task (by its `url` flag and priority: see is_url in _lib), and its kind.
 -- A record without the flag goes to the call lists (a URL task written before the flag
@@ -53,17 +104,32 @@ end
 -- Topics paused in this bucket (usually none: one HGETALL of an empty hash). A topic
 -- being resumed ('r', see resume.lua) parks only what is due after its earliest
 -- task still parked, so that the batches of a resume keep due order.
-local paused = nil
+-- A flagged topic whose parked set this call may not touch is `unknown`: none of its tasks is
+-- moved this call (the set is asked for, and is among the keys named for every call while flagged).
+local paused, unknown = nil, {}
 local flags = on('hash', 'HGETALL', KEYS[12])
 for i = 1, #flags, 2 do
   local key = parked_key(KEYS[12], flags[i])
-  expect('zset', key)
-  local after = nil
-  if flags[i + 1] == 'r' then after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) end
-  if flags[i + 1] ~= 'r' or after then
-    paused = paused or {}
-    paused[flags[i]] = {key = key, after = after or -math.huge}
+  if use(key) then
+    ask(key)
+    expect('zset', key)
+    local after = nil
+    if flags[i + 1] == 'r' then after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) end
+    if flags[i + 1] ~= 'r' or after then
+      paused = paused or {}
+      paused[flags[i]] = {key = key, after = after or -math.huge}
+    end
+  else
+    unknown[flags[i]] = true
   end
+end
+
+-- Whether the call may move `member` (its record declared, its topic not unknown); if not, it is cut
+-- there and the record asked for.
+local function movable(member, task_key)
+  if use(task_key) and not unknown[topic_of(member)] then return true end
+  cut = true
+  return false
 end
 
 -- Whether a task of `topic` due at `score` waits in its topic's parked set.
@@ -82,16 +148,25 @@ end
 -- one RPUSH per list for the whole batch. A due task of a paused topic is parked
 -- instead (with its due time), so it leaves the head of `delayed`.
 local moved = 0
-local due, scores = nil, {}
+local found, scores = nil, {}
 if paused then
   local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-  due = {}
+  found = {}
   for i = 1, #pairs_, 2 do
-    due[#due + 1] = pairs_[i]
+    found[#found + 1] = pairs_[i]
     scores[pairs_[i]] = pairs_[i + 1]
   end
 else
-  due = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+  found = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+end
+-- In due order, up to the first member the call may not move (it and the rest are asked for).
+local due = {}
+for _, member in ipairs(found) do
+  if cut or not movable(member, prefix .. member) then
+    ask(prefix .. member)
+  else
+    due[#due + 1] = member
+  end
 end
 for _, member in ipairs(due) do
   local task_key = prefix .. member
@@ -123,62 +198,87 @@ end
 -- of their ready lists (LPUSH of the batch in reverse: the earliest first), marked `released`.
 -- A held entry whose record is no longer that held task (deleted, replaced, run meanwhile) is
 -- dropped. An entry for a topic that holds nothing here any more leaves `limited` and `where`.
-local lp = ARGV[6]
+-- A topic whose held set or limits' keys the call may not touch waits for the next call; so do the
+-- held members from the first whose record it may not touch (with the topic's keys asked for again).
 local limited = on('zset', 'ZRANGEBYSCORE', KEYS[16], '-inf', now, 'LIMIT', 0, limit)
-local limits = #limited > 0 and limits_of(lp) or nil
+local limits = nil
 local fronts, full_held = {}, false
-for _, topic in ipairs(limited) do
-  local held = held_key(KEYS[16], topic)
+local function release(topic, held, topic_keys)
+  limits = limits or limits_of(lp) or {}
   expect('zset', held)
-  local l = limits and limits[topic]
+  local l = limits[topic]
   local g = l and gate(lp, topic, l, clock)
   local room = math.min(limit, g and gate_room(g) or limit)
-  local stale = false
+  local stale, stopped = false, false
   if room > 0 then
     local members = redis.call('ZRANGE', held, 0, room - 1, 'WITHSCORES')
     for i = 1, #members, 2 do
       local member = members[i]
       local task_key = prefix .. member
-      local r = read_record(task_key, 'status', 'queued', 'held', 'priority', 'url')
-      zrem_counted(held, member, 'throttled', topic)
-      if not (r and r[1] == 'delayed' and r[2] ~= '1' and r[3]) then
-        stale = true
-      elseif parks(topic, tonumber(members[i + 1]) or now) then
-        redis.call('HDEL', task_key, 'held')
-        zadd_counted(paused[topic].key, members[i + 1], member, 'parked', topic)
-      elseif not ready[r[4] or DEFAULT_PRIORITY] then
-        quarantine(aside, task_key, member, 'record with a bad priority')
+      local r = nil
+      if stopped then
+        ask(task_key)
+      elseif not use(task_key) then
+        stopped = true
       else
-        redis.call('HSET', task_key, 'queued', '1', 'released', now)
-        local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
-        fronts[list] = fronts[list] or {}
-        table.insert(fronts[list], 1, member)
-        announce(kind, member)
-        count_ready(r[4], topic, 1)
-        moved = moved + 1
-        if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
+        r = read_record(task_key, 'status', 'queued', 'held', 'priority', 'url')
+        zrem_counted(held, member, 'throttled', topic)
+        if not (r and r[1] == 'delayed' and r[2] ~= '1' and r[3]) then
+          stale = true
+        elseif parks(topic, tonumber(members[i + 1]) or now) then
+          redis.call('HDEL', task_key, 'held')
+          zadd_counted(paused[topic].key, members[i + 1], member, 'parked', topic)
+        elseif not ready[r[4] or DEFAULT_PRIORITY] then
+          quarantine(aside, task_key, member, 'record with a bad priority')
+        else
+          redis.call('HSET', task_key, 'queued', '1', 'released', now)
+          local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
+          fronts[list] = fronts[list] or {}
+          table.insert(fronts[list], 1, member)
+          announce(kind, member)
+          count_ready(r[4], topic, 1)
+          moved = moved + 1
+          if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
+        end
       end
     end
+  end
+  if stopped then
+    cut = true
+    for _, key in ipairs(topic_keys) do ask(key) end
   end
   if g then gate_close(g) end
   local left = redis.call('ZCARD', held)
   if left == 0 then
     redis.call('ZREM', KEYS[16], topic)
     if lp ~= '' then redis.pcall('SREM', lp .. 'where:' .. topic, ARGV[5]) end
-  elseif not g or stale then
-    redis.call('ZADD', KEYS[16], now, topic)  -- no limit any more, or stale entries: again at once
+  elseif not g or stale or stopped then
+    redis.call('ZADD', KEYS[16], now, topic)  -- no limit any more, stale entries, cut: again at once
     full_held = full_held or not g
   else
     redis.call('ZADD', KEYS[16], gate_next(g, left), topic)
+  end
+end
+for _, topic in ipairs(limited) do
+  local held = held_key(KEYS[16], topic)
+  local topic_keys = limit_keys(topic, {held})
+  if unknown[topic] or not use_all(topic_keys) then
+    cut = true
+  else
+    release(topic, held, topic_keys)
   end
 end
 for list, members in pairs(fronts) do on('list', 'LPUSH', list, unpack(members)) end
 if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 local never = timeless(KEYS[1])
 for i = 1, #never, 2 do
-  count('waiting', topic_of(never[i]), -1)
-  quarantine(aside, prefix .. never[i], never[i], 'delayed entry due at ' .. never[i + 1] .. ' ms: never due')
-  redis.call('ZREM', KEYS[1], never[i])
+  if use(prefix .. never[i]) then
+    count('waiting', topic_of(never[i]), -1)
+    quarantine(aside, prefix .. never[i], never[i], 'delayed entry due at ' .. never[i + 1] .. ' ms: never due')
+    redis.call('ZREM', KEYS[1], never[i])
+  else
+    cut = true
+  end
 end
 
 -- Lapsed leases: the worker died, hung or lost Redis. Fence it off (claim + 1)
@@ -187,9 +287,21 @@ end
 local finished = {ok = true, failed = true, deleted = true}
 local reaped = 0
 local freed = nil  -- lapsed runs of topics with a concurrency limit: topic -> members
-local lapsed = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local expired = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 local endless = timeless(KEYS[2])  -- a lease that would never lapse: as lapsed now
-for i = 1, #endless, 2 do lapsed[#lapsed + 1] = endless[i] end
+for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
+-- In expiry order, up to the first the call may not handle (with, on a single Redis, its topic's limits'
+-- keys, for the slot it frees).
+local lapsed, stop = {}, false
+for _, member in ipairs(expired) do
+  local task_key = prefix .. member
+  if stop or not (movable(member, task_key) and use_all(limit_keys(topic_of(member), {}))) then
+    stop, cut = true, true
+    ask(task_key)
+  else
+    lapsed[#lapsed + 1] = member
+  end
+end
 for _, member in ipairs(lapsed) do
   local task_key = prefix .. member
   local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
@@ -227,7 +339,8 @@ if freed then
   for topic in pairs(freed) do
     if not (set and set[topic] and set[topic].slots > 0) then freed[topic] = nil end
   end
-  free_slots(lp, freed, now)
+  is_declared(KEYS[1])
+  free_slots(lp, freed, now, declared)  -- (other buckets' `limited` only if declared: docs/redis-layout.md)
 end
 
 -- Finished-task indexes keep only what is inside the retention period (the
@@ -277,11 +390,28 @@ end
 
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced; then,
 -- space-separated, the members named (announce; a member holds no space: add.lua).
-for kind, named in pairs(kinds) do
-  redis.call('PUBLISH', ARGV[4], table.concat({kind .. ARGV[5], unpack(named)}, ' '))
+for kind, hinted in pairs(kinds) do
+  redis.call('PUBLISH', ARGV[4], table.concat({kind .. ARGV[5], unpack(hinted)}, ' '))
 end
+-- The keys the next call will probably need: the records of the members of `delayed` due within
+-- AHEAD_MS of its head or of now, whichever is later (at most a batch: a backlog's next batch), and of
+-- leases lapsing within AHEAD_MS of now (with their topics' limits' keys).
+local AHEAD_MS = 50
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then
+  local horizon = math.max(now, tonumber(head[2])) + AHEAD_MS
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', 0, limit)) do
+    ask(prefix .. member)
+  end
+end
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
+  local lapsing = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now + AHEAD_MS, 'LIMIT', 0, limit)
+  for _, member in ipairs(lapsing) do
+    ask(prefix .. member)
+    for _, key in ipairs(limit_keys(topic_of(member), {})) do ask(key) end
+  end
+end
 local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
 local next_due = tonumber(head[2] or -1)
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
@@ -289,5 +419,5 @@ local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
 if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then next_lease = math.ceil(tonumber(taking[2])) end
 local full = 0
-if #due == limit or #lapsed == limit or full_held or #lost == limit then full = 1 end
-return {moved, reaped, next_due, next_lease, clock, full}
+if #found == limit or #expired == limit or full_held or cut or #lost == limit then full = 1 end
+return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
