@@ -8,9 +8,9 @@ lease renewals and takes (claims.py) in one round trip (delayd.store.transport.L
 claims of the members taken in the next.
 
 Wake-ups: a listener thread is subscribed to the ready channel, on which bucket
-processes announce "bucket N has ready tasks"; the pool's results (one event for a
-batch of them) and signals arrive on the same event queue, so the main thread
-sleeps in one place.
+processes announce "bucket N has ready tasks" (and name them: hints for the bucket's
+next claim, claims.py); the pool's results (one event for a batch of them) and signals
+arrive on the same event queue, so the main thread sleeps in one place.
 """
 from __future__ import annotations
 
