@@ -168,15 +168,17 @@ if ARGV[8] then
     {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}, tonumber(ARGV[11]))
   local left, left_from = {}, {}
   for i, member in ipairs(members) do
-    if hinted[member] then
-      claim(member, hinted[member])
-    else
+    if not hinted[member] then
       left[#left + 1] = member
       left_from[#left] = from[i]
     end
   end
+  -- The take first: a claim below that failed would leave the others in `taking`, not lost.
   popped = #members
   rest = {hold_take(KEYS[9], now_us(), tonumber(ARGV[12]), left, left_from), #left, unpack(left)}
+  for _, member in ipairs(members) do
+    if hinted[member] then claim(member, hinted[member]) end
+  end
 end
 
 -- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced
