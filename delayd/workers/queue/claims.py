@@ -1,9 +1,10 @@
 """Claims: which bucket a queue process asks for ready tasks next, and how many of each priority
 (a take, take.lua, moves them into the bucket's `taking`; the claim of the members it took,
 claim.lua, starts them in the next round trip of the same turn: docs/redis-layout.md, "Declared keys").
-The members the bucket's last ready messages named (hints) are claimed in the take's own call instead
-(claim.lua's pop mode, their keys declared): on an idle daemon a due task starts in one round trip;
-those popped but not hinted are a take, claimed in the next;
+The members a ready message named (hints) for a bucket thought empty are claimed in its next take's own
+call instead (claim.lua's pop mode, their keys declared): on an idle daemon a due task starts in one round
+trip; those popped but not hinted are a take, claimed in the next. A bucket still being drained (a
+candidate) keeps no hints: they would name members deep in its lists;
 the claimed tasks handed to the pool (call, push) or the event loop (URL); their lease renewals.
 Each method returns script calls, with the function that takes the reply, for the one round
 trip of the main thread's turn (QueueWorker.send in loop.py).

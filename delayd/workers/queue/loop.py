@@ -140,8 +140,9 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
                 if bucket is None or bucket >= self.config.buckets:
                     buckets.update(range(self.config.buckets))
                 else:
+                    if bucket not in buckets:  # thought empty (idle): its next call claims the members named
+                        self.hint(bucket, url, members)
                     buckets.add(bucket)
-                    self.hint(bucket, url, members)
         elif kind == "done":  # a URL run
             self.returned(value, value.result or (self.abandoned(value), ""))  # None: it was cancelled
         elif kind == "results":  # the pool's
