@@ -35,3 +35,44 @@ local function hold_take(taking, clock, hold, members, from)
   on('zset', 'ZADD', taking, clock / 1000 + hold, take)
   return take
 end
+
+-- The entries of a take (hold_take's member), in the order popped: {list name ('3', 'u2', ...), member}.
+local function take_entries(take)
+  local entries, at = {}, 1
+  while true do
+    local list, length, from = string.match(take, '^(u?[123]) (%d+) ()', at)
+    if not from then break end
+    at = from + tonumber(length)
+    entries[#entries + 1] = {list, string.sub(take, from, at - 1)}
+  end
+  return entries
+end
+
+-- Takes of `taking` past their hold at `now` (ms; at most `limit`): their queue process died or hung
+-- between take and claim. Their members go back to the front of their lists (`lists`: list name ->
+-- key), in the order they were popped, each passed to `found(list name, member)`; a claim that comes
+-- later finds its take gone and starts nothing. Returns how many takes went back.
+local function put_back_lost(taking, now, limit, lists, found)
+  local lost = on('zset', 'ZRANGEBYSCORE', taking, '-inf', now, 'LIMIT', 0, limit)
+  if #lost == 0 then return 0 end
+  local entries = {}
+  for _, take in ipairs(lost) do
+    for _, entry in ipairs(take_entries(take)) do
+      entries[#entries + 1] = entry
+      found(entry[1], entry[2])
+    end
+  end
+  local back = {}  -- list -> its members to push, the last first
+  for i = #entries, 1, -1 do
+    local list = lists[entries[i][1]]
+    back[list] = back[list] or {}
+    back[list][#back[list] + 1] = entries[i][2]
+  end
+  for list, members in pairs(back) do
+    for i = 1, #members, UNPACK_MAX do
+      on('list', 'LPUSH', list, unpack(members, i, math.min(i + UNPACK_MAX - 1, #members)))
+    end
+  end
+  redis.call('ZREM', taking, unpack(lost))
+  return #lost
+end

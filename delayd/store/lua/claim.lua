@@ -185,14 +185,7 @@ end
 -- off, nothing started. Its members, in order, are those of the records declared from KEYS[first] on.
 local take = ARGV[7]
 if take ~= '' and on('zset', 'ZREM', KEYS[9], take) == 1 then
-  local at, i = 1, first
-  while true do
-    local length, from = string.match(take, '^u?[123] (%d+) ()', at)
-    if not from then break end
-    at = from + tonumber(length)
-    claim(string.sub(take, from, at - 1), KEYS[i])
-    i = i + 1
-  end
+  for i, entry in ipairs(take_entries(take)) do claim(entry[2], KEYS[first + i - 1]) end
 end
 flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end

@@ -359,34 +359,11 @@ for k = 6, 8 do
 end
 flush_stats(KEYS[10], KEYS[11], 17, now)
 
--- Taken (take.lua) but not claimed by the end of their hold: their queue process died or hung between
--- take and claim. Back to the front of their ready lists, in the order they were popped (a claim that
--- comes later finds its take gone and starts nothing).
-local lost = on('zset', 'ZRANGEBYSCORE', KEYS[22], '-inf', now, 'LIMIT', 0, limit)
-if #lost > 0 then
-  local back, entries = {}, {}  -- list -> its members to push, the last first; every (list, member) in order
-  for _, take in ipairs(lost) do
-    local at = 1
-    while true do
-      local kind, priority, length, from = string.match(take, '^(u?)([123]) (%d+) ()', at)
-      if not from then break end
-      at = from + tonumber(length)
-      entries[#entries + 1] = {list_of(kind == 'u' and '1' or '0', priority), string.sub(take, from, at - 1)}
-      announce(kind, entries[#entries][2])
-    end
-  end
-  for i = #entries, 1, -1 do
-    local list, member = unpack(entries[i])
-    back[list] = back[list] or {}
-    back[list][#back[list] + 1] = member
-  end
-  for list, members in pairs(back) do
-    for i = 1, #members, UNPACK_MAX do
-      on('list', 'LPUSH', list, unpack(members, i, math.min(i + UNPACK_MAX - 1, #members)))
-    end
-  end
-  redis.call('ZREM', KEYS[22], unpack(lost))
-end
+-- Takes never claimed (their queue process died or hung): back to the front of their lists (_take.lua).
+local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
+local lost = put_back_lost(KEYS[22], now, limit, lists, function(list, member)
+  announce(string.sub(list, 1, -2), member)
+end)
 
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced; then,
 -- space-separated, the members named (announce; a member holds no space: add.lua).
@@ -419,5 +396,5 @@ local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
 if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then next_lease = math.ceil(tonumber(taking[2])) end
 local full = 0
-if #found == limit or #expired == limit or full_held or cut or #lost == limit then full = 1 end
+if #found == limit or #expired == limit or full_held or cut or lost == limit then full = 1 end
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
