@@ -50,6 +50,12 @@ PARK_CHUNK = 1000
 TAKE_HOLD_MS = 5000
 
 
+def take_args(quotas: tuple[int, int, int], n: int, url: bool) -> list[Any]:
+    """take.lua's ARGV (also claim.lua's in pop mode): the quotas, n, the hold, and the names the take
+    gives the ready lists it pops ('3', '2', '1', or 'u3', ... for URL tasks)."""
+    return [*quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES)]
+
+
 def add_keys(keys: BucketKeys) -> list[str]:
     """add.lua's leading KEYS: the bucket's keys it may touch (docs/protocol.md)."""
     return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
@@ -261,7 +267,7 @@ class Store:
         bucket's `taking`, for a claim_call of them (docs/redis-layout.md, "Declared keys")."""
         keys = self.keys[bucket]
         return ScriptCall(SCRIPTS["take"], [*(keys.ready_url if url else keys.ready), keys.taking, keys.corrupt],
-                          [*quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES)])
+                          take_args(quotas, n, url))
 
     def taken(self, reply: list[Any]) -> Take:
         """take.lua's reply: the take (its member of `taking`) and the members it popped."""
@@ -278,8 +284,8 @@ class Store:
         among `hints` (their keys declared); the others are a take, for a claim_call of them (hinted_claimed)."""
         keys = self.keys[bucket]
         return self._claim_call(bucket, hints, lease_ms, retention_ms, url,
-                                ["", *quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES),
-                                 *map(wire, hints)], keys.ready_url if url else keys.ready)
+                                ["", *take_args(quotas, n, url), *map(wire, hints)],
+                                keys.ready_url if url else keys.ready)
 
     def _claim_call(self, bucket: int, members: list[str], lease_ms: int, retention_ms: int, url: bool,
                     tail: list[Any], lists: Any = ()) -> ScriptCall:
