@@ -27,7 +27,7 @@
 -- A task of a topic paused since take popped it is parked, as pause.lua's park would (not run).
 -- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
 -- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
--- start and slot for it then): else
+-- start and slot for it then; a released task not started gives that slot back): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
 -- and the topic's entry in `limited` says when promote should look at it again. A held task
 -- leaves its slot of the call unused: the caller takes again. A released task's wait for its limit
@@ -80,17 +80,29 @@ local function park(topic, member, task_key, r, host)
   if host then on('set', 'SADD', KEYS[8], topic) end
 end
 
--- Start a task of limited topic `topic` (record `r`) now? Takes the start from its gate if so.
-local function admitted(topic, member, r)
+-- Start a task of limited topic `topic` (record `r`) now, as the run with claim token `token`? Takes the
+-- start from its gate if so.
+local function admitted(topic, member, r, token)
   local g = gates[topic]
   if not g then
     g = gate(lp, topic, limits[topic], now_us())
     g.waiting = redis.call('EXISTS', held_key(KEYS[6], topic)) == 1
     gates[topic] = g
   end
-  if r[13] then return gate_claim_released(g, member, now + lease) end
+  if r[13] then return gate_claim_released(g, member, run_id(member, token), now + lease) end
   if g.waiting then return false end  -- earlier ones are held: after them
-  return gate_take(g, member, now + lease)
+  return gate_take(g, run_id(member, token), now + lease)
+end
+
+-- A released task of `topic` that this claim does not start (deleted, replaced, parked, quarantined):
+-- the slot promote took for it is free (at the end of the call, free_slots).
+local unreserved = nil  -- topic -> members
+local function unreserve(topic, member)
+  if limits and limits[topic] and limits[topic].slots > 0 then
+    unreserved = unreserved or {}
+    unreserved[topic] = unreserved[topic] or {}
+    table.insert(unreserved[topic], member)
+  end
 end
 
 -- Hold a ready task back: out of the ready count, into its topic's held set at its due time.
@@ -122,20 +134,24 @@ local function claim(member, task_key)
     'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
   -- Entries whose task was deleted, replaced or already claimed are stale
   -- (queued is 0 or missing): skipped.
-  if r and not (r[1] and r[1] ~= '0') then return end
   local topic = topic_of(member)
+  if r and not (r[1] and r[1] ~= '0') then  -- (a hard-deleted record reads as all nil: no released field)
+    unreserve(topic, member)
+    return
+  end
   local reason = defect(r, task_key, member)
-  if reason then
-    if r and r[1] == '1' then count_ready(r[9], topic, -1) end
-    quarantine(aside, task_key, member, reason)
-  elseif paused[topic] then
-    park(topic, member, task_key, r, false)
-  elseif off and off[r[14] or spec_origin(r[2]) or ''] then
-    park(topic, member, task_key, r, true)
-  elseif limits and limits[topic] and not admitted(topic, member, r) then
+  local token = r and claim_token(r[4], r[7]) + 1
+  if reason or paused[topic] or off and off[r[14] or spec_origin(r[2]) or ''] then
+    if r and r[13] then unreserve(topic, member) end
+    if reason then
+      if r and r[1] == '1' then count_ready(r[9], topic, -1) end
+      quarantine(aside, task_key, member, reason)
+    else
+      park(topic, member, task_key, r, not paused[topic])
+    end
+  elseif limits and limits[topic] and not admitted(topic, member, r, token) then
     hold(topic, member, task_key, r)
   else
-    local token = claim_token(r[4], r[7]) + 1
     local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
     if r[5] ~= '1' then runs = runs + 1 end
     redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
@@ -189,6 +205,7 @@ if take ~= '' and on('zset', 'ZREM', KEYS[9], take) == 1 then
 end
 flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
+if unreserved then free_slots(lp, unreserved, now, {[KEYS[6]] = true}) end  -- (other buckets: gate_next's time)
 if held > 0 then
   -- The topic's entry in `limited`: when its limit next lets them start (earlier only), and a
   -- wake for the bucket process when that moved.

@@ -307,10 +307,10 @@ for _, member in ipairs(lapsed) do
   local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
   local topic = topic_of(member)
   count('running', topic, -1)
-  if lp ~= '' then
+  if lp ~= '' and r then  -- (the lapsed run's token is the record's; without a record its slot lapses alone)
     freed = freed or {}
     freed[topic] = freed[topic] or {}
-    table.insert(freed[topic], member)
+    table.insert(freed[topic], run_id(member, claim_token(r[3], r[4])))
   end
   if not (r and finished[r[1]]) then
     local reason = defect(r, task_key, 'leased', 'running')
