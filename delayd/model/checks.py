@@ -24,6 +24,8 @@ TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
+# A URL's authority past any user info: a [bracketed] or plain host, then nothing or ':' and the port.
+_HOST_PORT_RE = re.compile(r"(\[[^\]]+\]|[^:\[\]]*)(?::([0-9]*))?")
 # A W3C traceparent of version 00 (lowercase hex, ids not all zero) and a tracestate kept with it (printable ASCII,
 # at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
 TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
@@ -137,6 +139,20 @@ def check_target(what: str, value: Any) -> str:
     if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
         raise TaskError(f"{what} must look like package.module:function, got {value!r}")
     return _remember(_GOOD_TARGETS, value) if type(value) is str else value
+
+
+def url_authority_error(netloc: str) -> str | None:
+    """Why a URL whose authority (urlsplit's netloc) is `netloc` cannot be sent to, or None: an empty host, a
+    port that is not a number from 1 to 65535, a host that is not ASCII (an international name is given in
+    its xn-- form, as a browser sends it; the add script and the PHP and Node clients check the same)."""
+    match = _HOST_PORT_RE.fullmatch(netloc.rpartition("@")[2])
+    if not match or not match[1]:
+        return "has no host" if match else "has a port that is not a number from 1 to 65535"
+    if match[2] and not (len(match[2]) <= 5 and 1 <= int(match[2]) <= 65535):
+        return f"has the port {match[2]}, not a number from 1 to 65535"
+    if not match[1].isascii():
+        return "has a host that is not ASCII: give an international name in its xn-- form (IDNA)"
+    return None
 
 
 def check_key_name(value: Any) -> str:

@@ -100,6 +100,12 @@ BAD_SPECS = [
     ('{"url":"http://h/","signing_key":"' + "k" * 129 + '"}', "signing_key: must be 1-128"),
     ('{"url":"http://h/","signing_key":"\u00e9"}', "signing_key: must be 1-128"),
     ('{"push":"q","signing_key":"acme"}', "signing_key: must be 1-128 letters, digits, _ . : - on a url task"),
+    *((f'{{"url":"{url}"}}', "url: has a port that is not a number from 1 to 65535") for url in (
+        "http://x:abc/", "http://x:-1/", "http://x:99999/", "http://x:0/", "https://u:p@x:65536", "http://x:1:2/",
+        "http://[::1]x/", "http://x:000080/")),
+    *((f'{{"url":"{url}"}}', "url: must be an http:// or https:// URL with a host") for url in (
+        "http://:80/", "http://u@:80/", "http://[]/")),
+    ('{"url":"http://\u00c4bc.invalid:19412/"}', "url: has a host that is not ASCII"),
     *((f'{{"call":"a:b","trace":{trace}}}', "trace: must be a W3C traceparent") for trace in (
         '7', f'"{TRACEPARENT.upper()}"', f'"01{TRACEPARENT[2:]}"', f'"00-{"0" * 32}{TRACEPARENT[35:]}"',
         f'"{TRACEPARENT[:36]}{"0" * 16}{TRACEPARENT[52:]}"', f'"{TRACEPARENT[:-1]}"', f'"{TRACEPARENT}x"',
@@ -266,10 +272,12 @@ def test_every_field_python_writes_passes_the_gate(r, store):
         Task.new("t", 2, push="queue:jobs", retries=0),
         Task.new("t", 3, call="shop.tasks:run", cron="0 3 * * MON-FRI", tz="Europe/Berlin"),
         Task.new("t", 4, call="shop.tasks:run", every=1.5, params={}),
+        *(Task.new("t", 5 + i, url=url) for i, url in enumerate(
+            ("http://u:p@[::1]:65535/", "http://x:/", "https://xn--bcher-kva.example:1/", "HTTP://X:080"))),
     ]
     call = store.add_call(store.keys[0], [(task, "delay", 0) for task in tasks], False)
     keys, args = list(call.keys), list(call.args)
-    assert add(r, keys, args) == [1, 1, 1, 1]
+    assert add(r, keys, args) == [1] * len(tasks)
 
 
 def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):

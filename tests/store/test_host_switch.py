@@ -5,8 +5,11 @@ url_disable_after disables a host failing that long. Replay re-queues a host's f
 real daemon and real local HTTP servers: tests/daemon/test_disabled_hosts.py, tests/daemon/test_replay.py."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import test_store
+from daemon_helper import delayd
 from redis_server import now_ms
 from store_helper import claim, promote_all, record
 from test_store import PREFIX, add
@@ -174,3 +177,23 @@ def test_url_disable_after_disables_a_host_failing_that_long_and_enable_starts_t
     client.enable_host(SHOP)
     report_failure(client, SHOP, 600_000)  # failing again, but only since now
     assert not [h.host for h in client.hosts() if h.disabled_at]
+
+
+BAD_PORTS = ["http://x:abc/", "http://x:-1/", "http://x:99999/", "http://x:0/"]
+
+
+def test_a_stored_url_with_an_impossible_port_breaks_no_read(store, client, r, redis_url):
+    """SPEC 9: a task written past the add gate (an old version, a raw producer) with such a URL: get, ls,
+    hosts and replay (the CLI's dry run too) answer as for any other task, the others' replay unchanged."""
+    since = now_ms(r) / 1000
+    finished_urls(store, client, r, {"bad": "https://shop.example", "shop": "https://shop.example"}, len(BAD_PORTS),
+                  status="failed")
+    for i, url in enumerate(BAD_PORTS):
+        r.hset(store.keys_for(f"bad:{i}").task(f"bad:{i}"), "spec", json.dumps({"url": url}))
+        assert client.get("bad", i).url == url
+    assert len(client.list("bad", "failed")) == len(BAD_PORTS) and client.hosts() is not None
+    dry = client.replay("https://shop.example", since, "failed", dry_run=True)
+    assert (dry.examined, dry.matched) == (2 * len(BAD_PORTS), len(BAD_PORTS))
+    proc = delayd("replay", "--host", "shop.example", "--since", str(since), "--status", "failed", "--dry-run",
+                  check=None, DELAYD_REDIS_URL=redis_url, DELAYD_PREFIX=PREFIX)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
