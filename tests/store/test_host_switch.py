@@ -197,3 +197,12 @@ def test_a_stored_url_with_an_impossible_port_breaks_no_read(store, client, r, r
     proc = delayd("replay", "--host", "shop.example", "--since", str(since), "--status", "failed", "--dry-run",
                   check=None, DELAYD_REDIS_URL=redis_url, DELAYD_PREFIX=PREFIX)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("host", ["http://\u00c4BC.invalid:19412", "b\u00fccher.example", "shop.example:0",
+                                  "shop.example:99999", "http://shop.example:abc"])
+def test_hosts_refuses_what_add_refuses(host):
+    """One rule for a URL's host everywhere (delayd.model.checks.url_authority_error): what no task can be added
+    for cannot be disabled either, and a non-ASCII name is never lowercased one way here and another in Lua."""
+    with pytest.raises(TaskError, match="bad host"):
+        origins(host)

@@ -208,6 +208,10 @@ final class Task
         if (!is_array($parts) || !in_array($scheme, ['http', 'https'], true) || ($parts['host'] ?? '') === '') {
             throw new TaskError('url must be an http:// or https:// URL with a host, got ' . self::shown($url));
         }
+        $why = self::authorityError($url);
+        if ($why !== null) {
+            throw new TaskError("url $why, got " . self::shown($url));
+        }
         if (!preg_match('//u', $url)) {
             throw new TaskError('url is not valid UTF-8 text');
         }
@@ -215,6 +219,32 @@ final class Task
             throw new TaskError('url must not contain spaces or control characters (percent-encode them), got '
                 . self::shown($url));
         }
+    }
+
+    /**
+     * Why the URL's authority cannot be sent to, or null: an empty host, a port that is not a number from 1
+     * to 65535, a host that is not ASCII (given in its xn-- form); as delayd.model.checks.url_authority_error.
+     */
+    private static function authorityError(string $url): ?string
+    {
+        preg_match('~^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)~', $url, $found);
+        $authority = $found[1] ?? '';
+        $at = strrpos($authority, '@');
+        $hostPort = $at === false ? $authority : substr($authority, $at + 1);
+        if (!preg_match('~^(\[[^\]]+\]|[^:\[\]]*)(?::([0-9]*))?$~D', $hostPort, $m)) {
+            return 'has a port that is not a number from 1 to 65535';
+        }
+        if ($m[1] === '') {
+            return 'has no host';
+        }
+        $port = $m[2] ?? '';
+        if ($port !== '' && (strlen($port) > 5 || (int) $port < 1 || (int) $port > 65535)) {
+            return "has the port $port, not a number from 1 to 65535";
+        }
+        if (preg_match('/[\x80-\xff]/', $m[1])) {
+            return 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)';
+        }
+        return null;
     }
 
     /** The params as compact JSON, or null when there are none. */
