@@ -282,3 +282,17 @@ def test_a_released_task_that_never_starts_gives_its_slot_back_at_its_claim(r, s
     else:
         client.pause("lim")
         assert claim_all(s) == [] and r.zcard(LP + "run:lim") == 0
+
+
+def test_a_lapsed_run_runs_again_without_another_rate_start(r, store, client):
+    """README ("Limits"): a run that lapses and runs again does not take another start (issue 36, suspected:
+    shown real). With 1/h, the lapsed run of the hour's one start runs again at once; the next task waits."""
+    client.set_limit("lim", rate="1/h", concurrency=1)
+    due_tasks(store, "lim", 2, now_ms(r) - 1000)
+    [run] = claim_all(store, lease_ms=1)
+    start = now_ms(r)
+    wait_for(lambda: now_ms(r) > start + 2, 1, message="the 1 ms lease lapsed (Redis's clock)")
+    release(store)  # reaps the lapsed lease: the task is ready again, at the front
+    [again] = claim_all(store)
+    assert again["member"] == run["member"] and again["runs"] == run["runs"]
+    assert held(r, store, "lim") == 1 and r.zcard(LP + "run:lim") == 1

@@ -87,9 +87,10 @@ local function gate_take(g, id, expiry)
   return true
 end
 
--- Claim a task that promote released, having taken its start and slot then: it starts as run `id`, its
--- slot held until `expiry`; unless that slot lapsed meanwhile and none is free now (false).
-local function gate_claim_released(g, member, id, expiry)
+-- Claim a task that took its start before: promote released it, taking its start and slot then, or its
+-- run lapsed and runs again (a rate start is taken once per run). It starts as run `id`, its slot held
+-- until `expiry`: the one its release took, else a free one; false when none is.
+local function gate_claim_started(g, member, id, expiry)
   if g.l.slots > 0 then
     if redis.call('ZREM', g.runs, member) == 0 then
       if g.flight >= g.l.slots then return false end

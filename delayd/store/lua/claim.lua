@@ -27,7 +27,8 @@
 -- A task of a topic paused since take popped it is parked, as pause.lua's park would (not run).
 -- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
 -- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
--- start and slot for it then; a released task not started gives that slot back): else
+-- start and slot for it then; a released task not started gives that slot back; a lapsed run runs again
+-- without another start, in a free slot, ahead of them): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
 -- and the topic's entry in `limited` says when promote should look at it again. A held task
 -- leaves its slot of the call unused: the caller takes again. A released task's wait for its limit
@@ -89,7 +90,7 @@ local function admitted(topic, member, r, token)
     g.waiting = redis.call('EXISTS', held_key(KEYS[6], topic)) == 1
     gates[topic] = g
   end
-  if r[13] then return gate_claim_released(g, member, run_id(member, token), now + lease) end
+  if r[13] or r[5] == '1' then return gate_claim_started(g, member, run_id(member, token), now + lease) end
   if g.waiting then return false end  -- earlier ones are held: after them
   return gate_take(g, run_id(member, token), now + lease)
 end
