@@ -134,6 +134,17 @@ class GroupCommit:
             self.writers.add(loop.create_task(self._write()))
         await future
 
+    @staticmethod
+    def _answer(group: list[tuple[Built, asyncio.Future]], outcome: BaseException | None) -> None:
+        """Resolve the futures of `group` (None: written)."""
+        for _, future in group:
+            if future.done():  # (a request given up meanwhile)
+                continue
+            if outcome is None:
+                future.set_result(None)
+            else:
+                future.set_exception(outcome)
+
     async def _write(self) -> None:
         try:
             while self.waiting:
@@ -146,13 +157,13 @@ class GroupCommit:
                     outcome = RedisUnavailable(exc.reason)
                 except Exception as exc:
                     outcome = exc
-                for _, future in group:
-                    if future.done():  # (a request given up meanwhile)
-                        continue
-                    if outcome is None:
-                        future.set_result(None)
-                    else:
-                        future.set_exception(outcome)
+                except asyncio.CancelledError:  # (the server stopping): no add it holds or that waits hangs
+                    group += self.waiting
+                    self.waiting.clear()
+                    self._answer(group, RedisUnavailable("the write was interrupted: the task may have been "
+                                                         "written; adding it again is safe"))
+                    raise
+                self._answer(group, outcome)
         finally:
             # Out of `writers` at once, not by a done callback (run an iteration later): an add arriving in
             # between would count this finished writer as busy and, every writer so, wait for ever.

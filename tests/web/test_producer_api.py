@@ -303,3 +303,29 @@ def test_a_writer_that_finished_is_not_counted_busy(redis_url):
             await commit.add(c.build("t", 1, call="a:b"))
             return [writer for writer in commit.writers if writer.done()]
     assert asyncio.run(scenario()) == []
+
+
+def test_a_writer_cancelled_mid_write_answers_every_add_it_held(redis_url, r):
+    """GroupCommit: a writer cancelled inside add_built (the server stopping) tells each add of its group, and
+    each add still waiting, that the write may or may not have happened: none waits for ever (issue 36,
+    suspected: shown real, the adds hung)."""
+    async def scenario() -> list:
+        async with AsyncClient.from_url(redis_url) as c:
+            await c.count("t")  # (connected and the store's meta read before Redis is paused)
+            commit = GroupCommit(c)
+            r.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+            try:
+                adds = [asyncio.ensure_future(commit.add(c.build("t", i, call="a:b"))) for i in range(3)]
+                async def writing() -> None:  # until the writer took the group: it is in add_built
+                    while not commit.writers or commit.waiting:
+                        await asyncio.sleep(0.01)
+                await asyncio.wait_for(writing(), 5)
+                for writer in list(commit.writers):
+                    writer.cancel()
+                done = await asyncio.wait_for(asyncio.gather(*adds, return_exceptions=True), 2)
+            finally:
+                r.execute_command("CLIENT", "UNPAUSE")
+            return [type(outcome).__name__ + ": " + str(outcome) for outcome in done]
+    outcomes = asyncio.run(scenario())
+    assert len(outcomes) == 3 and all(o.startswith("RedisUnavailable: ") and "may have been written" in o
+                                      for o in outcomes), outcomes
