@@ -10,7 +10,7 @@ import json
 import pytest
 import test_store
 from daemon_helper import delayd
-from redis_server import now_ms
+from redis_server import now_ms, wait_for
 from store_helper import claim, promote_all, record
 from test_store import PREFIX, add
 
@@ -206,3 +206,37 @@ def test_hosts_refuses_what_add_refuses(host):
     for cannot be disabled either, and a non-ASCII name is never lowercased one way here and another in Lua."""
     with pytest.raises(TaskError, match="bad host"):
         origins(host)
+
+
+def lateness_ms(r, store, topic) -> dict[str, int]:
+    """The starts of `topic` by lateness bucket (`le:<ms>` -> starts), over every bucket's totals."""
+    found: dict[str, int] = {}
+    for keys in store.keys:
+        for field, value in r.hgetall(keys.totals).items():
+            if field.startswith("le:") and field.endswith(f"|{topic}"):
+                found[field.split("|")[0]] = found.get(field.split("|")[0], 0) + int(value)
+    return found
+
+
+@pytest.mark.parametrize("hold", ["disabled host", "paused topic"])
+def test_time_set_aside_on_purpose_is_not_lateness(store, client, r, hold):
+    """Like a limit's hold, the time a task waits for its disabled host or its paused topic is not lateness
+    (the overview's p99): a task due now, set aside 600 ms, starts at most 500 ms late once let go."""
+    if hold == "disabled host":
+        client.disable_host("https://shop.example")
+    else:
+        client.pause("shop")
+    due_urls(store, now_ms(r), {"shop": "https://shop.example"}, 2)
+    assert claim_urls(store) == [] and parked(r, store, "shop") == 2
+    start = now_ms(r)
+    wait_for(lambda: now_ms(r) > start + 600, 2, message="600 ms set aside (Redis's clock)")
+    if hold == "disabled host":
+        client.enable_host("https://shop.example")
+    else:
+        client.resume("shop")
+    for b in range(store.buckets):
+        promote_all(store, b)
+    assert len(claim_urls(store)) == 2
+    late = lateness_ms(r, store, "shop")
+    assert sum(late.values()) == 2 and sum(n for bound, n in late.items() if bound != "le:inf"
+                                           and int(bound[3:]) <= 500) == 2, late

@@ -75,6 +75,7 @@ end
 -- at its due time; a disabled host's topic is named in `aside`.
 local function park(topic, member, task_key, r, host)
   redis.call('HSET', task_key, 'queued', '0')
+  mark_parked(task_key, now)
   if r[12] then redis.call('HDEL', task_key, 'held', 'released') end
   count_ready(r[9], topic, -1)
   zadd_counted(parked_key(KEYS[7], topic), int_of(r[6]) or now, member, 'parked', topic)
@@ -132,7 +133,7 @@ end
 -- Start (or hold, park, skip) the task `member` of the take, whose record is `task_key`.
 local function claim(member, task_key)
   local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-    'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
+    'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
   -- Entries whose task was deleted, replaced or already claimed are stale
   -- (queued is 0 or missing): skipped.
   local topic = topic_of(member)
@@ -166,6 +167,10 @@ local function claim(member, task_key)
       tally('limited', topic)
       tally('limited_ms', topic, waited)
       redis.call('HDEL', task_key, 'held', 'released')
+    end
+    if r[15] then  -- set aside on purpose (paused topic, disabled host): from its park to its let-go is not late
+      late = late - math.max(0, math.min(now, int_of(r[16]) or now) - (int_of(r[15]) or now))
+      redis.call('HDEL', task_key, 'parked', 'unparked')
     end
     tally_lateness(topic, late)
     for _, v in ipairs({member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '',
