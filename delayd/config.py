@@ -118,7 +118,8 @@ class Config:
     max_response_bytes: int = option(65536, "how much of a URL's answer is read (bytes)")
     url_concurrency: int = option(1000, "URL requests in flight per queue process (its event loop)")
     url_host_concurrency: int = option(16, "of which at most this many per scheme+host+port")
-    url_breaker_failures: int = option(5, "consecutive connection errors/timeouts that open a host's circuit")
+    url_breaker_failures: int = option(5, "consecutive connection errors/timeouts of one queue process's "
+                                       "requests that open a host's circuit in that process")
     url_breaker_cooldown: float = option(30.0, "seconds an open circuit sends nothing, then one probe")
     url_retry_after_max: float = option(3600.0, "cap on a 429/503 answer's Retry-After (seconds)")
     url_disable_after: float = option(0.0, "disable a URL host after this many seconds of continuous failure "
