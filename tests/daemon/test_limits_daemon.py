@@ -166,4 +166,4 @@ def test_a_deleted_running_task_frees_its_slot_when_its_handler_returns(tmp_path
         wait_for(lambda: len(starts(path)) == 2, 10, message="the held task, after the deleted one's run")
         ended = next(at for kind, at, key, _ in events(path) if kind == "end" and key == "one:0")
         second = starts(path)[1]
-        assert ended <= second < ended + 1.5  # not before the run ended, and at once after
+        assert ended <= second < ended + 5  # not before the run ended, and at once after (the lease: 30 s)
