@@ -12,12 +12,10 @@ import pytest
 from node_helper import NODE_DIR, NodeError, NodeProducer, need_node
 
 from delayd import Client, TaskError
-from delayd.store import lua_lib
 from delayd.store.keys import bucket_of
 
 pytestmark = pytest.mark.system  # (node processes)
 
-LUA = Path(__file__).resolve().parents[2] / "delayd" / "store" / "lua"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 # add() arguments, each stored alike by both clients (times aside).
@@ -138,20 +136,6 @@ def python_error(item: dict) -> str:
     with pytest.raises(TaskError) as caught:
         Client.from_url(fields.pop("url_", None) or "redis://127.0.0.1:1/0").build(**fields)
     return str(caught.value)
-
-
-def test_the_node_linker_gives_each_script_the_source_python_runs():
-    script = ("import { script } from './src/lua.js';"
-              "process.stdout.write(JSON.stringify(Object.fromEntries("
-              "process.argv.slice(1).map((n) => [n, script(n)]))));")
-    names = sorted(p.stem for p in LUA.glob("*.lua") if p.stem != "_lib")
-    out = subprocess.run([need_node(), "--input-type=module", "-e", script, *names], cwd=NODE_DIR,
-                         capture_output=True, text=True, check=True).stdout
-    linked = json.loads(out)
-    lib = (LUA / "_lib.lua").read_text()
-    for name in names:
-        source = lua_lib.source(lib, (LUA / f"{name}.lua").read_text())
-        assert linked[name]["source"] == source, name
 
 
 def test_the_same_input_stores_the_same_record_as_python(redis_url, r):

@@ -6,7 +6,7 @@
 // A string that is not UTF-8 travels as {"$bytes": "<base64>"}.
 declare(strict_types=1);
 
-require __DIR__ . '/../../../clients/php/autoload.php';
+require $argv[2];
 
 function unwrap(mixed $value): mixed
 {
@@ -36,4 +36,6 @@ try {
     echo json_encode(['result' => $result], JSON_PRESERVE_ZERO_FRACTION | JSON_THROW_ON_ERROR), "\n";
 } catch (Delayd\TaskError $e) {
     echo json_encode(['error' => 'invalid', 'message' => $e->getMessage()]), "\n";
+} catch (Delayd\StoreError $e) {
+    echo json_encode(['error' => 'store', 'message' => $e->getMessage()]), "\n";
 }
