@@ -57,7 +57,8 @@ def test_the_node_package_from_its_tarball_works_alone():
     assert not installed.is_symlink() and (installed / "lua" / "add.lua").is_file()
     assert not (installed / "node_modules").exists()
     probe = ("import { Client, PROTOCOL, VERSION } from 'delayd-client'; import Redis from 'ioredis';"
-             "const c = new Client(new Redis({ lazyConnect: true })); console.log(VERSION, PROTOCOL, c.scripts.add.sha);")
+             "const c = new Client(new Redis({ lazyConnect: true }));"
+             "console.log(VERSION, PROTOCOL, c.scripts.add.sha);")
     out = subprocess.run([need_node(), "--input-type=module", "-e", probe], cwd=app, capture_output=True, text=True,
                          timeout=30, check=True).stdout.split()
     assert out == [__version__, str(PROTOCOL), SCRIPTS["add"].sha]
@@ -75,3 +76,13 @@ def test_the_php_package_from_composer_works_alone(tmp_path):
     out = subprocess.run(["php", "-r", probe], cwd=app, capture_output=True, text=True, timeout=30, check=True)
     assert out.stdout.split() == [__version__, str(PROTOCOL), SCRIPTS["add"].sha] and not out.stderr
     assert str(ROOT) not in (app / "vendor" / "composer" / "autoload_psr4.php").read_text()
+
+
+@pytest.mark.system
+def test_without_composer_autoload_php_loads_the_same_classes(tmp_path):
+    """`require '/path/to/delayd/clients/php/autoload.php'` (no Composer), from anywhere."""
+    require_php()
+    probe = (f"require {str(PHP_DIR / 'autoload.php')!r}; echo Delayd\\Version::VERSION, ' ',"
+             " Delayd\\Lua::script('delete')[1];")
+    out = subprocess.run(["php", "-r", probe], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout.split() == [__version__, SCRIPTS["delete"].sha] and not out.stderr

@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from php_helper import ROOT, php, require_php
+from php_helper import php, require_php
 from redis_server import wait_for
 
 from delayd.model import schedule
@@ -108,21 +108,6 @@ def test_the_script_gate_holds_for_php_too(redis_url, r, client):
     """, redis_url).stdout
     assert out == 'spec: unknown field "intervalTime" (task 1 of the call)'
     assert client.get("t", 1) is None
-
-
-def test_the_readme_example_runs_as_written(redis_url, r, client):
-    readme = (ROOT / "README.md").read_text()
-    code = re.search(r"## From PHP\n.*?```php\n<\?php\n(.*?)```", readme, re.S).group(1)
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    code = code.replace("require 'clients/php/autoload.php';", f"require {str(ROOT / 'clients/php/autoload.php')!r};")
-    code = code.replace("$redis->connect('127.0.0.1', 6379);", f"$redis->connect('127.0.0.1', {port});")
-    php(code, redis_url)
-    assert client.get("order:return", 1).status == "deleted"
-    receipt = client.get("order:receipt", 2)
-    assert receipt.intervals == [10] and not receipt.persistent
-    assert receipt.due_at == pytest.approx(receipt.created_at + 10, abs=0.01)
-    assert client.get("order:notify", 5).params == {"content": "hello"}
-    assert client.get("order:refund", 4).intervals == [0, 10, 20]
 
 
 def test_add_many_says_how_many_were_written_when_redis_refuses_a_call(redis_url, r, client):
