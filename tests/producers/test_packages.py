@@ -86,3 +86,16 @@ def test_without_composer_autoload_php_loads_the_same_classes(tmp_path):
              " Delayd\\Lua::script('delete')[1];")
     out = subprocess.run(["php", "-r", probe], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=True)
     assert out.stdout.split() == [__version__, SCRIPTS["delete"].sha] and not out.stderr
+
+
+@pytest.mark.system
+def test_the_installed_type_declarations_name_what_the_package_exports():
+    """The .d.ts in the tarball (package.json `types`) declares exactly the values the module exports."""
+    app = node_app()
+    installed = app / "node_modules" / "delayd-client"
+    declared = (installed / json.loads((installed / "package.json").read_text())["types"]).read_text()
+    values = set(re.findall(r"^export (?:declare )?(?:class|function|const) (\w+)", declared, re.M))
+    probe = "const m = await import('delayd-client'); console.log(JSON.stringify(Object.keys(m)));"
+    out = subprocess.run([need_node(), "--input-type=module", "-e", probe], cwd=app, capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    assert values == set(json.loads(out))
