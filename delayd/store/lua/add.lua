@@ -447,7 +447,7 @@ for n = 1, task do
         fields[#fields + 1] = token
       end
       -- A cron task without a first due time: due now, and its first claim gives it the calendar's
-      -- next time after `created` instead of running it (delayd.workers.queue_worker, first_due).
+      -- next time after `created` instead of running it (delayd.workers.queue.claims, first_due).
       if first then
         fields[#fields + 1] = 'first'
         fields[#fields + 1] = 'cron'
