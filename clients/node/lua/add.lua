@@ -385,10 +385,24 @@ local function check_spec(spec, mode, recurs)
   if t.callback ~= nil then check_target('callback', t.callback) end
   if push ~= nil then check_name('push', push) end
   if url ~= nil then
-    local host = type(url) == 'string' and string.match(url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
-    host = host and string.gsub(host, '^.*@', '')
-    if not host or host == '' or host == ':' or string.find(url, '[%z\1-\32\127]') then
+    -- The authority past any user info: a [bracketed] or plain host, then nothing or ':' and a port from 1
+    -- to 65535 (delayd.model.checks.url_authority_error); an international host in its xn-- form.
+    local authority = type(url) == 'string' and string.match(url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
+    local host, rest = nil, nil
+    if authority then
+      authority = string.match(authority, '([^@]*)$')
+      host, rest = string.match(authority, '^(%[[^%]]+%])(.*)$')
+      if not host then host, rest = string.match(authority, '^([^:%[%]]*)(.*)$') end
+    end
+    if not host or host == '' or string.find(url, '[%z\1-\32\127]') then
       refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
+    end
+    local port = rest == '' and '' or string.match(rest, '^:(%d*)$')
+    if not port or port ~= '' and (#port > 5 or tonumber(port) < 1 or tonumber(port) > 65535) then
+      refuse('url', 'has a port that is not a number from 1 to 65535')
+    end
+    if string.find(host, '[\128-\255]') then
+      refuse('url', 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)')
     end
     if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
   end
