@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -113,7 +114,7 @@ class Dashboard(Pages):
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Route("/api/limits/{rest:path}", guarded(self.api_limit), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
-        ], lifespan=self.lifespan)
+        ], lifespan=self.lifespan, exception_handlers={HTTPException: self.no_route})
         self.app.add_middleware(_Headers)
 
     @contextlib.asynccontextmanager
@@ -164,6 +165,11 @@ class Dashboard(Pages):
         if request.url.path.startswith("/api/") or not _wants_html(request):
             return display.Json({"error": message}, status, headers=headers)
         return self.render(request, None, "error.html", {"status": status, "message": message}, status, headers)
+
+    async def no_route(self, request: Request, exc: HTTPException) -> Response:
+        """Starlette's own answers (no route matched, a method not routed) in this server's error shape."""
+        return self.refuse(request, exc.status_code, f"{exc.detail}: {request.method} {request.url.path!r}",
+                           dict(exc.headers or {}))
 
     def too_many_tries(self, request: Request, wait: float) -> Response:
         seconds = str(math.ceil(wait))

@@ -87,3 +87,14 @@ def test_served_to_either_token_and_to_no_one_else(redis_url):
             assert answer.content == DOCUMENT.read_bytes()
         assert http.get(OPENAPI_PATH).status_code == 401
         assert http.get("/api/stats", headers={"Authorization": f"Bearer {PRODUCER}"}).status_code == 403
+
+
+@pytest.mark.system
+def test_answers_the_fuzzer_found_are_in_the_documents_shape(api):
+    """A path no route takes (a newline in an id) answers the API's JSON error, not Starlette's text;
+    a topic no task could have (a control character) is refused with 400, not a 500."""
+    answer = api.delete("/api/tasks/order/a%0Ab")
+    assert (answer.status_code, answer.headers["content-type"]) == (404, "application/json")
+    assert "Not Found" in answer.json()["error"]
+    answer = api.post("/api/topics/a%01b/pause")
+    assert answer.status_code == 400 and "control characters" in answer.json()["error"]
