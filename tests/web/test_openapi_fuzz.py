@@ -19,9 +19,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 from test_openapi import DOCUMENT, PRODUCER
+from test_web import damage
 from web_helper import REQUESTS_SENT, TOKEN, Web
 
 from delayd import Client
+from delayd.store import connection
 
 pytestmark = pytest.mark.system
 
@@ -34,9 +36,13 @@ schema = schemathesis.openapi.from_path(DOCUMENT)
 
 
 def seed(url: str) -> None:
-    """Tasks of every kind, a deleted one, a paused topic and a limit, so that reads find something."""
+    """Tasks of every kind, a deleted one, a paused topic and a limit, so that reads find something; and
+    damaged records, indexes and counters (test_web.damage), whose answers must fit the document too."""
     client = Client.from_url(url)
     try:
+        for member in ("c:due", "c:runs", "c:spec", "c:far", "c:status", "c:list"):
+            client.add(*member.split(":"), call="delayd.examples:echo", delay=600)
+        damage(connection.connect(url), client.store)
         client.add("order:cancel", 42, call="delayd.examples:echo", delay=600, params={"order": 42})
         client.add("order:notify", 5, url="http://merchant.example:8080/notify", method="POST",
                    params={"order": 5}, intervals=[0, 30, 60], persistent=False)
