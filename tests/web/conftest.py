@@ -22,5 +22,5 @@ def pytest_terminal_summary(terminalreporter):
     counts = [value for reports in terminalreporter.stats.values() for report in reports
               for name, value in getattr(report, "user_properties", ()) if name == REQUESTS_SENT]
     if counts:
-        terminalreporter.write_line(f"schemathesis: {sum(counts)} requests to {len(counts)} operations "
-                                    "(each case sent with both tokens)")
+        terminalreporter.write_line(f"schemathesis: {sum(counts)} requests in {len(counts)} runs (an operation "
+                                    "with one token each)")
