@@ -1,13 +1,10 @@
 """The HTTP API's OpenAPI document (docs/openapi.json, shipped as delayd/web/openapi.json): a valid
-OpenAPI 3.1 document, describing exactly the /api/ routes the server has, in the wheel, and served
-at GET /api/openapi.json to both tokens. tests/web/test_openapi_fuzz.py checks the server against it."""
+OpenAPI 3.1 document, describing exactly the /api/ routes the server has, and served at
+GET /api/openapi.json to both tokens. tests/system/test_packaging.py checks that the package installs
+it; tests/web/test_openapi_fuzz.py checks the server against it."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-import zipfile
 
 import pytest
 from daemon_helper import ROOT
@@ -62,20 +59,6 @@ def test_every_api_route_is_described_and_every_description_is_routed():
     served = {(route.path, method) for route in routes for method in route.methods if method != "HEAD"}
     assert not unrouted, f"documented but not served: {unrouted}"
     assert not served - reached, f"served but not documented: {sorted(served - reached)}"
-
-
-@pytest.mark.system
-def test_the_wheel_carries_the_document(tmp_path):
-    """Built from a copy of the sources (a build/ left in the checkout would carry old files along)."""
-    source = tmp_path / "source"
-    shutil.copytree(ROOT / "delayd", source / "delayd", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
-                   check=True, capture_output=True, timeout=300)
-    (wheel,) = tmp_path.glob("delayd-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        assert archive.read("delayd/web/openapi.json") == DOCUMENT.read_bytes()
 
 
 @pytest.mark.system
