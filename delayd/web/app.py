@@ -67,8 +67,10 @@ def producer_route(request: Request) -> bool:
     """What the producer token may do: POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID, and read the
     API's description (GET /api/openapi.json)."""
     path, method = raw_path(request), request.method
-    if path in ("/api/tasks", OPENAPI_PATH):
-        return method == ("POST" if path == "/api/tasks" else "GET")
+    if path == "/api/tasks":
+        return method == "POST"
+    if path == OPENAPI_PATH:
+        return method == "GET"
     return method in ("GET", "DELETE") and path.startswith("/api/tasks/") and path.count("/") == 4
 
 
