@@ -145,7 +145,7 @@ class Config:
     web_token: str = option("", "token the dashboard asks for; required for a non-loopback web_bind",
                             repr=False)
     producer_token: str = option("", "Bearer token of HTTP producers: only POST /api/tasks, DELETE and GET "
-                                     "/api/tasks/TOPIC/ID; unset: off", repr=False)
+                                     "/api/tasks/TOPIC/ID, GET /api/openapi.json; unset: off", repr=False)
     web_readonly: bool = option(False, "the dashboard shows, but every action is refused (403)")
     web_forwarded_allow_ips: tuple = option((), "proxies (addresses or networks, * = any) whose X-Forwarded-Proto "
                                                 "and X-Forwarded-For the dashboard believes; unset: none")

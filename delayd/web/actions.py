@@ -44,6 +44,8 @@ async def topic_action(client: AsyncClient, topic: str, action: str, cursor: str
     if action in ("pause", "resume"):
         try:
             await (client.pause if action == "pause" else client.resume)(topic)
+        except TaskError as exc:  # a topic no task could have (a control character, ...)
+            raise ActionError(400, str(exc)) from None
         except Overtaken as exc:
             raise ActionError(409, str(exc)) from None
         return {"result": f"{action}d", "message": f"topic {topic} {action}d"}

@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -49,6 +50,7 @@ from delayd.web.bodies import BodyTooLarge, read_body, read_form
 from delayd.web.pages import Pages, limit_param, list_params, raw_path, segments
 
 HERE = resources.files(__package__)
+OPENAPI_PATH = "/api/openapi.json"  # the HTTP API's OpenAPI document (delayd/web/openapi.json, docs/openapi.json)
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
                                "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -62,10 +64,13 @@ WRITES = ("POST", "DELETE")  # methods that change something: web_readonly, CSRF
 
 
 def producer_route(request: Request) -> bool:
-    """What the producer token may do: POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID."""
+    """What the producer token may do: POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID, and read the
+    API's description (GET /api/openapi.json)."""
     path, method = raw_path(request), request.method
     if path == "/api/tasks":
         return method == "POST"
+    if path == OPENAPI_PATH:
+        return method == "GET"
     return method in ("GET", "DELETE") and path.startswith("/api/tasks/") and path.count("/") == 4
 
 
@@ -101,6 +106,7 @@ class Dashboard(Pages):
             Route("/logout", self.logout, methods=["POST"]),
             Route("/favicon.ico", favicon),
             Route("/api/session", guarded(self.api_session)),
+            Route(OPENAPI_PATH, guarded(self.api_openapi)),
             Route("/api/stats", guarded(self.api_stats)),
             Route("/api/tasks", guarded(self.api_tasks), methods=["GET", "POST"]),
             Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST", "DELETE"]),
@@ -110,7 +116,7 @@ class Dashboard(Pages):
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Route("/api/limits/{rest:path}", guarded(self.api_limit), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
-        ], lifespan=self.lifespan)
+        ], lifespan=self.lifespan, exception_handlers={HTTPException: self.no_route})
         self.app.add_middleware(_Headers)
 
     @contextlib.asynccontextmanager
@@ -137,8 +143,8 @@ class Dashboard(Pages):
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse("/login?" + urllib.parse.urlencode({"next": target}), 303)
             if who.producer and not producer_route(request):
-                return self.refuse(request, 403, "the producer token allows only POST /api/tasks, and DELETE "
-                                                 "and GET /api/tasks/TOPIC/ID")
+                return self.refuse(request, 403, "the producer token allows only POST /api/tasks, DELETE "
+                                                 "and GET /api/tasks/TOPIC/ID, and GET " + OPENAPI_PATH)
             if request.method in WRITES:
                 if self.config.web_readonly and not who.producer:
                     return self.refuse(request, 403, "this dashboard is read-only (web_readonly)")
@@ -161,6 +167,11 @@ class Dashboard(Pages):
         if request.url.path.startswith("/api/") or not _wants_html(request):
             return display.Json({"error": message}, status, headers=headers)
         return self.render(request, None, "error.html", {"status": status, "message": message}, status, headers)
+
+    async def no_route(self, request: Request, exc: HTTPException) -> Response:
+        """Starlette's own answers (no route matched, a method not routed) in this server's error shape."""
+        return self.refuse(request, exc.status_code, f"{exc.detail}: {request.method} {request.url.path!r}",
+                           dict(exc.headers or {}))
 
     def too_many_tries(self, request: Request, wait: float) -> Response:
         seconds = str(math.ceil(wait))
@@ -216,6 +227,10 @@ class Dashboard(Pages):
         csrf = self.auth.csrf_for(request.cookies.get(COOKIE)) if who.needs_csrf else None
         return display.Json({"auth": who.how, "csrf": csrf, "readonly": self.config.web_readonly,
                              "version": __version__})
+
+    async def api_openapi(self, request: Request, who: Identity) -> Response:
+        """The OpenAPI 3.1 document of this API, as the package ships it."""
+        return Response((HERE / "openapi.json").read_bytes(), media_type="application/json")
 
     async def api_stats(self, request: Request, who: Identity) -> Response:
         return display.Json(views.public(await views.overview(self.client)))
