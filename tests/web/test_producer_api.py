@@ -132,6 +132,8 @@ BAD = [  # (body, expected index, words of the error)
     (json.dumps([TASK, TASK, TASK, {**TASK, "durable": 1}]).encode(), 3, "item 3: durable must be true or false"),
     (json.dumps([*[TASK] * 999, {**TASK, "params": {"k": "\udcff"}}]).encode(), 999, "params are not valid UTF-8"),
     (json.dumps([TASK, {**TASK, "cron": "0 0 30 2 *", "delay": None}]).encode(), 1, "cron"),
+    (b'[{"topic":"t","id":1,"call":"a:b","params":' + b'{"a":' * 500 + b"1" + b"}" * 501 + b"]", 0,
+     "item 0: params are nested more than 64 levels deep"),
 ]
 
 

@@ -330,7 +330,8 @@ def damage(r, store) -> None:
     from delayd.store import registry
     keys = store.keys
     for member, field, value in (("c:due", "due", "soon"), ("c:runs", "runs", "many"), ("c:spec", "spec", b"\xff{"),
-                                 ("c:far", "due", "9" * 30), ("c:status", "status", "zzz")):
+                                 ("c:far", "due", "9" * 30), ("c:status", "status", "zzz"),
+                                 ("c:deep", "spec", '{"call":"a:b","params":' + '{"a":' * 500 + "1" + "}" * 501)):
         r.hset(store.keys_for(member).task(member), field, value)
     r.delete(store.keys_for("c:list").task("c:list"))
     r.rpush(store.keys_for("c:list").task("c:list"), "not", "a", "hash")
@@ -351,21 +352,22 @@ def damage(r, store) -> None:
 
 def test_every_page_shows_damaged_data_and_never_fails(api, client, r):
     from delayd.store import connection
-    for member in ("c:good", "c:due", "c:runs", "c:spec", "c:far", "c:status", "c:list"):
+    for member in ("c:good", "c:due", "c:runs", "c:spec", "c:far", "c:status", "c:list", "c:deep"):
         client.add(*member.split(":"), call="delayd.examples:echo", delay=600)
     raw = connection.connect(client.url)
     damage(raw, client.store)
     paths = ["/", "/api/stats", "/tasks", "/tasks?topic=c", "/tasks?status=failed", "/tasks?status=ok",
              "/api/tasks", "/api/tasks?status=failed", "/api/tasks?status=ok", "/api/tasks?topic=c&status=delayed",
              "/tasks/c/good", "/tasks/c/due", "/tasks/c/list", "/tasks/c/far", "/tasks/c/%FF", "/api/tasks/c/list",
-             "/api/tasks/c/%FF", "/tasks/c/inf"]
+             "/api/tasks/c/%FF", "/tasks/c/inf", "/tasks/c/deep", "/api/tasks/c/deep"]
     for path in paths:
         for accept in ("text/html", "application/json"):
             answer = api.get(path, headers={"Accept": accept})
             assert answer.status_code == 200, (path, answer.status_code, answer.text[-300:])
     listed = api.get("/api/tasks", params={"topic": "c"}).json()
     corrupt = {row["key"]: row["corrupt"] for row in listed["tasks"] if row["corrupt"]}
-    assert {"c:due", "c:runs", "c:spec", "c:status", "c:list", "c:\\xff"} <= corrupt.keys(), corrupt
+    assert {"c:due", "c:runs", "c:spec", "c:status", "c:list", "c:\\xff", "c:deep"} <= corrupt.keys(), corrupt
+    assert "nested more than 64 levels deep" in corrupt["c:deep"]
     assert "not a hash" in corrupt["c:list"] and "does not parse" in corrupt["c:due"]
     ok = api.get("/api/tasks", params={"status": "ok"}).json()
     assert any("not a sorted set" in problem for problem in ok["problems"]), ok

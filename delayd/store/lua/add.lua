@@ -130,6 +130,19 @@ local function trace_ok(trace)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
 
+-- True if the arrays and objects of JSON `text` nest more than `limit` deep, counted without decoding
+-- (delayd.model.checks.nested_deeper counts the same way: escapes dropped, then strings, then brackets).
+local function nested_deeper(text, limit)
+  local _, opens = string.gsub(text, '[%[{]', '')
+  if opens <= limit then return false end
+  local depth = 0
+  for bracket in string.gmatch(string.gsub(string.gsub(text, '\\.', ''), '"[^"]*"', ''), '[%[%]{}]') do
+    depth = depth + ((bracket == '[' or bracket == '{') and 1 or -1)
+    if depth > limit then return true end
+  end
+  return false
+end
+
 -- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
 -- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
 -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
@@ -145,6 +158,8 @@ local function check_spec(spec, mode, recurs)
     if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
     return
   end
+  -- params nested deeper than 64 levels (the spec one more) are refused, as every client refuses them
+  if nested_deeper(spec, 65) then refuse('params', 'are nested more than 64 levels deep') end
   -- So is a call's spec with `,"callback":"<name>"` then `,"params":{...}` (each optional, in the order
   -- delayd's clients write them) before its `}`, up to 1,000 bytes (params nested 1,000 deep, which the
   -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object; the names
