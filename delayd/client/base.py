@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import re
 import time
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
@@ -63,6 +64,9 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")  # Unix seconds as text (float() takes '٣' too)
+
+
 def to_ms(at: Any) -> int:
     """An absolute time (Unix seconds, a datetime, or an ISO 8601 string) in ms."""
     if type(at) is float or type(at) is int or isinstance(at, (int, float)) and not isinstance(at, bool):
@@ -74,10 +78,8 @@ def to_ms(at: Any) -> int:
     if isinstance(at, datetime):
         return int(at.timestamp() * 1000)
     if isinstance(at, str):
-        try:
+        if _SECONDS.fullmatch(at):
             return to_ms(float(at))
-        except ValueError:
-            pass
         try:
             moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
         except ValueError:

@@ -104,7 +104,7 @@ async def limit_action(client: AsyncClient, topic: str, form: dict[str, str]) ->
                     else f"{topic} had no limit"}
         concurrency = form.get("concurrency") or None
         if concurrency is not None:
-            if not concurrency.isdigit():
+            if not (concurrency.isascii() and concurrency.isdigit()):  # (int() takes '٣' and '1_0')
                 raise TaskError(f"concurrency must be a whole number, got {concurrency!r}")
             concurrency = int(concurrency)
         await client.set_limit(topic, rate=form.get("rate") or None, concurrency=concurrency)

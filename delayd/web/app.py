@@ -237,7 +237,7 @@ class Dashboard(Pages):
         try:
             limit = limit_param(request, views.PAGE_SIZE)
         except ValueError as exc:
-            return self.refuse(request, 400, f"limit: {exc}")
+            return self.refuse(request, 400, str(exc))
         try:
             return display.Json(await views.schedule_list(self.client, topic, q, cursor, limit))
         except BadCursor as exc:
