@@ -125,11 +125,14 @@ class Dashboard(Pages):
             if not self.auth.token and not is_loopback(host_of(request.headers.get("host", ""))):
                 return self.refuse(request, 403, "without web_token this dashboard answers loopback host names only")
             authorization = request.headers.get("authorization")
-            if authorization and (wait := self.throttle.wait(_address(request))):
+            kind = "producer" if producer_route(request) else "dashboard"
+            if authorization and (wait := self.throttle.wait(_address(request), kind)):
                 return self.too_many_tries(request, wait)
             who = self.auth.identify(authorization, request.cookies.get(COOKIE))
-            if authorization:
-                (self.throttle.failed if who is None else self.throttle.succeeded)(_address(request))
+            if authorization and who is None:
+                self.throttle.failed(_address(request), kind, authorization)
+            elif authorization and not who.producer:
+                self.throttle.succeeded(_address(request))
             if who is None:
                 if api or request.method != "GET":
                     return self.refuse(request, 401, "a valid token is needed (Authorization: Bearer TOKEN)",
@@ -189,7 +192,7 @@ class Dashboard(Pages):
             return RedirectResponse(target, 303)
         if request.method == "GET":
             return self.render(request, None, "login.html", {"next": target, "wrong": False})
-        if wait := self.throttle.wait(_address(request)):
+        if wait := self.throttle.wait(_address(request), "login"):
             return self.too_many_tries(request, wait)
         try:
             form = await read_form(request)
@@ -197,7 +200,7 @@ class Dashboard(Pages):
             return self.refuse(request, 413, str(exc))
         target = local_next(form.get("next") or target)
         if not self.auth.token_matches(form.get("token", "")):
-            self.throttle.failed(_address(request))
+            self.throttle.failed(_address(request), "login", form.get("token", ""))
             return self.render(request, None, "login.html", {"next": target, "wrong": True}, 401)
         self.throttle.succeeded(_address(request))
         response = RedirectResponse(target, 303)
