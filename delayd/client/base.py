@@ -227,7 +227,8 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
             reply = failed[0]
             answer = f" ({refusal(reply)})" if isinstance(reply, Exception) else ""
             raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "
-                                  f"{self.durable_timeout:g} s{answer}: they may be lost if Redis fails now")
+                                  f"{self.durable_timeout:g} s{answer}: they may be lost if Redis fails now",
+                                  written=written)
 
     def write_steps(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
                     wait: tuple[Any, ...] = ()) -> Steps[int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.browse import BadCursor
-from delayd.client.errors import DelaydError, Overtaken
+from delayd.client.errors import DelaydError, Overtaken, RedisUnavailable
 from delayd.model.task import TaskError
 
 
@@ -75,6 +75,8 @@ async def host_action(client: AsyncClient, host: str, action: str, form: dict[st
                                "in due order"}
     except TaskError as exc:
         raise ActionError(400, str(exc)) from None
+    except RedisUnavailable:
+        raise  # (a 503 for app.py, without the store's detail)
     except DelaydError as exc:
         raise ActionError(409, str(exc)) from None
     raise ActionError(404, f"unknown action {action!r}")
@@ -110,6 +112,8 @@ async def limit_action(client: AsyncClient, topic: str, form: dict[str, str]) ->
         await client.set_limit(topic, rate=form.get("rate") or None, concurrency=concurrency)
     except TaskError as exc:
         raise ActionError(400, str(exc)) from None
+    except RedisUnavailable:
+        raise  # (a 503 for app.py, without the store's detail)
     except DelaydError as exc:
         raise ActionError(409, str(exc)) from None
     return {"result": "set", "message": f"{topic} limited to "

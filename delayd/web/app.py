@@ -35,7 +35,7 @@ from delayd.client.errors import REDIS_ERRORS, DelaydError
 from delayd.config import Config
 from delayd.model.task import STATUSES, printable
 from delayd.version import __version__
-from delayd.web import actions, display, producers, views
+from delayd.web import actions, display, outage, producers, views
 from delayd.web.auth import (
     COOKIE,
     SESSION_S,
@@ -156,8 +156,7 @@ class Dashboard(Pages):
             try:
                 return await handler(request, who)
             except FAILURES as exc:
-                return self.refuse(request, 503, f"cannot {'write to' if request.method in WRITES else 'read'} "
-                                                 f"the store: {exc}")
+                return self.refuse(request, 503, outage.answer(exc, request.method in WRITES))
         return endpoint
 
     def refuse(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
