@@ -3,6 +3,7 @@ daemon where tasks must run): every page and action, the auth refusals, read-onl
 escaping, and the refused non-loopback start."""
 from __future__ import annotations
 
+import json
 import re
 import signal
 import zlib
@@ -481,3 +482,18 @@ def test_the_icon_is_served_to_anyone(web):
 
 def test_delayd_web_run_by_hand_is_titled(web):
     assert " ".join(psutil.Process(web.proc.pid).cmdline()).strip() == "delayd: web"
+
+
+def test_children_up_counts_what_status_lists_with_the_embedded_redis(tmp_path):
+    """`delayd status` lists the embedded Redis among the children: the overview and `status --cluster`
+    count it too (2 buckets, a queue and the Redis: 4)."""
+    with Daemon(None, tmp_path / "d") as daemon:
+        listed = json.loads(delayd("status", "--json", env=daemon.env).stdout)["processes"]
+        children = [p for p in listed if p["title"] != "delayd: master"]
+        assert len(children) == 4 and any(p["title"].startswith("delayd: redis") for p in children), listed
+        cluster = delayd("status", "--cluster", env=daemon.env).stdout
+        assert " 4/4 up " in cluster, cluster
+        with Web(f"unix://{tmp_path / 'd' / 'redis.sock'}", DELAYD_WEB_TOKEN=TOKEN) as web, \
+                web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+            page = api.get("/", headers={"Accept": "text/html"}).text
+            assert '<td class="num">4/4</td>' in page, re.findall(r"\d+/\d+", page)
