@@ -142,6 +142,11 @@ class Dashboard(Pages):
             if who.producer and not producer_route(request):
                 return self.refuse(request, 403, "the producer token allows only POST /api/tasks, and DELETE "
                                                  "and GET /api/tasks/TOPIC/ID")
+            if who.how == "open" and request.method in WRITES and producer_route(request) \
+                    and not request.headers.get("x-csrf-token"):  # (a producer, not this dashboard's page)
+                return self.refuse(request, 401, "a producer sends its token: Authorization: Bearer TOKEN" + (
+                    "" if self.auth.producer_token else " (set DELAYD_PRODUCER_TOKEN on this server)"),
+                    {"WWW-Authenticate": "Bearer"})
             if request.method in WRITES:
                 if self.config.web_readonly and not who.producer:
                     return self.refuse(request, 403, "this dashboard is read-only (web_readonly)")

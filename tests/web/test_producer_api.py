@@ -240,6 +240,22 @@ def test_a_cookie_session_needs_the_csrf_token(server, client):
         http.close()
 
 
+def test_a_producer_without_credentials_is_told_to_send_its_token(open_readonly, redis_server, client):
+    """Without web_token (open on loopback) a write without any credential was told "missing or wrong
+    CSRF token" (or "read-only"): a producer route says what a producer must send."""
+    def refused(http: httpx.Client, words: str) -> None:
+        for answer in (http.post("/api/tasks", json=TASK), http.delete("/api/tasks/order:cancel/42")):
+            error = answer.json()["error"]
+            assert answer.status_code == 401 and words in error and "CSRF" not in error, error
+            assert answer.headers["www-authenticate"] == "Bearer"
+
+    with open_readonly.client() as http:
+        refused(http, "Authorization: Bearer")
+    with Web(redis_server.url) as server, server.client() as http:
+        refused(http, "set DELAYD_PRODUCER_TOKEN")
+    assert client.get("order:cancel", 42) is None
+
+
 def test_readonly_stops_the_dashboard_not_the_producer(open_readonly, client, r):
     with open_readonly.client() as http:
         csrf = http.get("/api/session").json()["csrf"]
