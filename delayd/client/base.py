@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import re
 import time
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
@@ -27,6 +26,7 @@ from delayd.client.hosts import HostSwitch
 from delayd.client.limits import LimitSteps
 from delayd.client.reads import Reads
 from delayd.model import schedule
+from delayd.model.checks import DECIMAL_RE
 from delayd.model.origin import origins
 from delayd.model.task import Task, TaskError, check_topic, module_allowed
 from delayd.store import connection
@@ -64,9 +64,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")  # Unix seconds as text (float() takes '٣' too)
-
-
 def to_ms(at: Any) -> int:
     """An absolute time (Unix seconds, a datetime, or an ISO 8601 string) in ms."""
     if type(at) is float or type(at) is int or isinstance(at, (int, float)) and not isinstance(at, bool):
@@ -78,7 +75,7 @@ def to_ms(at: Any) -> int:
     if isinstance(at, datetime):
         return int(at.timestamp() * 1000)
     if isinstance(at, str):
-        if _SECONDS.fullmatch(at):
+        if DECIMAL_RE.fullmatch(at):  # (float() takes '٣' and '1_0' too)
             return to_ms(float(at))
         try:
             moment = datetime.fromisoformat(at.replace("Z", "+00:00"))

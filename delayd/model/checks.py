@@ -29,6 +29,9 @@ _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control
 # at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
 TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 _TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
+# A number written as text (intervals '0,30,60', at given as seconds): ASCII only, as JSON and the PHP and Node
+# clients read one (float() also takes '٣', '1_0' and 'infinity').
+DECIMAL_RE = re.compile(r"\s*-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
 _ESCAPE_RE, _STRING_RE, _BRACKET_RE = re.compile(r"\\."), re.compile(r'"[^"]*"'), re.compile(r"[\[\]{}]")
 # Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
 _encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
@@ -76,6 +79,8 @@ def parse_intervals(value: Any) -> list[float]:
         if isinstance(item, bool):
             raise TaskError(f"interval {item!r} is not a number of seconds")
         try:
+            if isinstance(item, str) and not DECIMAL_RE.fullmatch(item):
+                raise ValueError(item)
             number = float(item)
         except (TypeError, ValueError, OverflowError):
             raise TaskError(f"interval {item!r} is not a number of seconds") from None

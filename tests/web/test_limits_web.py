@@ -64,6 +64,7 @@ def test_number_fields_take_ascii_digits_only(web, client, text):
         for path in ("/api/tasks", "/api/schedules"):
             answer = api.get(path, params={"limit": text})
             assert answer.status_code == 400 and "limit" in answer.json()["error"], (path, answer.text)
-        answer = api.post("/api/tasks", json={"topic": "t", "id": 2, "call": "a:b", "at": text})
-        assert answer.status_code == 400 and "at must be" in answer.json()["error"], answer.text
+        for given, says in (({"at": text}, "at must be"), ({"intervals": f"0,{text}"}, "not a number of seconds")):
+            answer = api.post("/api/tasks", json={"topic": "t", "id": 2, "call": "a:b", **given})
+            assert answer.status_code == 400 and says in answer.json()["error"], answer.text
     assert client.limits() == [] and client.count("t") == 1
