@@ -214,8 +214,8 @@ def test_a_wrong_producer_token_counts_against_the_address(server, r):
     # From an address of its own (127.0.0.2), so the other tests' 127.0.0.1 is not throttled.
     transport = httpx.HTTPTransport(local_address="127.0.0.2")
     with httpx.Client(base_url=server.base, transport=transport, timeout=10) as http:
-        for _ in range(5):
-            answer = http.post("/api/tasks", json=TASK, headers={"Authorization": "Bearer wrong"})
+        for i in range(5):  # (5 different ones: one wrong token sent again counts once)
+            answer = http.post("/api/tasks", json=TASK, headers={"Authorization": f"Bearer wrong-{i}"})
             assert answer.status_code == 401
         answer = http.post("/api/tasks", json=TASK, headers={"Authorization": f"Bearer {PRODUCER}"})
         assert answer.status_code == 429 and "Retry-After" in answer.headers
