@@ -178,7 +178,7 @@ def test_a_stored_record_nested_deeper_is_corrupt_not_a_crash():
     from delayd.model.record import from_record
     for depth in (65, 500, 5000):
         spec = '{"call":"a:b","params":{"k":"\\"\\\\]}","d":' + "[" * depth + "]" * depth + "}}"
-        with pytest.raises(TaskError, match="nested more than 64"):
+        with pytest.raises(TaskError, match="spec is nested more than 65 levels deep"):
             from_record("t:1", {"spec": spec, "status": "delayed", "created": "1", "due": "1"})
     fine = json.dumps({"call": "a:b", "params": nested(64)})
     assert from_record("t:1", {"spec": fine, "status": "delayed", "created": "1", "due": "1"}).params == nested(64)

@@ -368,7 +368,7 @@ def test_every_page_shows_damaged_data_and_never_fails(api, client, r):
     listed = api.get("/api/tasks", params={"topic": "c"}).json()
     corrupt = {row["key"]: row["corrupt"] for row in listed["tasks"] if row["corrupt"]}
     assert {"c:due", "c:runs", "c:spec", "c:status", "c:list", "c:\\xff", "c:deep"} <= corrupt.keys(), corrupt
-    assert "nested more than 64 levels deep" in corrupt["c:deep"]
+    assert "nested more than 65 levels deep" in corrupt["c:deep"]
     assert "not a hash" in corrupt["c:list"] and "does not parse" in corrupt["c:due"]
     ok = api.get("/api/tasks", params={"status": "ok"}).json()
     assert any("not a sorted set" in problem for problem in ok["problems"]), ok
