@@ -211,7 +211,7 @@ def nested_deeper(text: str, limit: int) -> bool:
     """True if the arrays and objects of JSON `text` nest more than `limit` deep, found without recursion
     (what reads JSON recursively, the dashboard's and the encoders', stays far from Python's limit). The
     add script counts the same way: escapes dropped, then strings, then brackets counted."""
-    if text.count("{") + text.count("[") <= limit:
+    if len(text) <= 2 * limit or text.count("{") + text.count("[") <= limit:  # (each level takes two brackets)
         return False
     depth = 0
     for bracket in _BRACKET_RE.findall(_STRING_RE.sub("", _ESCAPE_RE.sub("", text))):

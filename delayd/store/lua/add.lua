@@ -133,6 +133,7 @@ end
 -- True if the arrays and objects of JSON `text` nest more than `limit` deep, counted without decoding
 -- (delayd.model.checks.nested_deeper counts the same way: escapes dropped, then strings, then brackets).
 local function nested_deeper(text, limit)
+  if #text <= 2 * limit then return false end  -- (each level takes two brackets: most specs end here, uncopied)
   local _, opens = string.gsub(text, '[%[{]', '')
   if opens <= limit then return false end
   local depth = 0
