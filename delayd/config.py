@@ -235,6 +235,12 @@ class Config:
         return Path(self.log_file) if self.log_file else Path(self.state_dir) / "delayd.log"
 
     @property
+    def spans_path(self) -> Path:
+        """Where the `console` trace exporter writes spans, one JSON line each (delayd.tracing): beside
+        the log, not in it."""
+        return Path(self.state_dir) / "spans.jsonl"
+
+    @property
     def import_path(self) -> tuple[str, ...]:
         """What the daemon puts first on sys.path for call targets: the start directory, then
         `pythonpath` (relative entries taken from the start directory), as gunicorn and rq do. Not

@@ -36,7 +36,7 @@ from delayd.client.errors import REDIS_ERRORS, DelaydError
 from delayd.config import Config
 from delayd.model.task import STATUSES, printable
 from delayd.version import __version__
-from delayd.web import actions, display, producers, views
+from delayd.web import actions, display, outage, producers, views
 from delayd.web.auth import (
     COOKIE,
     SESSION_S,
@@ -131,11 +131,14 @@ class Dashboard(Pages):
             if not self.auth.token and not is_loopback(host_of(request.headers.get("host", ""))):
                 return self.refuse(request, 403, "without web_token this dashboard answers loopback host names only")
             authorization = request.headers.get("authorization")
-            if authorization and (wait := self.throttle.wait(_address(request))):
+            kind = "producer" if producer_route(request) else "dashboard"
+            if authorization and (wait := self.throttle.wait(_address(request), kind)):
                 return self.too_many_tries(request, wait)
             who = self.auth.identify(authorization, request.cookies.get(COOKIE))
-            if authorization:
-                (self.throttle.failed if who is None else self.throttle.succeeded)(_address(request))
+            if authorization and who is None:
+                self.throttle.failed(_address(request), kind, authorization)
+            elif authorization and not who.producer:
+                self.throttle.succeeded(_address(request))
             if who is None:
                 if api or request.method != "GET":
                     return self.refuse(request, 401, "a valid token is needed (Authorization: Bearer TOKEN)",
@@ -145,6 +148,11 @@ class Dashboard(Pages):
             if who.producer and not producer_route(request):
                 return self.refuse(request, 403, "the producer token allows only POST /api/tasks, DELETE "
                                                  "and GET /api/tasks/TOPIC/ID, and GET " + OPENAPI_PATH)
+            if who.how == "open" and request.method in WRITES and producer_route(request) \
+                    and not request.headers.get("x-csrf-token"):  # (a producer, not this dashboard's page)
+                return self.refuse(request, 401, "a producer sends its token: Authorization: Bearer TOKEN" + (
+                    "" if self.auth.producer_token else " (set DELAYD_PRODUCER_TOKEN on this server)"),
+                    {"WWW-Authenticate": "Bearer"})
             if request.method in WRITES:
                 if self.config.web_readonly and not who.producer:
                     return self.refuse(request, 403, "this dashboard is read-only (web_readonly)")
@@ -159,8 +167,7 @@ class Dashboard(Pages):
             try:
                 return await handler(request, who)
             except FAILURES as exc:
-                return self.refuse(request, 503, f"cannot {'write to' if request.method in WRITES else 'read'} "
-                                                 f"the store: {exc}")
+                return self.refuse(request, 503, outage.answer(exc, request.method in WRITES))
         return endpoint
 
     def refuse(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -200,7 +207,7 @@ class Dashboard(Pages):
             return RedirectResponse(target, 303)
         if request.method == "GET":
             return self.render(request, None, "login.html", {"next": target, "wrong": False})
-        if wait := self.throttle.wait(_address(request)):
+        if wait := self.throttle.wait(_address(request), "login"):
             return self.too_many_tries(request, wait)
         try:
             form = await read_form(request)
@@ -208,7 +215,7 @@ class Dashboard(Pages):
             return self.refuse(request, 413, str(exc))
         target = local_next(form.get("next") or target)
         if not self.auth.token_matches(form.get("token", "")):
-            self.throttle.failed(_address(request))
+            self.throttle.failed(_address(request), "login", form.get("token", ""))
             return self.render(request, None, "login.html", {"next": target, "wrong": True}, 401)
         self.throttle.succeeded(_address(request))
         response = RedirectResponse(target, 303)
@@ -252,7 +259,7 @@ class Dashboard(Pages):
         try:
             limit = limit_param(request, views.PAGE_SIZE)
         except ValueError as exc:
-            return self.refuse(request, 400, f"limit: {exc}")
+            return self.refuse(request, 400, str(exc))
         try:
             return display.Json(await views.schedule_list(self.client, topic, q, cursor, limit))
         except BadCursor as exc:

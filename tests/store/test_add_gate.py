@@ -78,6 +78,8 @@ BAD_SPECS = [
     ('{"call":"a:b","params":"x"}', "params: must be a JSON object"),
     ('{"call":"a:b","params":[null]}', "params: must be a JSON object"),
     ('{"url":"http://a.example/","params":[]}', "params: must be a JSON object"),  # (cjson reads [] as {})
+    ('{"call":"a:b","params":' + '{"a":' * 64 + '[1]' + '}' * 64 + '}', "params: are nested more than 64 levels deep"),
+    ('{"url":"http://h/","params":{"s":"\\"{[","a":' + '[' * 64 + ']' * 64 + '}}', "params: are nested more than 64"),
     ('[null]', "spec: is not a JSON object"),
     ('{"call":"a:b","persistent":1}', "persistent: must be true or false"),
     ('{"call":"a:b","timeout":0}', "timeout: must be a number > 0"),
@@ -129,6 +131,13 @@ def test_a_bad_spec_is_refused_by_name_and_nothing_of_the_call_is_written(r, sto
     keys, args = good_call(store)
     args[SPEC] = spec
     refused(r, keys, args, "^delayd:bad-task " + message.replace("{", r"\{") + r".* \(task 2 of the call\)$")
+
+
+def test_params_nested_64_deep_are_written(r, store):
+    keys, args = good_call(store)
+    args[SPEC] = '{"call":"a:b","params":{"s":"\\"[[{","a":' + '[' * 63 + ']' * 63 + '}}'
+    add(r, keys, args)
+    assert r.hget(keys[-2], "spec") == args[SPEC]
 
 
 @pytest.mark.parametrize("trace", TRACES)

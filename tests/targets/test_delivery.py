@@ -252,13 +252,17 @@ def test_deny_private_refuses_loopback_after_resolution(http, make_engine, host)
     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # Teredo
     ("fec0::1", True), ("fc00::1", True), ("fe80::1%eth0", True), ("::1", True), ("::", True), ("ff02::1", True),
     ("2606:4700::1111", False),
+    ("2130706433", True), ("0177.0.0.1", True), ("127.1", True), ("0x7f.1", True), ("0x7F000001", True),
+    ("10.1", True), ("0xa9.0xfe.0xa9.0xfe", True), ("134744072", False), ("8.0x8.2056", False),  # inet_aton's forms
+    ("1.example", False), ("0x7f.example", False),
 ])
 def test_the_guard_refuses_every_form_of_a_non_public_address(address, is_refused):
     assert guard.refused(address) is is_refused
 
 
-@pytest.mark.parametrize("host", ["[64:ff9b::7f00:1]", "[::7f00:1]", "[::ffff:0:7f00:1]", "[2002:7f00:1::1]"])
-def test_deny_private_refuses_ipv6_forms_of_loopback(http, make_engine, host):
+@pytest.mark.parametrize("host", ["[64:ff9b::7f00:1]", "[::7f00:1]", "[::ffff:0:7f00:1]", "[2002:7f00:1::1]",
+                                  "2130706433", "0177.0.0.1", "127.1", "0x7f.1"])
+def test_deny_private_refuses_other_forms_of_loopback(http, make_engine, host):
     outcome = make_engine(url_deny_private=True)(task_to(f"http://{host}:{http.server_address[1]}/success"))
     assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error
 
@@ -271,7 +275,7 @@ def test_deny_private_resolves_and_checks_the_target_of_a_proxied_request(http, 
     assert make_engine()(task_to(f"http://localhost:{port}/success")).kind == "ok"  # the proxy works
     assert len(proxy.requests) == len(http.requests) == 1
     deliver = make_engine(url_deny_private=True)
-    for host in ("localhost", "127.0.0.1", "[::ffff:127.0.0.1]"):
+    for host in ("localhost", "127.0.0.1", "[::ffff:127.0.0.1]", "2130706433", "0177.0.0.1", "127.1", "0x7f.1"):
         outcome = deliver(task_to(f"http://{host}:{port}/success"))
         assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error, host
     unknown = deliver(task_to("http://nowhere.invalid/success"))

@@ -165,6 +165,20 @@ function checkSchedule(intervals, every, cron, tz) {
   return [null, checkCronShape(cron), zone];
 }
 
+const MAX_PARAMS_DEPTH = 64; // the params object is level 1 (delayd.model.checks, add.lua)
+
+/** True if the arrays and objects of JSON `text` nest more than `limit` deep, counted as
+ * delayd.model.checks.nested_deeper counts: escapes dropped, then strings, then brackets. */
+function nestedDeeper(text, limit) {
+  if ((text.match(/[[{]/g) || []).length <= limit) return false;
+  let depth = 0;
+  for (const bracket of text.replace(/\\./g, '').replace(/"[^"]*"/g, '').match(/[[\]{}]/g)) {
+    depth += bracket === '[' || bracket === '{' ? 1 : -1;
+    if (depth > limit) return true;
+  }
+  return false;
+}
+
 function checkParams(params, limit) {
   if (params != null && (typeof params !== 'object' || Array.isArray(params))) {
     throw new TaskError('params must be a JSON object (a dict)');
@@ -178,6 +192,9 @@ function checkParams(params, limit) {
     throw exc;
   }
   if (encoded.length > limit) throw new TaskError(`params are ${encoded.length} bytes, more than the limit of ${limit}`);
+  if (nestedDeeper(encoded, MAX_PARAMS_DEPTH)) {
+    throw new TaskError(`params are nested more than ${MAX_PARAMS_DEPTH} levels deep`);
+  }
   // (compactJson escapes surrogates as \udXXX: the strings are looked at only when one is there.)
   if (encoded.includes('\\ud') && !wellFormed(params)) {
     throw new TaskError('params are not valid UTF-8 text');

@@ -22,6 +22,8 @@ final class Task
     private const MAX_RETRIES = 10000;
     private const TARGET = '/^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$/D';
     private const JSON = JSON_UNESCAPED_SLASHES | JSON_PRESERVE_ZERO_FRACTION | JSON_THROW_ON_ERROR;
+    /** Params nest at most this deep, the params object being level 1 (delayd.model.checks, add.lua). */
+    private const MAX_PARAMS_DEPTH = 64;
     // Each cron field's range and the names it takes (as cronsim reads them).
     private const CRON = [['minute', 0, 59], ['hour', 0, 23], ['day-of-month', 1, 31], ['month', 1, 12],
         ['day-of-week', 0, 7]];
@@ -262,10 +264,13 @@ final class Task
             throw new TaskError('params must be a JSON object (an array with string keys)');
         }
         try {
-            $json = json_encode($params, self::JSON);
+            $json = json_encode($params, self::JSON, self::MAX_PARAMS_DEPTH);
         } catch (\JsonException $e) {
-            throw new TaskError($e->getCode() === JSON_ERROR_UTF8 ? 'params are not valid UTF-8 text'
-                : 'params are not JSON-serialisable: ' . $e->getMessage());
+            throw new TaskError(match ($e->getCode()) {
+                JSON_ERROR_UTF8 => 'params are not valid UTF-8 text',
+                JSON_ERROR_DEPTH => 'params are nested more than ' . self::MAX_PARAMS_DEPTH . ' levels deep',
+                default => 'params are not JSON-serialisable: ' . $e->getMessage(),
+            });
         }
         if (strlen($json) > $limit) {
             throw new TaskError('params are ' . strlen($json) . " bytes, more than the limit of $limit");
