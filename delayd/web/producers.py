@@ -163,8 +163,7 @@ class GroupCommit:
                 except asyncio.CancelledError:  # (the server stopping): no add it holds or that waits hangs
                     group += self.waiting
                     self.waiting.clear()
-                    self._answer(group, RedisUnavailable("the write was interrupted: the task may have been "
-                                                         "written; adding it again is safe"))
+                    self._answer(group, AddInterrupted("the write was interrupted", 0, 1, exact=False))
                     raise
                 self._answer(group, outcome)
         finally:
