@@ -105,8 +105,19 @@ class Heartbeat:
 RECONNECT = EqualJitterBackoff(cap=5.0, base=0.1)
 
 
+# Error replies that mean the server cannot serve now (busy, loading, a replica, a failover), as
+# opposed to one refusing the request itself (a script's error).
+OUTAGE_REPLIES = ("BUSY", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS")
+
+
+def refused(exc: Exception) -> bool:
+    """Whether `exc` is Redis refusing a request (an error reply such as a script's), not Redis down."""
+    return isinstance(exc, connection.ResponseError) and not str(exc).startswith(OUTAGE_REPLIES)
+
+
 class RedisHealth:
-    """Logs a Redis outage once when it starts and once when it ends."""
+    """Logs a Redis outage once when it starts and once when it ends; a request Redis refuses (a script's
+    error) is logged as `redis_refused` with the error, once per spell, since it is no outage."""
 
     def __init__(self, log: logging.Logger, url: str):
         self.log, self.url, self.down_since = log, url, None
@@ -115,8 +126,8 @@ class RedisHealth:
     def failed(self, exc: Exception) -> float:
         if self.down_since is None:
             self.down_since = time.monotonic()
-            self.log.warning("redis_unavailable", extra={"fields": {
-                "redis": connection.where(self.url), "error": str(exc)}})
+            name = "redis_refused" if refused(exc) else "redis_unavailable"
+            self.log.warning(name, extra={"fields": {"redis": connection.where(self.url), "error": str(exc)}})
         self.failures += 1
         return RECONNECT.compute(self.failures)
 

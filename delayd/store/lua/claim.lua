@@ -59,10 +59,13 @@ if first > 15 then
     for _, origin in ipairs(origins) do off[origin] = true end
   end
 end
--- Topics paused in this bucket since take popped their tasks (usually none: one HGETALL of an empty hash).
-local paused = {}
-local flags = on('hash', 'HGETALL', KEYS[7])
-for i = 1, #flags, 2 do paused[flags[i]] = pause_generation(flags[i + 1]) end
+-- Whether `topic` was paused in this bucket since take popped its tasks: one HGET per topic claimed, never
+-- the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
+local pauses = {}
+local function paused(topic)
+  if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', KEYS[7], topic)) or false end
+  return pauses[topic]
+end
 
 -- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
 local function spec_origin(spec)
@@ -128,7 +131,7 @@ local function claim(member, task_key)
   if reason then
     if r and r[1] == '1' then count_ready(r[9], topic, -1) end
     quarantine(aside, task_key, member, reason)
-  elseif paused[topic] then
+  elseif paused(topic) then
     park(topic, member, task_key, r, false)
   elseif off and off[r[14] or spec_origin(r[2]) or ''] then
     park(topic, member, task_key, r, true)
