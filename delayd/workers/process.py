@@ -105,14 +105,18 @@ class Heartbeat:
 RECONNECT = EqualJitterBackoff(cap=5.0, base=0.1)
 
 
-# Error replies that mean the server cannot serve now (busy, loading, a replica, a failover), as
-# opposed to one refusing the request itself (a script's error).
-OUTAGE_REPLIES = ("BUSY", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS")
+# What a script's error says (Redis 6.2 and 7, Valkey); unless it carries an error reply that means the
+# server cannot serve now (a write refused for memory, a replica, a disk, a failover), which is an outage.
+SCRIPT_ERRORS = ("user_script", "user_function", "Error running script")
+OUTAGES = ("OOM command not allowed", "READONLY", "MISCONF", "LOADING", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN",
+           "TRYAGAIN")
 
 
 def refused(exc: Exception) -> bool:
-    """Whether `exc` is Redis refusing a request (an error reply such as a script's), not Redis down."""
-    return isinstance(exc, connection.ResponseError) and not str(exc).startswith(OUTAGE_REPLIES)
+    """Whether `exc` is a script failing in Redis (a defect to report as such), not Redis unavailable."""
+    text = str(exc)
+    return (isinstance(exc, connection.ResponseError) and any(marker in text for marker in SCRIPT_ERRORS)
+            and not any(marker in text for marker in OUTAGES))
 
 
 class RedisHealth:

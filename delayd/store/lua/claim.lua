@@ -1,7 +1,8 @@
 -- claim: the second half of a claim (take.lua popped the members): start the given members of one
 -- bucket, leasing them. Or, in pop mode (ARGV from 8 on given), a take and its claim in one call: it
--- pops as take.lua does, starts at once each popped member whose keys its caller declared (the members
--- named by a ready message: promote.lua), and holds the others in `taking` as a take, for the usual claim.
+-- pops as take.lua does, starts at once the popped members whose keys its caller declared (the members
+-- named by a ready message: promote.lua) of no lower priority than any other popped, and holds the
+-- others in `taking` as a take, for the usual claim.
 -- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside, taking,
 --       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
 --       then for URL tasks on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster),
@@ -169,9 +170,19 @@ if ARGV[8] then
   for i = 16, #ARGV do hinted[ARGV[i]] = KEYS[first + i - 16] end
   local members, from = pop_ready({KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]}, {ARGV[13], ARGV[14], ARGV[15]},
     {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}, tonumber(ARGV[11]))
-  local left, left_from = {}, {}
+  -- A hinted member starts now unless one of a higher priority popped with it is not hinted: then it
+  -- joins the take, claimed in the next round trip, so that no member starts ahead of a higher priority
+  -- popped with it (issue 41).
+  local rank = {[ARGV[13]] = 1, [ARGV[14]] = 2, [ARGV[15]] = 3}
+  local first_left = 4  -- the best rank of a member not hinted
   for i, member in ipairs(members) do
-    if not hinted[member] then
+    if not hinted[member] then first_left = math.min(first_left, rank[from[i]]) end
+  end
+  local starting, left, left_from = {}, {}, {}
+  for i, member in ipairs(members) do
+    if hinted[member] and rank[from[i]] <= first_left then
+      starting[#starting + 1] = member
+    else
       left[#left + 1] = member
       left_from[#left] = from[i]
     end
@@ -179,9 +190,7 @@ if ARGV[8] then
   -- The take first: a claim below that failed would leave the others in `taking`, not lost.
   popped = #members
   rest = {hold_take(KEYS[9], now_us(), tonumber(ARGV[12]), left, left_from), #left, unpack(left)}
-  for _, member in ipairs(members) do
-    if hinted[member] then claim(member, hinted[member]) end
-  end
+  for _, member in ipairs(starting) do claim(member, hinted[member]) end
 end
 
 -- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced

@@ -164,7 +164,7 @@ end
 -- instead (with its due time), so it leaves the head of `delayed`.
 local moved = 0
 local found, scores = {}, {}
-local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, limit)
 for i = 1, #pairs_, 2 do
   found[#found + 1] = pairs_[i]
   scores[pairs_[i]] = pairs_[i + 1]
@@ -388,7 +388,7 @@ end
 local AHEAD_MS = 50
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then
-  local horizon = math.max(now, tonumber(head[2])) + AHEAD_MS
+  local horizon = math.max(now, due_of_score(head[2])) + AHEAD_MS + DUE_SKEW
   for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', 0, limit)) do
     ask(prefix .. member)
     ask_parked(topic_of(member))
@@ -404,7 +404,7 @@ if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
   end
 end
 local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
-local next_due = tonumber(head[2] or -1)
+local next_due = head[2] and due_of_score(head[2]) or -1
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
 local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)

@@ -9,7 +9,7 @@ local now = now_ms()
 local member, status = ARGV[1], ARGV[3] or 'failed'
 expect('zset', KEYS[2], KEYS[3])
 expect('hash', KEYS[5])
-local r = read_record(KEYS[1], 'status', 'host')
+local r = read_record(KEYS[1], 'status', 'host', 'priority')
 if not (r and r[1]) then return 0 end
 if r[1] ~= status then return -1 end
 if ARGV[4] then
@@ -21,7 +21,7 @@ redis.call('PERSIST', KEYS[1])
 redis.call('HDEL', KEYS[5], member)  -- no longer in done:failed
 local topic = topic_of(member)
 zrem_counted(KEYS[3], member, status, topic)
-zadd_counted(KEYS[2], now, member, 'waiting', topic)
+zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
 count_host(r[2], 1)  -- a URL task waits for its host again
 wake_if_head(KEYS[2], member, ARGV[2], now)
 flush_counts(KEYS[4])

@@ -29,11 +29,13 @@ local WINDOW_KEYS, RECORD_KEYS = 3, 3 + windows + 1  -- where the windows and th
 local declared = tonumber(string.match(KEYS[WINDOW_KEYS], '(%d+)$'))
 local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows + 1, declared), declared + 1)
 
--- A score of `delayed` below any time a script writes (-inf, -1e300: written by someone else)
--- counts as due now, since promote moves such an entry at once; any other is left as it is.
-local function due_score(score)
+-- The due time (ms) a score of `delayed` stands for (due_of_score: a priority's skew removed). One below
+-- any time a script writes (-inf, -1e300: written by someone else) counts as due now, since promote moves
+-- such an entry at once; one past 2^53 (+inf) is left as it is.
+local function due_time(score)
   local n = tonumber(score)
   if n and n < -2^53 then return now end
+  if n and n < 2^53 then return due_of_score(n) end
   return score
 end
 
@@ -46,8 +48,8 @@ local function seen(member, due)
   local topic = topic_of(member)
   if earliest[topic] == nil or due < earliest[topic] then earliest[topic] = due end
 end
-local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_score(overdue[i + 1]))) end
+local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, limit)
+for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_time(overdue[i + 1]))) end
 if #overdue == 2 * limit then truncated = 1 end
 for i = RECORD_KEYS, #KEYS do
   local r = read({}, 'HMGET', KEYS[i], 'queued', 'due')
@@ -60,4 +62,4 @@ for topic, due in pairs(earliest) do
 end
 
 local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {now, first, head[2] and due_score(head[2]) or false, read(0, 'HLEN', KEYS[2]), lag, truncated}
+return {now, first, head[2] and due_time(head[2]) or false, read(0, 'HLEN', KEYS[2]), lag, truncated}

@@ -31,9 +31,10 @@ from delayd.store.steps import ScriptCall
 from delayd.targets.handlers import Outcome, Runner, TargetUnavailable, import_module, use_import_path
 from delayd.targets.url.engine import Engine
 from delayd.workers.process import ChildProcess, Heartbeat, StartupFailure
-from delayd.workers.queue.claims import Claims, priority_cycle
+from delayd.workers.queue.claims import Claims
 from delayd.workers.queue.outcomes import Outcomes
 from delayd.workers.queue.pool import Pool
+from delayd.workers.queue.shares import Shares
 from delayd.workers.queue.state import Run, Taken
 
 log = logging.getLogger("delayd.queue")
@@ -62,7 +63,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.taken: list[Taken] = []
         self.hints: dict[tuple[int, bool], dict[str, None]] = {}
         self.candidates = {False: set(range(config.buckets)), True: set(range(config.buckets))}
-        self.cycle = itertools.cycle(priority_cycle(tuple(config.priority_weights)))
+        self.shares = Shares(tuple(config.priority_weights))
         self.next_bucket = itertools.cycle(range(config.buckets))
         self.renew_every = config.lease / 3
         self.next_renew = time.monotonic() + self.renew_every
