@@ -150,7 +150,9 @@ def _summary(counts: dict[str, int], recent: dict[str, int], span_s: float, olde
         "runs_last_minute": {**{o: recent[o] for o in SHOWN}, "started": recent["started"],
                              "lapsed": recent["lapsed"], "limited": recent["limited"]},
         "tasks_per_s": round(finished / span_s, 3),
-        "lateness": {"p50": quantile(recent, 0.5), "p99": quantile(recent, 0.99), "runs": recent["started"]},
+        # (a topic without runs, most of a large store's, costs no histogram: None either way)
+        "lateness": {"p50": quantile(recent, 0.5) if recent["started"] else None,
+                     "p99": quantile(recent, 0.99) if recent["started"] else None, "runs": recent["started"]},
     }
 
 

@@ -414,6 +414,20 @@ def test_lapsed_lease_is_reaped_to_the_front_and_fenced(r, store, keys):
     assert store.finish(0, [("t:1", again["claim"], "ok", 0, "")], DAY_MS) == [1]
 
 
+def test_lapsed_leases_come_back_in_expiry_order(r, store, keys):
+    """Issue 41 (suspected, real): each lapsed task was pushed to the front on its own, in expiry order, so the
+    last to lapse came first. Now the first to lapse is first, ahead of the ready task behind them."""
+    for i in range(3):
+        add(store, "t", i)
+        promote_all(store)
+        claim(store, lease_ms=20 + i)  # t:0 lapses first, then t:1, then t:2
+    add(store, "t", "waiting")
+    promote_all(store)
+    wait_for(lambda: now_ms(r) > int(r.zrange(keys.leases, -1, -1, withscores=True)[0][1]), 2, message="lapses")
+    assert promote_all(store).reaped == 3
+    assert r.lrange(keys.ready[1], 0, -1) == ["t:0", "t:1", "t:2", "t:waiting"]
+
+
 def test_a_running_task_with_a_live_lease_is_not_reaped(r, store, keys):
     claimed(r, store)
     assert store.promote(0, 100, DAY_MS).reaped == 0

@@ -305,6 +305,7 @@ for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
 -- In expiry order, up to the first the call may not handle (with, on a single Redis, its topic's limits'
 -- keys, for the slot it frees).
 local lapsed, stop = {}, false
+local backs = {}  -- ready list -> its lapsed members, the last lapsed first
 for _, member in ipairs(expired) do
   local task_key = prefix .. member
   if stop or not (movable(member, task_key) and use_all(limit_keys(topic_of(member), {}))) then
@@ -338,13 +339,16 @@ for _, member in ipairs(lapsed) do
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
       local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
       announce(kind, member)
-      on('list', 'LPUSH', list, member)
+      backs[list] = backs[list] or {}
+      table.insert(backs[list], 1, member)
       count_ready(r[2], topic, 1)
       tally('lapsed', topic)
       reaped = reaped + 1
     end
   end
 end
+-- To the front of their lists in expiry order, the first lapsed first (one LPUSH of each list's in reverse).
+for list, members in pairs(backs) do on('list', 'LPUSH', list, unpack(members)) end
 if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
 if freed then
   local set = limits_of(lp)
@@ -373,7 +377,7 @@ flush_stats(KEYS[10], KEYS[11], 17, now)
 
 -- Takes never claimed (their queue process died or hung): back to the front of their lists (_take.lua).
 local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
-local lost = put_back_lost(KEYS[22], now, limit, lists, function(list, member)
+local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list, member)
   announce(string.sub(list, 1, -2), member)
 end)
 
@@ -410,5 +414,5 @@ local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
 if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then next_lease = math.ceil(tonumber(taking[2])) end
 local full = 0
-if #found == limit or #expired == limit or full_held or cut or lost == limit then full = 1 end
+if #found == limit or #expired == limit or full_held or cut or lost_left then full = 1 end
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
