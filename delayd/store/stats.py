@@ -24,7 +24,7 @@ from delayd.store.windows import WINDOW_MS, recent_windows
 LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
 WINDOWS = 7          # "the last minute": the current window and the six before it (60-70 s)
 SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due time
-SCAN_PAGE = 1000     # fields per HSCAN of a per-topic hash (~0.2 ms of Redis each)
+SCAN_PAGE = 500      # fields per HSCAN of a per-topic hash (~0.4 ms of Redis each at 1,000,000 fields)
 OUTCOMES = ("ok", "failed", "retry", "quarantine")  # of runs made (tasks/s counts these)
 DEFER = "defer"  # a run not made: its URL's circuit was open, the task waits for the probe (no run counted)
 SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome

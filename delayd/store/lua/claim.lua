@@ -62,8 +62,10 @@ if first > 15 then
 end
 -- Whether `topic` was paused in this bucket since take popped its tasks: one HGET per topic claimed, never
 -- the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
-local pauses = {}
+local pauses, none_paused = {}, nil  -- (none_paused: the hash is empty, usually: no topic looked up)
 local function paused(topic)
+  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[7]) == 0 end
+  if none_paused then return false end
   if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', KEYS[7], topic)) or false end
   return pauses[topic]
 end

@@ -107,11 +107,13 @@ end
 -- parked, so that the batches of a resume keep due order. A flagged topic whose parked set this call
 -- may not touch is not `known`: its tasks are not moved this call (the set is asked for).
 local pauses = {}  -- topic -> false (nothing parks), or {key = its parked set, known, after}
+local none_paused = nil  -- whether the `paused` hash is empty (usually: then no topic is looked up)
 local function pause_of(topic)
   local p = pauses[topic]
   if p ~= nil then return p end
+  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[12]) == 0 end
   p = false
-  local flag = on('hash', 'HGET', KEYS[12], topic)
+  local flag = not none_paused and on('hash', 'HGET', KEYS[12], topic)
   if flag then
     local key = parked_key(KEYS[12], topic)
     p = {key = key, known = is_declared(key), after = -math.huge}
