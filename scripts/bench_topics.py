@@ -56,6 +56,16 @@ def row(name: str, durations: list[int], wall_ms: float | None = None, calls: in
             f"{sum(durations) / calls / 1000:,.1f} | {wall} |")
 
 
+def measure(r, name: str, run, calls: int = 1) -> None:
+    """Print the row of `run` (`calls` calls), or its failure."""
+    try:
+        durations, wall = scripts_us(r, run)
+    except Exception as exc:  # noqa: BLE001 - the figure is the failure
+        print(f"| {name} | fails: {str(exc)[-70:]} | | | | |", flush=True)
+        return
+    print(row(name, durations, wall, calls), flush=True)
+
+
 def fill(client: Client, topics: int, delay: float) -> None:
     for start in range(0, topics, BATCH):
         client.add_many([{"topic": f"tenant{i}:notify", "id": 1, "push": "out", "delay": delay}
@@ -86,16 +96,11 @@ def main() -> None:
         def promote_all():
             while store.promote(0, 200, DAY_MS).full:
                 pass
-        try:
-            durations, wall = scripts_us(r, promote_all)
-            print(row(f"promote, {args.paused:,} paused, a task of another topic due", durations, wall), flush=True)
-        except Exception as exc:  # noqa: BLE001 - the figure is the failure
-            print(f"| promote, {args.paused:,} paused, a task of another topic due | fails: {str(exc)[-60:]} |")
-        durations, wall = scripts_us(r, lambda: [store.promote(0, 200, DAY_MS) for _ in range(args.calls)])
-        print(row(f"promote, {args.paused:,} paused, idle", durations, wall, args.calls), flush=True)
-        durations, wall = scripts_us(r, lambda: [store.claim(0, (5, 3, 2), 10, 60_000, DAY_MS)
-                                                 for _ in range(args.calls)])
-        print(row(f"take + claim (10), {args.paused:,} paused", durations, wall, args.calls), flush=True)
+        measure(r, f"promote, {args.paused:,} paused, a task of another topic due", promote_all)
+        measure(r, f"promote, {args.paused:,} paused, idle",
+                lambda: [store.promote(0, 200, DAY_MS) for _ in range(args.calls)], args.calls)
+        measure(r, f"take + claim (10), {args.paused:,} paused",
+                lambda: [store.claim(0, (5, 3, 2), 10, 60_000, DAY_MS) for _ in range(args.calls)], args.calls)
         r.flushall()
         r.hset("delayd:meta", "buckets", 1)
         client = Client.from_url(server.url)
@@ -107,13 +112,11 @@ def main() -> None:
         print(f"| (fill: {args.topics:,} topics in {time.perf_counter() - start:,.0f} s) | | | | | |", flush=True)
         r.config_set("slowlog-log-slower-than", 0)
         client.stats()  # (the client learns Redis's clock)
-        durations, wall = scripts_us(r, client.stats)
-        print(row(f"stats, {args.topics:,} topics", durations, wall), flush=True)
-        durations, wall = scripts_us(r, lambda: [store.promote(0, 200, DAY_MS) for _ in range(args.calls)])
-        print(row(f"promote, {args.topics:,} topics, idle", durations, wall, args.calls), flush=True)
+        measure(r, f"stats, {args.topics:,} topics", client.stats)
+        measure(r, f"promote, {args.topics:,} topics, idle",
+                lambda: [store.promote(0, 200, DAY_MS) for _ in range(args.calls)], args.calls)
         client.add_many([{"topic": f"tenant{i}:notify", "id": 2, "push": "out"} for i in range(200)])
-        durations, wall = scripts_us(r, promote_all)
-        print(row(f"promote, {args.topics:,} topics, 200 due (of 200 topics)", durations, wall), flush=True)
+        measure(r, f"promote, {args.topics:,} topics, 200 due (of 200 topics)", promote_all)
         client.close()
 
 

@@ -168,20 +168,23 @@ def bucket_call(store: Store, b: int, heads: list[Any]) -> ScriptCall:
                       [keys.task_prefix, WINDOWS, SCAN_LIMIT, int(any(len(head) == SCAN_LIMIT for head in lists))])
 
 
-def scanned_steps(names: list[str]) -> Steps[list[dict[Any, Any]]]:
-    """Every field of each hash of `names`, read a page (HSCAN, about SCAN_PAGE fields) per hash per
-    round trip, so that no call blocks Redis longer than a page takes, however many topics the hashes
-    hold (issue 41: one HGETALL of 100,000 topics' counts took 27 ms). A field HSCAN returns twice (it
-    may, during a rehash) is kept once; a key of another type reads as empty. The pages are read at
-    different moments: counts that change meanwhile may be off by what changed, as any read of many
-    keys would be."""
-    found: list[dict[Any, Any]] = [{} for _ in names]
+def scanned_steps(names: list[str], match: str | None = None) -> Steps[list[Any]]:
+    """Every field (or those matching the pattern `match`) of each hash of `names`, as a dict, read a page
+    (HSCAN, about SCAN_PAGE fields) per hash per round trip, so that no call blocks Redis longer than a
+    page takes, however many topics the hashes hold (issue 41: one HGETALL of 100,000 topics' counts
+    took 27 ms). A field HSCAN returns twice (it may, during a rehash) is kept once; a key of another
+    type gives its error in place of its dict. The pages are read at different moments: counts that
+    change meanwhile may be off by what changed, as any read of many keys would be."""
+    found: list[Any] = [{} for _ in names]
     cursors: dict[int, Any] = dict.fromkeys(range(len(names)), 0)
+    matching = ("MATCH", match) if match else ()
     while cursors:
         pending = list(cursors)
-        replies = yield Batch([command("HSCAN", names[i], cursors[i], "COUNT", SCAN_PAGE) for i in pending])
+        replies = yield Batch([command("HSCAN", names[i], cursors[i], *matching, "COUNT", SCAN_PAGE)
+                               for i in pending])
         for i, reply in zip(pending, replies):
             if isinstance(reply, Exception):
+                found[i] = reply
                 del cursors[i]
                 continue
             cursor, page = reply
@@ -212,7 +215,8 @@ def collect_steps(store: Store) -> Steps[dict[str, Any]]:
         store.clock.observe(max(int(reply[0]) for reply in answers.replies))
     hashes = [[keys.counts, keys.totals, keys.paused, *(keys.window(int(reply[1]) + w) for w in range(WINDOWS))]
               for keys, reply in zip(store.keys, answers.replies)]
-    pages = iter((yield from scanned_steps([name for names in hashes for name in names])))
+    pages = iter([page if isinstance(page, dict) else {}  # (a key of another type reads as empty)
+                  for page in (yield from scanned_steps([name for names in hashes for name in names]))])
     stats = summary([(reply, [next(pages) for _ in names]) for reply, names in zip(answers.replies, hashes)])
     stats["limits"] = {limit.topic: {"rate": limit.rate, "concurrency": limit.concurrency, "held": limit.held,
                                      "running": limit.running} for limit in (yield from limits_mod.read_steps(store))}
