@@ -180,6 +180,8 @@ class Soak:
         self.store.start()
         self.ledger.start()
         self.client = Client.from_url(self.store.url)
+        with self.store.client() as r:
+            self.baseline = int(r.info("memory")["used_memory"])
         self.ledger_client = self.ledger.client()
         self.client.set_limit(soak_load.LIMITED, rate="5/s", concurrency=2)
         self.merchants = {name: Merchant(free_port()) for name in ("steady", "comeback", "disabled", "timeouts")}
@@ -277,11 +279,14 @@ class Soak:
     # -- sampling ----------------------------------------------------------------------
     def processes(self) -> list[soak_report.Proc]:
         found = []
+        ports = {m.port for m in self.merchants.values()}
         for proc in [self.daemon.master, *self.daemon.children(), psutil.Process(self.web.proc.pid)]:
             try:
                 with proc.oneshot():
                     title = " ".join(proc.cmdline()).strip() if proc.pid != self.web.proc.pid else "delayd web"
-                    found.append(soak_report.Proc(proc.pid, title[:40], proc.memory_info().rss, proc.num_fds()))
+                    pooled = sum(1 for c in proc.net_connections("tcp") if c.raddr and c.raddr.port in ports)
+                    found.append(soak_report.Proc(proc.pid, title[:40], proc.memory_info().rss,
+                                                  proc.num_fds() - pooled, pooled))
             except psutil.NoSuchProcess:
                 pass
         return found
@@ -306,7 +311,7 @@ class Soak:
             used = int(r.info("memory")["used_memory"])
         counts = {status: self.client.count(status=status) for status in STATUSES}
         return soak_report.Sample(t, self.processes(), used, counts, late, (ran - before[1]) + (requests - before[2]),
-                                  spent, list(notes))
+                                  spent, list(notes), self.baseline)
 
     # -- faults ------------------------------------------------------------------------
     def snapshot(self) -> None:

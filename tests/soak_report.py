@@ -15,7 +15,8 @@ class Bounds:
     """What the end checks allow (the README's Soak paragraph states them)."""
     rss_mib_per_hour: float = 8.0   # RSS growth of a process after warm-up ...
     rss_floor_mib: float = 3.0      # ... but never less than this over the span measured (allocator steps)
-    fd_slack: int = 8               # open files: most in the last window minus most in the first
+    fd_slack: int = 4               # open files (pooled merchant connections apart): last window's most
+                                    # minus the first's
     memory_slack: float = 0.10      # Redis bytes per stored task: last window over first, at most +10 %
     lateness_slack_ms: float = 1.0  # lateness p99: last window minus first window
     min_late_samples: int = 50      # runs whose lateness each window needs for the comparison
@@ -26,7 +27,8 @@ class Proc:
     pid: int
     title: str
     rss: int
-    fds: int
+    fds: int       # open files, not counting ...
+    pooled: int    # ... its kept-alive connections to the merchants (at most url_host_concurrency a host)
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Sample:
     runs: int                         # runs this period (call tasks' ledger + merchants' requests)
     redis_cpu: float                  # Redis CPU seconds this period (INFO cpu)
     notes: list[str] = field(default_factory=list)   # faults of this period
+    baseline: int = 0                 # used_memory of the store before the first task (Redis's own)
 
     @property
     def pending(self) -> int:
@@ -50,11 +53,12 @@ class Sample:
 
     @property
     def bytes_per_task(self) -> float:
-        return self.used_memory / max(1, self.stored)
+        """Redis memory above its own (the baseline) per task it holds."""
+        return (self.used_memory - self.baseline) / max(1, self.stored)
 
     @property
     def bytes_per_pending(self) -> float:
-        return self.used_memory / max(1, self.pending)
+        return (self.used_memory - self.baseline) / max(1, self.pending)
 
     @property
     def cpu_us_per_run(self) -> float:
@@ -72,7 +76,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-HEADER = (f"{'min':>6} {'rss MiB':>24} {'fds':>9} {'redis MiB':>9} {'B/task':>7} {'B/pend':>7} "
+HEADER = (f"{'min':>6} {'rss MiB':>24} {'fds+pool':>9} {'redis MiB':>9} {'B/task':>7} {'B/pend':>7} "
           f"{'late p50':>8} {'p99 ms':>7} {'µs/run':>6} {'runs':>6}  delayed/running/ok/failed/deleted")
 
 
@@ -80,9 +84,10 @@ def table_line(s: Sample) -> str:
     """One line of the running table: RSS min-max of delayd's processes, fds, Redis, lateness, counts."""
     rss = [p.rss / MIB for p in s.procs] or [0.0]
     fds = [p.fds for p in s.procs] or [0]
+    pooled = max([p.pooled for p in s.procs] or [0])
     counts = "/".join(str(s.counts.get(k, 0)) for k in ("delayed", "running", "ok", "failed", "deleted"))
     line = (f"{s.t / 60:6.1f} {f'{min(rss):.1f}-{max(rss):.1f} ({len(rss)} procs)':>24} "
-            f"{f'{min(fds)}-{max(fds)}':>9} {s.used_memory / MIB:9.1f} {s.bytes_per_task:7.0f} "
+            f"{f'{min(fds)}-{max(fds)}+{pooled}':>9} {s.used_memory / MIB:9.1f} {s.bytes_per_task:7.0f} "
             f"{s.bytes_per_pending:7.0f} {s.lateness(50):8.2f} {s.lateness(99):7.2f} {s.cpu_us_per_run:6.0f} "
             f"{s.runs:6d}  {counts}")
     return line + (f"  [{', '.join(s.notes)}]" if s.notes else "")
@@ -104,10 +109,10 @@ def write_csv(samples: list[Sample], directory: Path) -> tuple[Path, Path]:
                         ";".join(s.notes)])
     with open(procs, "w", newline="") as out:
         w = csv.writer(out)
-        w.writerow(["t_s", "pid", "title", "rss", "fds"])
+        w.writerow(["t_s", "pid", "title", "rss", "fds", "pooled_connections"])
         for s in samples:
             for p in s.procs:
-                w.writerow([f"{s.t:.1f}", p.pid, p.title, p.rss, p.fds])
+                w.writerow([f"{s.t:.1f}", p.pid, p.title, p.rss, p.fds, p.pooled])
     return main, procs
 
 
@@ -130,7 +135,7 @@ def plot(samples: list[Sample], path: Path) -> Path:
     minutes = [s.t / 60 for s in samples]
     mem.plot(minutes, [s.bytes_per_task for s in samples], marker=".", label="per stored task")
     mem.plot(minutes, [s.bytes_per_pending for s in samples], marker=".", label="per pending task")
-    mem.set_ylabel("Redis used_memory (bytes)")
+    mem.set_ylabel("Redis used_memory\nabove its own (bytes)")
     mem.legend(fontsize="x-small")
     late.plot(minutes, [s.lateness(50) for s in samples], marker=".", label="p50")
     late.plot(minutes, [s.lateness(99) for s in samples], marker=".", label="p99")
@@ -215,7 +220,8 @@ def fd_breaches(samples: list[Sample], w: Windows, b: Bounds) -> list[str]:
                 found[p.pid] = (max(p.fds, found.get(p.pid, (0, ""))[0]), p.title)
         return found
     first, last = most(w.first), most(w.last)
-    return [f"open files of {title} (pid {pid}) went from {first[pid][0]} to {fds}, more than +{b.fd_slack}"
+    return [f"open files of {title} (pid {pid}; pooled merchant connections apart) went from {first[pid][0]} to "
+            f"{fds}, more than +{b.fd_slack}"
             for pid, (fds, title) in last.items() if pid in first and fds > first[pid][0] + b.fd_slack]
 
 
