@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import psutil
 import redis
@@ -585,15 +586,24 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(tasks=args.tasks, window=window, seed=args.seed,
                         drain_timeout=max(90.0, args.tasks / 200), limit_rate=args.limit_rate,
                         limit_concurrency=args.limit_concurrency)
-    workdir = Path(tempfile.mkdtemp(prefix="delayd-chaos-"))
     say = (lambda m: None) if args.quiet else (lambda m: print(f"[chaos] {m}", file=sys.stderr, flush=True))
+    return verdict(in_workdir("chaos", args.keep, lambda workdir: run(settings, workdir, say)))
+
+
+def in_workdir(name: str, keep: bool, work: Callable[[Path], Any]) -> Any:
+    """work(a fresh temporary directory); the directory is removed after, unless `keep` (then named)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"delayd-{name}-"))
     try:
-        result = run(settings, workdir, say)
+        return work(workdir)
     finally:
-        if args.keep:
-            print(f"[chaos] work directory kept: {workdir}", file=sys.stderr)
+        if keep:
+            print(f"[{name}] work directory kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def verdict(result: Any) -> int:
+    """Print a run's summary line and its failures (stderr); the exit code: 1 on any failure."""
     print(result.summary(), flush=True)
     for problem in result.failures:
         print(f"FAIL: {problem}", file=sys.stderr)

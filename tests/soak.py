@@ -29,7 +29,6 @@ import multiprocessing
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -43,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import soak_load  # noqa: E402
 import soak_report  # noqa: E402
-from chaos import copy_output, crashes_in, leased_now, our_processes  # noqa: E402
+from chaos import copy_output, crashes_in, in_workdir, leased_now, our_processes, verdict  # noqa: E402
 from daemon_helper import Daemon, delayd  # noqa: E402
 from redis_server import RedisServer, free_port, wait_for  # noqa: E402
 from soak_handlers import LATE  # noqa: E402
@@ -90,17 +89,11 @@ class Result:
 
     @property
     def failures(self) -> list[str]:
-        out = list(self.breaches)
-        if self.lost:
-            out.append(f"{len(self.lost)} task(s) lost, e.g. {self.lost[:5]}")
-        if self.wrong:
-            out.append(f"{len(self.wrong)} task(s) did not end as planned, e.g. {self.wrong[:5]}")
-        if self.unexplained:
-            out.append(f"{len(self.unexplained)} task(s) ran twice without being in flight at a fault, "
-                       f"e.g. {self.unexplained[:5]}")
-        if self.crashes:
-            out.append(f"the daemon crashed or printed a traceback: {self.crashes[:3]}")
-        return out
+        """The breaches of a bound, then every kind of task or daemon problem found, with examples."""
+        found = [(self.lost, "task(s) lost"), (self.wrong, "task(s) did not end as planned"),
+                 (self.unexplained, "task(s) ran twice without being in flight at a fault"),
+                 (self.crashes, "line(s) of the daemon's saying a child crashed or printing a traceback")]
+        return list(self.breaches) + [f"{len(items)} {what}, e.g. {items[:5]}" for items, what in found if items]
 
     def summary(self) -> str:
         p99 = soak_report.percentile
@@ -279,7 +272,7 @@ class Soak:
     # -- sampling ----------------------------------------------------------------------
     def processes(self) -> list[soak_report.Proc]:
         found = []
-        ports = {m.port for m in self.merchants.values()}
+        ports = {m.port for m in self.merchants.values()} | {self.ledger.port}   # the harness's, not delayd's
         for proc in [self.daemon.master, *self.daemon.children(), psutil.Process(self.web.proc.pid)]:
             try:
                 with proc.oneshot():
@@ -486,23 +479,15 @@ def main(argv: list[str] | None = None) -> int:
         del os.environ[name]  # the daemon and clients of this run get only what the run sets
     settings = Settings(minutes=args.minutes, sample_every=args.sample_every, leak_bytes=args.leak_bytes,
                         plot=not args.no_plot, queue_kills=args.minutes >= 10)
-    workdir = Path(tempfile.mkdtemp(prefix="delayd-soak-"))
-    say = (lambda m: print(m, flush=True))
-    try:
-        result = run(settings, workdir, say)
+
+    def soak_in(workdir: Path) -> Result:
+        result = run(settings, workdir, lambda line: print(line, flush=True))
         args.out.mkdir(parents=True, exist_ok=True)
         for path in result.files:
             shutil.copy(path, args.out / path.name)
-    finally:
-        if args.keep:
-            print(f"[soak] work directory kept: {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    print(result.summary(), flush=True)
-    print(f"[soak] figures in {args.out}/", file=sys.stderr)
-    for problem in result.failures:
-        print(f"FAIL: {problem}", file=sys.stderr)
-    return 1 if result.failures else 0
+        print(f"[soak] figures in {args.out}/", file=sys.stderr)
+        return result
+    return verdict(in_workdir("soak", args.keep, soak_in))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def planned(task) -> str | bool:
     if params.get("late"):
         _redis(str(params["redis"])).rpush(LATE, f"{task.due_at:.3f} {(started - task.due_at) * 1000:.3f}")
     if params.get("leak"):
-        _kept.append(bytes(int(params["leak"])))
+        _kept.append(b"x" * int(params["leak"]))   # written, so resident (bytes(n) may be untouched calloc)
     if params["plan"] == "fail":
         return "fail"
     if task.runs < int(params.get("succeed_on", 1)):

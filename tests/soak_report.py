@@ -3,6 +3,7 @@ table line printed for it, the CSV and plot written from them, and the end check
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,8 @@ class Proc:
     title: str
     rss: int
     fds: int       # open files, not counting ...
-    pooled: int    # ... its kept-alive connections to the merchants (at most url_host_concurrency a host)
+    pooled: int    # ... its connections to the harness: the merchants (kept alive, at most url_host_concurrency
+                   # a host) and the ledger (the handlers' pool, at most one per handler thread)
 
 
 @dataclass
@@ -73,7 +75,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
 HEADER = (f"{'min':>6} {'rss MiB':>24} {'fds+pool':>9} {'redis MiB':>9} {'B/task':>7} {'B/pend':>7} "
@@ -220,7 +222,7 @@ def fd_breaches(samples: list[Sample], w: Windows, b: Bounds) -> list[str]:
                 found[p.pid] = (max(p.fds, found.get(p.pid, (0, ""))[0]), p.title)
         return found
     first, last = most(w.first), most(w.last)
-    return [f"open files of {title} (pid {pid}; pooled merchant connections apart) went from {first[pid][0]} to "
+    return [f"open files of {title} (pid {pid}; pooled harness connections apart) went from {first[pid][0]} to "
             f"{fds}, more than +{b.fd_slack}"
             for pid, (fds, title) in last.items() if pid in first and fds > first[pid][0] + b.fd_slack]
 
