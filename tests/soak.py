@@ -54,6 +54,7 @@ from delayd import Client  # noqa: E402
 from delayd.model.task import STATUSES  # noqa: E402
 
 RECURRING = 5                # recurring tasks (every 3 s)
+QUEUE_KILL_QUIET = 75.0      # seconds from a queue kill to the last window: the default lease (60 s), and more
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Settings:
     sample_every: float = 60.0     # seconds between two samples (table lines)
     producer_every: float = 0.25   # seconds between two steps of a Python producer
     web_every: float = 0.5         # ... of the HTTP producer
-    queue_kills: bool = True       # SIGKILL a queue process (its runs return after the lease: 60 s)
+    queue_kills: bool = True       # SIGKILL a queue process, when the run is long enough (fault_plan)
     drain_timeout: float = 180.0
     leak_bytes: int = 0            # each timed run keeps this many bytes (proves the RSS check fails)
     bounds: soak_report.Bounds = field(default_factory=soak_report.Bounds)
@@ -134,8 +135,11 @@ def fault_plan(s: Settings, w: soak_report.Windows) -> list[tuple[float, str]]:
     """(seconds since the load began, fault): a reload in warm-up, then rounds of faults between the
     first and the last window, ending early enough for their effects to be over before the last."""
     plan = [(w.warmup / 2, "reload")]
-    quiet = 75.0 if s.queue_kills else 15.0
-    start, stop = w.first[1], w.last[0] - quiet
+    start = w.first[1]
+    # A killed queue's runs come back after the lease (60 s by default): its kill needs that long
+    # before the last window, and room for a round of faults before (else the round goes without).
+    queue_kills = s.queue_kills and w.last[0] - QUEUE_KILL_QUIET - start >= 20
+    stop = w.last[0] - (QUEUE_KILL_QUIET if queue_kills else 15.0)
     span = stop - start
     if span <= 0:
         return plan
@@ -145,7 +149,7 @@ def fault_plan(s: Settings, w: soak_report.Windows) -> list[tuple[float, str]]:
              (0.75, "hosts_enable")]
     at = start
     while at + cycle <= stop + 1e-6:
-        plan += [(at + f * cycle, what) for f, what in steps if s.queue_kills or what != "queue_kill"]
+        plan += [(at + f * cycle, what) for f, what in steps if queue_kills or what != "queue_kill"]
         at += cycle
     return sorted(plan)
 
@@ -478,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [v for v in os.environ if v.startswith("DELAYD_")]:
         del os.environ[name]  # the daemon and clients of this run get only what the run sets
     settings = Settings(minutes=args.minutes, sample_every=args.sample_every, leak_bytes=args.leak_bytes,
-                        plot=not args.no_plot, queue_kills=args.minutes >= 10)
+                        plot=not args.no_plot)
 
     def soak_in(workdir: Path) -> Result:
         result = run(settings, workdir, lambda line: print(line, flush=True))
