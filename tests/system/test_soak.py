@@ -11,10 +11,11 @@ pytestmark = pytest.mark.system
 
 # The short run's windows are 30 s (warm-up 30 s, then the first and last 30 s of the two minutes
 # compared). Its RSS bound is the floor (3 MiB over the ~90 s measured; a leak of 35 KB/s breaks it,
-# scripts/soak --minutes 2 --leak-bytes 20000 shows it failing). Lateness p99 of ~600 runs a window
-# moves by tens of ms when a shared 2-core CI machine is busy for a second: the short run allows
-# 50 ms (the long run's bound is 1 ms over ten-minute windows).
-SHORT = soak_report.Bounds(lateness_slack_ms=50.0)
+# scripts/soak --minutes 2 --leak-bytes 20000 shows it failing). Lateness p99 of ~300 runs a window
+# moves by tens of ms when a shared 2-core CI machine is busy for a second (5 -> 46 ms seen with
+# nothing else changed): the short run allows 100 ms, which a scheduler falling back to polling
+# still breaks; the long run's bound is 1 ms over ten-minute windows.
+SHORT = soak_report.Bounds(lateness_slack_ms=100.0)
 
 
 @pytest.mark.timeout(600)
