@@ -310,7 +310,7 @@ class Soak:
             used = int(r.info("memory")["used_memory"])
         counts = {status: self.client.count(status=status) for status in STATUSES}
         return soak_report.Sample(t, self.processes(), used, counts, late, (ran - before[1]) + (requests - before[2]),
-                                  spent, list(notes), self.baseline)
+                                  spent, list(notes), self.baseline, os.getloadavg()[0])
 
     # -- faults ------------------------------------------------------------------------
     def snapshot(self) -> None:
@@ -455,7 +455,8 @@ class Soak:
         res.late_first, res.late_last = soak_report.lateness_windows(late, w, self.epoch)
         res.breaches = (soak_report.rss_breaches(res.samples, w, b) + soak_report.fd_breaches(res.samples, w, b)
                         + soak_report.memory_breaches(res.samples, w, b)
-                        + soak_report.lateness_breaches(res.late_first, res.late_last, b))
+                        + soak_report.lateness_breaches(res.late_first, res.late_last, b,
+                                                        soak_report.load_note(res.samples, w)))
         out = self.workdir / "figures"
         out.mkdir(exist_ok=True)
         res.files = list(soak_report.write_csv(res.samples, out))

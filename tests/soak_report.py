@@ -44,6 +44,7 @@ class Sample:
     redis_cpu: float                  # Redis CPU seconds this period (INFO cpu)
     notes: list[str] = field(default_factory=list)   # faults of this period
     baseline: int = 0                 # used_memory of the store before the first task (Redis's own)
+    load: float = 0.0                 # the machine's 1-minute load average (others' work shows in lateness)
 
     @property
     def pending(self) -> int:
@@ -102,13 +103,13 @@ def write_csv(samples: list[Sample], directory: Path) -> tuple[Path, Path]:
         w = csv.writer(out)
         w.writerow(["t_s", "used_memory", "stored", "pending", "bytes_per_task", "bytes_per_pending",
                     "late_p50_ms", "late_p99_ms", "late_n", "runs", "redis_cpu_us_per_run",
-                    "delayed", "running", "ok", "failed", "deleted", "faults"])
+                    "delayed", "running", "ok", "failed", "deleted", "load_avg_1m", "faults"])
         for s in samples:
             w.writerow([f"{s.t:.1f}", s.used_memory, s.stored, s.pending, f"{s.bytes_per_task:.1f}",
                         f"{s.bytes_per_pending:.1f}", f"{s.lateness(50):.3f}", f"{s.lateness(99):.3f}", len(s.late),
                         s.runs, f"{s.cpu_us_per_run:.1f}",
                         *(s.counts.get(k, 0) for k in ("delayed", "running", "ok", "failed", "deleted")),
-                        ";".join(s.notes)])
+                        f"{s.load:.2f}", ";".join(s.notes)])
     with open(procs, "w", newline="") as out:
         w = csv.writer(out)
         w.writerow(["t_s", "pid", "title", "rss", "fds", "pooled_connections"])
@@ -246,12 +247,20 @@ def lateness_windows(late: list[tuple[float, float]], w: Windows, start: float) 
     return pick(w.first), pick(w.last)
 
 
-def lateness_breaches(first: list[float], last: list[float], b: Bounds) -> list[str]:
+def load_note(samples: list[Sample], w: Windows) -> str:
+    """The machine's mean load average in the first and the last window: context for a lateness breach."""
+    def mean(window: tuple[float, float]) -> float:
+        return statistics.fmean([s.load for s in within(samples, window)] or [float("nan")])
+    return f"the machine's load average {mean(w.first):.1f} in the first window, {mean(w.last):.1f} in the last"
+
+
+def lateness_breaches(first: list[float], last: list[float], b: Bounds, note: str = "") -> list[str]:
     if min(len(first), len(last)) < b.min_late_samples:
         return [f"too few runs to compare lateness: {len(first)} due in the first window, {len(last)} in the "
                 f"last (at least {b.min_late_samples} each)"]
     p99_first, p99_last = percentile(first, 99), percentile(last, 99)
     if p99_last > p99_first + b.lateness_slack_ms:
         return [f"lateness p99 went from {p99_first:.2f} ms (first window, {len(first)} runs) to {p99_last:.2f} ms "
-                f"(last window, {len(last)} runs), more than +{b.lateness_slack_ms:g} ms"]
+                f"(last window, {len(last)} runs), more than +{b.lateness_slack_ms:g} ms"
+                + (f"; {note}" if note else "")]
     return []
