@@ -383,7 +383,7 @@ class Soak:
                 for item in soak_load.step(name, n, self.urls, self.ledger.url):
                     self.expected[f"{item['topic']}:{item['id']}"] = soak_load.expect(item)
         paid = self.ledger_client.lrange(soak_load.PAID, 0, -1)
-        self.deleted = set(paid) | {member for member, _ in self.http_producer.deleted}
+        self.deleted = set(paid) | set(self.http_producer.deleted)
         self.result.tasks, self.result.deleted = len(self.expected), len(self.deleted)
 
     def records(self) -> dict[str, tuple[str | None, int, float]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import quote
@@ -37,8 +36,7 @@ class Merchants:
 class Expect:
     """What a task should end as: `final` (ok / failed), or None for a recurring one (never ends)."""
     final: str | None
-    url: bool = False
-    runs: int | None = None   # the exact number of runs a call task takes to end (None: any)
+    runs: int | None = None   # the exact number of runs a call task takes to end (None: any: a URL task)
 
 
 def expect(item: dict[str, Any]) -> Expect:
@@ -46,7 +44,7 @@ def expect(item: dict[str, Any]) -> Expect:
     params = item.get("params", {})
     if "url" in item:
         final = "failed" if "/fail" in item["url"] or item.get("timeout") else "ok"
-        return Expect(final, url=True)
+        return Expect(final)
     if "every" in item:
         return Expect(None)
     if params["plan"] == "fail":
@@ -149,8 +147,7 @@ class HttpProducer(threading.Thread):
         self.pending_order = pending_order
         self.stop = threading.Event()
         self.steps = 0
-        self.deleted: list[tuple[str, float]] = []  # (member, when the delete answered: time.time())
-        self.errors = 0
+        self.deleted: list[str] = []
 
     def run(self) -> None:
         retrying = False
@@ -165,7 +162,6 @@ class HttpProducer(threading.Thread):
             except httpx.HTTPError:
                 ok = False
             if not ok:
-                self.errors += 1
                 retrying = True
                 self.stop.wait(0.2)
                 continue
@@ -184,4 +180,4 @@ class HttpProducer(threading.Thread):
         except httpx.HTTPError:
             return
         if answer.status_code == 200:
-            self.deleted.append((f"{ORDERS}:{order}", time.time()))
+            self.deleted.append(f"{ORDERS}:{order}")
