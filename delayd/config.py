@@ -118,7 +118,8 @@ class Config:
     max_response_bytes: int = option(65536, "how much of a URL's answer is read (bytes)")
     url_concurrency: int = option(1000, "URL requests in flight per queue process (its event loop)")
     url_host_concurrency: int = option(16, "of which at most this many per scheme+host+port")
-    url_breaker_failures: int = option(5, "consecutive connection errors/timeouts that open a host's circuit")
+    url_breaker_failures: int = option(5, "consecutive connection errors/timeouts of one queue process's "
+                                       "requests that open a host's circuit in that process")
     url_breaker_cooldown: float = option(30.0, "seconds an open circuit sends nothing, then one probe")
     url_retry_after_max: float = option(3600.0, "cap on a 429/503 answer's Retry-After (seconds)")
     url_disable_after: float = option(0.0, "disable a URL host after this many seconds of continuous failure "
@@ -144,7 +145,7 @@ class Config:
     web_token: str = option("", "token the dashboard asks for; required for a non-loopback web_bind",
                             repr=False)
     producer_token: str = option("", "Bearer token of HTTP producers: only POST /api/tasks, DELETE and GET "
-                                     "/api/tasks/TOPIC/ID; unset: off", repr=False)
+                                     "/api/tasks/TOPIC/ID, GET /api/openapi.json; unset: off", repr=False)
     web_readonly: bool = option(False, "the dashboard shows, but every action is refused (403)")
     web_forwarded_allow_ips: tuple = option((), "proxies (addresses or networks, * = any) whose X-Forwarded-Proto "
                                                 "and X-Forwarded-For the dashboard believes; unset: none")
@@ -232,6 +233,12 @@ class Config:
     @property
     def log_path(self) -> Path:
         return Path(self.log_file) if self.log_file else Path(self.state_dir) / "delayd.log"
+
+    @property
+    def spans_path(self) -> Path:
+        """Where the `console` trace exporter writes spans, one JSON line each (delayd.tracing): beside
+        the log, not in it."""
+        return Path(self.state_dir) / "spans.jsonl"
 
     @property
     def import_path(self) -> tuple[str, ...]:

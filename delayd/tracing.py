@@ -56,9 +56,11 @@ def current() -> tuple[str, str] | None:
     return _traceparent(context), context.trace_state.to_header()
 
 
-def setup() -> str | None:
+def setup(spans_file: str | os.PathLike | None = None) -> str | None:
     """In a queue process (after the fork): trace if the environment asks for it. Returns why not when
-    it asks and cannot be obeyed (a line for the log), else None."""
+    it asks and cannot be obeyed (a line for the log), else None. The `console` exporter writes each span
+    as one line of JSON to `spans_file` (appended to by every queue process; stdout when None), not
+    indented onto stdout, which a daemonized master shares with its log."""
     global _tracer
     names = exporter_names()
     if not names:
@@ -81,8 +83,12 @@ def setup() -> str | None:
         found = list(entry_points(group=EXPORTERS, name=name))
         if not found and name == "otlp":  # (registered by the gRPC exporter; delayd[otlp] brings OTLP/HTTP)
             found = list(entry_points(group=EXPORTERS, name="otlp_proto_http"))
-        if found:
-            provider.add_span_processor(BatchSpanProcessor(found[0].load()()))  # OTEL_BSP_* settings
+        if found and name == "console" and spans_file is not None:
+            lines = open(spans_file, "a", buffering=1, encoding="utf-8")  # (one write per line: O_APPEND keeps
+            exporter = found[0].load()(out=lines, formatter=_one_line)  # the queue processes' lines whole)
+            provider.add_span_processor(BatchSpanProcessor(exporter))  # OTEL_BSP_* settings
+        elif found:
+            provider.add_span_processor(BatchSpanProcessor(found[0].load()()))
         else:
             missing.append(name)
     if len(missing) == len(names):
@@ -90,6 +96,10 @@ def setup() -> str | None:
     trace.set_tracer_provider(provider)  # also the handlers' own spans, in this process
     _tracer = provider.get_tracer("delayd", __version__)
     return f"no span exporter named {', '.join(missing)} is installed" if missing else None
+
+
+def _one_line(span: Any) -> str:
+    return span.to_json(indent=None) + "\n"
 
 
 def shutdown() -> None:

@@ -1,8 +1,10 @@
-"""delayd-client (clients/node) driven from the tests: a real node process running
-clients/node/test/driver.mjs, one JSON request and answer per line, against the test's Redis.
+"""delayd-client driven from the tests: a real node process running tests/node_driver.mjs in an
+application that installed the package from its `npm pack` tarball (tests/packages_helper.py),
+one JSON request and answer per line, against the test's Redis.
 
-Node, and the package's node_modules (`npm ci` in clients/node: ./scripts/test runs it), are
-needed: without them the tests skip and say why, and fail under CI=true.
+Node, and the package's node_modules (`npm ci` in clients/node: ./scripts/test runs it; its
+ioredis is installed from npm's cache), are needed: without them the tests skip and say why, and
+fail under CI=true.
 """
 from __future__ import annotations
 
@@ -11,12 +13,10 @@ import os
 import shutil
 import subprocess
 import weakref
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-NODE_DIR = Path(__file__).parent.parent / "clients" / "node"
+from packages_helper import NODE_DIR, node_app
 
 
 class NodeError(Exception):
@@ -57,7 +57,7 @@ class NodeProducer:
     (ended by close(), or when the object is collected)."""
 
     def __init__(self, redis_url: str, prefix: str = "delayd:", **options: Any):
-        self.proc = subprocess.Popen([need_node(), str(NODE_DIR / "test" / "driver.mjs"), redis_url, prefix,
+        self.proc = subprocess.Popen([need_node(), str(node_app() / "driver.mjs"), redis_url, prefix,
                                       json.dumps(options)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
         self.close = weakref.finalize(self, _stop, self.proc)

@@ -1,5 +1,7 @@
 """PHP for the tests of clients/php: whether it is here (php-cli with phpredis), and a runner of
-a PHP snippet against the test's Redis with `$client` ready (a Delayd\\Client on prefix delayd:)."""
+a PHP snippet against the test's Redis with `$client` ready (a Delayd\\Client on prefix delayd:),
+loaded from the vendor/ of an application that installed delayd/client with Composer
+(tests/packages_helper.py)."""
 from __future__ import annotations
 
 import functools
@@ -10,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from packages_helper import php_app
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +35,7 @@ def require_php() -> None:
 def php(code: str, redis_url: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run `code` (PHP statements) with $redis connected to `redis_url` and $client made on it."""
     where = urlsplit(redis_url)
-    prelude = (f"require {str(ROOT / 'clients/php/autoload.php')!r}; $redis = new Redis(); "
+    prelude = (f"require {str(php_app() / 'vendor/autoload.php')!r}; $redis = new Redis(); "
                f"$redis->connect('{where.hostname}', {where.port}); "
                "$client = new Delayd\\Client($redis, ['prefix' => 'delayd:']);\n")
     proc = subprocess.run(["php", "-r", prelude + code], capture_output=True, text=True, timeout=60)

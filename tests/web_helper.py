@@ -10,6 +10,7 @@ from daemon_helper import DELAYD
 from redis_server import free_port, wait_for
 
 TOKEN = "t0ken-for-tests-only"  # the dashboard's web_token in tests
+REQUESTS_SENT = "schemathesis_requests"  # a user property of tests/web/test_openapi_fuzz.py's reports
 
 
 def answers(base: str) -> bool:

@@ -81,7 +81,7 @@ def cluster_status(args: argparse.Namespace) -> int:
     print(f"{'DAEMON':{width}} {'STATE':9} {'VERSION':8} {'UPTIME':>8} {'SEEN':>6} {'BUCKETS':>7} {'QUEUES':>10} "
           f"{'CHILDREN':>9} RESTARTS")
     for d in daemons:
-        children = [c for c in d["children"] if c["name"] != "redis"]
+        children = d["children"]  # (the embedded Redis too, as `delayd status` lists it)
         up = sum(1 for c in children if c["pid"])
         looping = sum(1 for c in children if c["crash_looping"])
         print(f"{d['id']:{width}} {d['state']:9} {d['version'][:8]:8} {fmt_span(now - d['started']):>8} "

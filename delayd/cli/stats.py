@@ -10,6 +10,7 @@ from typing import Any
 
 from delayd.cli.common import Progress, Verb, client_for, fmt_ms, positive_int, verb_parser
 from delayd.model.clock import local_time as fmt_time
+from delayd.model.origin import origins
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -90,6 +91,10 @@ def switch_host(args: argparse.Namespace) -> int:
         return 2
     client = client_for(args)
     if args.action == "disable":
+        named = origins(args.host)  # (TaskError for a bad HOST, before anything is read)
+        if {health.host for health in client.hosts()}.isdisjoint(named):
+            print(f"delayd: warning: no task of host {args.host} was delivered in the last day or waits (a typo?); "
+                  "disabled all the same: its tasks added later are kept, not sent", file=sys.stderr)
         changed = client.disable_host(args.host)
         print(f"disabled {', '.join(changed)}" if changed else f"{args.host}: already disabled")
     else:

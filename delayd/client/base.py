@@ -26,6 +26,7 @@ from delayd.client.hosts import HostSwitch
 from delayd.client.limits import LimitSteps
 from delayd.client.reads import Reads
 from delayd.model import schedule
+from delayd.model.checks import DECIMAL_RE
 from delayd.model.origin import origins
 from delayd.model.task import Task, TaskError, check_topic, module_allowed
 from delayd.store import connection
@@ -74,10 +75,8 @@ def to_ms(at: Any) -> int:
     if isinstance(at, datetime):
         return int(at.timestamp() * 1000)
     if isinstance(at, str):
-        try:
+        if DECIMAL_RE.fullmatch(at):  # (float() takes '٣' and '1_0' too)
             return to_ms(float(at))
-        except ValueError:
-            pass
         try:
             moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
         except ValueError:
@@ -225,7 +224,8 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
             reply = failed[0]
             answer = f" ({refusal(reply)})" if isinstance(reply, Exception) else ""
             raise DurabilityError(f"{written} task(s) written but not confirmed by {wait[0]} within "
-                                  f"{self.durable_timeout:g} s{answer}: they may be lost if Redis fails now")
+                                  f"{self.durable_timeout:g} s{answer}: they may be lost if Redis fails now",
+                                  written=written)
 
     def write_steps(self, calls: list[tuple[BucketKeys, list[Built]]], nx: bool,
                     wait: tuple[Any, ...] = ()) -> Steps[int]:

@@ -18,7 +18,12 @@ class DelaydError(Exception):
 
 
 class DurabilityError(DelaydError):
-    """durable=True cannot be honoured by this Redis (nothing written), or the wait timed out (written)."""
+    """durable=True cannot be honoured by this Redis (nothing written), or the wait timed out (`written`
+    tasks written, not confirmed)."""
+
+    def __init__(self, message: str, written: int | None = None):
+        super().__init__(message)
+        self.written = written
 
 
 class Overtaken(DelaydError):
@@ -38,6 +43,15 @@ class AddInterrupted(RedisUnavailable):
         super().__init__(f"{reason} (after {'' if exact else 'at least '}{written} of {total} "
                          f"task{'s' if total != 1 else ''} {'was' if written == 1 else 'were'} written)")
         self.reason, self.written, self.total, self.exact = reason, written, total, exact
+
+    def known(self) -> str:
+        """What is known of the write, in words (for a caller who is not shown the reason)."""
+        tasks = f"task{'s' if self.total != 1 else ''}"
+        if self.exact:
+            return f"{self.written} of {self.total} {tasks} {'was' if self.written == 1 else 'were'} written"
+        if self.total == 1:
+            return "the task may have been written"
+        return f"at least {self.written} of {self.total} {tasks} were written, and more may have been"
 
     def after(self, earlier: int, total: int) -> "AddInterrupted":
         """The same interruption, for a caller that had written `earlier` tasks of `total` before this add."""

@@ -30,9 +30,9 @@ def host_of(spec: Any) -> str | None:
     """The origin of a stored spec's `url`, or None (not a URL task, or unreadable)."""
     try:
         url = json.loads(spec).get("url")
-    except (TypeError, ValueError, AttributeError):
+        return origin(url) if isinstance(url, str) else None
+    except (TypeError, ValueError, AttributeError):  # (a port written past the add gate: no host's)
         return None
-    return origin(url) if isinstance(url, str) else None
 
 
 def replay_steps(store: Store, named: list[str], since_ms: int, statuses: tuple[str, ...], dry_run: bool = False,

@@ -18,16 +18,23 @@ DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
 MAX_RETRIES = 10_000
 RETRY_JITTER = 0.1  # a backoff delay is up to this much (a fraction) longer, never shorter
 MAX_NAME = 512
+MAX_PARAMS_DEPTH = 64  # params nest at most this deep (the params object is level 1; the add script checks the same)
 # A target is `package.module:function` (dotted identifiers on both sides).
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
+# A URL's authority past any user info: a [bracketed] or plain host, then nothing or ':' and the port.
+_HOST_PORT_RE = re.compile(r"(\[[^\]]+\]|[^:\[\]]*)(?::([0-9]*))?")
 # A W3C traceparent of version 00 (lowercase hex, ids not all zero) and a tracestate kept with it (printable ASCII,
 # at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
 TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 _TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
+# A number written as text (intervals '0,30,60', at given as seconds): ASCII only, as JSON and the PHP and Node
+# clients read one (float() also takes '٣', '1_0' and 'infinity').
+DECIMAL_RE = re.compile(r"\s*-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
+_ESCAPE_RE, _STRING_RE, _BRACKET_RE = re.compile(r"\\."), re.compile(r'"[^"]*"'), re.compile(r"[\[\]{}]")
 # Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
 _encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
@@ -74,6 +81,8 @@ def parse_intervals(value: Any) -> list[float]:
         if isinstance(item, bool):
             raise TaskError(f"interval {item!r} is not a number of seconds")
         try:
+            if isinstance(item, str) and not DECIMAL_RE.fullmatch(item):
+                raise ValueError(item)
             number = float(item)
         except (TypeError, ValueError, OverflowError):
             raise TaskError(f"interval {item!r} is not a number of seconds") from None
@@ -139,6 +148,20 @@ def check_target(what: str, value: Any) -> str:
     return _remember(_GOOD_TARGETS, value) if type(value) is str else value
 
 
+def url_authority_error(netloc: str) -> str | None:
+    """Why a URL whose authority (urlsplit's netloc) is `netloc` cannot be sent to, or None: an empty host, a
+    port that is not a number from 1 to 65535, a host that is not ASCII (an international name is given in
+    its xn-- form, as a browser sends it; the add script and the PHP and Node clients check the same)."""
+    match = _HOST_PORT_RE.fullmatch(netloc.rpartition("@")[2])
+    if not match or not match[1]:
+        return "has no host" if match else "has a port that is not a number from 1 to 65535"
+    if match[2] and not (len(match[2]) <= 5 and 1 <= int(match[2]) <= 65535):
+        return f"has the port {match[2]}, not a number from 1 to 65535"
+    if not match[1].isascii():
+        return "has a host that is not ASCII: give an international name in its xn-- form (IDNA)"
+    return None
+
+
 def check_key_name(value: Any) -> str:
     """A signing key's name (url_signing_keys, a task's signing_key): 1-128 letters, digits, _ . : -."""
     if not isinstance(value, str) or not KEY_NAME_RE.fullmatch(value):
@@ -188,11 +211,30 @@ def params_copy(params: dict, limit: int) -> tuple[dict, str]:
         raise TaskError(f"params are not JSON-serialisable: {exc}") from None
     if len(encoded) > limit:  # (ASCII: the encoder escapes every other character)
         raise TaskError(f"params are {len(encoded)} bytes, more than the limit of {limit}")
+    if not flat and nested_deeper(encoded, MAX_PARAMS_DEPTH):
+        raise TaskError(TOO_DEEP)
     # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as
     # \udcNN like a character outside the BMP: checked only when such an escape is there.
     if "\\ud" in encoded and not is_utf8(json.dumps(params, ensure_ascii=False)):
         raise TaskError("params are not valid UTF-8 text")
     return (dict(params) if flat else json.loads(encoded)), encoded
+
+
+TOO_DEEP = f"params are nested more than {MAX_PARAMS_DEPTH} levels deep"
+
+
+def nested_deeper(text: str, limit: int) -> bool:
+    """True if the arrays and objects of JSON `text` nest more than `limit` deep, found without recursion
+    (what reads JSON recursively, the dashboard's and the encoders', stays far from Python's limit). The
+    add script counts the same way: escapes dropped, then strings, then brackets counted."""
+    if len(text) <= 2 * limit or text.count("{") + text.count("[") <= limit:  # (each level takes two brackets)
+        return False
+    depth = 0
+    for bracket in _BRACKET_RE.findall(_STRING_RE.sub("", _ESCAPE_RE.sub("", text))):
+        depth += 1 if bracket in "[{" else -1
+        if depth > limit:
+            return True
+    return False
 
 
 def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any, Any, Any]:

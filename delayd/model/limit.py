@@ -11,8 +11,8 @@ from delayd.model.task import TaskError
 
 PERIODS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000}
 MAX_COUNT = 1_000_000_000  # (the script reads at most nine digits)
-_RATE = re.compile(r"\s*(\d{1,9})\s*/\s*([smh])\s*")
-_STORED = re.compile(r"(\d{1,9}) (\d{1,9}) (\d{1,9})")
+_RATE = re.compile(r"\s*([0-9]{1,9})\s*/\s*([smh])\s*")  # (ASCII digits: \d takes '٣' too)
+_STORED = re.compile(r"([0-9]{1,9}) ([0-9]{1,9}) ([0-9]{1,9})")
 
 
 class Limit(NamedTuple):

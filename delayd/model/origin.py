@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from delayd.model.checks import url_authority_error
 from delayd.model.task import TaskError
 
 
 def origin(url: str) -> str:
-    """scheme://host:port of `url`: the unit of per-host isolation (default ports made explicit)."""
+    """scheme://host:port of `url`: the unit of per-host isolation (default ports made explicit). ValueError
+    for a port urlsplit cannot read (a URL stored past the add gate: its readers catch it)."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     host = parts.hostname or ""
@@ -29,6 +31,8 @@ def origins(host: Any) -> list[str]:
         port, name = parts.port, parts.hostname or ""
     except ValueError as exc:
         raise TaskError(f"bad host {host!r}: {exc}") from None
+    if name and (why := url_authority_error(parts.netloc)):
+        raise TaskError(f"bad host {host!r}: it {why}")
     if (not name or parts.path not in ("", "/") or parts.query or parts.scheme not in ("http", "https")
             or not text.isprintable() or " " in text):  # (urlsplit drops tabs and newlines: looked at before)
         raise TaskError(f"bad host {host!r}: give scheme://host[:port] (http or https) or a bare host[:port]")

@@ -12,6 +12,7 @@ import json
 from typing import Any, NamedTuple
 
 from delayd.model import attempts as attempts_mod
+from delayd.model.checks import MAX_PARAMS_DEPTH, nested_deeper
 from delayd.model.task import DEFAULT_RETRIES, STATUSES, Task, TaskError, is_utf8, printable
 
 NOT_A_HASH = "its key is not a hash"
@@ -87,6 +88,9 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
         if isinstance(value, str) and not value.isascii() and not is_utf8(value):
             raise TaskError(f"field {name!r} is not UTF-8 text")
     try:
+        if nested_deeper(record["spec"], MAX_PARAMS_DEPTH + 1):  # (written past the add script's gate)
+            raise TaskError(f"spec is nested more than {MAX_PARAMS_DEPTH + 1} levels deep (an add refuses params "
+                            f"nested more than {MAX_PARAMS_DEPTH})")
         spec = json.loads(record["spec"])
         if not isinstance(spec, dict):
             raise TaskError("spec is not a JSON object")

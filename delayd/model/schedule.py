@@ -46,13 +46,17 @@ def zone_names() -> frozenset[str]:
     return frozenset(available_timezones()) - NOT_PLACES
 
 
-@functools.lru_cache(maxsize=256)
 def zone(name: object) -> ZoneInfo:
     """The IANA zone `name` (e.g. Europe/Berlin); ScheduleError if there is none. Only names
     that zone_names() lists: not a file of the zone directory that is no zone of a place
     (`posixrules`, `right/UTC`, `localtime`)."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name:  # (before the cache: a dict or list is no key of it)
         raise ScheduleError(f"tz must be an IANA zone name like Europe/Berlin, got {name!r}")
+    return _zone(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _zone(name: str) -> ZoneInfo:
     if name in zone_names():
         with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
             return ZoneInfo(name)

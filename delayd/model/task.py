@@ -33,6 +33,7 @@ from delayd.model.checks import (
     parse_intervals,
     printable,
     trace_of,
+    url_authority_error,
 )
 
 FINISHED = ("ok", "failed", "deleted")
@@ -148,6 +149,8 @@ class Task:
                 parts = None
             if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
                 raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
+            if params_limit is not None and (why := url_authority_error(parts.netloc)):
+                raise TaskError(f"url {why}, got {url!r}")
             if params_limit is not None and _BAD_URL_CHARS.search(url):
                 raise TaskError(f"url must not contain spaces or control characters (percent-encode them), "
                                 f"got {url!r}")

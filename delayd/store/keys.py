@@ -222,6 +222,7 @@ def bucket_count(prefix: str, default: int) -> Steps[int]:
     key = meta_key(prefix)
     try:
         stored, layout, protocol = yield command("HMGET", key, "buckets", "layout", "protocol")
+        _refuse_other_versions(key, layout, protocol, absent_ok=True)  # before writing into another's store
         if stored is None or layout is None or protocol is None:  # first use (or a store from before a field)
             if stored is None:
                 yield command("HSETNX", key, "buckets", default)
@@ -232,11 +233,7 @@ def bucket_count(prefix: str, default: int) -> Steps[int]:
     except redis.exceptions.ResponseError:  # WRONGTYPE: not a hash
         raise StoreError(f"{key} in Redis is not a hash; it should hold the bucket count "
                          f"(buckets {default}?)") from None
-    for field, value, ours in (("layout", layout, LAYOUT), ("protocol", protocol, PROTOCOL)):
-        if value != str(ours):
-            shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
-            raise StoreError(f"{key} in Redis says {field} = {shown}; this delayd reads {field} {ours} (a store "
-                             "written by another version of delayd: use that version, or another prefix)")
+    _refuse_other_versions(key, layout, protocol, absent_ok=False)
     # (At most MAX_BUCKETS, as the configuration: a huge count would allocate keys for every bucket.)
     count = int(stored) if stored.isascii() and stored.isdigit() and len(stored) <= 5 else 0
     if not 0 < count <= MAX_BUCKETS:
@@ -244,6 +241,15 @@ def bucket_count(prefix: str, default: int) -> Steps[int]:
         raise StoreError(f"{key} in Redis holds buckets = {shown}, not a bucket count (1-{MAX_BUCKETS}); "
                          f"set it right (HSET {key} buckets N) before using this store")
     return count
+
+
+def _refuse_other_versions(key: str, layout: str | None, protocol: str | None, absent_ok: bool) -> None:
+    """StoreError when the meta hash names another layout or protocol (a missing one too, unless `absent_ok`)."""
+    for field, value, ours in (("layout", layout, LAYOUT), ("protocol", protocol, PROTOCOL)):
+        if value != str(ours) and not (absent_ok and value is None):
+            shown = repr((value or "")[:40]) + ("..." if len(value or "") > 40 else "")
+            raise StoreError(f"{key} in Redis says {field} = {shown}; this delayd reads {field} {ours} (a store "
+                             "written by another version of delayd: use that version, or another prefix)")
 
 
 class StoreError(ValueError):

@@ -7,6 +7,9 @@ lines above it). A script function at column 0 that only a rare path calls may h
 line `--[[lib]]`: the lib functions only it needs are defined there, inside it, so a call
 that never enters it never builds them. Tables and constants always go in front (a table
 defined inside a function would be a new one on each call).
+
+The one linker: the PHP and Node client packages ship the scripts they call as it links them
+(scripts/build-clients writes clients/*/lua/), so every producer sends the same source and SHA1.
 """
 from __future__ import annotations
 

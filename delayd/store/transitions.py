@@ -142,7 +142,7 @@ class Store:
         keys = self.keys_for(member)
         return ScriptCall(SCRIPTS["retry"],
                           [keys.task(member), keys.delayed, keys.done(status), keys.counts, keys.quarantine,
-                           keys.corrupt],
+                           keys.corrupt, keys.recurring],
                           [wire(member), keys.wake_channel, status, *(span or ())])
 
     def retry_steps(self, member: str) -> Steps[int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.browse import BadCursor
-from delayd.client.errors import DelaydError, Overtaken
+from delayd.client.errors import DelaydError, Overtaken, RedisUnavailable
 from delayd.model.task import TaskError
 
 
@@ -44,6 +44,8 @@ async def topic_action(client: AsyncClient, topic: str, action: str, cursor: str
     if action in ("pause", "resume"):
         try:
             await (client.pause if action == "pause" else client.resume)(topic)
+        except TaskError as exc:  # a topic no task could have (a control character, ...)
+            raise ActionError(400, str(exc)) from None
         except Overtaken as exc:
             raise ActionError(409, str(exc)) from None
         return {"result": f"{action}d", "message": f"topic {topic} {action}d"}
@@ -75,6 +77,8 @@ async def host_action(client: AsyncClient, host: str, action: str, form: dict[st
                                "in due order"}
     except TaskError as exc:
         raise ActionError(400, str(exc)) from None
+    except RedisUnavailable:
+        raise  # (a 503 for app.py, without the store's detail)
     except DelaydError as exc:
         raise ActionError(409, str(exc)) from None
     raise ActionError(404, f"unknown action {action!r}")
@@ -104,12 +108,14 @@ async def limit_action(client: AsyncClient, topic: str, form: dict[str, str]) ->
                     else f"{topic} had no limit"}
         concurrency = form.get("concurrency") or None
         if concurrency is not None:
-            if not concurrency.isdigit():
+            if not (concurrency.isascii() and concurrency.isdigit()):  # (int() takes '٣' and '1_0')
                 raise TaskError(f"concurrency must be a whole number, got {concurrency!r}")
             concurrency = int(concurrency)
         await client.set_limit(topic, rate=form.get("rate") or None, concurrency=concurrency)
     except TaskError as exc:
         raise ActionError(400, str(exc)) from None
+    except RedisUnavailable:
+        raise  # (a 503 for app.py, without the store's detail)
     except DelaydError as exc:
         raise ActionError(409, str(exc)) from None
     return {"result": "set", "message": f"{topic} limited to "

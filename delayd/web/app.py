@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -35,7 +36,7 @@ from delayd.client.errors import REDIS_ERRORS, DelaydError
 from delayd.config import Config
 from delayd.model.task import STATUSES, printable
 from delayd.version import __version__
-from delayd.web import actions, display, producers, views
+from delayd.web import actions, display, outage, producers, views
 from delayd.web.auth import (
     COOKIE,
     SESSION_S,
@@ -49,6 +50,7 @@ from delayd.web.bodies import BodyTooLarge, read_body, read_form
 from delayd.web.pages import Pages, limit_param, list_params, raw_path, segments
 
 HERE = resources.files(__package__)
+OPENAPI_PATH = "/api/openapi.json"  # the HTTP API's OpenAPI document (delayd/web/openapi.json, docs/openapi.json)
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
                                "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -62,10 +64,13 @@ WRITES = ("POST", "DELETE")  # methods that change something: web_readonly, CSRF
 
 
 def producer_route(request: Request) -> bool:
-    """What the producer token may do: POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID."""
+    """What the producer token may do: POST /api/tasks, DELETE and GET /api/tasks/TOPIC/ID, and read the
+    API's description (GET /api/openapi.json)."""
     path, method = raw_path(request), request.method
     if path == "/api/tasks":
         return method == "POST"
+    if path == OPENAPI_PATH:
+        return method == "GET"
     return method in ("GET", "DELETE") and path.startswith("/api/tasks/") and path.count("/") == 4
 
 
@@ -101,6 +106,7 @@ class Dashboard(Pages):
             Route("/logout", self.logout, methods=["POST"]),
             Route("/favicon.ico", favicon),
             Route("/api/session", guarded(self.api_session)),
+            Route(OPENAPI_PATH, guarded(self.api_openapi)),
             Route("/api/stats", guarded(self.api_stats)),
             Route("/api/tasks", guarded(self.api_tasks), methods=["GET", "POST"]),
             Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST", "DELETE"]),
@@ -110,7 +116,7 @@ class Dashboard(Pages):
             Route("/api/topics/{rest:path}", guarded(self.api_topic), methods=["POST"]),
             Route("/api/limits/{rest:path}", guarded(self.api_limit), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
-        ], lifespan=self.lifespan)
+        ], lifespan=self.lifespan, exception_handlers={HTTPException: self.no_route})
         self.app.add_middleware(_Headers)
 
     @contextlib.asynccontextmanager
@@ -125,11 +131,14 @@ class Dashboard(Pages):
             if not self.auth.token and not is_loopback(host_of(request.headers.get("host", ""))):
                 return self.refuse(request, 403, "without web_token this dashboard answers loopback host names only")
             authorization = request.headers.get("authorization")
-            if authorization and (wait := self.throttle.wait(_address(request))):
+            kind = "producer" if producer_route(request) else "dashboard"
+            if authorization and (wait := self.throttle.wait(_address(request), kind)):
                 return self.too_many_tries(request, wait)
             who = self.auth.identify(authorization, request.cookies.get(COOKIE))
-            if authorization:
-                (self.throttle.failed if who is None else self.throttle.succeeded)(_address(request))
+            if authorization and who is None:
+                self.throttle.failed(_address(request), kind, authorization)
+            elif authorization and not who.producer:
+                self.throttle.succeeded(_address(request))
             if who is None:
                 if api or request.method != "GET":
                     return self.refuse(request, 401, "a valid token is needed (Authorization: Bearer TOKEN)",
@@ -137,8 +146,13 @@ class Dashboard(Pages):
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse("/login?" + urllib.parse.urlencode({"next": target}), 303)
             if who.producer and not producer_route(request):
-                return self.refuse(request, 403, "the producer token allows only POST /api/tasks, and DELETE "
-                                                 "and GET /api/tasks/TOPIC/ID")
+                return self.refuse(request, 403, "the producer token allows only POST /api/tasks, DELETE "
+                                                 "and GET /api/tasks/TOPIC/ID, and GET " + OPENAPI_PATH)
+            if who.how == "open" and request.method in WRITES and producer_route(request) \
+                    and not request.headers.get("x-csrf-token"):  # (a producer, not this dashboard's page)
+                return self.refuse(request, 401, "a producer sends its token: Authorization: Bearer TOKEN" + (
+                    "" if self.auth.producer_token else " (set DELAYD_PRODUCER_TOKEN on this server)"),
+                    {"WWW-Authenticate": "Bearer"})
             if request.method in WRITES:
                 if self.config.web_readonly and not who.producer:
                     return self.refuse(request, 403, "this dashboard is read-only (web_readonly)")
@@ -153,14 +167,18 @@ class Dashboard(Pages):
             try:
                 return await handler(request, who)
             except FAILURES as exc:
-                return self.refuse(request, 503, f"cannot {'write to' if request.method in WRITES else 'read'} "
-                                                 f"the store: {exc}")
+                return self.refuse(request, 503, outage.answer(exc, request.method in WRITES))
         return endpoint
 
     def refuse(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         if request.url.path.startswith("/api/") or not _wants_html(request):
             return display.Json({"error": message}, status, headers=headers)
         return self.render(request, None, "error.html", {"status": status, "message": message}, status, headers)
+
+    async def no_route(self, request: Request, exc: HTTPException) -> Response:
+        """Starlette's own answers (no route matched, a method not routed) in this server's error shape."""
+        return self.refuse(request, exc.status_code, f"{exc.detail}: {request.method} {request.url.path!r}",
+                           dict(exc.headers or {}))
 
     def too_many_tries(self, request: Request, wait: float) -> Response:
         seconds = str(math.ceil(wait))
@@ -189,7 +207,7 @@ class Dashboard(Pages):
             return RedirectResponse(target, 303)
         if request.method == "GET":
             return self.render(request, None, "login.html", {"next": target, "wrong": False})
-        if wait := self.throttle.wait(_address(request)):
+        if wait := self.throttle.wait(_address(request), "login"):
             return self.too_many_tries(request, wait)
         try:
             form = await read_form(request)
@@ -197,7 +215,7 @@ class Dashboard(Pages):
             return self.refuse(request, 413, str(exc))
         target = local_next(form.get("next") or target)
         if not self.auth.token_matches(form.get("token", "")):
-            self.throttle.failed(_address(request))
+            self.throttle.failed(_address(request), "login", form.get("token", ""))
             return self.render(request, None, "login.html", {"next": target, "wrong": True}, 401)
         self.throttle.succeeded(_address(request))
         response = RedirectResponse(target, 303)
@@ -216,6 +234,10 @@ class Dashboard(Pages):
         csrf = self.auth.csrf_for(request.cookies.get(COOKIE)) if who.needs_csrf else None
         return display.Json({"auth": who.how, "csrf": csrf, "readonly": self.config.web_readonly,
                              "version": __version__})
+
+    async def api_openapi(self, request: Request, who: Identity) -> Response:
+        """The OpenAPI 3.1 document of this API, as the package ships it."""
+        return Response((HERE / "openapi.json").read_bytes(), media_type="application/json")
 
     async def api_stats(self, request: Request, who: Identity) -> Response:
         return display.Json(views.public(await views.overview(self.client)))
@@ -237,7 +259,7 @@ class Dashboard(Pages):
         try:
             limit = limit_param(request, views.PAGE_SIZE)
         except ValueError as exc:
-            return self.refuse(request, 400, f"limit: {exc}")
+            return self.refuse(request, 400, str(exc))
         try:
             return display.Json(await views.schedule_list(self.client, topic, q, cursor, limit))
         except BadCursor as exc:

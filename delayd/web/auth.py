@@ -6,8 +6,8 @@
   issue time under a key derived from the token, valid for SESSION_S, so the token itself
   is never stored in the browser and changing the token ends every session). Comparisons
   are constant-time; a cookie that is not exactly what new_session makes is no session.
-- Wrong tokens (login form or Bearer) are counted per client address (LoginThrottle):
-  after a few, that address is refused (429) for a while, in bounded memory.
+- Wrong tokens (login form or Bearer) are counted per kind and client address (LoginThrottle):
+  after a few different ones, that address is refused (429) for that kind a while, in bounded memory.
 - Without a token the server only binds a loopback address (command.check_bind), and
   answers only requests whose Host is a loopback name, so a web page cannot reach it
   through DNS rebinding.
@@ -129,17 +129,26 @@ class Auth:
 
 
 class LoginThrottle:
-    """Wrong tokens per client address: after `allowed` of them within `window` seconds (counted
-    from the first), the address is refused until that window ends, even with the right token.
+    """Wrong tokens per credential kind and client address: after `allowed` different ones of a kind within
+    `window` seconds (counted from the first), that address is refused for that kind until the window
+    ends, even with the right token. The kinds (KINDS) are the dashboard's Bearer token, a Bearer token on
+    a producer route, and the login form: a misconfigured producer holds back neither the dashboard nor,
+    repeating its one wrong token (counted once: a known-wrong token tells nothing), the good producers
+    beside it. The dashboard token's success clears the address's counts; the producer token's clears
+    none, since a wrong token on a producer route may be a guess at the dashboard token.
 
-    At most `size` addresses are kept, the least recently failed forgotten first, so a flood of
-    addresses costs bounded memory (each then still gets only `allowed` tries per window). An
-    IPv6 client counts as its /64, which one host usually holds whole. Behind a proxy every
-    client has the proxy's address unless the proxy is trusted (web_forwarded_allow_ips)."""
+    At most `size` (kind, address) entries are kept, the least recently failed forgotten first, so a
+    flood of addresses costs bounded memory (each then still gets only `allowed` tries per window). An
+    IPv6 client counts as its /64, which one host usually holds whole. Behind a proxy every client has
+    the proxy's address unless the proxy is trusted (web_forwarded_allow_ips)."""
+
+    KINDS = ("dashboard", "producer", "login")
 
     def __init__(self, allowed: int = 5, window: float = 60.0, size: int = 10_000):
         self.allowed, self.window, self.size = allowed, window, size
-        self.failures: OrderedDict[str, tuple[float, int]] = OrderedDict()  # address: (window start, count)
+        # "kind address": (window start, fingerprints of the different wrong tokens seen in it)
+        self.failures: OrderedDict[str, tuple[float, frozenset[bytes]]] = OrderedDict()
+        self.secret = os.urandom(16)  # (fingerprints are keyed: the table never holds a token's own hash)
 
     @staticmethod
     @functools.lru_cache(maxsize=1024)  # (asked twice per request that carries a token)
@@ -153,22 +162,26 @@ class LoginThrottle:
             ip = ip.ipv4_mapped
         return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
 
-    def wait(self, address: str | None, now: float | None = None) -> float:
-        """Seconds until `address` may try a token again (0: now)."""
+    def wait(self, address: str | None, kind: str, now: float | None = None) -> float:
+        """Seconds until `address` may try a token of `kind` again (0: now)."""
         now = time.monotonic() if now is None else now
-        start, count = self.failures.get(self.key(address), (now, 0))
+        start, seen = self.failures.get(f"{kind} {self.key(address)}", (now, frozenset()))
         left = start + self.window - now
-        return left if count >= self.allowed and left > 0 else 0.0
+        return left if len(seen) >= self.allowed and left > 0 else 0.0
 
-    def failed(self, address: str | None, now: float | None = None) -> None:
+    def failed(self, address: str | None, kind: str, given: str, now: float | None = None) -> None:
+        """`address` sent `given`, a wrong token of `kind`."""
         now = time.monotonic() if now is None else now
-        key = self.key(address)
-        start, count = self.failures.pop(key, (now, 0))
+        key = f"{kind} {self.key(address)}"
+        start, seen = self.failures.pop(key, (now, frozenset()))
         if now - start >= self.window:
-            start, count = now, 0
-        self.failures[key] = (start, count + 1)
+            start, seen = now, frozenset()
+        self.failures[key] = (start, seen | {hmac.new(self.secret, given.encode(errors="surrogateescape"),
+                                                      hashlib.sha256).digest()[:8]})
         while len(self.failures) > self.size or now - next(iter(self.failures.values()))[0] >= self.window:
             self.failures.popitem(last=False)  # the least recently failed: over the size, or its window is over
 
     def succeeded(self, address: str | None) -> None:
-        self.failures.pop(self.key(address), None)
+        """The dashboard token came from `address`: its counts of every kind start again."""
+        for kind in self.KINDS:
+            self.failures.pop(f"{kind} {self.key(address)}", None)

@@ -51,6 +51,17 @@ def _fmt(value: float) -> str:
     return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.2g}"
 
 
+def tick(value: float) -> str:
+    """An axis label of at most 4 characters (the room left of the plot): 25k, 500k, 2.5M past 9999."""
+    if value < 10_000:
+        return _fmt(value)
+    for suffix in "kMGTPE":
+        value /= 1000
+        if value < 1000:
+            break
+    return f"{value:g}{suffix}"
+
+
 def chart(title: str, unit: str, minutes: list[Minute], lines: list[tuple[str, str, list[float | None]]]) -> Chart:
     """A chart of `lines` (name, css class, one value or None per minute) over `minutes`."""
     top = _nice_max(max((v for _, _, values in lines for v in values if v is not None), default=0))
@@ -66,7 +77,7 @@ def chart(title: str, unit: str, minutes: list[Minute], lines: list[tuple[str, s
         last = next((v for v in reversed(values) if v is not None), None)
         drawn.append(Line(name, css, " ".join(f"{x},{y_}" for x, y_ in xy), "-" if last is None else _fmt(last),
                           xy[-1] if xy else None))
-    y_ticks = [(y(top * f), _fmt(top * f)) for f in (0, 0.5, 1)]
+    y_ticks = [(y(top * f), tick(top * f)) for f in (0, 0.5, 1)]
     x_ticks = [(round(LEFT + i * step, 1), time.strftime("%H:%M", time.localtime(minutes[i].start)))
                for i in range(0, len(minutes), 15)] if minutes else []
     return Chart(title, unit, drawn, y_ticks, x_ticks, zone_name(minutes[-1].start if minutes else None))

@@ -78,6 +78,8 @@ def list_params(request: Request) -> tuple[str, str | None, str, str | None]:
 
 
 def limit_param(request: Request, default: int) -> int:
-    """?limit=, clamped to 1..200; ValueError if it is not a number."""
+    """?limit=, clamped to 1..200; ValueError if it is not a whole number in ASCII digits."""
     text = request.query_params.get("limit")
+    if text and not (text.isascii() and text.isdigit()):
+        raise ValueError(f"limit must be a whole number, got {text!r}")
     return min(200, max(1, int(text))) if text else default

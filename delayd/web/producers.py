@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import sys
 from typing import Any, Mapping
 
 from starlette.concurrency import run_in_threadpool
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.base import NEXT_CRON, Built, ItemError
-from delayd.client.errors import AddInterrupted, RedisUnavailable
+from delayd.client.errors import AddInterrupted
 from delayd.model.checks import TRACEPARENT_RE
 from delayd.model.task import TaskError
 from delayd.web import views
@@ -65,6 +66,8 @@ def parse(body: bytes) -> Any:
     except UnicodeDecodeError:
         raise BadInput("the body is not UTF-8 text: send JSON (Content-Type: application/json)") from None
     except (ValueError, RecursionError) as exc:
+        if str(exc).startswith("Exceeds the limit"):  # (Python's own words name sys.set_int_max_str_digits)
+            exc = ValueError(f"a number has more than {sys.get_int_max_str_digits()} digits")
         raise BadInput(f"the body is not valid JSON: {exc}") from None
 
 
@@ -134,6 +137,17 @@ class GroupCommit:
             self.writers.add(loop.create_task(self._write()))
         await future
 
+    @staticmethod
+    def _answer(group: list[tuple[Built, asyncio.Future]], outcome: BaseException | None) -> None:
+        """Resolve the futures of `group` (None: written)."""
+        for _, future in group:
+            if future.done():  # (a request given up meanwhile)
+                continue
+            if outcome is None:
+                future.set_result(None)
+            else:
+                future.set_exception(outcome)
+
     async def _write(self) -> None:
         try:
             while self.waiting:
@@ -143,16 +157,15 @@ class GroupCommit:
                 try:
                     await self.client.add_built([built for built, _ in group])
                 except AddInterrupted as exc:  # (which of the group were written is unknown: adding again is safe)
-                    outcome = RedisUnavailable(exc.reason)
+                    outcome = AddInterrupted(exc.reason, 0, 1, exact=False)
                 except Exception as exc:
                     outcome = exc
-                for _, future in group:
-                    if future.done():  # (a request given up meanwhile)
-                        continue
-                    if outcome is None:
-                        future.set_result(None)
-                    else:
-                        future.set_exception(outcome)
+                except asyncio.CancelledError:  # (the server stopping): no add it holds or that waits hangs
+                    group += self.waiting
+                    self.waiting.clear()
+                    self._answer(group, AddInterrupted("the write was interrupted", 0, 1, exact=False))
+                    raise
+                self._answer(group, outcome)
         finally:
             # Out of `writers` at once, not by a done callback (run an iteration later): an add arriving in
             # between would count this finished writer as busy and, every writer so, wait for ever.

@@ -273,6 +273,7 @@ INVALID_TASKS = [
     (["--call", "a:b", "--callback", "nope"], "callback"),
     (["--push", "has space"], "push"),
     (["--call", "a:b", "--params", '{"x": "\udcff"}'], "params are not valid UTF-8"),  # argv byte 0xff
+    (["--call", "a:b", "--params", '{"a":' + "[" * 64 + "]" * 64 + "}"], "params are nested more than 64 levels"),
 ]
 
 

@@ -33,3 +33,13 @@ def test_limit_refuses_bad_input_in_one_line_and_writes_nothing(redis_url, clien
     if code == 1:
         assert "topic" in one_line_error(proc)
     assert client.limits() == []
+
+
+def test_a_limit_on_a_topic_without_tasks_warns_as_pause_does(redis_url, client):
+    proc = delayd("limit", "paymnet:refund", "--concurrency", "2")
+    assert one_line_error(proc) == ("delayd: warning: no task of topic paymnet:refund exists (a typo?); limited all "
+                                    "the same: tasks added to it later are held by the limit")
+    assert [(x.topic, x.concurrency) for x in client.limits()] == [("paymnet:refund", 2)]
+    client.add("payment:refund", 1, call="delayd.examples:echo", delay=600)
+    assert delayd("limit", "payment:refund", "--rate", "5/s").stderr == ""
+    assert delayd("limit", "nothing:here", "--clear").stderr == "", "clearing warns of nothing"

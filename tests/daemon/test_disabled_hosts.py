@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from daemon_helper import delayd
+from daemon_helper import delayd, one_line_error
 from redis_server import free_port, wait_for
 from test_observability import samples, scrape, value
 from url_helper import _Handler, _serving
@@ -54,6 +54,16 @@ def test_bad_hosts_are_refused_with_one_line():
     assert proc.stderr.strip() == ("delayd: error: bad host 'ftp://shop.example': give scheme://host[:port] (http or "
                                    "https) or a bare host[:port]")
     assert delayd("hosts", "disable", check=2).stderr.strip().endswith("(scheme://host[:port] or a bare host)")
+
+
+def test_disabling_a_host_never_seen_warns_as_pause_does(redis_url, client):
+    proc = delayd("hosts", "disable", "nonsense")
+    assert one_line_error(proc) == ("delayd: warning: no task of host nonsense was delivered in the last day or waits "
+                                    "(a typo?); disabled all the same: its tasks added later are kept, not sent")
+    assert proc.stdout.strip() == "disabled http://nonsense:80, https://nonsense:443"
+    client.add("shop", 1, url="https://shop.example/notify", delay=600)
+    assert delayd("hosts", "disable", "https://shop.example").stderr == "", "a task waits for it"
+    assert delayd("hosts", "disable", "nonsense").stderr == "", "disabled: listed by delayd hosts"
 
 
 def test_url_disable_after_disables_a_dead_host_and_keeps_its_task(redis_url, daemon_factory, client):

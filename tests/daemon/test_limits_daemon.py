@@ -149,3 +149,21 @@ def test_limits_are_refused_on_redis_cluster_and_nothing_else_changes():
             assert "Redis Cluster" in one_line_error(proc)
         finally:
             client.close()
+
+
+def test_a_deleted_running_task_frees_its_slot_when_its_handler_returns(tmp_path, redis_url, client):
+    """SPEC 9: a task deleted 0.5 s into a 2 s run keeps its slot until the handler returns, then the
+    next held task starts at once (not when the lease, 30 s here, lapses)."""
+    with Daemon(redis_url, tmp_path / "d", buckets=2, queues=1, DELAYD_ALLOWED_MODULES=MODULES, DELAYD_LEASE="30",
+                DELAYD_TASK_TIMEOUT="10"):
+        client.set_limit("one", concurrency=1)
+        path = tmp_path / "runs"
+        now = time.time()
+        client.add_many([{"topic": "one", "id": i, "call": "limit_handlers:occupy", "at": now - 10 + i,
+                          "params": {"path": str(path), "seconds": 2 if i == 0 else 0.1}} for i in range(2)])
+        wait_for(lambda: starts(path), 10, message="the first run")
+        assert client.delete("one", 0)
+        wait_for(lambda: len(starts(path)) == 2, 10, message="the held task, after the deleted one's run")
+        ended = next(at for kind, at, key, _ in events(path) if kind == "end" and key == "one:0")
+        second = starts(path)[1]
+        assert ended <= second < ended + 5  # not before the run ended, and at once after (the lease: 30 s)

@@ -1,6 +1,6 @@
 """Traces across processes (delayd.tracing), with the real OpenTelemetry SDK: a client process adds a URL
 task inside a span of its own (the SDK's in-memory exporter tells the test that span's ids); a real daemon
-with OTEL_TRACES_EXPORTER=console runs it and prints its spans to its stdout; the real local HTTP server
+with OTEL_TRACES_EXPORTER=console runs it and writes its spans to spans.jsonl, one per line; the real local HTTP server
 receives `traceparent`. The run span `delayd.run` links to the client's span and is a root of its own; the
 request is its child and is what the merchant's traceparent names. With tracing off (no OTEL_TRACES_EXPORTER)
 the stored record is what it always was and no process of the daemon, nor the client, loads opentelemetry."""
@@ -80,7 +80,9 @@ def test_a_trace_goes_from_the_client_through_the_run_to_the_merchant(daemon_fac
     wait_for(lambda: (t := client.get("order:notify", 5)) and t.status == "ok", 20, message="the URL run ended ok")
     d.signal(signal.SIGTERM)  # the queue process exports what it holds as it stops
     assert d.wait() == 0
-    spans = spans_in(d.proc.stdout.read())
+    assert spans_in(d.proc.stdout.read() + d.log()) == [], "spans go to their own file, not among the log's lines"
+    lines = (d.state_dir / "spans.jsonl").read_text().splitlines()
+    spans = [json.loads(line) for line in lines]  # one span per line
     (run,) = [s for s in spans if s["name"] == "delayd.run"]
     (request,) = [s for s in spans if s["name"] == "POST"]
     assert run["parent_id"] is None and run["kind"] == "SpanKind.CONSUMER"
@@ -114,7 +116,7 @@ def test_a_handler_and_its_callback_run_in_the_run_span(daemon_factory, redis_ur
              message="the three runs ended ok")
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
-    spans = spans_in(d.proc.stdout.read())
+    spans = spans_in((d.state_dir / "spans.jsonl").read_text())
     runs = {s["attributes"]["delayd.id"]: s["context"] for s in spans if s["name"] == "delayd.run"}
     parents = {s["name"]: (s["context"]["trace_id"], s["parent_id"]) for s in spans if s["name"] != "delayd.run"}
     for name, id in [("handler h:sync", "sync"), ("handler h:async", "async"), ("callback h:sync", "sync"),

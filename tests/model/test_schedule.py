@@ -120,7 +120,8 @@ def test_bad_every(value):
 @pytest.mark.parametrize("name", ["Mars/Olympus", "", "../etc/passwd", None, "Europe/",
                                   # files of the zone directory that are no place's zone: `localtime` is
                                   # each host's own, so two hosts would compute different due times
-                                  "localtime", "posixrules", "Factory", "right/UTC", "posix/Europe/Berlin"])
+                                  "localtime", "posixrules", "Factory", "right/UTC", "posix/Europe/Berlin",
+                                  {}, ["UTC"], 7])  # other JSON types (POST /api/tasks): no cache key
 def test_bad_zone(name):
     with pytest.raises(ScheduleError, match="zone"):
         zone(name)

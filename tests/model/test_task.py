@@ -159,6 +159,31 @@ def test_params_deeply_nested_is_an_error_not_a_crash():
         new(params=deep)
 
 
+def nested(depth: int, inner: object = 1) -> dict:
+    """params whose objects and arrays nest `depth` deep (the params object is level 1)."""
+    params: object = inner
+    for level in range(depth - 1):
+        params = {"a": params} if level % 2 else [params, "[{"]
+    return {"a": params}
+
+
+def test_params_nest_at_most_64_deep():
+    assert new(params=nested(64)).params == nested(64)
+    for params in (nested(65), nested(65, {}), nested(300)):
+        with pytest.raises(TaskError, match="params are nested more than 64 levels deep"):
+            new(params=params)
+
+
+def test_a_stored_record_nested_deeper_is_corrupt_not_a_crash():
+    from delayd.model.record import from_record
+    for depth in (65, 500, 5000):
+        spec = '{"call":"a:b","params":{"k":"\\"\\\\]}","d":' + "[" * depth + "]" * depth + "}}"
+        with pytest.raises(TaskError, match="spec is nested more than 65 levels deep"):
+            from_record("t:1", {"spec": spec, "status": "delayed", "created": "1", "due": "1"})
+    fine = json.dumps({"call": "a:b", "params": nested(64)})
+    assert from_record("t:1", {"spec": fine, "status": "delayed", "created": "1", "due": "1"}).params == nested(64)
+
+
 def test_params_limit():
     ok = {"x": "a" * 100}
     size = len(json.dumps(ok, separators=(",", ":")))

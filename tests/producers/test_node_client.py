@@ -6,18 +6,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from node_helper import NODE_DIR, NodeError, NodeProducer, need_node
 
 from delayd import Client, TaskError
-from delayd.store import lua_lib
 from delayd.store.keys import bucket_of
 
 pytestmark = pytest.mark.system  # (node processes)
 
-LUA = Path(__file__).resolve().parents[2] / "delayd" / "store" / "lua"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 # add() arguments, each stored alike by both clients (times aside).
@@ -138,20 +135,6 @@ def python_error(item: dict) -> str:
     with pytest.raises(TaskError) as caught:
         Client.from_url(fields.pop("url_", None) or "redis://127.0.0.1:1/0").build(**fields)
     return str(caught.value)
-
-
-def test_the_node_linker_gives_each_script_the_source_python_runs():
-    script = ("import { script } from './src/lua.js';"
-              "process.stdout.write(JSON.stringify(Object.fromEntries("
-              "process.argv.slice(1).map((n) => [n, script(n)]))));")
-    names = sorted(p.stem for p in LUA.glob("*.lua") if p.stem != "_lib")
-    out = subprocess.run([need_node(), "--input-type=module", "-e", script, *names], cwd=NODE_DIR,
-                         capture_output=True, text=True, check=True).stdout
-    linked = json.loads(out)
-    lib = (LUA / "_lib.lua").read_text()
-    for name in names:
-        source = lua_lib.source(lib, (LUA / f"{name}.lua").read_text())
-        assert linked[name]["source"] == source, name
 
 
 def test_the_same_input_stores_the_same_record_as_python(redis_url, r):
@@ -312,20 +295,6 @@ def test_adds_go_on_after_redis_loses_its_scripts(node, r, client):
     r.script_flush()
     assert node.delete("t", 1)
     assert client.count("t") == 499
-
-
-def test_the_readme_node_example_works_as_written(redis_url, tmp_path, client):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    example = readme.split("## From Node", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
-    (tmp_path / "node_modules").mkdir()
-    (tmp_path / "node_modules" / "delayd-client").symlink_to(NODE_DIR)
-    (tmp_path / "node_modules" / "ioredis").symlink_to(NODE_DIR / "node_modules" / "ioredis")
-    (tmp_path / "app.mjs").write_text(example.replace("redis://127.0.0.1:6379/0", redis_url))
-    proc = subprocess.run([need_node(), "app.mjs"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    assert "order:cancel" in proc.stdout and "give exactly one of call, url or push" in proc.stdout
-    assert client.get("order:cancel", 42).status == "deleted"
-    assert client.get("order:notify", 5).intervals == [0, 30, 60, 150] and client.count("mail:welcome") == 3
 
 
 def test_get_of_a_corrupt_record_rejects_as_python_does(node, r, client):

@@ -8,13 +8,11 @@ import json
 import re
 
 import pytest
-from php_helper import ROOT, php, require_php
+from php_helper import php, require_php
 from redis_server import wait_for
 
 from delayd.model import schedule
-from delayd.store import lua_lib
-from delayd.store.keys import meta_key
-from delayd.store.scripts import SCRIPTS
+from delayd.store.keys import bucket_of, meta_key
 
 pytestmark = [pytest.mark.usefixtures("php_here"), pytest.mark.system]  # (a php process per test)
 
@@ -112,42 +110,16 @@ def test_the_script_gate_holds_for_php_too(redis_url, r, client):
     assert client.get("t", 1) is None
 
 
-def test_the_readme_example_runs_as_written(redis_url, r, client):
-    readme = (ROOT / "README.md").read_text()
-    code = re.search(r"## From PHP\n.*?```php\n<\?php\n(.*?)```", readme, re.S).group(1)
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    code = code.replace("require 'clients/php/autoload.php';", f"require {str(ROOT / 'clients/php/autoload.php')!r};")
-    code = code.replace("$redis->connect('127.0.0.1', 6379);", f"$redis->connect('127.0.0.1', {port});")
-    php(code, redis_url)
-    assert client.get("order:return", 1).status == "deleted"
-    receipt = client.get("order:receipt", 2)
-    assert receipt.intervals == [10] and not receipt.persistent
-    assert receipt.due_at == pytest.approx(receipt.created_at + 10, abs=0.01)
-    assert client.get("order:notify", 5).params == {"content": "hello"}
-    assert client.get("order:refund", 4).intervals == [0, 10, 20]
-
-
-def test_the_php_linker_gives_each_script_the_source_python_runs(redis_url):
-    """clients/php links each script with the lib helpers it uses, as delayd.store.lua_lib does (the
-    same text, so the same SHA1 whichever producer loaded it)."""
-    lua = ROOT / "delayd" / "store" / "lua"
-    names = sorted(p.stem for p in lua.glob("*.lua") if p.stem != "_lib")
-    lib = (lua / "_lib.lua").read_text()
+def test_add_many_says_how_many_were_written_when_redis_refuses_a_call(redis_url, r, client):
+    """Redis refused one call of a batch (here add.lua, a spec over its 1 MiB; OOM alike): PHP threw the
+    refusal alone, while the other calls' tasks stood written; Python and Node say "N of M"."""
+    other = next(i for i in range(2, 100) if bucket_of(f"t:{i}", 4) != bucket_of("t:1", 4))
     out = php(f"""
-        $lib = file_get_contents({str(lua / '_lib.lua')!r});
-        $linked = [];
-        foreach ({json.dumps(names)} as $name) {{
-            $linked[$name] = Delayd\\Lua::link($lib, file_get_contents({str(lua)!r} . "/$name.lua"));
-        }}
-        echo json_encode($linked);
+        $big = new Delayd\\Client($redis, ['prefix' => 'delayd:', 'params_limit' => 4 << 20]);
+        try {{
+            $big->addMany([['topic' => 't', 'id' => 1, 'push' => 'q'],
+                ['topic' => 't', 'id' => {other}, 'push' => 'q', 'params' => ['x' => str_repeat('y', 2 << 20)]]]);
+        }} catch (Delayd\\TaskError $e) {{ echo $e->getMessage(); }}
     """, redis_url).stdout
-    linked = json.loads(out)
-    for name in names:
-        assert linked[name] == lua_lib.source(lib, (lua / f"{name}.lua").read_text()), name
-    # and the scripts the client sends are the very ones Python's Script sends (the same SHA1)
-    sent = json.loads(php("""
-        $script = new ReflectionMethod($client, 'script');
-        echo json_encode(['add' => $script->invoke($client, 'add'), 'delete' => $script->invoke($client, 'delete')]);
-    """, redis_url).stdout)
-    for name in ("add", "delete"):
-        assert sent[name] == [SCRIPTS[name].source, SCRIPTS[name].sha], name
+    assert re.fullmatch(r"spec: .* \(1 of 2 task\(s\) were written\)", out), out
+    assert client.get("t", 1) is not None and client.get("t", other) is None

@@ -78,6 +78,8 @@ BAD_SPECS = [
     ('{"call":"a:b","params":"x"}', "params: must be a JSON object"),
     ('{"call":"a:b","params":[null]}', "params: must be a JSON object"),
     ('{"url":"http://a.example/","params":[]}', "params: must be a JSON object"),  # (cjson reads [] as {})
+    ('{"call":"a:b","params":' + '{"a":' * 64 + '[1]' + '}' * 64 + '}', "params: are nested more than 64 levels deep"),
+    ('{"url":"http://h/","params":{"s":"\\"{[","a":' + '[' * 64 + ']' * 64 + '}}', "params: are nested more than 64"),
     ('[null]', "spec: is not a JSON object"),
     ('{"call":"a:b","persistent":1}', "persistent: must be true or false"),
     ('{"call":"a:b","timeout":0}', "timeout: must be a number > 0"),
@@ -100,6 +102,12 @@ BAD_SPECS = [
     ('{"url":"http://h/","signing_key":"' + "k" * 129 + '"}', "signing_key: must be 1-128"),
     ('{"url":"http://h/","signing_key":"\u00e9"}', "signing_key: must be 1-128"),
     ('{"push":"q","signing_key":"acme"}', "signing_key: must be 1-128 letters, digits, _ . : - on a url task"),
+    *((f'{{"url":"{url}"}}', "url: has a port that is not a number from 1 to 65535") for url in (
+        "http://x:abc/", "http://x:-1/", "http://x:99999/", "http://x:0/", "https://u:p@x:65536", "http://x:1:2/",
+        "http://[::1]x/", "http://x:000080/")),
+    *((f'{{"url":"{url}"}}', "url: must be an http:// or https:// URL with a host") for url in (
+        "http://:80/", "http://u@:80/", "http://[]/")),
+    ('{"url":"http://\u00c4bc.invalid:19412/"}', "url: has a host that is not ASCII"),
     *((f'{{"call":"a:b","trace":{trace}}}', "trace: must be a W3C traceparent") for trace in (
         '7', f'"{TRACEPARENT.upper()}"', f'"01{TRACEPARENT[2:]}"', f'"00-{"0" * 32}{TRACEPARENT[35:]}"',
         f'"{TRACEPARENT[:36]}{"0" * 16}{TRACEPARENT[52:]}"', f'"{TRACEPARENT[:-1]}"', f'"{TRACEPARENT}x"',
@@ -123,6 +131,13 @@ def test_a_bad_spec_is_refused_by_name_and_nothing_of_the_call_is_written(r, sto
     keys, args = good_call(store)
     args[SPEC] = spec
     refused(r, keys, args, "^delayd:bad-task " + message.replace("{", r"\{") + r".* \(task 2 of the call\)$")
+
+
+def test_params_nested_64_deep_are_written(r, store):
+    keys, args = good_call(store)
+    args[SPEC] = '{"call":"a:b","params":{"s":"\\"[[{","a":' + '[' * 63 + ']' * 63 + '}}'
+    add(r, keys, args)
+    assert r.hget(keys[-2], "spec") == args[SPEC]
 
 
 @pytest.mark.parametrize("trace", TRACES)
@@ -266,10 +281,12 @@ def test_every_field_python_writes_passes_the_gate(r, store):
         Task.new("t", 2, push="queue:jobs", retries=0),
         Task.new("t", 3, call="shop.tasks:run", cron="0 3 * * MON-FRI", tz="Europe/Berlin"),
         Task.new("t", 4, call="shop.tasks:run", every=1.5, params={}),
+        *(Task.new("t", 5 + i, url=url) for i, url in enumerate(
+            ("http://u:p@[::1]:65535/", "http://x:/", "https://xn--bcher-kva.example:1/", "HTTP://X:080"))),
     ]
     call = store.add_call(store.keys[0], [(task, "delay", 0) for task in tasks], False)
     keys, args = list(call.keys), list(call.args)
-    assert add(r, keys, args) == [1, 1, 1, 1]
+    assert add(r, keys, args) == [1] * len(tasks)
 
 
 def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):

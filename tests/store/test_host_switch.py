@@ -5,9 +5,12 @@ url_disable_after disables a host failing that long. Replay re-queues a host's f
 real daemon and real local HTTP servers: tests/daemon/test_disabled_hosts.py, tests/daemon/test_replay.py."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import test_store
-from redis_server import now_ms
+from daemon_helper import delayd
+from redis_server import now_ms, wait_for
 from store_helper import claim, promote_all, record
 from test_store import PREFIX, add
 
@@ -174,3 +177,66 @@ def test_url_disable_after_disables_a_host_failing_that_long_and_enable_starts_t
     client.enable_host(SHOP)
     report_failure(client, SHOP, 600_000)  # failing again, but only since now
     assert not [h.host for h in client.hosts() if h.disabled_at]
+
+
+BAD_PORTS = ["http://x:abc/", "http://x:-1/", "http://x:99999/", "http://x:0/"]
+
+
+def test_a_stored_url_with_an_impossible_port_breaks_no_read(store, client, r, redis_url):
+    """SPEC 9: a task written past the add gate (an old version, a raw producer) with such a URL: get, ls,
+    hosts and replay (the CLI's dry run too) answer as for any other task, the others' replay unchanged."""
+    since = now_ms(r) / 1000
+    finished_urls(store, client, r, {"bad": "https://shop.example", "shop": "https://shop.example"}, len(BAD_PORTS),
+                  status="failed")
+    for i, url in enumerate(BAD_PORTS):
+        r.hset(store.keys_for(f"bad:{i}").task(f"bad:{i}"), "spec", json.dumps({"url": url}))
+        assert client.get("bad", i).url == url
+    assert len(client.list("bad", "failed")) == len(BAD_PORTS) and client.hosts() is not None
+    dry = client.replay("https://shop.example", since, "failed", dry_run=True)
+    assert (dry.examined, dry.matched) == (2 * len(BAD_PORTS), len(BAD_PORTS))
+    proc = delayd("replay", "--host", "shop.example", "--since", str(since), "--status", "failed", "--dry-run",
+                  check=None, DELAYD_REDIS_URL=redis_url, DELAYD_PREFIX=PREFIX)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("host", ["http://\u00c4BC.invalid:19412", "b\u00fccher.example", "shop.example:0",
+                                  "shop.example:99999", "http://shop.example:abc"])
+def test_hosts_refuses_what_add_refuses(host):
+    """One rule for a URL's host everywhere (delayd.model.checks.url_authority_error): what no task can be added
+    for cannot be disabled either, and a non-ASCII name is never lowercased one way here and another in Lua."""
+    with pytest.raises(TaskError, match="bad host"):
+        origins(host)
+
+
+def lateness_ms(r, store, topic) -> dict[str, int]:
+    """The starts of `topic` by lateness bucket (`le:<ms>` -> starts), over every bucket's totals."""
+    found: dict[str, int] = {}
+    for keys in store.keys:
+        for field, value in r.hgetall(keys.totals).items():
+            if field.startswith("le:") and field.endswith(f"|{topic}"):
+                found[field.split("|")[0]] = found.get(field.split("|")[0], 0) + int(value)
+    return found
+
+
+@pytest.mark.parametrize("hold", ["disabled host", "paused topic"])
+def test_time_set_aside_on_purpose_is_not_lateness(store, client, r, hold):
+    """Like a limit's hold, the time a task waits for its disabled host or its paused topic is not lateness
+    (the overview's p99): a task due now, set aside 600 ms, starts at most 500 ms late once let go."""
+    if hold == "disabled host":
+        client.disable_host("https://shop.example")
+    else:
+        client.pause("shop")
+    due_urls(store, now_ms(r), {"shop": "https://shop.example"}, 2)
+    assert claim_urls(store) == [] and parked(r, store, "shop") == 2
+    start = now_ms(r)
+    wait_for(lambda: now_ms(r) > start + 600, 2, message="600 ms set aside (Redis's clock)")
+    if hold == "disabled host":
+        client.enable_host("https://shop.example")
+    else:
+        client.resume("shop")
+    for b in range(store.buckets):
+        promote_all(store, b)
+    assert len(claim_urls(store)) == 2
+    late = lateness_ms(r, store, "shop")
+    assert sum(late.values()) == 2 and sum(n for bound, n in late.items() if bound != "le:inf"
+                                           and int(bound[3:]) <= 500) == 2, late

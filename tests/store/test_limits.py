@@ -177,7 +177,7 @@ def test_renew_keeps_the_slot_with_the_lease(r, store, client):
     [run] = claim_all(store, lease_ms=1000)
     bucket = store.keys_for(run["member"]).bucket
     assert store.renew(bucket, [(run["member"], run["claim"])], 60_000) == [True]
-    assert int(r.zscore(LP + "run:lim", run["member"])) > now_ms(r) + 50_000
+    assert int(r.zscore(LP + "run:lim", f"{run['member']} {run['claim']}")) > now_ms(r) + 50_000
 
 
 def test_limits_are_refused_on_cluster_in_one_line(client, monkeypatch):
@@ -225,3 +225,74 @@ def test_a_held_back_backlog_never_blocks_other_topics(r, store, client):
         started += [run["member"] for run in claim_all(store, n=200)]
     assert sorted(m for m in started if m.startswith("free:")) == ["free:0", "free:1", "free:2"]
     assert len([m for m in started if m.startswith("lim:")]) == 1 and held(r, store, "lim") == 899
+
+
+def finish_run(store, run, outcome="ok") -> list[bool]:
+    return store.finish(store.keys_for(run["member"]).bucket, [(run["member"], run["claim"], outcome, 0, "")], DAY_MS)
+
+
+@pytest.mark.parametrize("change", ["soft delete", "hard delete", "replace", "debounce"])
+def test_a_run_holds_its_slot_until_it_ends_whatever_happened_to_its_record(r, store, client, change):
+    """SPEC 9: the run of a task deleted, replaced or debounced meanwhile keeps its slot while its handler
+    runs (renewed with its lease though the run is fenced off), and gives it back the moment it ends."""
+    client.set_limit("lim", concurrency=1)
+    due_tasks(store, "lim", 2, now_ms(r) - 1000)
+    [run] = claim_all(store, lease_ms=5_000)
+    topic, tid = run["member"].split(":")
+    if change in ("soft delete", "hard delete"):
+        assert client.delete(topic, tid, hard=change == "hard delete")
+    elif change == "replace":
+        client.add(topic, tid, call="delayd.examples:noop")
+    else:
+        client.add(topic, tid, call="delayd.examples:noop", debounce=0)
+    bucket = store.keys_for(run["member"]).bucket
+    assert store.renew(bucket, [(run["member"], run["claim"])], 60_000) == [False]  # fenced off, still running
+    release(store)
+    assert claim_all(store) == []  # the slot is still the run's
+    [(_, expiry)] = r.zrange(LP + "run:lim", 0, -1, withscores=True)
+    assert expiry > now_ms(r) + 50_000  # renewed
+    assert finish_run(store, run) == [False]  # the run ends: its outcome is not recorded, its slot is free
+    release(store)
+    [nxt] = claim_all(store)
+    assert r.zcard(LP + "run:lim") == 1
+    if change == "soft delete" or change == "hard delete":
+        assert nxt["member"] != run["member"]
+
+
+@pytest.mark.parametrize("change", ["delete", "pause"])
+def test_a_released_task_that_never_starts_gives_its_slot_back_at_its_claim(r, store, client, change):
+    """A task promote released (its slot taken for its claim) but deleted or paused before the claim: the
+    claim that skips or parks it frees the slot at once, not when the reservation lapses (30 s)."""
+    s = Store(r, PREFIX, 1)  # one bucket: the held tasks are where the claim wakes
+    client.set_limit("lim", concurrency=1)
+    due_tasks(s, "lim", 3, now_ms(r) - 1000)
+    [run] = claim_all(s)
+    assert finish_run(s, run) == [True]
+    promote_all(s, 0, DAY_MS, 1000)  # releases the next one, its slot taken
+    assert r.zcard(LP + "run:lim") == 1
+    released = min((f"lim:{i}" for i in range(3) if f"lim:{i}" != run["member"]),
+                   key=lambda m: int(record(r, s, m)["due"]))
+    assert record(r, s, released).get("released")
+    if change == "delete":
+        client.delete("lim", released.split(":")[1])
+        assert claim_all(s) == [] and r.zcard(LP + "run:lim") == 0
+        promote_all(s, 0, DAY_MS, 1000)
+        [third] = claim_all(s)
+        assert third["member"] not in (run["member"], released)
+    else:
+        client.pause("lim")
+        assert claim_all(s) == [] and r.zcard(LP + "run:lim") == 0
+
+
+def test_a_lapsed_run_runs_again_without_another_rate_start(r, store, client):
+    """README ("Limits"): a run that lapses and runs again does not take another start (issue 36, suspected:
+    shown real). With 1/h, the lapsed run of the hour's one start runs again at once; the next task waits."""
+    client.set_limit("lim", rate="1/h", concurrency=1)
+    due_tasks(store, "lim", 2, now_ms(r) - 1000)
+    [run] = claim_all(store, lease_ms=1)
+    start = now_ms(r)
+    wait_for(lambda: now_ms(r) > start + 2, 1, message="the 1 ms lease lapsed (Redis's clock)")
+    release(store)  # reaps the lapsed lease: the task is ready again, at the front
+    [again] = claim_all(store)
+    assert again["member"] == run["member"] and again["runs"] == run["runs"]
+    assert held(r, store, "lim") == 1 and r.zcard(LP + "run:lim") == 1

@@ -30,7 +30,9 @@ from delayd.model import attempts
 from delayd.model.record import from_record
 from delayd.model.task import Task, TaskError
 from delayd.store.keys import BucketKeys, bucket_of, meta_key, ready_channel
+from delayd.store.replies import SCHEDULE_ENDS
 from delayd.store.transitions import Store
+from delayd.store.transport import Transport
 
 PREFIX = "delayd:"
 
@@ -988,3 +990,21 @@ def test_each_script_gets_the_lib_helpers_it_uses_and_loads(r):
     add = SCRIPTS["add"].source
     assert add.index("local function zrem_counted") > add.index("local function replacing()")
     assert add.index("local function hincrby") < add.index("local function replacing()")
+
+
+@pytest.mark.parametrize("status", ["failed", "ok"])
+def test_a_retried_or_replayed_recurring_task_is_back_in_the_recurring_index(r, store, keys, client, status):
+    """A recurring task whose last run ended it (SCHEDULE_ENDS) leaves `recurring`; run again (retry, replay),
+    it recurs again, so it is listed on /schedules again (issue 36, suspected: shown real)."""
+    client.add("t", 1, call="shop.tasks:run", every=60, delay=0)
+    assert r.zrange(keys.recurring, 0, -1) == ["t:1"]
+    promote_all(store)
+    [run] = [x for x in claim(store) if x["member"] == "t:1"]
+    store.finish(0, [("t:1", run["claim"], status, 0, "", SCHEDULE_ENDS)], DAY_MS)
+    assert r.zrange(keys.recurring, 0, -1) == []
+    if status == "failed":
+        assert client.retry("t", 1) is True
+    else:
+        assert Transport(r).call(store.retry_call("t:1", "ok", (0, now_ms(r)))) == 1
+    assert r.zrange(keys.recurring, 0, -1) == ["t:1"]
+    assert [row.member for row in client.schedules().rows] == ["t:1"]

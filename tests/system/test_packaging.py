@@ -534,6 +534,8 @@ def test_built_package_contains_the_lua_files(tmp_path):
     for web in ("web/templates", "web/static"):  # the dashboard's pages, style sheet and script
         source = {p.name for p in (ROOT / "delayd" / web).iterdir()}
         assert source and {p.name for p in (build / "delayd" / web).iterdir()} == source, web
+    # the HTTP API's OpenAPI document, which `delayd web` serves (docs/openapi.json links to it)
+    assert (build / "delayd" / "web" / "openapi.json").read_bytes() == (ROOT / "docs" / "openapi.json").read_bytes()
     probe = ("import importlib.resources, delayd; "
              "print(delayd.__file__); print((importlib.resources.files('delayd.store') / 'lua/add.lua').is_file())")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,

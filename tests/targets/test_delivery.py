@@ -1,19 +1,24 @@
 """Webhook-grade URL delivery (issue 14): per-host caps, the circuit breaker, Retry-After,
-signing (verified by the standardwebhooks package), the SSRF guard, against real local
+signing (verified by the standardwebhooks packages: Python's, and npm's in the README's Node
+receiver), the SSRF guard, against real local
 HTTP servers; and, through a real daemon and Redis, the separate slots of URL and call
 tasks, deferring without counting a run, and the delivery log."""
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
 import threading
 import time
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from daemon_helper import Daemon, delayd
+from daemon_helper import ROOT, Daemon, delayd
+from node_helper import need_node
 from redis_server import free_port, wait_for
 from standardwebhooks import Webhook
 from url_helper import StaticNames, _Handler
@@ -247,13 +252,17 @@ def test_deny_private_refuses_loopback_after_resolution(http, make_engine, host)
     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # Teredo
     ("fec0::1", True), ("fc00::1", True), ("fe80::1%eth0", True), ("::1", True), ("::", True), ("ff02::1", True),
     ("2606:4700::1111", False),
+    ("2130706433", True), ("0177.0.0.1", True), ("127.1", True), ("0x7f.1", True), ("0x7F000001", True),
+    ("10.1", True), ("0xa9.0xfe.0xa9.0xfe", True), ("134744072", False), ("8.0x8.2056", False),  # inet_aton's forms
+    ("1.example", False), ("0x7f.example", False),
 ])
 def test_the_guard_refuses_every_form_of_a_non_public_address(address, is_refused):
     assert guard.refused(address) is is_refused
 
 
-@pytest.mark.parametrize("host", ["[64:ff9b::7f00:1]", "[::7f00:1]", "[::ffff:0:7f00:1]", "[2002:7f00:1::1]"])
-def test_deny_private_refuses_ipv6_forms_of_loopback(http, make_engine, host):
+@pytest.mark.parametrize("host", ["[64:ff9b::7f00:1]", "[::7f00:1]", "[::ffff:0:7f00:1]", "[2002:7f00:1::1]",
+                                  "2130706433", "0177.0.0.1", "127.1", "0x7f.1"])
+def test_deny_private_refuses_other_forms_of_loopback(http, make_engine, host):
     outcome = make_engine(url_deny_private=True)(task_to(f"http://{host}:{http.server_address[1]}/success"))
     assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error
 
@@ -266,7 +275,7 @@ def test_deny_private_resolves_and_checks_the_target_of_a_proxied_request(http, 
     assert make_engine()(task_to(f"http://localhost:{port}/success")).kind == "ok"  # the proxy works
     assert len(proxy.requests) == len(http.requests) == 1
     deliver = make_engine(url_deny_private=True)
-    for host in ("localhost", "127.0.0.1", "[::ffff:127.0.0.1]"):
+    for host in ("localhost", "127.0.0.1", "[::ffff:127.0.0.1]", "2130706433", "0177.0.0.1", "127.1", "0x7f.1"):
         outcome = deliver(task_to(f"http://{host}:{port}/success"))
         assert outcome.kind == "failed" and "not a public address (url_deny_private)" in outcome.error, host
     unknown = deliver(task_to("http://nowhere.invalid/success"))
@@ -434,3 +443,37 @@ def test_retry_after_delays_the_next_run_and_get_shows_the_attempts(run_daemon, 
     assert got[0]["at"] <= first["t"] + 1 and got[1]["at"] >= got[0]["at"] + 2.9
     text = delayd("get", "hook", "1", env={**Daemon(redis_url, "/tmp").env}).stdout
     assert "attempts" in text and "HTTP 429" in text
+
+
+@pytest.mark.system  # (a node process)
+def test_a_node_endpoint_verifies_a_real_delivery_with_npm_standardwebhooks(make_engine, tmp_path):
+    """The README's Node receiver, as written, behind a real delivery of the URL engine: a signed
+    request verifies and the run is ok; signed with another secret, it is refused (401)."""
+    node = need_node()
+    modules = Path(__file__).resolve().parent / "node_receiver" / "node_modules"
+    if not (modules / "standardwebhooks").is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{modules} is missing (npm ci there: ./scripts/test runs it)")
+        pytest.skip(f"{modules} is missing (npm ci in tests/targets/node_receiver)")
+    section = (ROOT / "README.md").read_text().split("## URL delivery (webhooks)\n", 1)[1].split("\n## ", 1)[0]
+    receiver = section.split("```js\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "node_modules").symlink_to(modules)
+    (tmp_path / "receiver.mjs").write_text(receiver)
+    port = free_port()
+    proc = subprocess.Popen([node, "receiver.mjs"], cwd=tmp_path, env={**os.environ, "WEBHOOK_SECRET": SECRET,
+                                                                        "PORT": str(port)})
+    try:
+        def listening() -> bool:
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", port)) == 0
+        wait_for(lambda: proc.poll() is not None or listening(), 15, message="the receiver listening")
+        url = f"http://127.0.0.1:{port}/notify"
+        signed = make_engine(url_signing_secret=SECRET)
+        for body in ("json", "form"):
+            assert signed(task_to(url, method="POST", body=body, params={"order": 5})).kind == "ok", body
+        assert signed(task_to(url + "?x=1")).kind == "ok"
+        forged = make_engine(url_signing_secret="whsec_" + "A" * 32)(task_to(url, method="POST", params={"o": 1}))
+        assert forged.kind != "ok" and "401" in forged.error
+    finally:
+        proc.kill()
+        proc.wait()

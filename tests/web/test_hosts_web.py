@@ -68,13 +68,19 @@ def test_a_readonly_dashboard_shows_a_disabled_host_and_refuses_to_enable_it(red
     assert disabled(client) == [SHOP]
 
 
-def test_replay_from_the_api_and_the_form(web, client, r):
+def failed_urls(client, r, count: int) -> float:
+    """`count` URL tasks of https://shop.example run and failed; a replay's `since` before them."""
     since = now_ms(r) / 1000 - 1
-    client.add_many([{"topic": "shop", "id": i, "url": "https://shop.example/n"} for i in range(3)])
+    client.add_many([{"topic": "shop", "id": i, "url": "https://shop.example/n"} for i in range(count)])
     for b in range(client.store.buckets):
         promote_all(client.store, b)
         runs = claim(client.store, b, url=True)
         client.store.finish(b, [(run["member"], run["claim"], "failed") for run in runs], 86_400_000)
+    return since
+
+
+def test_replay_from_the_api_and_the_form(web, client, r):
+    since = failed_urls(client, r, 3)
     with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         answer = api.post("/api/hosts/shop.example/replay", data={"since": str(since), "dry_run": "1"})
         assert answer.json()["matched"] == 3 and client.count("shop", "failed") == 3, answer.text
@@ -85,3 +91,14 @@ def test_replay_from_the_api_and_the_form(web, client, r):
                                                    "status": "all", "csrf": csrf, "next": "/hosts"})
     assert answer.status_code == 303 and client.count("shop", "failed") == 0
     assert "re-queued 3 finished URL tasks of https://shop.example" in http.get(answer.headers["location"]).text
+
+
+def test_a_stored_url_with_an_impossible_port_breaks_no_json_read(web, client, r):
+    """SPEC 9: a task written past the add gate with `http://x:99999/`: replay and the dashboard's JSON answer."""
+    since = failed_urls(client, r, 2)
+    r.hset(client.store.keys_for("shop:0").task("shop:0"), "spec", '{"url":"http://x:99999/"}')
+    with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        answer = api.post("/api/hosts/shop.example/replay", data={"since": str(since), "dry_run": "1"})
+        assert answer.status_code == 200 and answer.json()["matched"] == 1, answer.text
+        for path in ("/api/tasks/shop/0", "/api/tasks?topic=shop", "/api/tasks?status=failed", "/api/hosts"):
+            assert api.get(path).status_code == 200, path

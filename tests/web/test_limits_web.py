@@ -48,3 +48,23 @@ def test_a_readonly_dashboard_shows_limits_and_refuses_to_change_them(redis_url,
         page = http.get("/").text
         assert "2/m" in page and "Set limit" not in page
     assert [x.rate for x in client.limits()] == ["2/m"]
+
+
+NOT_ASCII_DIGITS = ["²", "٣", "１", "1_0", "+3"]  # int() takes all but the first; only 0-9 make a number here
+
+
+@pytest.mark.parametrize("text", NOT_ASCII_DIGITS)
+def test_number_fields_take_ascii_digits_only(web, client, text):
+    client.add("t", 1, call="delayd.examples:echo", delay=600)
+    with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        for path, data in (("/api/limits/t", {"concurrency": text}), ("/api/limits/t", {"rate": f"{text}/s"}),
+                           ("/api/hosts/http%3A%2F%2Fa.example/replay", {"since": text, "dry_run": "1"})):
+            answer = api.post(path, data=data)
+            assert answer.status_code == 400 and "\n" not in answer.json()["error"], (path, data, answer.text)
+        for path in ("/api/tasks", "/api/schedules"):
+            answer = api.get(path, params={"limit": text})
+            assert answer.status_code == 400 and "limit" in answer.json()["error"], (path, answer.text)
+        for given, says in (({"at": text}, "at must be"), ({"intervals": f"0,{text}"}, "not a number of seconds")):
+            answer = api.post("/api/tasks", json={"topic": "t", "id": 2, "call": "a:b", **given})
+            assert answer.status_code == 400 and says in answer.json()["error"], answer.text
+    assert client.limits() == [] and client.count("t") == 1

@@ -3,6 +3,7 @@ daemon where tasks must run): every page and action, the auth refusals, read-onl
 escaping, and the refused non-loopback start."""
 from __future__ import annotations
 
+import json
 import re
 import signal
 import zlib
@@ -330,7 +331,8 @@ def damage(r, store) -> None:
     from delayd.store import registry
     keys = store.keys
     for member, field, value in (("c:due", "due", "soon"), ("c:runs", "runs", "many"), ("c:spec", "spec", b"\xff{"),
-                                 ("c:far", "due", "9" * 30), ("c:status", "status", "zzz")):
+                                 ("c:far", "due", "9" * 30), ("c:status", "status", "zzz"),
+                                 ("c:deep", "spec", '{"call":"a:b","params":' + '{"a":' * 500 + "1" + "}" * 501)):
         r.hset(store.keys_for(member).task(member), field, value)
     r.delete(store.keys_for("c:list").task("c:list"))
     r.rpush(store.keys_for("c:list").task("c:list"), "not", "a", "hash")
@@ -351,21 +353,22 @@ def damage(r, store) -> None:
 
 def test_every_page_shows_damaged_data_and_never_fails(api, client, r):
     from delayd.store import connection
-    for member in ("c:good", "c:due", "c:runs", "c:spec", "c:far", "c:status", "c:list"):
+    for member in ("c:good", "c:due", "c:runs", "c:spec", "c:far", "c:status", "c:list", "c:deep"):
         client.add(*member.split(":"), call="delayd.examples:echo", delay=600)
     raw = connection.connect(client.url)
     damage(raw, client.store)
     paths = ["/", "/api/stats", "/tasks", "/tasks?topic=c", "/tasks?status=failed", "/tasks?status=ok",
              "/api/tasks", "/api/tasks?status=failed", "/api/tasks?status=ok", "/api/tasks?topic=c&status=delayed",
              "/tasks/c/good", "/tasks/c/due", "/tasks/c/list", "/tasks/c/far", "/tasks/c/%FF", "/api/tasks/c/list",
-             "/api/tasks/c/%FF", "/tasks/c/inf"]
+             "/api/tasks/c/%FF", "/tasks/c/inf", "/tasks/c/deep", "/api/tasks/c/deep"]
     for path in paths:
         for accept in ("text/html", "application/json"):
             answer = api.get(path, headers={"Accept": accept})
             assert answer.status_code == 200, (path, answer.status_code, answer.text[-300:])
     listed = api.get("/api/tasks", params={"topic": "c"}).json()
     corrupt = {row["key"]: row["corrupt"] for row in listed["tasks"] if row["corrupt"]}
-    assert {"c:due", "c:runs", "c:spec", "c:status", "c:list", "c:\\xff"} <= corrupt.keys(), corrupt
+    assert {"c:due", "c:runs", "c:spec", "c:status", "c:list", "c:\\xff", "c:deep"} <= corrupt.keys(), corrupt
+    assert "nested more than 65 levels deep" in corrupt["c:deep"]
     assert "not a hash" in corrupt["c:list"] and "does not parse" in corrupt["c:due"]
     ok = api.get("/api/tasks", params={"status": "ok"}).json()
     assert any("not a sorted set" in problem for problem in ok["problems"]), ok
@@ -479,3 +482,18 @@ def test_the_icon_is_served_to_anyone(web):
 
 def test_delayd_web_run_by_hand_is_titled(web):
     assert " ".join(psutil.Process(web.proc.pid).cmdline()).strip() == "delayd: web"
+
+
+def test_children_up_counts_what_status_lists_with_the_embedded_redis(tmp_path):
+    """`delayd status` lists the embedded Redis among the children: the overview and `status --cluster`
+    count it too (2 buckets, a queue and the Redis: 4)."""
+    with Daemon(None, tmp_path / "d") as daemon:
+        listed = json.loads(delayd("status", "--json", env=daemon.env).stdout)["processes"]
+        children = [p for p in listed if p["title"] != "delayd: master"]
+        assert len(children) == 4 and any(p["title"].startswith("delayd: redis") for p in children), listed
+        cluster = delayd("status", "--cluster", env=daemon.env).stdout
+        assert " 4/4 up " in cluster, cluster
+        with Web(f"unix://{tmp_path / 'd' / 'redis.sock'}", DELAYD_WEB_TOKEN=TOKEN) as web, \
+                web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+            page = api.get("/", headers={"Accept": "text/html"}).text
+            assert '<td class="num">4/4</td>' in page, re.findall(r"\d+/\d+", page)

@@ -156,35 +156,63 @@ def login(http: httpx.Client, token: str, client_address: str) -> int:
 def test_wrong_tokens_from_one_address_are_refused_after_a_few(redis_url):
     with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN, DELAYD_WEB_FORWARDED_ALLOW_IPS="127.0.0.1") as server, \
             server.client() as http:
-        assert [login(http, "guess", "203.0.113.5") for _ in range(6)] == [401] * 5 + [429]
+        assert [login(http, f"guess-{i}", "203.0.113.5") for i in range(6)] == [401] * 5 + [429]
         refused = http.post("/login", data={"token": TOKEN}, headers={"X-Forwarded-For": "203.0.113.5"})
         assert refused.status_code == 429 and 0 < int(refused.headers["retry-after"]) <= 60, "even the right token"
         assert login(http, TOKEN, "203.0.113.6") == 303, "another address is not held back"
         bearer = [http.get("/api/stats", headers={"Authorization": f"Bearer guess-{i}",
                                                   "X-Forwarded-For": "203.0.113.7"}).status_code for i in range(6)]
         assert bearer == [401] * 5 + [429], "a Bearer token is a guess too"
-        assert [login(http, "guess", f"2001:db8::{i}") for i in range(6)] == [401] * 5 + [429], "an IPv6 /64 is one"
+        assert [login(http, f"guess-{i}", f"2001:db8::{i}") for i in range(6)] == [401] * 5 + [429], \
+            "an IPv6 /64 is one"
+        assert [login(http, "typo", "203.0.113.8") for i in range(8)] == [401] * 8, "one wrong token counts once"
     with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN) as server, server.client() as http:
-        statuses = [login(http, "guess", f"203.0.113.{i}") for i in range(6)]
+        statuses = [login(http, f"guess-{i}", f"203.0.113.{i}") for i in range(6)]
         assert statuses == [401] * 5 + [429], "X-Forwarded-For of an untrusted peer is not believed"
+
+
+def test_the_producer_token_resets_no_count_and_a_bad_producer_holds_back_no_one(redis_url, client):
+    task = {"topic": "t", "id": 1, "call": "delayd.examples:echo", "delay": 600}
+    with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN, DELAYD_PRODUCER_TOKEN="pr0ducer") as server, \
+            server.client() as http:
+        def stats(token: str) -> int:
+            return http.get("/api/stats", headers={"Authorization": f"Bearer {token}"}).status_code
+
+        def add(token: str) -> int:
+            return http.post("/api/tasks", json=task, headers={"Authorization": f"Bearer {token}"}).status_code
+
+        guesses = []
+        for round in range(3):  # 4 guesses at the dashboard token, then a good producer request
+            guesses += [stats(f"guess-{round}-{i}") for i in range(4)]
+            assert add("pr0ducer") == 201
+        assert guesses[:5] == [401] * 5 and set(guesses[5:]) == {429}, guesses
+        assert [add("stale-token") for _ in range(8)] == [401] * 8, "a misconfigured producer repeats one token"
+        assert add("pr0ducer") == 201, "the good producer beside it is not held back"
+        assert [add(f"guess-{i}") for i in range(5)] == [401] * 4 + [429], "the stale token and 4 others: 5"
+        assert add("pr0ducer") == 429 and add(TOKEN) == 429, "guesses on a producer route hold back that route"
+        assert http.post("/login", data={"token": TOKEN}).status_code == 303, "the login form counts on its own"
+    assert client.count("t") == 1
 
 
 def test_the_throttle_keeps_a_bounded_table_that_expires():
     from delayd.web.auth import LoginThrottle
     throttle = LoginThrottle(allowed=2, window=60.0, size=100)
     for i in range(10_000):
-        throttle.failed(f"10.0.{i // 256}.{i % 256}", now=1000.0)
+        throttle.failed(f"10.0.{i // 256}.{i % 256}", "login", "x", now=1000.0)
     assert len(throttle.failures) == 100
-    throttle.failed("192.0.2.1", now=1000.0)
-    throttle.failed("192.0.2.1", now=1030.0)
-    assert throttle.wait("192.0.2.1", now=1030.0) == 30.0
-    assert throttle.wait("192.0.2.1", now=1060.0) == 0.0
-    throttle.failed("192.0.2.2", now=1061.0)
-    assert list(throttle.failures) == ["192.0.2.2"], "windows that are over are dropped"
-    throttle.failed("::ffff:192.0.2.2", now=1062.0)
-    assert throttle.wait("192.0.2.2", now=1062.0) > 0, "an IPv4 client of a dual-stack bind is its IPv4 address"
+    throttle.failed("192.0.2.1", "login", "a", now=1000.0)
+    throttle.failed("192.0.2.1", "login", "a", now=1010.0)
+    assert throttle.wait("192.0.2.1", "login", now=1010.0) == 0.0, "the same wrong token counts once"
+    throttle.failed("192.0.2.1", "login", "b", now=1030.0)
+    assert throttle.wait("192.0.2.1", "login", now=1030.0) == 30.0
+    assert throttle.wait("192.0.2.1", "dashboard", now=1030.0) == 0.0, "each kind is counted on its own"
+    assert throttle.wait("192.0.2.1", "login", now=1060.0) == 0.0
+    throttle.failed("192.0.2.2", "login", "a", now=1061.0)
+    assert list(throttle.failures) == ["login 192.0.2.2"], "windows that are over are dropped"
+    throttle.failed("::ffff:192.0.2.2", "login", "b", now=1062.0)
+    assert throttle.wait("192.0.2.2", "login", now=1062.0) > 0, "an IPv4 client of a dual-stack bind is its IPv4"
     throttle.succeeded("192.0.2.2")
-    assert throttle.wait("192.0.2.2", now=1062.0) == 0.0
+    assert throttle.wait("192.0.2.2", "login", now=1062.0) == 0.0
     assert throttle.key("2001:db8::1") == throttle.key("2001:db8::2") == "2001:db8::/64"
 
 

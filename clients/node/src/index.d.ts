@@ -102,6 +102,10 @@ export class TaskError extends Error {}
 /** The store's meta hash is unreadable or of another layout/protocol version (one line). */
 export class StoreError extends Error {}
 
+/** This package's version (delayd's), and the protocol (docs/protocol.md) it speaks. */
+export const VERSION: string;
+export const PROTOCOL: number;
+
 export function bucketOf(member: string, buckets: number): number;
 
 export class Client {

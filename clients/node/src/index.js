@@ -1,14 +1,16 @@
 // delayd-client: add, delete and read delayd tasks from Node with an ioredis connection.
-// Each call runs the package's own Lua scripts (delayd/store/lua, linked as the Python client
-// links them: ./lua.js) after the checks of delayd's Python Client (./task.js), so a task
+// Each call runs the Lua scripts shipped in the package (../lua, linked by delayd's own linker:
+// ./lua.js reads them) after the checks of delayd's Python Client (./task.js), so a task
 // added from here is stored as the same task added from Python. The key layout, the meta hash
 // and each script's KEYS/ARGV are those of docs/redis-layout.md.
 import { pyRepr } from './json.js';
 import { script } from './lua.js';
 import { bulk, evalsha, packedCallClass } from './packed.js';
 import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
+import { LAYOUT, PROTOCOL } from './version.js';
 
 export { TaskError } from './task.js';
+export { PROTOCOL, VERSION } from './version.js';
 
 /** The store's metadata in Redis is unreadable, or from another version of delayd (one line). */
 export class StoreError extends Error {
@@ -19,7 +21,7 @@ export class StoreError extends Error {
 }
 
 // The meta hash's versions this client follows (delayd.store.keys.LAYOUT and PROTOCOL; docs/protocol.md).
-const VERSIONS = { layout: '1', protocol: '1' };
+const VERSIONS = { layout: String(LAYOUT), protocol: String(PROTOCOL) };
 const MAX_BUCKETS = 1024;
 // add.lua's leading KEYS: the bucket's keys it may touch, after its tag.
 const ADD_KEYS = ['delayed', 'counts', 'recurring', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
@@ -50,6 +52,16 @@ export function bucketOf(member, buckets) {
 }
 
 const shown = (text) => pyRepr(text.slice(0, 40)) + (text.length > 40 ? '...' : '');
+
+/** StoreError when the meta hash's [layout, protocol] are another version's (a missing one too, unless `absentOk`). */
+function refuseOtherVersions(key, versions, absentOk) {
+  for (const [field, value] of [['layout', versions[0]], ['protocol', versions[1]]]) {
+    if (value !== VERSIONS[field] && !(absentOk && value === null)) {
+      throw new StoreError(`${key} in Redis says ${field} = ${shown(value)}; this client reads ${field} `
+        + `${VERSIONS[field]} (a store written by another version of delayd: use a client of that version, or another prefix)`);
+    }
+  }
+}
 
 /** TaskError for nx with a debounced add (a debounce replaces the task it finds). */
 function refuseNx(built, nx) {
@@ -90,6 +102,7 @@ export class Client {
     let versions;
     try {
       [stored, ...versions] = await this.redis.hmget(key, ...fields);
+      refuseOtherVersions(key, versions, true); // before writing anything into another version's store
       if (stored === null || versions.includes(null)) { // first use (or a store from before a field)
         if (stored === null) await this.redis.hsetnx(key, 'buckets', this.defaultBuckets);
         if (versions[0] === null) await this.redis.hsetnx(key, 'layout', VERSIONS.layout);
@@ -100,12 +113,7 @@ export class Client {
       if (!/WRONGTYPE/.test(exc.message)) throw exc;
       throw new StoreError(`${key} in Redis is not a hash; it should hold the bucket count (buckets ${this.defaultBuckets}?)`);
     }
-    for (const [field, value] of [['layout', versions[0]], ['protocol', versions[1]]]) {
-      if (value !== VERSIONS[field]) {
-        throw new StoreError(`${key} in Redis says ${field} = ${shown(value)}; this client reads ${field} `
-          + `${VERSIONS[field]} (a store written by another version of delayd: use a client of that version, or another prefix)`);
-      }
-    }
+    refuseOtherVersions(key, versions, false);
     const count = /^\d{1,5}$/.test(stored) ? Number(stored) : 0;
     if (!(count > 0 && count <= MAX_BUCKETS)) {
       throw new StoreError(`${key} in Redis holds buckets = ${shown(stored)}, not a bucket count (1-${MAX_BUCKETS}); `
@@ -251,8 +259,9 @@ export class Client {
   async delete(topic, id, hard = false) {
     const member = `${topic}:${id}`;
     const tag = this.tag(bucketOf(member, await this.store()));
+    const parked = member.slice(0, member.lastIndexOf(':')); // the topic as the scripts read it: up to the last ':'
     const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-      'counts', 'paused', 'recurring', `paused:${topic}`, 'corrupt'].map((k) => tag + k)];
+      'counts', 'paused', 'recurring', `paused:${parked}`, 'corrupt'].map((k) => tag + k)];
     return (await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs])) === 1;
   }
 

@@ -102,6 +102,23 @@ function urlHost(url) {
   return host || null;
 }
 
+// Why the URL's authority cannot be sent to, or null: an empty host, a port that is not a number from 1 to
+// 65535, a host that is not ASCII (given in its xn-- form); as delayd.model.checks.url_authority_error.
+function authorityError(url) {
+  const authority = (/^[A-Za-z][A-Za-z0-9+.-]*:\/\/([^/?#]*)/.exec(url) || ['', ''])[1];
+  const m = /^(\[[^\]]+\]|[^:[\]]*)(?::([0-9]*))?$/.exec(authority.slice(authority.lastIndexOf('@') + 1));
+  if (!m) return 'has a port that is not a number from 1 to 65535';
+  if (m[1] === '') return 'has no host';
+  const port = m[2] ?? '';
+  if (port !== '' && (port.length > 5 || Number(port) < 1 || Number(port) > 65535)) {
+    return `has the port ${port}, not a number from 1 to 65535`;
+  }
+  if (/[^\x00-\x7f]/.test(m[1])) {
+    return 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)';
+  }
+  return null;
+}
+
 function checkEvery(value) {
   if (!isNumber(value)) throw new TaskError(`every must be a number of seconds, got ${pyRepr(value)}`);
   if (!Number.isFinite(value) || !(value >= 1 && value <= TEN_YEARS)) {
@@ -148,6 +165,20 @@ function checkSchedule(intervals, every, cron, tz) {
   return [null, checkCronShape(cron), zone];
 }
 
+const MAX_PARAMS_DEPTH = 64; // the params object is level 1 (delayd.model.checks, add.lua)
+
+/** True if the arrays and objects of JSON `text` nest more than `limit` deep, counted as
+ * delayd.model.checks.nested_deeper counts: escapes dropped, then strings, then brackets. */
+function nestedDeeper(text, limit) {
+  if ((text.match(/[[{]/g) || []).length <= limit) return false;
+  let depth = 0;
+  for (const bracket of text.replace(/\\./g, '').replace(/"[^"]*"/g, '').match(/[[\]{}]/g)) {
+    depth += bracket === '[' || bracket === '{' ? 1 : -1;
+    if (depth > limit) return true;
+  }
+  return false;
+}
+
 function checkParams(params, limit) {
   if (params != null && (typeof params !== 'object' || Array.isArray(params))) {
     throw new TaskError('params must be a JSON object (a dict)');
@@ -161,6 +192,9 @@ function checkParams(params, limit) {
     throw exc;
   }
   if (encoded.length > limit) throw new TaskError(`params are ${encoded.length} bytes, more than the limit of ${limit}`);
+  if (nestedDeeper(encoded, MAX_PARAMS_DEPTH)) {
+    throw new TaskError(`params are nested more than ${MAX_PARAMS_DEPTH} levels deep`);
+  }
   // (compactJson escapes surrogates as \udXXX: the strings are looked at only when one is there.)
   if (encoded.includes('\\ud') && !wellFormed(params)) {
     throw new TaskError('params are not valid UTF-8 text');
@@ -194,6 +228,8 @@ export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = fals
     if (typeof url !== 'string' || !urlHost(url)) {
       throw new TaskError(`url must be an http:// or https:// URL with a host, got ${pyRepr(url)}`);
     }
+    const why = stored ? null : authorityError(url);
+    if (why !== null) throw new TaskError(`url ${why}, got ${pyRepr(url)}`);
     if (!stored && BAD_URL_CHARS.test(url)) {
       throw new TaskError(`url must not contain spaces or control characters (percent-encode them), got ${pyRepr(url)}`);
     }

@@ -1,36 +1,34 @@
 <?php
 // A delayd producer for PHP on phpredis: add, addMany (pipelined), delete and get, by the
-// protocol in docs/protocol.md. The Lua scripts are the package's own (delayd/store/lua), linked
-// with the _lib.lua helpers each uses as Python links them (Lua.php): one copy in the repository.
+// protocol in docs/protocol.md. The Lua scripts are shipped in the package (lua/, linked by delayd's
+// own linker: Lua.php reads them), so Redis runs the same source whichever producer sent it.
 declare(strict_types=1);
 
 namespace Delayd;
 
 final class Client
 {
-    public const PROTOCOL = 1;
-    public const LAYOUT = 1;
+    public const PROTOCOL = Version::PROTOCOL;
+    public const LAYOUT = Version::LAYOUT;
     private const MAX_BUCKETS = 1024;
     private const ADD_BATCH = 200;  // tasks per add.lua call, as the Python client sends them
 
     private string $prefix;
     private ?int $buckets = null;
     private array $options;
-    /** @var array<string, array{0: string, 1: string}> script name => [source, sha1] */
-    private static array $scripts = [];
 
     /**
      * @param \Redis $redis a connected phpredis client (without OPT_PREFIX: the keys are delayd's own)
-     * @param array{prefix?: string, buckets?: int, params_limit?: int, retention?: float, retries?: int,
-     *              lua_dir?: string} $options prefix (default 'delayd:'); buckets, written only to a store
+     * @param array{prefix?: string, buckets?: int, params_limit?: int, retention?: float, retries?: int}
+     *              $options prefix (default 'delayd:'); buckets, written only to a store
      *              nobody used yet (default 4); params_limit (bytes, default 65536); retention (seconds a
      *              soft-deleted task stays readable, default 7 days); retries (what get() shows for a task
-     *              that gives none, default 20); lua_dir (default: the repository's delayd/store/lua)
+     *              that gives none, default 20)
      */
     public function __construct(private \Redis $redis, array $options = [])
     {
         $this->options = $options + ['prefix' => 'delayd:', 'buckets' => 4, 'params_limit' => 65536,
-            'retention' => 604800.0, 'retries' => 20, 'lua_dir' => dirname(__DIR__, 3) . '/delayd/store/lua'];
+            'retention' => 604800.0, 'retries' => 20];
         $this->prefix = (string) $this->options['prefix'];
         if ($this->prefix === '' || strpbrk($this->prefix, '{}') !== false) {
             throw new StoreError("prefix must be a non-empty string without '{' or '}'");
@@ -57,7 +55,8 @@ final class Client
 
     /**
      * Add many tasks (each an add() array), every one validated before anything is written,
-     * in pipelined calls of up to 200 tasks of one bucket. Returns how many were written.
+     * in pipelined calls of up to 200 tasks of one bucket. Returns how many were written. When Redis
+     * refuses a call (none of its tasks written), throws its refusal saying how many of the others were.
      */
     public function addMany(array $tasks, bool $nx = false): int
     {
@@ -81,8 +80,17 @@ final class Client
             }
         }
         $written = 0;
+        $refused = null;
         foreach ($this->pipelined('add', $calls) as $reply) {
-            $written += array_sum($reply);
+            if ($reply instanceof \Exception) {
+                $refused ??= $reply;
+            } else {
+                $written += array_sum($reply);
+            }
+        }
+        if ($refused !== null) {  // the other calls stand: say how much of the batch is in Redis
+            $total = count($tasks);
+            throw new ($refused::class)($refused->getMessage() . " ($written of $total task(s) were written)");
         }
         return $written;
     }
@@ -92,9 +100,10 @@ final class Client
     {
         $member = "$topic:$id";
         $tag = $this->tag($member);
+        $parked = substr($member, 0, strrpos($member, ':'));  // the topic as the scripts read it: up to the last ':'
         $keys = ["{$tag}t:$member", "{$tag}delayed", "{$tag}leases", "{$tag}done:ok", "{$tag}done:failed",
             "{$tag}done:deleted", "{$tag}quarantine", "{$tag}counts", "{$tag}paused", "{$tag}recurring",
-            "{$tag}paused:$topic", "{$tag}corrupt"];
+            "{$tag}paused:$parked", "{$tag}corrupt"];
         return $this->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]) === 1;
     }
 
@@ -121,17 +130,13 @@ final class Client
         if (!is_array($meta)) {
             throw new StoreError("$key in Redis is not a hash; it should hold the bucket count");
         }
+        self::refuseOtherVersions($key, $meta, true);  // before writing anything into another version's store
         if (in_array(false, $meta, true)) {  // first use: the defaults, as the Python client writes them
             $this->redis->hSetNx($key, 'buckets', (string) $this->options['buckets']);
             $this->redis->hSetNx($key, 'layout', (string) self::LAYOUT);
             $this->redis->hSetNx($key, 'protocol', (string) self::PROTOCOL);
             $meta = $this->redis->hMGet($key, $fields);
-        }
-        foreach (['protocol' => self::PROTOCOL, 'layout' => self::LAYOUT] as $field => $ours) {
-            if ((string) $meta[$field] !== (string) $ours) {
-                throw new StoreError("$key in Redis says $field = '" . substr((string) $meta[$field], 0, 40)
-                    . "'; this client speaks $field $ours (a store of another version of delayd)");
-            }
+            self::refuseOtherVersions($key, $meta, false);
         }
         $count = ctype_digit((string) $meta['buckets']) && strlen((string) $meta['buckets']) <= 5 ? (int) $meta['buckets'] : 0;
         if ($count < 1 || $count > self::MAX_BUCKETS) {
@@ -139,6 +144,17 @@ final class Client
                 . "', not a bucket count (1-" . self::MAX_BUCKETS . ')');
         }
         return $this->buckets = $count;
+    }
+
+    /** StoreError when the meta hash names another protocol or layout (a missing field too, unless `$absentOk`). */
+    private static function refuseOtherVersions(string $key, array $meta, bool $absentOk): void
+    {
+        foreach (['protocol' => self::PROTOCOL, 'layout' => self::LAYOUT] as $field => $ours) {
+            if ((string) $meta[$field] !== (string) $ours && !($absentOk && $meta[$field] === false)) {
+                throw new StoreError("$key in Redis says $field = '" . substr((string) $meta[$field], 0, 40)
+                    . "'; this client speaks $field $ours (a store of another version of delayd)");
+            }
+        }
     }
 
     private function bucketOf(string $member): int
@@ -177,26 +193,10 @@ final class Client
         return [$keys, $args];
     }
 
-    /** [source, sha1] of a script, linked with the _lib.lua helpers it uses (docs/protocol.md, section 6). */
-    private function script(string $name): array
-    {
-        $dir = (string) $this->options['lua_dir'];
-        if (!isset(self::$scripts["$dir/$name"])) {
-            $lib = @file_get_contents("$dir/_lib.lua");
-            $body = @file_get_contents("$dir/$name.lua");
-            if ($lib === false || $body === false) {
-                throw new StoreError("cannot read delayd's Lua scripts in $dir (the lua_dir option)");
-            }
-            $source = Lua::link($lib, $body);
-            self::$scripts["$dir/$name"] = [$source, sha1($source)];
-        }
-        return self::$scripts["$dir/$name"];
-    }
-
     /** One EVALSHA; after NOSCRIPT, SCRIPT LOAD and the call again. */
     private function call(string $name, array $keys, array $args): mixed
     {
-        [$source, $sha] = $this->script($name);
+        [$source, $sha] = Lua::script($name);
         $this->redis->clearLastError();
         $reply = $this->redis->evalSha($sha, array_merge($keys, $args), count($keys));
         if ($reply === false && str_starts_with((string) $this->redis->getLastError(), 'NOSCRIPT')) {
@@ -211,10 +211,11 @@ final class Client
         return $reply;
     }
 
-    /** Many calls of one script in one pipeline (the script loaded first, once per process and server). */
+    /** Many calls of one script in one pipeline (the script loaded first, once per process and server): their
+     * replies, with the exception (TaskError, StoreError) in place of a call Redis refused. */
     private function pipelined(string $name, array $calls): array
     {
-        [$source, $sha] = $this->script($name);
+        [$source, $sha] = Lua::script($name);
         if (!$calls) {
             return [];
         }
@@ -228,7 +229,11 @@ final class Client
         $replies = $pipe->exec();
         foreach ($replies as $i => $reply) {
             if (!is_array($reply)) {  // an error reply: said again by the same call, alone
-                $replies[$i] = $this->call($name, ...$calls[$i]);
+                try {
+                    $replies[$i] = $this->call($name, ...$calls[$i]);
+                } catch (TaskError | StoreError $e) {
+                    $replies[$i] = $e;
+                }
             }
         }
         return $replies;

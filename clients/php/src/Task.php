@@ -22,6 +22,8 @@ final class Task
     private const MAX_RETRIES = 10000;
     private const TARGET = '/^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$/D';
     private const JSON = JSON_UNESCAPED_SLASHES | JSON_PRESERVE_ZERO_FRACTION | JSON_THROW_ON_ERROR;
+    /** Params nest at most this deep, the params object being level 1 (delayd.model.checks, add.lua). */
+    private const MAX_PARAMS_DEPTH = 64;
     // Each cron field's range and the names it takes (as cronsim reads them).
     private const CRON = [['minute', 0, 59], ['hour', 0, 23], ['day-of-month', 1, 31], ['month', 1, 12],
         ['day-of-week', 0, 7]];
@@ -208,6 +210,10 @@ final class Task
         if (!is_array($parts) || !in_array($scheme, ['http', 'https'], true) || ($parts['host'] ?? '') === '') {
             throw new TaskError('url must be an http:// or https:// URL with a host, got ' . self::shown($url));
         }
+        $why = self::authorityError($url);
+        if ($why !== null) {
+            throw new TaskError("url $why, got " . self::shown($url));
+        }
         if (!preg_match('//u', $url)) {
             throw new TaskError('url is not valid UTF-8 text');
         }
@@ -215,6 +221,32 @@ final class Task
             throw new TaskError('url must not contain spaces or control characters (percent-encode them), got '
                 . self::shown($url));
         }
+    }
+
+    /**
+     * Why the URL's authority cannot be sent to, or null: an empty host, a port that is not a number from 1
+     * to 65535, a host that is not ASCII (given in its xn-- form); as delayd.model.checks.url_authority_error.
+     */
+    private static function authorityError(string $url): ?string
+    {
+        preg_match('~^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)~', $url, $found);
+        $authority = $found[1] ?? '';
+        $at = strrpos($authority, '@');
+        $hostPort = $at === false ? $authority : substr($authority, $at + 1);
+        if (!preg_match('~^(\[[^\]]+\]|[^:\[\]]*)(?::([0-9]*))?$~D', $hostPort, $m)) {
+            return 'has a port that is not a number from 1 to 65535';
+        }
+        if ($m[1] === '') {
+            return 'has no host';
+        }
+        $port = $m[2] ?? '';
+        if ($port !== '' && (strlen($port) > 5 || (int) $port < 1 || (int) $port > 65535)) {
+            return "has the port $port, not a number from 1 to 65535";
+        }
+        if (preg_match('/[\x80-\xff]/', $m[1])) {
+            return 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)';
+        }
+        return null;
     }
 
     /** The params as compact JSON, or null when there are none. */
@@ -232,10 +264,13 @@ final class Task
             throw new TaskError('params must be a JSON object (an array with string keys)');
         }
         try {
-            $json = json_encode($params, self::JSON);
+            $json = json_encode($params, self::JSON, self::MAX_PARAMS_DEPTH);
         } catch (\JsonException $e) {
-            throw new TaskError($e->getCode() === JSON_ERROR_UTF8 ? 'params are not valid UTF-8 text'
-                : 'params are not JSON-serialisable: ' . $e->getMessage());
+            throw new TaskError(match ($e->getCode()) {
+                JSON_ERROR_UTF8 => 'params are not valid UTF-8 text',
+                JSON_ERROR_DEPTH => 'params are nested more than ' . self::MAX_PARAMS_DEPTH . ' levels deep',
+                default => 'params are not JSON-serialisable: ' . $e->getMessage(),
+            });
         }
         if (strlen($json) > $limit) {
             throw new TaskError('params are ' . strlen($json) . " bytes, more than the limit of $limit");

@@ -177,6 +177,13 @@ local function parked_key(paused_key, topic)
   return paused_key .. ':' .. topic
 end
 
+-- A task set aside on purpose from `now` on (its topic paused, its host disabled): not lateness, as a
+-- limit's hold is not. Its first park counts (`parked`); promote notes when it lets it go (`unparked`),
+-- and claim takes the time between off its lateness.
+local function mark_parked(task_key, now)
+  redis.call('HSETNX', task_key, 'parked', now)
+end
+
 -- The generation of the pause a flag of the `paused` hash holds, or nil when it holds none: no
 -- flag, or 'r' (a resume is moving the parked tasks back). A pause's flag is its generation (see
 -- pause.lua); '1', written by earlier versions, and any other value read as the oldest pause, and

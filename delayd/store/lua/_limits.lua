@@ -1,14 +1,22 @@
 -- The helpers of limits per topic, read as the end of _lib.lua (delayd/store/scripts.py), linked the
 -- same way. Limits per topic (docs/redis-layout.md, "Limits"): a rate (GCRA: one theoretical arrival time
--- per topic, in µs) and a concurrency (the topic's runs in flight, a zset member -> lease expiry),
+-- per topic, in µs) and a concurrency (the topic's runs in flight, a zset run_id -> lease expiry),
 -- kept beside the limits set under `L` = `P{limits}:` and read by the daemon's scripts on a
 -- single Redis only (Redis Cluster: `L` is '' and nothing is limited). A rate lets at most
 -- LIMIT_BURST_US of its starts through at once (at least one), so 100/s starts 10 per 100 ms.
 local LIMIT_BURST_US = 100000
 local LIMIT_PAUSE_MS = 5000  -- a held topic is looked at again this often, whatever it waits for
--- A released task's slot, taken by promote, is kept this long for its claim (which renews it to its
--- lease); a task deleted before it is claimed gives the slot back then.
+-- A released task's slot, taken by promote (its entry in `run:<topic>` is the bare member), is kept
+-- this long for its claim, which makes it the run's; a claim that skips or parks the task gives it back.
 local LIMIT_RESERVE_MS = 30000
+
+-- A run's entry in `run:<topic>`: the member and its claim token (names have no spaces), so that the
+-- run's end frees its own slot, whatever became of the record (deleted, replaced) meanwhile: a later run
+-- of the same member has another token and keeps its own.
+local function run_id(member, token)
+  if type(token) == 'number' then token = string.format('%d', token) end  -- (as finish and renew get it)
+  return member .. ' ' .. token
+end
 
 -- The limits set, topic -> {every = µs between starts (0: no rate), burst = starts let through at
 -- once, slots = runs in flight allowed (0: no cap)}; nil when none is set or `lp` is ''. A value
@@ -63,9 +71,9 @@ local function gate_room(g)
   return math.max(0, room)
 end
 
--- Take one start (and slot) for `member`, its slot held until `expiry` (ms); false when the limit
--- holds it back.
-local function gate_take(g, member, expiry)
+-- Take one start (and slot) for `id` (a run_id, or a released member), its slot held until `expiry`
+-- (ms); false when the limit holds it back.
+local function gate_take(g, id, expiry)
   if gate_room(g) < 1 then return false end
   if g.l.every > 0 then
     g.tat = math.max(g.tat, g.now) + g.l.every
@@ -74,21 +82,22 @@ local function gate_take(g, member, expiry)
   if g.l.slots > 0 then
     g.flight = g.flight + 1
     g.taken[#g.taken + 1] = expiry
-    g.taken[#g.taken + 1] = member
+    g.taken[#g.taken + 1] = id
   end
   return true
 end
 
--- Claim a task that promote released, having taken its start and slot then: it starts, its slot
--- held until `expiry`; unless that slot lapsed meanwhile and none is free now (false).
-local function gate_claim_released(g, member, expiry)
+-- Claim a task that took its start before: promote released it, taking its start and slot then, or its
+-- run lapsed and runs again (a rate start is taken once per run). It starts as run `id`, its slot held
+-- until `expiry`: the one its release took, else a free one; false when none is.
+local function gate_claim_started(g, member, id, expiry)
   if g.l.slots > 0 then
-    if not redis.call('ZSCORE', g.runs, member) then
+    if redis.call('ZREM', g.runs, member) == 0 then
       if g.flight >= g.l.slots then return false end
       g.flight = g.flight + 1
     end
     g.taken[#g.taken + 1] = expiry
-    g.taken[#g.taken + 1] = member
+    g.taken[#g.taken + 1] = id
   end
   return true
 end
@@ -144,8 +153,8 @@ local function wake_held(lp, topic, now, reach)
   end
 end
 
--- Runs of limited topics ended or lapsed (`freed`: topic -> {member, ...}): their slots are free
--- (`reach`: see wake_held).
+-- Runs of limited topics ended or lapsed, or released tasks that will not start (`freed`: topic ->
+-- {run_id or member, ...}): their slots are free (`reach`: see wake_held).
 local function free_slots(lp, freed, now, reach)
   for topic, members in pairs(freed) do
     local runs = lp .. 'run:' .. topic

@@ -40,6 +40,7 @@ end
 -- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
 -- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
 local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
+local MAX_DEPTH = 64  -- how deep params may nest, the params object being level 1 (delayd.model.checks)
 -- The patterns of check_spec's fast paths: a target's name of identifier characters (no quote or
 -- backslash), params of printable ASCII from `{` to the `}` before the spec's last.
 local TARGET = '([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)'
@@ -130,6 +131,38 @@ local function trace_ok(trace)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
 
+-- True if the arrays and objects of JSON `text` nest more than `limit` deep, counted without decoding
+-- (delayd.model.checks.nested_deeper counts the same way: escapes dropped, then strings, then brackets).
+local function nested_deeper(text, limit)
+  if #text <= 2 * limit then return false end  -- (each level takes two brackets: most specs end here)
+  local opens = 0  -- counted by plain finds (memchr), stopping past the limit: a pattern costs ~35 ns a byte
+  for _, bracket in ipairs({'{', '['}) do
+    local at = string.find(text, bracket, 1, true)
+    while at and opens <= limit do
+      opens, at = opens + 1, string.find(text, bracket, at + 1, true)
+    end
+  end
+  if opens <= limit then return false end
+  local depth = 0
+  for bracket in string.gmatch(string.gsub(string.gsub(text, '\\.', ''), '"[^"]*"', ''), '[%[%]{}]') do
+    depth = depth + ((bracket == '[' or bracket == '{') and 1 or -1)
+    if depth > limit then return true end
+  end
+  return false
+end
+
+-- Params (decoded) nested more than MAX_DEPTH deep are refused, as every client refuses them: counted in
+-- `text` (their JSON, or the spec's: one level more) only when a value is a container, so the usual flat
+-- params cost a look at each value.
+local function check_depth(params, text, limit)
+  for _, value in pairs(params) do
+    if type(value) == 'table' then
+      if nested_deeper(text, limit) then refuse('params', 'are nested more than ' .. MAX_DEPTH .. ' levels deep') end
+      return
+    end
+  end
+end
+
 -- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
 -- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
 -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
@@ -172,6 +205,7 @@ local function check_spec(spec, mode, recurs)
   if params then
     local decoded, t = pcall(cjson.decode, params)
     fits = decoded and type(t) == 'table' and t[1] == nil
+    if fits then check_depth(t, params, MAX_DEPTH) end
   end
   if fits then
     check_target('call', call)
@@ -197,10 +231,24 @@ local function check_spec(spec, mode, recurs)
   if t.callback ~= nil then check_target('callback', t.callback) end
   if push ~= nil then check_name('push', push) end
   if url ~= nil then
-    local host = type(url) == 'string' and string.match(url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
-    host = host and string.gsub(host, '^.*@', '')
-    if not host or host == '' or host == ':' or string.find(url, '[%z\1-\32\127]') then
+    -- The authority past any user info: a [bracketed] or plain host, then nothing or ':' and a port from 1
+    -- to 65535 (delayd.model.checks.url_authority_error); an international host in its xn-- form.
+    local authority = type(url) == 'string' and string.match(url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
+    local host, rest = nil, nil
+    if authority then
+      authority = string.match(authority, '([^@]*)$')
+      host, rest = string.match(authority, '^(%[[^%]]+%])(.*)$')
+      if not host then host, rest = string.match(authority, '^([^:%[%]]*)(.*)$') end
+    end
+    if not host or host == '' or string.find(url, '[%z\1-\32\127]') then
       refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
+    end
+    local port = rest == '' and '' or string.match(rest, '^:(%d*)$')
+    if not port or port ~= '' and (#port > 5 or tonumber(port) < 1 or tonumber(port) > 65535) then
+      refuse('url', 'has a port that is not a number from 1 to 65535')
+    end
+    if string.find(host, '[\128-\255]') then
+      refuse('url', 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)')
     end
     if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
   end
@@ -218,6 +266,7 @@ local function check_spec(spec, mode, recurs)
       or next(t.params) == nil and not string.find(spec, '"params"%s*:%s*{')) then
     refuse('params', 'must be a JSON object')
   end
+  if t.params ~= nil then check_depth(t.params, spec, MAX_DEPTH + 1) end
   if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
   if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
   local every, cron = t.every, t.cron
@@ -433,7 +482,7 @@ for n = 1, task do
         fields[#fields + 1] = token
       end
       -- A cron task without a first due time: due now, and its first claim gives it the calendar's
-      -- next time after `created` instead of running it (delayd.workers.queue_worker, first_due).
+      -- next time after `created` instead of running it (delayd.workers.queue.claims, first_due).
       if first then
         fields[#fields + 1] = 'first'
         fields[#fields + 1] = 'cron'

@@ -27,7 +27,8 @@
 -- A task of a topic paused since take popped it is parked, as pause.lua's park would (not run).
 -- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
 -- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
--- start and slot for it then): else
+-- start and slot for it then; a released task not started gives that slot back; a lapsed run runs again
+-- without another start, in a free slot, ahead of them): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
 -- and the topic's entry in `limited` says when promote should look at it again. A held task
 -- leaves its slot of the call unused: the caller takes again. A released task's wait for its limit
@@ -74,23 +75,36 @@ end
 -- at its due time; a disabled host's topic is named in `aside`.
 local function park(topic, member, task_key, r, host)
   redis.call('HSET', task_key, 'queued', '0')
+  mark_parked(task_key, now)
   if r[12] then redis.call('HDEL', task_key, 'held', 'released') end
   count_ready(r[9], topic, -1)
   zadd_counted(parked_key(KEYS[7], topic), int_of(r[6]) or now, member, 'parked', topic)
   if host then on('set', 'SADD', KEYS[8], topic) end
 end
 
--- Start a task of limited topic `topic` (record `r`) now? Takes the start from its gate if so.
-local function admitted(topic, member, r)
+-- Start a task of limited topic `topic` (record `r`) now, as the run with claim token `token`? Takes the
+-- start from its gate if so.
+local function admitted(topic, member, r, token)
   local g = gates[topic]
   if not g then
     g = gate(lp, topic, limits[topic], now_us())
     g.waiting = redis.call('EXISTS', held_key(KEYS[6], topic)) == 1
     gates[topic] = g
   end
-  if r[13] then return gate_claim_released(g, member, now + lease) end
+  if r[13] or r[5] == '1' then return gate_claim_started(g, member, run_id(member, token), now + lease) end
   if g.waiting then return false end  -- earlier ones are held: after them
-  return gate_take(g, member, now + lease)
+  return gate_take(g, run_id(member, token), now + lease)
+end
+
+-- A released task of `topic` that this claim does not start (deleted, replaced, parked, quarantined):
+-- the slot promote took for it is free (at the end of the call, free_slots).
+local unreserved = nil  -- topic -> members
+local function unreserve(topic, member)
+  if limits and limits[topic] and limits[topic].slots > 0 then
+    unreserved = unreserved or {}
+    unreserved[topic] = unreserved[topic] or {}
+    table.insert(unreserved[topic], member)
+  end
 end
 
 -- Hold a ready task back: out of the ready count, into its topic's held set at its due time.
@@ -119,23 +133,27 @@ end
 -- Start (or hold, park, skip) the task `member` of the take, whose record is `task_key`.
 local function claim(member, task_key)
   local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-    'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host')
+    'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
   -- Entries whose task was deleted, replaced or already claimed are stale
   -- (queued is 0 or missing): skipped.
-  if r and not (r[1] and r[1] ~= '0') then return end
   local topic = topic_of(member)
+  if r and not (r[1] and r[1] ~= '0') then  -- (a hard-deleted record reads as all nil: no released field)
+    unreserve(topic, member)
+    return
+  end
   local reason = defect(r, task_key, member)
-  if reason then
-    if r and r[1] == '1' then count_ready(r[9], topic, -1) end
-    quarantine(aside, task_key, member, reason)
-  elseif paused[topic] then
-    park(topic, member, task_key, r, false)
-  elseif off and off[r[14] or spec_origin(r[2]) or ''] then
-    park(topic, member, task_key, r, true)
-  elseif limits and limits[topic] and not admitted(topic, member, r) then
+  local token = r and claim_token(r[4], r[7]) + 1
+  if reason or paused[topic] or off and off[r[14] or spec_origin(r[2]) or ''] then
+    if r and r[13] then unreserve(topic, member) end
+    if reason then
+      if r and r[1] == '1' then count_ready(r[9], topic, -1) end
+      quarantine(aside, task_key, member, reason)
+    else
+      park(topic, member, task_key, r, not paused[topic])
+    end
+  elseif limits and limits[topic] and not admitted(topic, member, r, token) then
     hold(topic, member, task_key, r)
   else
-    local token = claim_token(r[4], r[7]) + 1
     local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
     if r[5] ~= '1' then runs = runs + 1 end
     redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
@@ -149,6 +167,10 @@ local function claim(member, task_key)
       tally('limited', topic)
       tally('limited_ms', topic, waited)
       redis.call('HDEL', task_key, 'held', 'released')
+    end
+    if r[15] then  -- set aside on purpose (paused topic, disabled host): from its park to its let-go is not late
+      late = late - math.max(0, math.min(now, int_of(r[16]) or now) - (int_of(r[15]) or now))
+      redis.call('HDEL', task_key, 'parked', 'unparked')
     end
     tally_lateness(topic, late)
     for _, v in ipairs({member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '',
@@ -189,6 +211,7 @@ if take ~= '' and on('zset', 'ZREM', KEYS[9], take) == 1 then
 end
 flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
+if unreserved then free_slots(lp, unreserved, now, {[KEYS[6]] = true}) end  -- (other buckets: gate_next's time)
 if held > 0 then
   -- The topic's entry in `limited`: when its limit next lets them start (earlier only), and a
   -- wake for the bucket process when that moved.

@@ -20,8 +20,9 @@
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted), or
 -- whose record is no longer a hash, changes nothing. Returns one 1 (applied) or
 -- 0 (stale) per run.
--- A run of a topic with a concurrency limit gives its slot back (free_slots wakes the buckets
--- holding the topic's tasks).
+-- A run of a topic with a concurrency limit gives its slot back, stale or not (SPEC 9: a run holds
+-- its slot until it ends, whatever happened to its record; free_slots wakes the buckets holding the
+-- topic's tasks).
 -- Each run's record gets one HSET of every field it changes; the bucket process is
 -- woken once per batch, if a run went back to `delayed` ahead of its head.
 local now = now_ms()
@@ -72,16 +73,16 @@ for i = 5, #ARGV, 8 do
   local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
   local task_key = KEYS[14 + (i - 5) / 8]
   local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts', 'host')
+  local topic = topic_of(member)
+  if limits and limits[topic] and limits[topic].slots > 0 then  -- the run ended, recorded or stale
+    freed = freed or {}
+    freed[topic] = freed[topic] or {}
+    table.insert(freed[topic], run_id(member, claim))
+  end
   if r and r[1] == claim and r[2] == 'running' then
-    local topic = topic_of(member)
     local not_before = now + wait
     local fields = {}
     batch_add(unleased, KEYS[2], topic, member)
-    if limits and limits[topic] and limits[topic].slots > 0 then
-      freed = freed or {}
-      freed[topic] = freed[topic] or {}
-      table.insert(freed[topic], member)
-    end
     tally(outcome, topic)
     if outcome == 'defer' then
       local runs = (int_of(r[5]) or 1) - 1

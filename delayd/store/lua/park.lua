@@ -34,6 +34,7 @@ for i = 6, #KEYS do
     local r = read_record(task_key, 'queued', 'due', 'priority')
     if r and r[1] == '1' then
       redis.call('HSET', task_key, 'queued', '0')
+      mark_parked(task_key, now)
       count_ready(r[3], topic, -1)
       zadd_counted(parked, int_of(r[2]) or now, member, 'parked', topic)
       moved = moved + 1

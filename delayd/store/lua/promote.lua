@@ -170,17 +170,22 @@ for _, member in ipairs(found) do
 end
 for _, member in ipairs(due) do
   local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'url')
+  local r = read_record(task_key, 'status', 'priority', 'url', 'parked')
   local topic = topic_of(member)
   count('waiting', topic, -1)
   local reason = defect(r, task_key, 'delayed', 'delayed')
   if reason then
     quarantine(aside, task_key, member, reason)
   elseif parks(topic, tonumber(scores[member]) or now) then
+    mark_parked(task_key, now)
     zadd_counted(paused[topic].key, scores[member], member, 'parked', topic)
   else
     local priority = r[2] or DEFAULT_PRIORITY
-    redis.call('HSET', task_key, 'queued', '1')
+    if r[4] then
+      redis.call('HSET', task_key, 'queued', '1', 'unparked', now)  -- set aside until now (mark_parked)
+    else
+      redis.call('HSET', task_key, 'queued', '1')
+    end
     local list, kind = list_of(r[3], priority)
     local batch = pushes[list] or {}
     pushes[list] = batch
@@ -227,6 +232,7 @@ local function release(topic, held, topic_keys)
           stale = true
         elseif parks(topic, tonumber(members[i + 1]) or now) then
           redis.call('HDEL', task_key, 'held')
+          mark_parked(task_key, now)
           zadd_counted(paused[topic].key, members[i + 1], member, 'parked', topic)
         elseif not ready[r[4] or DEFAULT_PRIORITY] then
           quarantine(aside, task_key, member, 'record with a bad priority')
@@ -307,10 +313,10 @@ for _, member in ipairs(lapsed) do
   local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
   local topic = topic_of(member)
   count('running', topic, -1)
-  if lp ~= '' then
+  if lp ~= '' and r then  -- (the lapsed run's token is the record's; without a record its slot lapses alone)
     freed = freed or {}
     freed[topic] = freed[topic] or {}
-    table.insert(freed[topic], member)
+    table.insert(freed[topic], run_id(member, claim_token(r[3], r[4])))
   end
   if not (r and finished[r[1]]) then
     local reason = defect(r, task_key, 'leased', 'running')
@@ -320,6 +326,7 @@ for _, member in ipairs(lapsed) do
     elseif parks(topic, int_of(r[5]) or now) then
       -- Its topic is paused: it waits, parked at its due time, to run again on resume.
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
+      mark_parked(task_key, now)
       zadd_counted(paused[topic].key, int_of(r[5]) or now, member, 'parked', topic)
       tally('lapsed', topic)
     else

@@ -1,15 +1,16 @@
 -- retry: put a finished task back to run now (one more run by its schedule): a failed one (retry), or
 -- a failed or ok one finished inside a time span (replay: the same task, so the same webhook-id).
--- KEYS: task, delayed, done:<status>, counts, quarantine, corrupt (set_aside)
+-- KEYS: task, delayed, done:<status>, counts, quarantine, corrupt (set_aside), recurring
 -- ARGV: member, wake channel, status ('failed' when left out; or 'ok'), and for a replay the span
 --       (ms) its finish time (its score in done:<status>) must be in: from, to
+-- A recurring task (every, cron) recurs again: back in the `recurring` index its last run took it out of.
 -- Returns 1 if the task was of that status (and finished in the span) and is now delayed, 0 if
 -- missing (or its key is not a hash), -1 if not.
 local now = now_ms()
 local member, status = ARGV[1], ARGV[3] or 'failed'
 expect('zset', KEYS[2], KEYS[3])
 expect('hash', KEYS[5])
-local r = read_record(KEYS[1], 'status', 'host')
+local r = read_record(KEYS[1], 'status', 'host', 'spec')
 if not (r and r[1]) then return 0 end
 if r[1] ~= status then return -1 end
 if ARGV[4] then
@@ -23,6 +24,10 @@ local topic = topic_of(member)
 zrem_counted(KEYS[3], member, status, topic)
 zadd_counted(KEYS[2], now, member, 'waiting', topic)
 count_host(r[2], 1)  -- a URL task waits for its host again
+local ok, spec = pcall(cjson.decode, r[3] or '')
+if ok and type(spec) == 'table' and (spec.every ~= nil or spec.cron ~= nil) then
+  recurring_index(KEYS[7]).add(member)
+end
 wake_if_head(KEYS[2], member, ARGV[2], now)
 flush_counts(KEYS[4])
 return 1

@@ -156,7 +156,10 @@ class Engine:
         if task.signing_key is not None and task.signing_key not in self.named_keys:
             return Outcome("retry", f"signing key {task.signing_key!r} is not in url_signing_keys: not sent "
                                     "(add it to the config and reload)"), ""
-        host = origin(task.url or "")
+        try:
+            host = origin(task.url or "")
+        except ValueError as exc:  # (a URL stored past the add gate)
+            return Outcome("failed", f"url cannot be sent: {exc}"), ""
         wait = await self.hosts.acquire(host)
         if wait is not None:
             return Outcome("defer", f"circuit open for {host}: not sent, deferred {wait:.3g} s to the probe",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import re
 import socket
 import time
 from collections import OrderedDict
@@ -47,6 +48,7 @@ _CARRY_IPV4 = tuple(ipaddress.IPv6Network(net) for net in (
     "64:ff9b::/96",     # NAT64, well-known prefix: reaches the IPv4 address on a DNS64 network
     "::/96",            # IPv4-compatible (deprecated); holds :: and ::1 too
 ))
+_INET_ATON_FORM = re.compile(r"[0-9][0-9a-fA-FxX.]*")  # 1-4 numbers, decimal, octal (0…) or hex (0x…)
 NAME_CACHE = 4096  # names checked for proxied requests, kept for the DNS cache's ttl
 
 
@@ -68,10 +70,18 @@ def _not_public(ip: IPAddress) -> bool:
 
 
 def _literal(host: str) -> IPAddress | None:
-    """The address `host` is written as (a zone index dropped), None for a name."""
+    """The address `host` is written as (a zone index dropped), None for a name. Every IPv4 form that
+    inet_aton reads is an address (`2130706433`, `0177.0.0.1`, `127.1`, `0x7f.1`: resolvers, proxies and
+    aiohttp before 3.14 connect to 127.0.0.1 for each), not a name to look up."""
     try:
         return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
+        pass
+    if not _INET_ATON_FORM.fullmatch(host):  # (C's inet_aton also takes what follows a space)
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
         return None
 
 

@@ -51,7 +51,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             except TargetUnavailable as exc:
                 raise StartupFailure(f"preload: {exc}") from None
         super().__init__(config, heartbeat, log)
-        if problem := tracing.setup():  # OTEL_TRACES_EXPORTER: each run a span (delayd.tracing)
+        if problem := tracing.setup(config.spans_path):  # OTEL_TRACES_EXPORTER: each run a span (delayd.tracing)
             event(log, "tracing_unavailable", logging.WARNING, reason=problem)
         self.runner = Runner(config, self.store.transport)
         self.engine = Engine(config, self.runner)  # also runs async def targets for the pool's threads

@@ -2,11 +2,13 @@
 // The PHP producer of the conformance runner (tests/test_conformance.py): one operation read as
 // JSON from stdin ({"op": "add", "task": {...}} | {"op": "delete", "topic", "id", "hard"} |
 // {"op": "get", "topic", "id"}), done through Delayd\Client on the Redis of argv[1] (a redis://
-// URL), its answer written as JSON: {"result": ...} or {"error": "invalid", "message": "..."}.
+// URL), loaded by the autoloader argv[2] names (an application's vendor/autoload.php, Composer's);
+// its answer written as JSON: {"result": ...}, {"error": "invalid", "message": "..."} (a TaskError)
+// or {"error": "store", "message": "..."} (a StoreError).
 // A string that is not UTF-8 travels as {"$bytes": "<base64>"}.
 declare(strict_types=1);
 
-require __DIR__ . '/../../../clients/php/autoload.php';
+require $argv[2];
 
 function unwrap(mixed $value): mixed
 {
@@ -36,4 +38,6 @@ try {
     echo json_encode(['result' => $result], JSON_PRESERVE_ZERO_FRACTION | JSON_THROW_ON_ERROR), "\n";
 } catch (Delayd\TaskError $e) {
     echo json_encode(['error' => 'invalid', 'message' => $e->getMessage()]), "\n";
+} catch (Delayd\StoreError $e) {
+    echo json_encode(['error' => 'store', 'message' => $e->getMessage()]), "\n";
 }

@@ -1,0 +1,750 @@
+-- Redis's clock in milliseconds: every due time and lease is on this clock.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A stored count, time (ms) or token as an integer, or nil. tonumber alone also reads
+-- nan, inf, 1e400, fractions and exponents: ZADD refuses a nan score (failing the script
+-- after its first write), and a token like 1.5 or 1e17 goes back to the worker as another
+-- number than the one stored, so its run could never finish and would run again forever.
+local function int_of(text)
+  local n = tonumber(text)
+  if n and n == math.floor(n) and n >= -2^53 and n <= 2^53 then return n end
+  return nil
+end
+
+local function key_type(key)
+  return redis.call('TYPE', key)['ok']
+end
+
+-- Keys set aside (expect) kept per slot, the oldest dropped first; a DUMP larger than this is not
+-- kept (only why the key was set aside is).
+local CORRUPT_KEPT, CORRUPT_DUMP_MAX = 16, 1048576
+
+-- Set `key` (found a `found` where a `kind` belongs) aside in the hash `<tag>corrupt` of its slot
+-- (`P{N}:corrupt`, `P{limits}:corrupt`, ...; every call that may do so passes it in KEYS): field
+-- `<key>` its DUMP (RESTORE brings it back under any name), `<key>|why` '<ms> a <found> where a <kind>
+-- belongs'; then the key is deleted. A set-aside hash that is not a hash, or full of fields that are
+-- not ours, is deleted first.
+local function set_aside(key, found, kind)
+  local aside = string.match(key, '^[^{]*{[^}]*}:') .. 'corrupt'
+  local payload = redis.call('DUMP', key)
+  local why = now_ms() .. ' a ' .. found .. ' where a ' .. kind .. ' belongs'
+  if #payload > CORRUPT_DUMP_MAX then
+    why = why .. ' (its DUMP of ' .. #payload .. ' bytes is not kept)'
+    payload = ''
+  end
+  local fields = redis.pcall('HKEYS', aside)
+  if fields['err'] then
+    redis.call('DEL', aside)
+    fields = {}
+  end
+  if #fields >= 2 * CORRUPT_KEPT and redis.call('HEXISTS', aside, key) == 0 then
+    local oldest, oldest_at = nil, math.huge
+    for _, field in ipairs(fields) do
+      local at = string.sub(field, -4) == '|why' and int_of(string.match(redis.call('HGET', aside, field) or '', '^%d+'))
+      if at and at < oldest_at then oldest, oldest_at = string.sub(field, 1, -5), at end
+    end
+    if oldest then redis.call('HDEL', aside, oldest, oldest .. '|why') else redis.call('DEL', aside) end
+  end
+  redis.call('HSET', aside, key, payload, key .. '|why', why)
+  redis.call('DEL', key)
+end
+
+-- Each key that exists with another type than `kind` (a string where a sorted set
+-- belongs) is set aside (set_aside), kept for a person to look at; the script then
+-- goes on as if the key were empty, instead of failing on WRONGTYPE.
+local function expect(kind, ...)
+  for _, key in ipairs({...}) do
+    local t = key_type(key)
+    if t ~= kind and t ~= 'none' then set_aside(key, t, kind) end
+  end
+end
+
+-- HMGET of a task record; nil when the key holds something other than a hash.
+local function read_record(task_key, ...)
+  local r = redis.pcall('HMGET', task_key, ...)
+  if r['err'] then return nil end
+  return r
+end
+
+-- A bucket's wake message: the new earliest due time (ms), and the member due then, whose record
+-- the bucket process declares in its next promote call (docs/redis-layout.md, "Declared keys").
+local function wake_message(due, member)
+  return string.format('%d', due) .. ' ' .. member
+end
+
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
+-- URL tasks wait in ready lists of their own (ready:u3, ready:u2, ready:u1), which
+-- queue processes claim for their event loop apart from call and push tasks (for
+-- their thread pool): a backlog of one kind never holds back the other. The state
+-- counts (ready:3 ...) are per priority, whatever the list. Task.spec_json writes
+-- the target first, so a URL task's spec starts with {"url": add flags such a record
+-- `url=1`, which promote reads (a small field, not the spec: call tasks pay nothing).
+local function is_url(spec)
+  return type(spec) == 'string' and string.sub(spec, 1, 7) == '{"url":'
+end
+
+-- scheme://host:port of a URL (default ports made explicit), as delayd.model.origin.origin writes it:
+-- the unit of host health, disabling and replay; nil when it has none (the URL cannot be sent).
+local function origin_of(url)
+  if type(url) ~= 'string' then return nil end
+  local scheme, authority = string.match(url, '^(%a[%w+.-]*)://([^/?#]*)')
+  if not scheme then return nil end
+  scheme, authority = string.lower(scheme), string.lower(string.match(authority, '([^@]*)$'))
+  local host, port = string.match(authority, '^(%[.*%]):?(%d*)$')
+  if not host then host, port = string.match(authority, '^([^:]*):?(%d*)$') end
+  port = tonumber(port)
+  if not host or host == '' or (port and port > 65535) then return nil end
+  if not port or port == 0 then port = scheme == 'https' and 443 or 80 end  -- (urlsplit's port 0 reads as none)
+  return scheme .. '://' .. host .. ':' .. string.format('%d', port)
+end
+
+-- Record fields left out when they hold their default (docs/redis-layout.md):
+-- priority 2, runs 0, and claim, whose default is the record's `created` time.
+-- Every pending task saves their bytes.
+local DEFAULT_PRIORITY = '2'
+
+-- The bucket's index of recurring tasks, `P{N}:recurring`: a zset of members, all at score 0
+-- so that it reads in name order (the dashboard's schedules page). The key is looked at on
+-- first use only, so a call that touches no recurring task pays nothing for it, and removal
+-- from an index that does not exist costs one TYPE per call, not a command per task.
+local function recurring_index(key)
+  local kind
+  local function look()
+    if kind == nil then
+      kind = key_type(key)
+      if kind ~= 'zset' and kind ~= 'none' then
+        expect('zset', key)
+        kind = 'none'
+      end
+    end
+  end
+  return {
+    add = function(member)
+      look()
+      redis.call('ZADD', key, 0, member)
+      kind = 'zset'
+    end,
+    remove = function(member)
+      look()
+      if kind == 'zset' then redis.call('ZREM', key, member) end
+    end,
+  }
+end
+
+local function add_to(tables, topic, name, delta)
+  local t = tables[topic]
+  if not t then
+    t = {}
+    tables[topic] = t
+  end
+  t[name] = (t[name] or 0) + delta
+end
+
+-- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
+-- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
+-- for a host). A record without the field (written before it existed) was never counted in.
+local PENDING = {delayed = true, running = true}
+
+local function count_host(host, delta)
+  if host then add_to(counts, host, 'host', delta) end
+end
+
+-- HINCRBY that cannot fail on stored data: a counter that is not an integer starts
+-- again from this change, and a key that is not a hash is set aside first.
+local function hincrby(key, field, delta)
+  local value = redis.pcall('HINCRBY', key, field, delta)
+  if type(value) == 'number' then return value end
+  expect('hash', key)
+  redis.call('HSET', key, field, delta)
+  return delta
+end
+
+-- Write the state counts the script changed to `counts_key`. A state count never goes
+-- below 0: an index entry someone else wrote (never counted in) that a script takes out
+-- would make it negative; it stops at 0 instead (gone).
+local function flush_counts(counts_key)
+  for topic, t in pairs(counts) do
+    for state, delta in pairs(t) do
+      local field = state .. '|' .. topic
+      if delta ~= 0 and hincrby(counts_key, field, delta) <= 0 then
+        redis.call('HDEL', counts_key, field)
+      end
+    end
+  end
+end
+
+
+-- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
+-- KEYS: delayed, counts, recurring, leases, done:ok, done:failed, done:deleted, quarantine,
+--       paused, corrupt (the bucket's keys, all under its tag `P{N}:`; corrupt, where a key of the wrong
+--       type is set aside, may be left out, as producers before it did), then per task 2 keys: its
+--       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
+-- ARGV: nx (1/0), wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
+-- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
+-- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
+-- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
+-- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
+-- after the first add of the pending run (the record's `since`; docs/protocol.md).
+-- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
+-- its claim token, so a worker still running the old version cannot finish it.
+-- Returns one 1 (written) or 0 (exists, nx) per task.
+-- Every key the script may touch is in KEYS (Cluster proxies and Redis-compatible servers
+-- route and check by them); the task's member (`topic:id`) is read from its record's key.
+-- Redis work per call is what a single add (a web request) waits for, so a fresh task
+-- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
+-- replacement touches are type-checked at the first replacement (a set-aside cannot
+-- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
+-- type is checked by reading its head with pcall, before any write.
+local now = now_ms()
+local nx, channel = ARGV[1] == '1', ARGV[2]
+local delayed, counts_key, recurring_key = KEYS[1], KEYS[2], KEYS[3]
+local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
+local prefix = tag .. 't:'
+local lead = KEYS[10] == tag .. 'corrupt' and 10 or 9  -- the bucket's keys before the tasks' (a record key is never that)
+local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'counts'
+  or recurring_key ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases' or KEYS[5] ~= tag .. 'done:ok'
+  or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted' or KEYS[8] ~= tag .. 'quarantine'
+  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
+if bad_keys then
+  return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
+end
+-- The one gate of validity (docs/protocol.md, section 7): whatever would make the daemon misread
+-- a record is refused here, whoever the producer, with `ERR delayd:bad-task <field>: <reason>`,
+-- every task of the call checked before anything is written. Clients check first, for messages
+-- their users can act on (delayd.model.task); this is what holds when one does not.
+-- Redis runs this for every task of every add, so the common case is kept cheap: one pcall for
+-- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
+-- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
+local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
+local MAX_DEPTH = 64  -- how deep params may nest, the params object being level 1 (delayd.model.checks)
+-- The patterns of check_spec's fast paths: a target's name of identifier characters (no quote or
+-- backslash), params of printable ASCII from `{` to the `}` before the spec's last.
+local TARGET = '([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)'
+local ONLY_CALL = '^{"call":"' .. TARGET .. '"}$'
+local CALL_FIRST, CALLBACK_NEXT = '^{"call":"' .. TARGET .. '"()', '^,"callback":"' .. TARGET .. '"()'
+local PARAMS = '^({[ -~]*})}$'
+-- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
+-- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
+local usual
+local FIELDS  -- the spec's fields, made for the first spec decoded
+local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
+
+local function refuse(field, reason)
+  error(REFUSED .. field .. ': ' .. reason, 0)
+end
+
+-- UTF-8 text: ASCII at once, else every sequence well formed (no overlong forms, surrogates or
+-- code points past U+10FFFF), as Python's decoder reads it.
+local function utf8_ok(text)
+  if string.find(text, '^[%z\1-\127]*$') then return true end
+  local i, n = 1, #text
+  while i <= n do
+    local c = string.byte(text, i)
+    local len, low, high = 1, 128, 191
+    if c < 128 then len = 1
+    elseif c >= 194 and c <= 223 then len = 2
+    elseif c >= 224 and c <= 239 then
+      len = 3
+      if c == 224 then low = 160 elseif c == 237 then high = 159 end
+    elseif c >= 240 and c <= 244 then
+      len = 4
+      if c == 240 then low = 144 elseif c == 244 then high = 143 end
+    else return false end
+    for j = 1, len - 1 do
+      local b = string.byte(text, i + j)
+      if not b or b < (j == 1 and low or 128) or b > (j == 1 and high or 191) then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+-- A topic, id or push list: 1-512 characters of UTF-8, no space or control character. (Printable
+-- ASCII, the usual name, is one anchored pattern: far cheaper in Lua than a search for a class.)
+local function check_name(field, text)
+  if type(text) ~= 'string' then refuse(field, 'must be a string') end
+  if #text <= MAX_NAME and string.find(text, '^[!-~]+$') then return end
+  if text == '' then refuse(field, 'must not be empty') end
+  if string.find(text, '[%z\1-\32\127]') then refuse(field, 'must not contain spaces or control characters') end
+  if not utf8_ok(text) then refuse(field, 'is not valid UTF-8 text') end
+  if #text > MAX_NAME and #string.gsub(text, '[\128-\191]', '') > MAX_NAME then
+    refuse(field, 'is longer than ' .. MAX_NAME .. ' characters')
+  end
+end
+
+-- `package.module:function`: dotted identifiers on both sides of one ':' (each '.' followed by a
+-- letter or '_'; the dots found by plain search, far cheaper than a pattern searched for). Checked
+-- once per call for each distinct name: a batch repeats a few.
+local good_targets = {}
+local function check_target(field, text)
+  if good_targets[text] then return end
+  local shaped = type(text) == 'string' and string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
+  local dot = shaped and string.find(text, '.', 1, true)
+  while dot do
+    local after = string.byte(text, dot + 1) or 0
+    if not (after == 95 or (after >= 65 and after <= 90) or (after >= 97 and after <= 122)) then shaped = false end
+    dot = shaped and string.find(text, '.', dot + 1, true)
+  end
+  if not shaped then refuse(field, 'must look like package.module:function') end
+  good_targets[text] = true
+end
+
+local function check_number(field, value, low, high, low_open)
+  if type(value) ~= 'number' or value ~= value or value < low or value > high or (low_open and value == low) then
+    refuse(field, 'must be a number ' .. (low_open and '> ' or '>= ') .. low .. ' and <= ' .. high)
+  end
+end
+
+-- A task's W3C trace context: a traceparent of version 00 (lowercase hex, ids not all zero), then nothing,
+-- or a space and a tracestate of 1-512 printable characters (delayd.model.task.trace_of).
+local function trace_ok(trace)
+  if type(trace) ~= 'string' or #trace > 568 then return false end
+  local hex = '[0-9a-f]'
+  local trace_id, span_id = string.match(trace, '^00%-(' .. string.rep(hex, 32) .. ')%-(' .. string.rep(hex, 16)
+    .. ')%-' .. hex .. hex)
+  if not trace_id or not string.find(trace_id, '[1-9a-f]') or not string.find(span_id, '[1-9a-f]') then return false end
+  local rest = string.sub(trace, 56)
+  return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
+end
+
+-- True if the arrays and objects of JSON `text` nest more than `limit` deep, counted without decoding
+-- (delayd.model.checks.nested_deeper counts the same way: escapes dropped, then strings, then brackets).
+local function nested_deeper(text, limit)
+  if #text <= 2 * limit then return false end  -- (each level takes two brackets: most specs end here)
+  local opens = 0  -- counted by plain finds (memchr), stopping past the limit: a pattern costs ~35 ns a byte
+  for _, bracket in ipairs({'{', '['}) do
+    local at = string.find(text, bracket, 1, true)
+    while at and opens <= limit do
+      opens, at = opens + 1, string.find(text, bracket, at + 1, true)
+    end
+  end
+  if opens <= limit then return false end
+  local depth = 0
+  for bracket in string.gmatch(string.gsub(string.gsub(text, '\\.', ''), '"[^"]*"', ''), '[%[%]{}]') do
+    depth = depth + ((bracket == '[' or bracket == '{') and 1 or -1)
+    if depth > limit then return true end
+  end
+  return false
+end
+
+-- Params (decoded) nested more than MAX_DEPTH deep are refused, as every client refuses them: counted in
+-- `text` (their JSON, or the spec's: one level more) only when a value is a container, so the usual flat
+-- params cost a look at each value.
+local function check_depth(params, text, limit)
+  for _, value in pairs(params) do
+    if type(value) == 'table' then
+      if nested_deeper(text, limit) then refuse('params', 'are nested more than ' .. MAX_DEPTH .. ' levels deep') end
+      return
+    end
+  end
+end
+
+-- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
+-- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
+-- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
+local function check_spec(spec, mode, recurs)
+  if #spec > MAX_SPEC then refuse('spec', 'is ' .. #spec .. ' bytes, more than ' .. MAX_SPEC) end
+  -- A spec that is only a call target, `{"call":"<name>"}` with a name of identifier characters (no
+  -- quote or backslash: cjson would decode it to {call = name} and nothing else), is checked without
+  -- decoding: the name's shape, and a mode that does not recur, are all the rules below ask of it.
+  local only_call = string.byte(spec, -2) == 34  -- ends in `"}`: else not tried (a spec with params ends `}}`)
+    and string.match(spec, ONLY_CALL)
+  if only_call then
+    check_target('call', only_call)
+    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+    return
+  end
+  -- So is a call's spec with `,"callback":"<name>"` then `,"params":{...}` (each optional, in the order
+  -- delayd's clients write them) before its `}`, up to 1,000 bytes (params nested 1,000 deep, which the
+  -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object; the names
+  -- are not matched again while specs start as the last one with params did. A spec this path does not
+  -- take goes the whole way below, which says why.
+  local call, callback, params, at
+  if #spec <= 1000 and string.byte(spec, -1) == 125 then  -- ends in `}`
+    if usual and string.sub(spec, 1, #usual.head) == usual.head then  -- the last one's names (checked below)
+      call, callback = usual.call, usual.callback
+      params = string.match(spec, PARAMS, #usual.head + 1)
+    else
+      call, at = string.match(spec, CALL_FIRST)
+      if call then
+        local after
+        callback, after = string.match(spec, CALLBACK_NEXT, at)
+        at = after or at
+        if string.sub(spec, at, at + 9) == ',"params":' then
+          usual = {head = string.sub(spec, 1, at + 9), call = call, callback = callback}
+          params = string.match(spec, PARAMS, at + 10)
+        end
+      end
+    end
+  end
+  local fits = call and at == #spec
+  if params then
+    local decoded, t = pcall(cjson.decode, params)
+    fits = decoded and type(t) == 'table' and t[1] == nil
+    if fits then check_depth(t, params, MAX_DEPTH) end
+  end
+  if fits then
+    check_target('call', call)
+    if callback then check_target('callback', callback) end
+    if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
+    return
+  end
+  if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
+  local decoded, t = pcall(cjson.decode, spec)
+  if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
+  FIELDS = FIELDS or {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1,
+    method = 1, body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1,
+    trace = 1}
+  for name in pairs(t) do
+    if not FIELDS[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
+  end
+  local call, url, push = t.call, t.url, t.push
+  local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
+    + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
+    + (push ~= nil and push ~= '' and push ~= cjson.null and 1 or 0)
+  if targets ~= 1 then refuse('target', 'give exactly one of call, url or push') end
+  if call ~= nil then check_target('call', call) end
+  if t.callback ~= nil then check_target('callback', t.callback) end
+  if push ~= nil then check_name('push', push) end
+  if url ~= nil then
+    -- The authority past any user info: a [bracketed] or plain host, then nothing or ':' and a port from 1
+    -- to 65535 (delayd.model.checks.url_authority_error); an international host in its xn-- form.
+    local authority = type(url) == 'string' and string.match(url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
+    local host, rest = nil, nil
+    if authority then
+      authority = string.match(authority, '([^@]*)$')
+      host, rest = string.match(authority, '^(%[[^%]]+%])(.*)$')
+      if not host then host, rest = string.match(authority, '^([^:%[%]]*)(.*)$') end
+    end
+    if not host or host == '' or string.find(url, '[%z\1-\32\127]') then
+      refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
+    end
+    local port = rest == '' and '' or string.match(rest, '^:(%d*)$')
+    if not port or port ~= '' and (#port > 5 or tonumber(port) < 1 or tonumber(port) > 65535) then
+      refuse('url', 'has a port that is not a number from 1 to 65535')
+    end
+    if string.find(host, '[\128-\255]') then
+      refuse('url', 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)')
+    end
+    if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
+  end
+  if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or url == nil
+      or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
+    refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
+  end
+  if t.trace ~= nil and not trace_ok(t.trace) then
+    refuse('trace', 'must be a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>, then maybe a space and a tracestate')
+  end
+  if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
+  if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
+  -- (cjson decodes [] as it decodes {}: an empty one must be written as an object)
+  if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil
+      or next(t.params) == nil and not string.find(spec, '"params"%s*:%s*{')) then
+    refuse('params', 'must be a JSON object')
+  end
+  if t.params ~= nil then check_depth(t.params, spec, MAX_DEPTH + 1) end
+  if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
+  if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
+  local every, cron = t.every, t.cron
+  local schedules = 0
+  if t.intervals ~= nil then
+    schedules = 1
+    local list = t.intervals
+    if type(list) ~= 'table' or list[1] == nil or #list > 1000 then
+      refuse('intervals', 'must be a list of 1 to 1000 numbers of seconds')
+    end
+    for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
+  end
+  if every ~= nil then
+    schedules = schedules + 1
+    check_number('every', every, 1, TEN_YEARS)
+  end
+  if cron ~= nil then
+    schedules = schedules + 1
+    local fields = 0
+    if type(cron) == 'string' then
+      for word in string.gmatch(cron, '%S+') do
+        fields = fields + 1
+        if not string.find(word, '^[%w%*/,%-%?#]+$') then fields = 99 end
+      end
+    end
+    if fields ~= 5 then refuse('cron', 'must be five fields: minute hour day-of-month month day-of-week') end
+  end
+  if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
+  if t.tz ~= nil then
+    if cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
+    if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
+      refuse('tz', 'must be an IANA zone name like Europe/Berlin')
+    end
+  end
+  if t.retries ~= nil then
+    if type(t.retries) ~= 'number' or int_of(t.retries) == nil or t.retries < 0 or t.retries > 10000 then
+      refuse('retries', 'must be an integer from 0 to 10000')
+    end
+    if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
+    if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
+  end
+  if recurs ~= (every ~= nil or cron ~= nil) then
+    refuse('mode', "ends in '*' for a task with every or cron, and only then")
+  end
+  if mode == 'next*' and cron == nil then refuse('mode', 'next* is for a cron task') end
+  return url
+end
+
+-- Every task of the call, in order: its keys, priority, mode, value and spec. Fills `names`
+-- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
+-- `host`); `task` is the task being checked.
+local names, origins, task = {}, {}, 0
+local function check_all()
+  local prefix_len, parked_prefix = #prefix, KEYS[9] .. ':'
+  local last_topic, last_parked  -- a topic and parked key already checked
+  for i = 3, #ARGV, 4 do
+    task = task + 1
+    local task_key, parked = KEYS[2 * task + lead - 1], KEYS[2 * task + lead]
+    local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    if string.sub(task_key, 1, prefix_len) ~= prefix then
+      refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
+    end
+    local member = string.sub(task_key, prefix_len + 1)
+    local topic, id = string.match(member, '^(.*):([^:]*)$')
+    if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
+    local known = topic == last_topic and parked == last_parked
+    if not known then check_name('topic', topic) end
+    check_name('id', id)
+    if not known then
+      if parked ~= parked_prefix .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
+      last_topic, last_parked = topic, parked
+    end
+    if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
+    local at, recurs = false, false
+    if mode == 'delay' then
+    elseif mode == 'at' then at = true
+    elseif mode == 'delay*' then recurs = true
+    elseif mode == 'at*' then at, recurs = true, true
+    elseif mode == 'next*' then
+      recurs = true
+      if value ~= '0' then refuse('mode', 'next* takes the value 0') end
+    elseif mode == 'debounce' then
+      local wait, most = string.match(value, '^(%d+):(%d*)$')
+      if not wait or #wait > 12 or #most > 12 or tonumber(wait) > TEN_YEARS * 1000
+          or (most ~= '' and (tonumber(most) > TEN_YEARS * 1000 or tonumber(most) < tonumber(wait))) then
+        refuse('debounce', "takes 'WAIT:MOST' (ms; MOST empty or >= WAIT, each at most ten years)")
+      end
+      if nx then refuse('debounce', 'give debounce or nx, not both') end
+      value = '0'
+    else
+      refuse('mode', 'must be delay, at, delay*, at*, next* or debounce')
+    end
+    local ms = int_of(value)
+    if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
+      refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
+    end
+    local url = check_spec(ARGV[i], mode, recurs)
+    if url then origins[task] = origin_of(url) end
+    names[2 * task - 1], names[2 * task] = member, topic
+  end
+end
+
+local checked, refusal = pcall(check_all)
+if not checked then
+  if type(refusal) ~= 'string' or string.sub(refusal, 1, #REFUSED) ~= REFUSED then error(refusal, 0) end
+  return redis.error_reply('ERR ' .. refusal .. ' (task ' .. task .. ' of the call)')
+end
+
+local schedules  -- the recurring index (lib: recurring_index), made for the first task that needs it
+local head = redis.pcall('ZRANGE', delayed, '0', '0', 'WITHSCORES')  -- (text: a Lua number is formatted per call)
+if head['err'] then
+  expect('zset', delayed)
+  head = {}
+end
+local head_due = tonumber(head[2] or math.huge)
+
+local function replacing()
+-- `cmd` on the bucket's own key `key` (of type `kind`), its reply. A key of another type
+-- makes the command fail (WRONGTYPE) before it changes anything: the key is then set aside
+-- (expect) and the command runs on the empty key instead. One command where a TYPE check
+-- before each key used would be two: a script pays only for the keys it touches.
+local function on(kind, cmd, key, ...)
+  local reply = redis.pcall(cmd, key, ...)
+  if type(reply) == 'table' and reply['err'] then
+    expect(kind, key)
+    reply = redis.call(cmd, key, ...)
+  end
+  return reply
+end
+
+-- The claim token of a record from its `claim` and `created` fields. A fresh
+-- or replaced record's tokens start from the time it was written, so they stay
+-- near Redis's clock (each bump is +1, and there is rarely more than one per ms
+-- on one task). After a hard delete, which leaves nothing to bump, a re-added
+-- task therefore still never hands out a token a worker of the deleted one holds.
+-- A corrupt (not an integer) field reads as missing rather than failing the whole script.
+local function claim_token(claim, created)
+  return int_of(claim) or int_of(created) or 0
+end
+
+local function topic_of(member)
+  return string.match(member, '^(.*):') or member
+end
+
+local function count(state, topic, delta)
+  add_to(counts, topic, state, delta)
+end
+
+-- `priority` as read from a record: nil is the default.
+local function count_ready(priority, topic, delta)
+  add_to(counts, topic, READY[priority or DEFAULT_PRIORITY] or 'ready:?', delta)
+end
+
+-- ZREM / ZADD that keep the state count of `member` in step with the index.
+local function zrem_counted(zset, member, state, topic)
+  if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+end
+
+  expect('zset', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+  local quarantine_key = KEYS[8]
+  expect('hash', quarantine_key)
+  return function(task_key, parked, member, topic, recurs, old)
+    -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
+    -- no longer waits for its host.
+    if old[2] == '1' then count_ready(old[3], topic, -1) end
+    if PENDING[old[1]] then count_host(old[8], -1) end
+    redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
+    redis.call('DEL', task_key)
+    zrem_counted(KEYS[4], member, 'running', topic)
+    zrem_counted(KEYS[5], member, 'ok', topic)
+    zrem_counted(KEYS[6], member, 'failed', topic)
+    zrem_counted(KEYS[7], member, 'deleted', topic)
+    expect('zset', parked)
+    zrem_counted(parked, member, 'parked', topic)
+    if not recurs then
+      schedules = schedules or recurring_index(recurring_key)
+      schedules.remove(member)
+    end
+    return claim_token(old[4], old[5]) + 1
+  end
+end
+
+local replace  -- replacing()'s function, once a task of this call replaces one
+local earliest, earliest_member = math.huge, nil  -- the batch's earliest due time, and a member due then
+-- Times go to Redis as text made here once: a Lua number passed to redis.call is formatted
+-- (sprintf %.17g) at every use, which costs more than the rest of a task's HSET.
+local now_text = string.format('%d', now)
+local written = {}
+local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
+for n = 1, task do
+  local i = 4 * n - 1
+  local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local value = tonumber(ARGV[i + 3])
+  local task_key, parked, member, topic = KEYS[2 * n + lead - 1], KEYS[2 * n + lead], names[2 * n - 1], names[2 * n]
+  -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
+  -- status is corrupt, and its fields must not leak into the new one; a key that is not
+  -- a hash is no task (read_record gives nil): it is replaced, even with nx.
+  local exists = redis.call('EXISTS', task_key) == 1
+  local old  -- the old record's fields; nil when there is none, or the key is not a hash
+  if exists then
+    old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
+  end
+  local recurs = mode == 'delay*' or mode == 'at*' or mode == 'next*'
+  if nx and old then
+    written[n] = 0
+  else
+    local due, since = value, nil
+    if mode == 'delay' or mode == 'delay*' or mode == 'next*' then
+      due = now + value
+    elseif mode == 'debounce' then
+      -- Debounce: due `wait` ms from now, but never later than `most` ms after the first add of
+      -- the pending run (`since`): the old record's, when it is delayed and has not run yet.
+      local wait, most = string.match(ARGV[i + 3], '^(%d+):(%d*)$')
+      since = now
+      if old and old[1] == 'delayed' and (old[6] or '0') == '0' then since = int_of(old[7] or old[5]) or now end
+      due = now + tonumber(wait)
+      if most ~= '' and since + tonumber(most) < due then due = math.max(now, since + tonumber(most)) end
+    end
+    local due_text = string.format('%d', due)
+    -- A fresh record leaves out runs (0), the default priority, and claim: its
+    -- token is `created` (now), unless it replaces a record whose token is
+    -- already that high (bumped more than once a ms), which must still go up.
+    local token = now
+    if exists then
+      replace = replace or replacing()
+      token = replace(task_key, parked, member, topic, recurs, old or {})
+    end
+    local url = is_url(spec)
+    local first = mode == 'next*'
+    if not url and priority == DEFAULT_PRIORITY and token <= now and not first and not since then  -- the usual case
+      redis.call('HSET', task_key, 'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text)
+    else
+      local fields = {'spec', spec, 'status', 'delayed', 'created', now_text, 'due', due_text}
+      -- A URL task is flagged `url=1`, so promote picks its ready list without reading the spec, and
+      -- names its origin (`host`): claim checks it against the disabled hosts, and it is counted waiting
+      -- for that host until it finishes (count_host).
+      if url then
+        fields[#fields + 1] = 'url'
+        fields[#fields + 1] = '1'
+        local host = origins[n]
+        if host then
+          fields[#fields + 1] = 'host'
+          fields[#fields + 1] = host
+          count_host(host, 1)
+        end
+      end
+      if priority ~= DEFAULT_PRIORITY then
+        fields[#fields + 1] = 'priority'
+        fields[#fields + 1] = priority
+      end
+      if token > now then
+        fields[#fields + 1] = 'claim'
+        fields[#fields + 1] = token
+      end
+      -- A cron task without a first due time: due now, and its first claim gives it the calendar's
+      -- next time after `created` instead of running it (delayd.workers.queue.claims, first_due).
+      if first then
+        fields[#fields + 1] = 'first'
+        fields[#fields + 1] = 'cron'
+      end
+      -- A debounced add: when its pending run was first added (for the next debounced add's max wait).
+      if since then
+        fields[#fields + 1] = 'since'
+        fields[#fields + 1] = string.format('%d', since)
+      end
+      redis.call('HSET', task_key, unpack(fields))
+    end
+    local scores = by_topic[topic]
+    if not scores then
+      scores = {}
+      by_topic[topic] = scores
+    end
+    scores[#scores + 1] = due_text
+    scores[#scores + 1] = member
+    if recurs then
+      schedules = schedules or recurring_index(recurring_key)
+      schedules.add(member)
+    end
+    if due < earliest then earliest, earliest_member = due, member end
+    written[n] = 1
+  end
+end
+-- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
+-- counts go through `counts` (flush_counts).
+for topic, scores in pairs(by_topic) do
+  local added = redis.call('ZADD', delayed, unpack(scores))
+  if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end
+end
+-- The bucket process is woken once per batch, if the batch moved its head earlier: '<ms> <member>'
+-- (the member's record for its promote call to declare).
+if earliest < head_due then redis.call('PUBLISH', channel, wake_message(earliest, earliest_member)) end
+if next(counts) then flush_counts(counts_key) end
+return written
