@@ -482,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.minutes < 2:
         parser.error("--minutes: at least 2 (warm-up and two windows to compare)")
+    window = soak_report.Windows.of(args.minutes * 60).length
+    if not 0 < args.sample_every <= window:
+        parser.error(f"--sample-every: more than 0 and at most {window:g} s (a compared window's length)")
     for name in [v for v in os.environ if v.startswith("DELAYD_")]:
         del os.environ[name]  # the daemon and clients of this run get only what the run sets
     settings = Settings(minutes=args.minutes, sample_every=args.sample_every, leak_bytes=args.leak_bytes,
