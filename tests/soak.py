@@ -472,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="delayd's soak: hours of mixed load and faults, nothing lost, "
                                                  "memory, files and lateness flat")
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the load (default 30)")
-    parser.add_argument("--sample-every", type=float, default=60.0, help="seconds between two samples (60)")
+    parser.add_argument("--sample-every", type=float, default=None,
+                        help="seconds between two samples (default 60, or a compared window's length if shorter)")
     parser.add_argument("--out", type=Path, default=Path("soak-out"),
                         help="directory for samples.csv, processes.csv and soak.png (default soak-out)")
     parser.add_argument("--leak-bytes", type=int, default=0,
@@ -483,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes < 2:
         parser.error("--minutes: at least 2 (warm-up and two windows to compare)")
     window = soak_report.Windows.of(args.minutes * 60).length
+    args.sample_every = min(60.0, window) if args.sample_every is None else args.sample_every
     if not 0 < args.sample_every <= window:
         parser.error(f"--sample-every: more than 0 and at most {window:g} s (a compared window's length)")
     for name in [v for v in os.environ if v.startswith("DELAYD_")]:
