@@ -422,10 +422,10 @@ def test_lapsed_leases_come_back_in_expiry_order(r, store, keys):
     for i in range(3):
         add(store, "t", i)
         promote_all(store)
-        claim(store, lease_ms=20 + i)  # t:0 lapses first, then t:1, then t:2
-    add(store, "t", "waiting")
+        claim(store, lease_ms=500 + i)  # t:0 lapses first, then t:1, then t:2 (none before the setup is done,
+    add(store, "t", "waiting")          # even on a loaded machine: a lapse reaped by the next line fails the test)
     promote_all(store)
-    wait_for(lambda: now_ms(r) > int(r.zrange(keys.leases, -1, -1, withscores=True)[0][1]), 2, message="lapses")
+    wait_for(lambda: now_ms(r) > int(r.zrange(keys.leases, -1, -1, withscores=True)[0][1]), 3, message="lapses")
     assert promote_all(store).reaped == 3
     assert r.lrange(keys.ready[1], 0, -1) == ["t:0", "t:1", "t:2", "t:waiting"]
 
