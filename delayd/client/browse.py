@@ -102,7 +102,7 @@ def decode_cursor(cursor: str) -> tuple[int, tuple[Score, str] | None]:
         if len(data) == 1:
             return data[0], None
         score, member = data[1:] if len(data) == 3 else (None, None)
-        if (_is_int(score) or isinstance(score, float) and math.isinf(score)) and isinstance(member, str):
+        if (_is_int(score) or isinstance(score, float) and not math.isnan(score)) and isinstance(member, str):
             return data[0], (score, member)
     raise BadCursor()
 

@@ -23,7 +23,7 @@ import redis
 from delayd.client.errors import DelaydError
 from delayd.model.origin import origins
 from delayd.store.keys import host_key, hosts_off_key, hosts_seen_key
-from delayd.store.stats import host_counts
+from delayd.store.stats import HOST, host_counts, scanned_steps
 from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
 
@@ -98,10 +98,10 @@ def hosts_steps(store: Store, limit: int = DEFAULT_LIMIT) -> Steps[list[HostHeal
     except redis.exceptions.ResponseError:  # not a zset: the next report sets it aside
         return []
     off, *replies = yield Batch([command("HGETALL", hosts_off_key(prefix)),
-                                 *(command("HGETALL", host_key(prefix, host)) for host, _ in seen),
-                                 *(command("HGETALL", keys.counts) for keys in store.keys)])
+                                 *(command("HGETALL", host_key(prefix, host)) for host, _ in seen)])
     off = off if isinstance(off, dict) else {}
-    waiting = host_counts(reply for reply in replies[len(seen):] if isinstance(reply, dict))
+    counts = yield from scanned_steps([keys.counts for keys in store.keys], match=HOST + "|*")
+    waiting = host_counts(reply for reply in counts if isinstance(reply, dict))
     found = [health(host, score, reply if isinstance(reply, dict) else {}, now_ms, off.get(host), waiting.get(host, 0))
              for (host, score), reply in zip(seen, replies)]
     listed = {host for host, _ in seen}

@@ -100,14 +100,14 @@ class Reads:
     def paused_steps(self) -> Steps[list[str]]:
         """The topics paused now (a bucket whose flag hash is not a hash counts as none paused)."""
         store = yield from self.store_steps()
-        replies = yield Batch([command("HKEYS", keys.paused) for keys in store.keys])
-        return sorted({topic for reply in replies if isinstance(reply, list) for topic in reply})
+        replies = yield from stats_mod.scanned_steps([keys.paused for keys in store.keys])
+        return sorted({topic for reply in replies if isinstance(reply, dict) for topic in reply})
 
     def topics_steps(self) -> Steps[list[str]]:
-        """Topics that hold tasks, from the counters' field names (one HKEYS per bucket, one round
-        trip): what a topic picker needs, without a whole stats() read."""
+        """Topics that hold tasks, from the counters' field names (HSCAN pages of every bucket's, a round
+        trip a page): what a topic picker needs, without a whole stats() read."""
         store = yield from self.store_steps()
-        replies = yield Batch([command("HKEYS", keys.counts) for keys in store.keys])
+        replies = yield from stats_mod.scanned_steps([keys.counts for keys in store.keys])
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -122,7 +122,8 @@ class Reads:
 
     def count_steps(self, topic: Any = None, status: str | None = None) -> Steps[int]:
         """How many tasks (of a topic, with a status) there are, by the counters the scripts keep
-        (delayd.store.stats): one read of each bucket's counts hash, in one round trip; never a scan.
+        (delayd.store.stats): each bucket's counts hash (a topic's fields, or HSCAN pages of all); never a
+        scan of tasks.
         Finished tasks count until their retention ends; a counts hash that is not a hash, none."""
         return (yield from self.counted_steps(None if topic is None else check_topic(topic), status))
 
@@ -130,7 +131,7 @@ class Reads:
         """count_steps for a topic name as stored (not checked)."""
         store = yield from self.store_steps()
         if topic is None:
-            replies = yield Batch([command("HGETALL", keys.counts) for keys in store.keys])
+            replies = yield from stats_mod.scanned_steps([keys.counts for keys in store.keys])
         else:
             fields = [f"{state}|{topic}" for state in stats_mod.STATES]
             values = yield Batch([command("HMGET", keys.counts, *fields) for keys in store.keys])

@@ -1,7 +1,6 @@
 """What the scripts answer, decoded into named tuples, and what finish.lua is given."""
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 from delayd.model.record import from_record
@@ -92,13 +91,15 @@ class RunNow(NamedTuple):
     status: str
 
 
-Score = int | float   # an index's time in ms; a float only for the infinities Redis allows in a zset
+Score = int | float   # an index's time in ms; a float for the infinities Redis allows in a zset, and for
+# a score of `delayed` skewed by its task's priority (a quarter ms: _lib.lua, due_score)
 
 
 def score_of(text: str) -> Score:
-    """A zset score as Redis sends it ('1700000000000', 'inf', '-inf'): an int unless infinite."""
+    """A zset score as Redis sends it ('1700000000000', '1700000000000.25', 'inf', '-inf'): an int when
+    it is a whole number, else a float (kept exact: a page's cursor must find the entry again)."""
     value = float(text)
-    return int(value) if math.isfinite(value) else value
+    return int(value) if value.is_integer() else value
 
 
 class Browsed(NamedTuple):

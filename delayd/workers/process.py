@@ -105,8 +105,23 @@ class Heartbeat:
 RECONNECT = EqualJitterBackoff(cap=5.0, base=0.1)
 
 
+# What a script's error says (Redis 6.2 and 7, Valkey); unless it carries an error reply that means the
+# server cannot serve now (a write refused for memory, a replica, a disk, a failover), which is an outage.
+SCRIPT_ERRORS = ("user_script", "user_function", "Error running script")
+OUTAGES = ("OOM command not allowed", "READONLY", "MISCONF", "LOADING", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN",
+           "TRYAGAIN")
+
+
+def refused(exc: Exception) -> bool:
+    """Whether `exc` is a script failing in Redis (a defect to report as such), not Redis unavailable."""
+    text = str(exc)
+    return (isinstance(exc, connection.ResponseError) and any(marker in text for marker in SCRIPT_ERRORS)
+            and not any(marker in text for marker in OUTAGES))
+
+
 class RedisHealth:
-    """Logs a Redis outage once when it starts and once when it ends."""
+    """Logs a Redis outage once when it starts and once when it ends; a request Redis refuses (a script's
+    error) is logged as `redis_refused` with the error, once per spell, since it is no outage."""
 
     def __init__(self, log: logging.Logger, url: str):
         self.log, self.url, self.down_since = log, url, None
@@ -115,8 +130,8 @@ class RedisHealth:
     def failed(self, exc: Exception) -> float:
         if self.down_since is None:
             self.down_since = time.monotonic()
-            self.log.warning("redis_unavailable", extra={"fields": {
-                "redis": connection.where(self.url), "error": str(exc)}})
+            name = "redis_refused" if refused(exc) else "redis_unavailable"
+            self.log.warning(name, extra={"fields": {"redis": connection.where(self.url), "error": str(exc)}})
         self.failures += 1
         return RECONNECT.compute(self.failures)
 

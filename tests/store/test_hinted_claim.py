@@ -76,3 +76,24 @@ def test_a_hinted_member_of_a_paused_topic_is_parked_not_started(r, client):
     assert hinted(store, 2, ["a:0", "a:1"]) == (2, Take("", []), [])
     assert r.zrange(store.keys[0].parked("a"), 0, -1) == ["a:0", "a:1"]
     assert record(r, store, "a:0")["queued"] == "0" and r.zcard(store.keys[0].leases) == 0
+
+
+def test_tasks_due_in_one_ms_come_due_by_priority_then_a_hinted_member_never_starts_ahead_of_a_higher_one(
+        r, client):
+    """Issue 41: due in the same ms, priority 3 `b` is made ready (and named) before priority 2 `a`, whatever
+    their names; and a hinted priority-2 member popped with a priority-3 one that was not hinted waits in
+    the take with it, instead of starting first."""
+    r.hset(f"{PREFIX}meta", "buckets", 1)
+    seconds, micros = r.time()
+    at = (seconds * 1000 + micros // 1000 - 5) / 1000
+    client.add_many([{"topic": topic, "id": i, "push": "out", "at": at, "priority": priority}
+                     for topic, priority in (("a", 2), ("b", 3), ("c", 1)) for i in range(2)])
+    store, keys = client.store, client.store.keys[0]
+    while store.promote(0, 2, DAY_MS, ["a:0", "a:1", "b:0", "b:1", "c:0", "c:1"]).moved == 0:
+        pass  # (the first call may only learn the records)
+    assert r.lrange(keys.ready[0], 0, -1) == ["b:0", "b:1"] and r.llen(keys.ready[1]) == 0
+    promote_all(store, 0)
+    popped, take, started = hinted(store, 4, ["b:1", "a:0", "a:1"])  # b:0's message was missed
+    assert (popped, started) == (4, ["b:1"]) and sorted(take.members) == ["a:0", "a:1", "b:0"]
+    popped, take, started = hinted(store, 2, ["c:1"])
+    assert (popped, started, take.members) == (2, ["c:1"], ["c:0"])  # nothing of a higher priority popped

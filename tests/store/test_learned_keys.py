@@ -65,7 +65,7 @@ def test_a_wake_message_names_a_task_added_due_now_and_one_promote_moves_it(r, s
     assert woken_member("1700000000000") is None and woken_member(None) is None  # older payloads, resubscribed
 
 
-def test_a_paused_topics_parked_set_is_learned_and_named_while_it_is_paused(r, store, client):
+def test_a_paused_topics_parked_set_is_learned_and_named_while_its_tasks_come_due(r, store, client):
     keys = store.keys[0]
     client.pause("p")
     base = now_ms(r) - 100
@@ -81,7 +81,10 @@ def test_a_paused_topics_parked_set_is_learned_and_named_while_it_is_paused(r, s
     done = fresh.promote(0, 100, DAY_MS)
     assert (done.moved, done.full) == (1, False)
     assert ready_members(r, keys) == ["free:1", "free:2"] and r.zrange(keys.parked("p"), 0, -1) == ["p:1"]
-    assert keys.parked("p") in fresh.learned[0]  # named on every call while the topic is flagged
+    # Named only while a task of the topic is due soon (never every paused topic's set: issue 41).
+    assert keys.parked("p") not in fresh.learned[0]
+    add(store, "p", 2, at_ms=now_ms(r) + 20)
+    assert fresh.promote(0, 100, DAY_MS).full is False and keys.parked("p") in fresh.learned[0]
 
 
 def test_a_lapsed_lease_is_learned(r, store):

@@ -92,11 +92,12 @@ def test_add_upsert_replaces_and_nx_keeps(r, store, keys):
     second = record(r, store, "t:1")
     assert json.loads(second["spec"])["params"] == {"v": 2} and second["priority"] == "3"
     assert token(second) > token(first)  # replacing fences the old version
-    assert r.zcard(keys.delayed) == 1 and int(r.zscore(keys.delayed, "t:1")) == int(second["due"])
+    # (priority 3: a quarter ms ahead of its due time, so that it comes due first of its ms)
+    assert r.zcard(keys.delayed) == 1 and r.zscore(keys.delayed, "t:1") == int(second["due"]) - 0.25
 
     assert add(store, "t", 1, delay_ms=0, params={"v": 3}, nx=True) == 0
     assert record(r, store, "t:1") == second
-    assert int(r.zscore(keys.delayed, "t:1")) == int(second["due"])
+    assert r.zscore(keys.delayed, "t:1") == int(second["due"]) - 0.25
     assert add(store, "t", 2, nx=True) == 1
 
 
@@ -413,6 +414,20 @@ def test_lapsed_lease_is_reaped_to_the_front_and_fenced(r, store, keys):
     assert again["runs"] == old["runs"] == 1 and again["claim"] == old["claim"] + 2
     assert record(r, store, "t:1")["lapsed"] == "0"
     assert store.finish(0, [("t:1", again["claim"], "ok", 0, "")], DAY_MS) == [1]
+
+
+def test_lapsed_leases_come_back_in_expiry_order(r, store, keys):
+    """Issue 41 (suspected, real): each lapsed task was pushed to the front on its own, in expiry order, so the
+    last to lapse came first. Now the first to lapse is first, ahead of the ready task behind them."""
+    for i in range(3):
+        add(store, "t", i)
+        promote_all(store)
+        claim(store, lease_ms=20 + i)  # t:0 lapses first, then t:1, then t:2
+    add(store, "t", "waiting")
+    promote_all(store)
+    wait_for(lambda: now_ms(r) > int(r.zrange(keys.leases, -1, -1, withscores=True)[0][1]), 2, message="lapses")
+    assert promote_all(store).reaped == 3
+    assert r.lrange(keys.ready[1], 0, -1) == ["t:0", "t:1", "t:2", "t:waiting"]
 
 
 def test_a_running_task_with_a_live_lease_is_not_reaped(r, store, keys):
@@ -766,7 +781,7 @@ def test_concurrent_adds_of_the_same_key_leave_one_consistent_record(redis_serve
             who = json.loads(rec["spec"])["params"]["w"]
             priority, delay = writers[who]
             assert rec["priority"] == str(priority) and int(rec["due"]) - int(rec["created"]) == delay
-            assert int(r.zscore(keys.delayed, f"{topic}:{i}")) == int(rec["due"])
+            assert r.zscore(keys.delayed, f"{topic}:{i}") == int(rec["due"]) + {3: -0.25, 1: 0.25}.get(priority, 0)
     assert [a + b for a, b in zip(nx_results["A"], nx_results["B"])] == [1] * rounds
 
 

@@ -88,6 +88,23 @@ def test_promote_puts_a_lost_take_back_in_front_in_order_and_announces_it(r, one
     ready.close()
 
 
+def test_one_promote_puts_back_at_most_a_batch_of_members_and_the_next_calls_keep_their_order(
+        r, one_bucket, monkeypatch):
+    """Issue 41 (suspected, real): one promote call put back up to `limit` takes of up to 200 members each
+    (200 x 200 = 40,000 members in one call). Now whole takes up to `limit` members a call, the rest by
+    the calls it asks for at once (full), the older takes in front as before."""
+    store = one_bucket.store
+    keys = store.keys[0]
+    expire_hold(monkeypatch)
+    takes = [take(store, 2).members, take(store, 2).members, take(store, 1).members]
+    assert takes == [["a:0", "a:1"], ["a:2", "a:3"], ["a:4"]]
+    wait_for(lambda: r.zcount(keys.taking, "-inf", now_ms(r)) == 3, 5, message="the holds over")
+    first = store.promote(0, 3, DAY_MS)  # a batch of 3: the newest two takes (3 members), then the oldest
+    assert first.full and r.lrange(keys.ready[1], 0, -1) == ["a:2", "a:3", "a:4"] and r.zcard(keys.taking) == 1
+    assert store.promote(0, 3, DAY_MS).full is False
+    assert r.lrange(keys.ready[1], 0, -1) == [f"a:{i}" for i in range(5)] and r.zcard(keys.taking) == 0
+
+
 def test_a_topic_paused_between_take_and_claim_is_parked_not_started(r, one_bucket):
     store = one_bucket.store
     taken = take(store, 2)

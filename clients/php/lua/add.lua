@@ -115,6 +115,17 @@ end
 -- Every pending task saves their bytes.
 local DEFAULT_PRIORITY = '2'
 
+-- A task's score in `delayed`: its due time (ms), a quarter of a ms earlier for priority 3 and later for
+-- priority 1, so that of the tasks due in one ms the higher priorities come first (then by name) in every
+-- batch promote takes, and in its ready messages (issue 41). Promote takes the scores up to now +
+-- DUE_SKEW, so none moves before its ms. A score of the due time alone (priority 2, and any task an
+-- earlier version wrote) reads as before; an earlier version's promote moves a priority-1 task 1 ms late.
+local DUE_SKEW = 0.25
+local function due_score(due, priority)
+  if priority == '3' then return tonumber(due) - DUE_SKEW end
+  if priority == '1' then return tonumber(due) + DUE_SKEW end
+  return due
+end
 -- The bucket's index of recurring tasks, `P{N}:recurring`: a zset of members, all at score 0
 -- so that it reads in name order (the dashboard's schedules page). The key is looked at on
 -- first use only, so a call that touches no recurring task pays nothing for it, and removal
@@ -727,7 +738,7 @@ for n = 1, task do
       scores = {}
       by_topic[topic] = scores
     end
-    scores[#scores + 1] = due_text
+    scores[#scores + 1] = due_score(due_text, priority)
     scores[#scores + 1] = member
     if recurs then
       schedules = schedules or recurring_index(recurring_key)

@@ -499,7 +499,7 @@ for n = 1, task do
       scores = {}
       by_topic[topic] = scores
     end
-    scores[#scores + 1] = due_text
+    scores[#scores + 1] = due_score(due_text, priority)
     scores[#scores + 1] = member
     if recurs then
       schedules = schedules or recurring_index(recurring_key)

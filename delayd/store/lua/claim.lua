@@ -1,7 +1,8 @@
 -- claim: the second half of a claim (take.lua popped the members): start the given members of one
 -- bucket, leasing them. Or, in pop mode (ARGV from 8 on given), a take and its claim in one call: it
--- pops as take.lua does, starts at once each popped member whose keys its caller declared (the members
--- named by a ready message: promote.lua), and holds the others in `taking` as a take, for the usual claim.
+-- pops as take.lua does, starts at once the popped members whose keys its caller declared (the members
+-- named by a ready message: promote.lua) of no lower priority than any other popped, and holds the
+-- others in `taking` as a take, for the usual claim.
 -- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside, taking,
 --       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
 --       then for URL tasks on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster),
@@ -60,10 +61,15 @@ if first > 15 then
     for _, origin in ipairs(origins) do off[origin] = true end
   end
 end
--- Topics paused in this bucket since take popped their tasks (usually none: one HGETALL of an empty hash).
-local paused = {}
-local flags = on('hash', 'HGETALL', KEYS[7])
-for i = 1, #flags, 2 do paused[flags[i]] = pause_generation(flags[i + 1]) end
+-- Whether `topic` was paused in this bucket since take popped its tasks: one HGET per topic claimed, never
+-- the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
+local pauses, none_paused = {}, nil  -- (none_paused: the hash is empty, usually: no topic looked up)
+local function paused(topic)
+  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[7]) == 0 end
+  if none_paused then return false end
+  if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', KEYS[7], topic)) or false end
+  return pauses[topic]
+end
 
 -- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
 local function spec_origin(spec)
@@ -143,13 +149,14 @@ local function claim(member, task_key)
   end
   local reason = defect(r, task_key, member)
   local token = r and claim_token(r[4], r[7]) + 1
-  if reason or paused[topic] or off and off[r[14] or spec_origin(r[2]) or ''] then
+  local held_on_purpose = not reason and paused(topic)  -- (paused: parked; else a disabled host's park)
+  if reason or held_on_purpose or off and off[r[14] or spec_origin(r[2]) or ''] then
     if r and r[13] then unreserve(topic, member) end
     if reason then
       if r and r[1] == '1' then count_ready(r[9], topic, -1) end
       quarantine(aside, task_key, member, reason)
     else
-      park(topic, member, task_key, r, not paused[topic])
+      park(topic, member, task_key, r, not held_on_purpose)
     end
   elseif limits and limits[topic] and not admitted(topic, member, r, token) then
     hold(topic, member, task_key, r)
@@ -188,9 +195,19 @@ if ARGV[8] then
   for i = 16, #ARGV do hinted[ARGV[i]] = KEYS[first + i - 16] end
   local members, from = pop_ready({KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]}, {ARGV[13], ARGV[14], ARGV[15]},
     {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}, tonumber(ARGV[11]))
-  local left, left_from = {}, {}
+  -- A hinted member starts now unless one of a higher priority popped with it is not hinted: then it
+  -- joins the take, claimed in the next round trip, so that no member starts ahead of a higher priority
+  -- popped with it (issue 41).
+  local rank = {[ARGV[13]] = 1, [ARGV[14]] = 2, [ARGV[15]] = 3}
+  local first_left = 4  -- the best rank of a member not hinted
   for i, member in ipairs(members) do
-    if not hinted[member] then
+    if not hinted[member] then first_left = math.min(first_left, rank[from[i]]) end
+  end
+  local starting, left, left_from = {}, {}, {}
+  for i, member in ipairs(members) do
+    if hinted[member] and rank[from[i]] <= first_left then
+      starting[#starting + 1] = member
+    else
       left[#left + 1] = member
       left_from[#left] = from[i]
     end
@@ -198,9 +215,7 @@ if ARGV[8] then
   -- The take first: a claim below that failed would leave the others in `taking`, not lost.
   popped = #members
   rest = {hold_take(KEYS[9], now_us(), tonumber(ARGV[12]), left, left_from), #left, unpack(left)}
-  for _, member in ipairs(members) do
-    if hinted[member] then claim(member, hinted[member]) end
-  end
+  for _, member in ipairs(starting) do claim(member, hinted[member]) end
 end
 
 -- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced

@@ -52,11 +52,11 @@ local function logged(log, line)
 end
 
 -- The run's task waits again, in `delayed` at `due`; `fields` (for the one HSET) says so.
-local function requeue(member, topic, due, fields)
+local function requeue(member, topic, due, fields, priority)
   if head_due == nil then
     head_due = tonumber(on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or math.huge)
   end
-  zadd_counted(KEYS[1], due, member, 'waiting', topic)
+  zadd_counted(KEYS[1], due_score(due, priority), member, 'waiting', topic)
   if due < earliest then earliest, earliest_member = due, member end
   fields[#fields + 1] = 'status'
   fields[#fields + 1] = 'delayed'
@@ -72,7 +72,7 @@ for i = 5, #ARGV, 8 do
   local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
   local task_key = KEYS[14 + (i - 5) / 8]
-  local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts', 'host')
+  local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts', 'host', 'priority')
   local topic = topic_of(member)
   if limits and limits[topic] and limits[topic].slots > 0 then  -- the run ended, recorded or stale
     freed = freed or {}
@@ -91,18 +91,18 @@ for i = 5, #ARGV, 8 do
       else  -- never run: no run number, no last run, and a first due time now resolved
         redis.call('HDEL', task_key, 'runs', 'last_run', 'first')
       end
-      requeue(member, topic, next_due or not_before, fields)
+      requeue(member, topic, next_due or not_before, fields, r[8])
     elseif next_due and (outcome == 'ok' or outcome == 'retry') then
       if next_due < not_before then next_due = not_before end
       fields = {'last_due', r[3] or now}
-      requeue(member, topic, next_due, fields)
+      requeue(member, topic, next_due, fields, r[8])
     elseif outcome == 'retry' then
       -- Next run counts from the previous due time; if that is past (or
       -- unreadable), from now.
       local due = (int_of(r[3]) or now) + gap
       if due < now then due = now + gap end
       if due < not_before then due = not_before end
-      requeue(member, topic, due, fields)
+      requeue(member, topic, due, fields, r[8])
     elseif outcome == 'ok' or outcome == 'failed' then
       fields = {'status', outcome}
       count_host(r[7], -1)  -- a URL task no longer waits for its host (a quarantine counts it itself)

@@ -18,8 +18,8 @@
 -- held set, the limits' keys) are checked with use(); where one is missing the work stops there (due
 -- order kept: nothing after it is done this call), the keys go in the reply, and `full` is set, so the
 -- caller calls again at once declaring them. The reply also names the keys the next call will probably
--- need (the records of the members due soonest, of leases about to lapse, the paused topics' parked
--- sets), which the caller declares then: in the common case no call is cut.
+-- need (the records of the members due soonest and of leases about to lapse, and the parked sets of
+-- those members' topics that are paused), which the caller declares then: in the common case no call is cut.
 -- Returns {moved, reaped, next due (ms or -1), next lease expiry or `taking` deadline (ms or -1),
 --          Redis's clock (µs), 1 if a batch was full or cut (call again at once) else 0,
 --          then the keys to declare on the next call}
@@ -101,40 +101,57 @@ local function defect(r, task_key, index, status)
   if not ready[r[2] or DEFAULT_PRIORITY] then return 'record with a bad priority' end
 end
 
--- Topics paused in this bucket (usually none: one HGETALL of an empty hash). A topic
--- being resumed ('r', see resume.lua) parks only what is due after its earliest
--- task still parked, so that the batches of a resume keep due order.
--- A flagged topic whose parked set this call may not touch is `unknown`: none of its tasks is
--- moved this call (the set is asked for, and is among the keys named for every call while flagged).
-local paused, unknown = nil, {}
-local flags = on('hash', 'HGETALL', KEYS[12])
-for i = 1, #flags, 2 do
-  local key = parked_key(KEYS[12], flags[i])
-  if use(key) then
-    ask(key)
-    expect('zset', key)
-    local after = nil
-    if flags[i + 1] == 'r' then after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) end
-    if flags[i + 1] ~= 'r' or after then
-      paused = paused or {}
-      paused[flags[i]] = {key = key, after = after or -math.huge}
+-- Paused topics: the `paused` hash is never read whole (a call costs the same whatever the number of
+-- topics paused: issue 41); each topic of a member this call handles is looked up once (HGET).
+-- A topic being resumed ('r', see resume.lua) parks only what is due after its earliest task still
+-- parked, so that the batches of a resume keep due order. A flagged topic whose parked set this call
+-- may not touch is not `known`: its tasks are not moved this call (the set is asked for).
+local pauses = {}  -- topic -> false (nothing parks), or {key = its parked set, known, after}
+local none_paused = nil  -- whether the `paused` hash is empty (usually: then no topic is looked up)
+local function pause_of(topic)
+  local p = pauses[topic]
+  if p ~= nil then return p end
+  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[12]) == 0 end
+  p = false
+  local flag = not none_paused and on('hash', 'HGET', KEYS[12], topic)
+  if flag then
+    local key = parked_key(KEYS[12], topic)
+    p = {key = key, known = is_declared(key), after = -math.huge}
+    if p.known then
+      expect('zset', key)
+      if flag == 'r' then
+        p.after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+        if not p.after then p = false end
+      end
     end
-  else
-    unknown[flags[i]] = true
   end
+  pauses[topic] = p
+  return p
+end
+-- Whether the call may handle tasks of `topic` (not paused, or its parked set declared); if not, the
+-- parked set is asked for.
+local function pause_known(topic)
+  local p = pause_of(topic)
+  return not p or use(p.key)
+end
+-- The parked set of `topic` when it is paused (for the reply: the next call will probably need it).
+local function ask_parked(topic)
+  local p = pause_of(topic)
+  if p then ask(p.key) end
 end
 
--- Whether the call may move `member` (its record declared, its topic not unknown); if not, it is cut
+-- Whether the call may move `member` (its record declared, its topic's pause known); if not, it is cut
 -- there and the record asked for.
 local function movable(member, task_key)
-  if use(task_key) and not unknown[topic_of(member)] then return true end
+  local known = pause_known(topic_of(member))
+  if use(task_key) and known then return true end
   cut = true
   return false
 end
 
 -- Whether a task of `topic` due at `score` waits in its topic's parked set.
 local function parks(topic, score)
-  local p = paused and paused[topic]
+  local p = pause_of(topic)
   return p and score > p.after
 end
 
@@ -148,16 +165,11 @@ end
 -- one RPUSH per list for the whole batch. A due task of a paused topic is parked
 -- instead (with its due time), so it leaves the head of `delayed`.
 local moved = 0
-local found, scores = nil, {}
-if paused then
-  local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-  found = {}
-  for i = 1, #pairs_, 2 do
-    found[#found + 1] = pairs_[i]
-    scores[pairs_[i]] = pairs_[i + 1]
-  end
-else
-  found = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+local found, scores = {}, {}
+local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, limit)
+for i = 1, #pairs_, 2 do
+  found[#found + 1] = pairs_[i]
+  scores[pairs_[i]] = pairs_[i + 1]
 end
 -- In due order, up to the first member the call may not move (it and the rest are asked for).
 local due = {}
@@ -178,7 +190,7 @@ for _, member in ipairs(due) do
     quarantine(aside, task_key, member, reason)
   elseif parks(topic, tonumber(scores[member]) or now) then
     mark_parked(task_key, now)
-    zadd_counted(paused[topic].key, scores[member], member, 'parked', topic)
+    zadd_counted(pause_of(topic).key, scores[member], member, 'parked', topic)
   else
     local priority = r[2] or DEFAULT_PRIORITY
     if r[4] then
@@ -233,7 +245,7 @@ local function release(topic, held, topic_keys)
         elseif parks(topic, tonumber(members[i + 1]) or now) then
           redis.call('HDEL', task_key, 'held')
           mark_parked(task_key, now)
-          zadd_counted(paused[topic].key, members[i + 1], member, 'parked', topic)
+          zadd_counted(pause_of(topic).key, members[i + 1], member, 'parked', topic)
         elseif not ready[r[4] or DEFAULT_PRIORITY] then
           quarantine(aside, task_key, member, 'record with a bad priority')
         else
@@ -268,7 +280,9 @@ end
 for _, topic in ipairs(limited) do
   local held = held_key(KEYS[16], topic)
   local topic_keys = limit_keys(topic, {held})
-  if unknown[topic] or not use_all(topic_keys) then
+  local p = pause_of(topic)
+  if p then topic_keys[#topic_keys + 1] = p.key end
+  if not use_all(topic_keys) then
     cut = true
   else
     release(topic, held, topic_keys)
@@ -299,6 +313,7 @@ for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
 -- In expiry order, up to the first the call may not handle (with, on a single Redis, its topic's limits'
 -- keys, for the slot it frees).
 local lapsed, stop = {}, false
+local backs = {}  -- ready list -> its lapsed members, the last lapsed first
 for _, member in ipairs(expired) do
   local task_key = prefix .. member
   if stop or not (movable(member, task_key) and use_all(limit_keys(topic_of(member), {}))) then
@@ -327,19 +342,22 @@ for _, member in ipairs(lapsed) do
       -- Its topic is paused: it waits, parked at its due time, to run again on resume.
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
       mark_parked(task_key, now)
-      zadd_counted(paused[topic].key, int_of(r[5]) or now, member, 'parked', topic)
+      zadd_counted(pause_of(topic).key, int_of(r[5]) or now, member, 'parked', topic)
       tally('lapsed', topic)
     else
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
       local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
       announce(kind, member)
-      on('list', 'LPUSH', list, member)
+      backs[list] = backs[list] or {}
+      table.insert(backs[list], 1, member)
       count_ready(r[2], topic, 1)
       tally('lapsed', topic)
       reaped = reaped + 1
     end
   end
 end
+-- To the front of their lists in expiry order, the first lapsed first (one LPUSH of each list's in reverse).
+for list, members in pairs(backs) do on('list', 'LPUSH', list, unpack(members)) end
 if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
 if freed then
   local set = limits_of(lp)
@@ -368,7 +386,7 @@ flush_stats(KEYS[10], KEYS[11], 17, now)
 
 -- Takes never claimed (their queue process died or hung): back to the front of their lists (_take.lua).
 local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
-local lost = put_back_lost(KEYS[22], now, limit, lists, function(list, member)
+local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list, member)
   announce(string.sub(list, 1, -2), member)
 end)
 
@@ -383,9 +401,10 @@ end
 local AHEAD_MS = 50
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then
-  local horizon = math.max(now, tonumber(head[2])) + AHEAD_MS
+  local horizon = math.max(now, due_of_score(head[2])) + AHEAD_MS + DUE_SKEW
   for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', 0, limit)) do
     ask(prefix .. member)
+    ask_parked(topic_of(member))
   end
 end
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -393,15 +412,16 @@ if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
   local lapsing = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now + AHEAD_MS, 'LIMIT', 0, limit)
   for _, member in ipairs(lapsing) do
     ask(prefix .. member)
+    ask_parked(topic_of(member))
     for _, key in ipairs(limit_keys(topic_of(member), {})) do ask(key) end
   end
 end
 local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
-local next_due = tonumber(head[2] or -1)
+local next_due = head[2] and due_of_score(head[2]) or -1
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
 local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
 if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then next_lease = math.ceil(tonumber(taking[2])) end
 local full = 0
-if #found == limit or #expired == limit or full_held or cut or lost == limit then full = 1 end
+if #found == limit or #expired == limit or full_held or cut or lost_left then full = 1 end
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}

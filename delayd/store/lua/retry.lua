@@ -10,7 +10,7 @@ local now = now_ms()
 local member, status = ARGV[1], ARGV[3] or 'failed'
 expect('zset', KEYS[2], KEYS[3])
 expect('hash', KEYS[5])
-local r = read_record(KEYS[1], 'status', 'host', 'spec')
+local r = read_record(KEYS[1], 'status', 'host', 'priority', 'spec')
 if not (r and r[1]) then return 0 end
 if r[1] ~= status then return -1 end
 if ARGV[4] then
@@ -22,9 +22,9 @@ redis.call('PERSIST', KEYS[1])
 redis.call('HDEL', KEYS[5], member)  -- no longer in done:failed
 local topic = topic_of(member)
 zrem_counted(KEYS[3], member, status, topic)
-zadd_counted(KEYS[2], now, member, 'waiting', topic)
+zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
 count_host(r[2], 1)  -- a URL task waits for its host again
-local ok, spec = pcall(cjson.decode, r[3] or '')
+local ok, spec = pcall(cjson.decode, r[4] or '')
 if ok and type(spec) == 'table' and (spec.every ~= nil or spec.cron ~= nil) then
   recurring_index(KEYS[7]).add(member)
 end

@@ -6,7 +6,7 @@
 -- 0 no such task; -1 not delayed (running or finished: nothing changed).
 local now = now_ms()
 local member, channel = ARGV[1], ARGV[2]
-local r = read_record(KEYS[1], 'status', 'queued')
+local r = read_record(KEYS[1], 'status', 'queued', 'priority')
 if not (r and r[1]) then return {0, ''} end
 if r[1] ~= 'delayed' then return {-1, r[1]} end
 if r[2] == '1' then return {3, r[1]} end
@@ -18,7 +18,7 @@ if redis.call('ZSCORE', parked, member) then
   redis.call('ZADD', parked, now, member)
   return {2, r[1]}
 end
-zadd_counted(KEYS[2], now, member, 'waiting', topic)
+zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
 wake_if_head(KEYS[2], member, channel, now)
 flush_counts(KEYS[4])
 return {1, r[1]}

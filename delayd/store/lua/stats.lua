@@ -1,15 +1,15 @@
--- stats: read one bucket's statistics (changes nothing).
--- KEYS: delayed, counts, totals, quarantine, paused, then the run-event windows w:<n-k+1> ... w:<n+1>
+-- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
+-- number of topics. The per-topic hashes (counts, totals, the windows, paused) are read by the caller a
+-- page at a time (HSCAN), so that no call blocks Redis in proportion to the topics (issue 41).
+-- KEYS: delayed, quarantine, then the run-event windows w:<n-k+1> ... w:<n+1> (only their names are read)
 --       (the k windows the caller expects to be the last, and the next one: delayd.store.windows),
 --       then the records (`<task-key prefix><member>`) of the members the caller found at the heads
 --       of the bucket's ready lists (a peek first: a script reads only the records its call declares)
 -- ARGV: task-key prefix, number of windows k, scan limit, 1 if a ready list held more entries than
 --       the peek looked at else 0
--- Returns {now, counts (flat field/value list), totals (flat), first window number,
---          {one flat list per window, oldest first}, due time of the delayed head
---          (or false), quarantined, {topic, earliest due, ...} of tasks due but not
---          started, 1 if a scan hit the limit (the per-topic due times may then be
---          late ones) else 0, topics paused in this bucket}
+-- Returns {now, first window number (the caller reads windows first ... first + k - 1), due time of
+--          the delayed head (or false), quarantined, {topic, earliest due, ...} of tasks due but not
+--          started, 1 if a scan hit the limit (the per-topic due times may then be late ones) else 0}
 -- It writes nothing, not even to set a corrupt key aside: a key of the wrong type
 -- reads as empty, an unreadable due time is not seen.
 local now = now_ms()
@@ -22,22 +22,20 @@ local function read(default, ...)
   return reply
 end
 local windows, limit, truncated = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local WINDOW_KEYS, RECORD_KEYS = 6, 6 + windows + 1  -- where the windows and the records start in KEYS
+local WINDOW_KEYS, RECORD_KEYS = 3, 3 + windows + 1  -- where the windows and the records start in KEYS
 
 -- The last `windows` windows of Redis's clock, among the declared ones; if the caller's clock was
 -- off by more than half a window, the declared ones nearest to them (the reply's `first` says which).
 local declared = tonumber(string.match(KEYS[WINDOW_KEYS], '(%d+)$'))
 local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows + 1, declared), declared + 1)
-local recent = {}
-for w = first, first + windows - 1 do
-  recent[#recent + 1] = read({}, 'HGETALL', KEYS[WINDOW_KEYS + w - declared])
-end
 
--- A score of `delayed` below any time a script writes (-inf, -1e300: written by someone else)
--- counts as due now, since promote moves such an entry at once; any other is left as it is.
-local function due_score(score)
+-- The due time (ms) a score of `delayed` stands for (due_of_score: a priority's skew removed). One below
+-- any time a script writes (-inf, -1e300: written by someone else) counts as due now, since promote moves
+-- such an entry at once; one past 2^53 (+inf) is left as it is.
+local function due_time(score)
   local n = tonumber(score)
   if n and n < -2^53 then return now end
+  if n and n < 2^53 then return due_of_score(n) end
   return score
 end
 
@@ -50,8 +48,8 @@ local function seen(member, due)
   local topic = topic_of(member)
   if earliest[topic] == nil or due < earliest[topic] then earliest[topic] = due end
 end
-local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_score(overdue[i + 1]))) end
+local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, limit)
+for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_time(overdue[i + 1]))) end
 if #overdue == 2 * limit then truncated = 1 end
 for i = RECORD_KEYS, #KEYS do
   local r = read({}, 'HMGET', KEYS[i], 'queued', 'due')
@@ -64,6 +62,4 @@ for topic, due in pairs(earliest) do
 end
 
 local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {now, read({}, 'HGETALL', KEYS[2]), read({}, 'HGETALL', KEYS[3]), first, recent,
-        head[2] and due_score(head[2]) or false, read(0, 'HLEN', KEYS[4]), lag, truncated,
-        read({}, 'HKEYS', KEYS[5])}
+return {now, first, head[2] and due_time(head[2]) or false, read(0, 'HLEN', KEYS[2]), lag, truncated}

@@ -23,7 +23,6 @@ run's task timeout counts from the moment a thread takes it.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import math
 import time
@@ -33,31 +32,12 @@ from delayd import tracing
 from delayd.log import event
 from delayd.model import schedule
 from delayd.model.task import Task, TaskError
-from delayd.store.keys import PRIORITIES
 from delayd.store.replies import Claimed, ClaimedTask, Finish, Take
 from delayd.store.steps import ScriptCall
 from delayd.workers.queue.state import QueueState, Run, Taken
 
 log = logging.getLogger("delayd.queue")
 HINTS_KEPT = 64  # members kept per bucket and kind from ready messages, for its next take
-
-
-def priority_cycle(weights: tuple[int, int, int]) -> list[int]:
-    """One round of priorities, smoothly interleaved (nginx's smooth weighted round robin).
-
-    (5, 3, 2) gives 10 picks: 5 of priority 3, 3 of priority 2, 2 of priority 1,
-    spread out, so priority 1 gets its share in every round and never starves.
-    """
-    current = [0, 0, 0]
-    total = sum(weights)
-    picks = []
-    for _ in range(total):
-        for i, w in enumerate(weights):
-            current[i] += w
-        best = max(range(3), key=lambda i: current[i])
-        current[best] -= total
-        picks.append(PRIORITIES[best])
-    return picks
 
 
 class Claims(QueueState):
@@ -115,16 +95,14 @@ class Claims(QueueState):
                 tried[url] += 1
                 if bucket in candidates:
                     n = min(free, 200)
-                    quotas = [0, 0, 0]
-                    for priority in itertools.islice(self.cycle, n):
-                        quotas[PRIORITIES.index(priority)] += 1
+                    quotas = self.shares.quotas((bucket, url), n)
                     hints = self.hints.pop((bucket, url), None)
                     if hints:
-                        calls.append((self.store.hinted_claim_call(bucket, tuple(quotas), n, list(hints),
+                        calls.append((self.store.hinted_claim_call(bucket, quotas, n, list(hints),
                                                                    self.config.lease_ms, self.config.retention_ms, url),
                                       functools.partial(self.hinted_sent, bucket, url, n, tried)))
                     else:
-                        calls.append((self.store.take_call(bucket, tuple(quotas), n, url),
+                        calls.append((self.store.take_call(bucket, quotas, n, url),
                                       functools.partial(self.take_sent, bucket, url, n, tried)))
                     break
         return calls

@@ -31,13 +31,14 @@ from delayd.store.steps import ScriptCall
 from delayd.targets.handlers import Outcome, Runner, TargetUnavailable, import_module, use_import_path
 from delayd.targets.url.engine import Engine
 from delayd.workers.process import ChildProcess, Heartbeat, StartupFailure
-from delayd.workers.queue.claims import Claims, priority_cycle
+from delayd.workers.queue.claims import Claims
 from delayd.workers.queue.outcomes import Outcomes
 from delayd.workers.queue.pool import Pool
+from delayd.workers.queue.shares import Shares
 from delayd.workers.queue.state import Run, Taken
 
 log = logging.getLogger("delayd.queue")
-WAIT_CAP = 5.0  # seconds: the longest sleep; also re-checks every bucket after a quiet spell
+WAIT_CAP = 5.0  # seconds: the longest sleep, and how often every bucket is looked at again (sweep)
 REPORT_EVERY = 1.0  # seconds: at most one host-health report (hosts.lua) per interval, riding a turn's round trip
 
 
@@ -62,7 +63,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.taken: list[Taken] = []
         self.hints: dict[tuple[int, bool], dict[str, None]] = {}
         self.candidates = {False: set(range(config.buckets)), True: set(range(config.buckets))}
-        self.cycle = itertools.cycle(priority_cycle(tuple(config.priority_weights)))
+        self.shares = Shares(tuple(config.priority_weights))
         self.next_bucket = itertools.cycle(range(config.buckets))
         self.renew_every = config.lease / 3
         self.next_renew = time.monotonic() + self.renew_every
@@ -70,6 +71,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.stop_deadline = 0.0
         self.retry_at = 0.0  # after a Redis error, no Redis calls before this time
         self.round_trip = 0.0  # moving average of a turn's Redis round trip (s)
+        self.next_sweep = time.monotonic() + WAIT_CAP  # when to look at every bucket again (sweep)
         self.next_report = 0.0  # monotonic time the next host-health report may go
 
     # -- threads -------------------------------------------------------------------
@@ -97,6 +99,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
                     self.handle(self.events.get_nowait())
                 except queue_mod.Empty:
                     break
+            self.sweep()
             self.abandon_overdue()
             self.pool.wake_stalled(time.monotonic())
             if time.monotonic() >= self.retry_at:
@@ -110,11 +113,21 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         tracing.shutdown()
         event(log, "queue_stopped", queue=self.index)
 
+    def sweep(self) -> None:
+        """Every WAIT_CAP s, whatever else happens, look at every bucket again: a lost ready message (pub/sub
+        is fire-and-forget) must not leave a bucket's ready tasks waiting while messages of other buckets
+        and results keep the loop busy (issue 41: it looked only after WAIT_CAP s without any event)."""
+        now = time.monotonic()
+        if now >= self.next_sweep:
+            self.next_sweep = now + WAIT_CAP
+            for buckets in self.candidates.values():
+                buckets.update(range(self.config.buckets))
+
     def next_event(self) -> Any:
         now = time.monotonic()
-        timeout = WAIT_CAP
+        timeout = max(0.0, self.next_sweep - now)
         if any(self.candidates[url] and self.free_slots(url) for url in (False, True)) and not self.stopping:
-            timeout = max(0.0, self.retry_at - now)
+            timeout = min(timeout, max(0.0, self.retry_at - now))
         if self.in_hand:
             timeout = min(timeout, max(0.0, min(r.deadline for r in self.in_hand.values()) - now),
                           max(0.0, self.next_renew - now))
@@ -127,8 +140,8 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             timeout = min(timeout, max(0.0, stalled - now))
         try:
             return self.events.get(timeout=timeout)
-        except queue_mod.Empty:  # a quiet spell ("tick": look at every bucket), or a timer of this loop's
-            return ("tick", None) if timeout == WAIT_CAP else ("timer", None)
+        except queue_mod.Empty:  # a timer of this loop's (the sweep's among them)
+            return ("timer", None)
 
     def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
@@ -154,9 +167,6 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             event(log, "queue_stopping", queue=self.index, in_hand=len(self.in_hand))
         elif kind == "reopen":
             log_mod.reopen()
-        elif kind == "tick":
-            for buckets in self.candidates.values():
-                buckets.update(range(self.config.buckets))
 
     def returned(self, run: Run, result: tuple[Outcome, str]) -> None:
         if self.in_hand.get(run.task.key) is run:
@@ -196,7 +206,9 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
 
     def send(self, calls: list[tuple[ScriptCall, Callable[[Any], None]]]) -> None:
         """Run script calls in one round trip, each reply handed to its call's function.
-        Raises the first error, once the replies before it were handled."""
+        Raises the first error, once every other reply read was handled: a call after the one that
+        failed ran in Redis too (a claim that started tasks, a take), so its reply must not be dropped
+        (issue 41: its tasks stayed leased and unrun until the lease lapsed)."""
         replies: list[Any] = []
         began = time.monotonic()
         try:
@@ -204,9 +216,8 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             self.round_trip += (time.monotonic() - began - self.round_trip) / 8
         finally:
             for (_, then), reply in zip(calls, replies):
-                if isinstance(reply, Exception):
-                    break
-                then(reply)
+                if not isinstance(reply, Exception):
+                    then(reply)
 
 
 def main(config: Config, index: int, heartbeat: Heartbeat) -> None:

@@ -18,6 +18,7 @@ from delayd.targets.handlers import Outcome
 from delayd.targets.url.engine import Engine
 from delayd.workers.process import Heartbeat, RedisHealth
 from delayd.workers.queue.pool import Pool
+from delayd.workers.queue.shares import Shares
 
 
 @dataclass(eq=False)
@@ -65,7 +66,7 @@ class QueueState:
     taken: list[Taken]                             # takes whose members are not claimed yet
     hints: dict[tuple[int, bool], dict[str, None]]  # per (bucket, kind): members ready messages named (claims.py)
     candidates: dict[bool, set[int]]  # buckets that may have ready tasks, per kind (False: call/push, True: URL)
-    cycle: Iterator[int]              # the priority of each task to claim (priority_cycle, endlessly)
+    shares: Shares                    # each take's quotas per priority (claims.py)
     next_bucket: Iterator[int]        # the buckets in turn
     renew_every: float                # seconds between lease renewals
     next_renew: float
