@@ -66,15 +66,21 @@ def run_in_shell(place: Path, env: dict, command: str, cwd: Path) -> subprocess.
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
 
 
+def the_same_tasks_were_added(proc: subprocess.CompletedProcess, client: Client) -> None:
+    """What the Python and Node examples (the same tasks) print and leave in the store."""
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "order:cancel" in proc.stdout and "give exactly one of call, url or push" in proc.stdout
+    assert client.get("order:cancel", 42).status == "deleted"
+    assert client.get("order:notify", 5).intervals == [0, 30, 60, 150] and client.count("mail:welcome") == 3
+
+
 def test_the_python_example_works_as_written(scripts_run, tmp_path):
     place, env = scripts_run
     client = store(place)
     (tmp_path / "app.py").write_text(example("add-python"))
     proc = run_in_shell(place, env, f"{VENV / 'bin' / 'python'} app.py", tmp_path)
-    assert proc.returncode == 0 and not proc.stderr, (proc.stdout, proc.stderr)
-    assert "order:cancel" in proc.stdout and "give exactly one of call, url or push" in proc.stdout
-    assert client.get("order:cancel", 42).status == "deleted"
-    assert client.get("order:notify", 5).intervals == [0, 30, 60, 150] and client.count("mail:welcome") == 3
+    assert not proc.stderr, proc.stderr
+    the_same_tasks_were_added(proc, client)
 
 
 def test_the_node_install_line_and_example_work_as_written(scripts_run, tmp_path):
@@ -97,10 +103,7 @@ def test_the_node_install_line_and_example_work_as_written(scripts_run, tmp_path
     assert not (app / "node_modules" / "delayd-client").is_symlink()
     (app / "app.mjs").write_text(example("add-node"))
     proc = run_in_shell(place, env, f"{need_node()} app.mjs", app)
-    assert proc.returncode == 0, proc.stderr
-    assert "order:cancel" in proc.stdout and "give exactly one of call, url or push" in proc.stdout
-    assert client.get("order:cancel", 42).status == "deleted"
-    assert client.get("order:notify", 5).intervals == [0, 30, 60, 150] and client.count("mail:welcome") == 3
+    the_same_tasks_were_added(proc, client)
 
 
 def test_the_php_example_works_as_written(scripts_run, tmp_path):
