@@ -170,6 +170,8 @@ def http_page() -> str:
                                  p.get("description", "")) for p in parameters])
             for kind, media in op.get("requestBody", {}).get("content", {}).items():
                 lines += [f"Body: `{kind}`, {schema_name(media.get('schema', {}))}.", ""]
+                if "TaskInput" in json.dumps(media):
+                    lines += ["A `TaskInput` is the arguments of `Client.add`: [Task fields](task-fields.md).", ""]
             responses = [(status, components["responses"][answer["$ref"].rsplit("/", 1)[1]] if "$ref" in answer
                           else answer) for status, answer in op["responses"].items()]
             lines += table(("status", "answer"), [(status, answer.get("description", ""))
