@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import psutil
 import redis
@@ -182,6 +183,55 @@ def our_processes(state_dir: Path) -> list[psutil.Process]:
     return found
 
 
+def leased_now(client: Client) -> set[str]:
+    """Every task leased right now (in flight at this instant); nothing while Redis is down."""
+    found: set[str] = set()
+    try:
+        pipe = client.redis.pipeline(transaction=False)
+        for keys in client.store.keys:
+            pipe.zrange(keys.leases, 0, -1)
+        for members in pipe.execute():
+            found.update(members)
+    except redis.exceptions.RedisError:
+        pass
+    return found
+
+
+def copy_output(stream, path: Path) -> None:
+    """Drain a daemon's stdout/stderr into `path` from a thread (a full pipe would block it)."""
+    def copy() -> None:
+        with open(path, "w") as sink:
+            try:
+                for line in stream:
+                    sink.write(line)
+                    sink.flush()
+            except (ValueError, OSError):
+                pass  # closed by Daemon.stop()
+    threading.Thread(target=copy, daemon=True).start()
+
+
+def retried_in(logs: list[Path]) -> set[str]:
+    """Tasks of which a run ended in a retry, from daemon logs (each such run is logged at INFO)."""
+    found = set()
+    for path in logs:
+        with open(path, errors="replace") as lines:
+            for line in lines:
+                if " event=run " in line and " outcome=retry " in line:
+                    found.add(line.split(" task=", 1)[1].split(" ", 1)[0])
+    return found
+
+
+def crashes_in(paths: list[Path]) -> list[str]:
+    """Lines of daemon logs/output that say a child crashed or print a traceback."""
+    found = []
+    for path in paths:
+        with open(path, errors="replace") as lines:
+            for line in lines:
+                if "child_crashed" in line or "Traceback" in line:
+                    found.append(f"{path.name}: {line.strip()[:300]}")
+    return found
+
+
 class Chaos:
     def __init__(self, settings: Settings, workdir: Path, say=None):
         self.s = settings
@@ -211,32 +261,15 @@ class Chaos:
                              DELAYD_LOG_FILE=str(self.state_dir / f"delayd-{self.daemons}.log"))
         self.daemon.start(wait=False)  # self.daemon is set first: shutdown() stops it even if start fails
         out = self.state_dir / f"daemon-{self.daemons}.out"
-        threading.Thread(target=self.copy_output, args=(self.daemon.proc.stdout, out), daemon=True).start()
+        copy_output(self.daemon.proc.stdout, out)
         expected = s.buckets + s.queues
         wait_for(lambda: len(self.daemon.children()) == expected and self.daemon.ready(), 30,
                  message="daemon children up")
         return self.daemon
 
-    def copy_output(self, stream, path: Path) -> None:
-        """Drain the daemon's stdout/stderr (a full pipe would block it) into a file we check at the end."""
-        with open(path, "w") as sink:
-            try:
-                for line in stream:
-                    sink.write(line)
-                    sink.flush()
-            except (ValueError, OSError):
-                pass  # closed by Daemon.stop()
-
     def snapshot(self) -> None:
-        """Remember every task leased right now (in flight); quietly nothing while Redis is down."""
-        try:
-            pipe = self.client.redis.pipeline(transaction=False)
-            for keys in self.client.store.keys:
-                pipe.zrange(keys.leases, 0, -1)
-            for members in pipe.execute():
-                self.in_flight.update(members)
-        except redis.exceptions.RedisError:
-            pass
+        """Remember every task leased right now (in flight)."""
+        self.in_flight.update(leased_now(self.client))
 
     def live_children(self, exclude: set[int | None]) -> list[psutil.Process]:
         return [c for c in self.daemon.children() if c.pid not in exclude]
@@ -501,13 +534,7 @@ class Chaos:
 
     def retried(self) -> set[str]:
         """Tasks of which a run ended in a retry (the daemon logs each such run at INFO or above)."""
-        found = set()
-        for path in sorted(self.state_dir.glob("delayd-*.log")):
-            with open(path, errors="replace") as lines:
-                for line in lines:
-                    if " event=run " in line and " outcome=retry " in line:
-                        found.add(line.split(" task=", 1)[1].split(" ", 1)[0])
-        return found
+        return retried_in(sorted(self.state_dir.glob("delayd-*.log")))
 
     def shutdown(self) -> None:
         """Stop the daemon and Redis; record anything of this run still alive."""
@@ -525,11 +552,8 @@ class Chaos:
         if self.client is not None:
             self.client.close()
         self.server.stop()
-        for path in sorted(self.state_dir.glob("delayd-*.log")) + sorted(self.state_dir.glob("daemon-*.out")):
-            with open(path, errors="replace") as lines:
-                for line in lines:
-                    if "child_crashed" in line or "Traceback" in line:
-                        self.result.crashes.append(f"{path.name}: {line.strip()[:300]}")
+        self.result.crashes = crashes_in(sorted(self.state_dir.glob("delayd-*.log"))
+                                         + sorted(self.state_dir.glob("daemon-*.out")))
         self.result.stopped_fenced = sum(self.fenced_lines(pid) for pid in self.stopped_pids)
         for proc in psutil.process_iter(["cmdline"]):
             try:
@@ -562,15 +586,24 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(tasks=args.tasks, window=window, seed=args.seed,
                         drain_timeout=max(90.0, args.tasks / 200), limit_rate=args.limit_rate,
                         limit_concurrency=args.limit_concurrency)
-    workdir = Path(tempfile.mkdtemp(prefix="delayd-chaos-"))
     say = (lambda m: None) if args.quiet else (lambda m: print(f"[chaos] {m}", file=sys.stderr, flush=True))
+    return verdict(in_workdir("chaos", args.keep, lambda workdir: run(settings, workdir, say)))
+
+
+def in_workdir(name: str, keep: bool, work: Callable[[Path], Any]) -> Any:
+    """work(a fresh temporary directory); the directory is removed after, unless `keep` (then named)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"delayd-{name}-"))
     try:
-        result = run(settings, workdir, say)
+        return work(workdir)
     finally:
-        if args.keep:
-            print(f"[chaos] work directory kept: {workdir}", file=sys.stderr)
+        if keep:
+            print(f"[{name}] work directory kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def verdict(result: Any) -> int:
+    """Print a run's summary line and its failures (stderr); the exit code: 1 on any failure."""
     print(result.summary(), flush=True)
     for problem in result.failures:
         print(f"FAIL: {problem}", file=sys.stderr)

@@ -86,6 +86,23 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # 50 clients connect at once in the concurrency test
 
+    def process_request(self, request, client_address):
+        """Remember the connection, so that a stop closes it (a kept-alive one would go on being served)."""
+        with self.lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self.lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.lock:
+            for connection in self.connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so that connection reuse is visible
@@ -124,6 +141,9 @@ class _Handler(BaseHTTPRequestHandler):
         seconds = float(query.get("seconds", ["0.3"])[0])
         if path in FIXED_ANSWERS:
             self._answer(*FIXED_ANSWERS[path])
+        elif path == "/flaky":  # 500 until the run (Idempotency-Key's last part) reaches ?succeed_on=N
+            run = int(self.headers.get("Idempotency-Key", "::0").rpartition(":")[2] or 0)
+            self._answer(*((200, "success") if run >= int(query["succeed_on"][0]) else (500, "not yet")))
         elif path == "/hang":
             srv.stop.wait(10)  # far past any timeout used below
             self._answer(200, "success")
@@ -175,10 +195,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def _serving(handler: type[BaseHTTPRequestHandler]):
-    """A _Server with `handler` on 127.0.0.1 in a thread: requests, lock, stop, base URL."""
-    srv = _Server(("127.0.0.1", 0), handler)
-    srv.lock, srv.stop, srv.requests, srv.ports = threading.Lock(), threading.Event(), [], []
+def _serving(handler: type[BaseHTTPRequestHandler], port: int = 0):
+    """A _Server with `handler` on 127.0.0.1 (on `port`, 0: a free one) in a thread: requests,
+    lock, stop, base URL."""
+    srv = _Server(("127.0.0.1", port), handler)
+    srv.lock, srv.stop, srv.requests, srv.ports, srv.connections = threading.Lock(), threading.Event(), [], [], set()
     srv.active = srv.peak = 0
     srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -189,6 +210,7 @@ def _serving(handler: type[BaseHTTPRequestHandler]):
         srv.stop.set()
         srv.shutdown()
         srv.server_close()
+        srv.close_connections()
         thread.join(5)
 
 

@@ -12,15 +12,15 @@ from delayd.model.task import TaskError
 
 
 def warn_if_unknown(client: Any, topic: str, done: str) -> None:
-    """A typo would leave the real topic as it was: say so (and go on), as pause and limit do."""
+    """A typo would leave the real topic as it was: say so, once the verb is done (an error comes alone)."""
     if not client.count(topic):
         print(f"delayd: warning: no task of topic {topic} exists (a typo?); {done}", file=sys.stderr)
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
     client = client_for(args)
-    warn_if_unknown(client, args.topic, "paused all the same: tasks added to it later wait for resume")
     parked = client.pause(args.topic)
+    warn_if_unknown(client, args.topic, "paused all the same: tasks added to it later wait for resume")
     emit(args, {"result": "paused", "topic": args.topic, "parked": parked},
          f"paused {args.topic}: no task of it starts until 'delayd resume {args.topic}' (runs in flight finish)"
          + (f"; {parked} ready task{'s' if parked != 1 else ''} set aside" if parked else ""))
@@ -55,8 +55,8 @@ def cmd_limit(args: argparse.Namespace) -> int:
              f"cleared the limit of {args.topic}: its held tasks start now, in due order" if had
              else f"{args.topic} had no limit")
         return 0
-    warn_if_unknown(client, args.topic, "limited all the same: tasks added to it later are held by the limit")
     replaced = client.set_limit(args.topic, rate=args.rate, concurrency=args.concurrency)
+    warn_if_unknown(client, args.topic, "limited all the same: tasks added to it later are held by the limit")
     shown = ", ".join(part for part in (args.rate and f"rate {args.rate}",
                                         args.concurrency and f"concurrency {args.concurrency}") if part)
     emit(args, {"result": "replaced" if replaced else "set", "topic": args.topic, "rate": args.rate,
