@@ -102,6 +102,28 @@ def test_the_task_fields_page_has_every_field_a_task_shows(site):
     assert not missing, missing
 
 
+ITEM = re.compile(r"(- |\* |\d+\. )")
+
+
+def test_no_list_is_glued_to_the_paragraph_before_it():
+    """A list right under a paragraph line renders as a list on GitHub, but MkDocs (Python-Markdown) reads it
+    as more of the paragraph, dashes and all: text moved from the README needs a blank line there. Likewise a
+    numbered item's later paragraphs and code blocks need 4 spaces of indent, not GitHub's 3, and the item after
+    an item with a blank line in it needs a blank line before it."""
+    glued = []
+    for path in sorted((ROOT / "docs").rglob("*.md")):
+        lines, fenced, loose = path.read_text().split("\n"), False, False
+        for n, (before, line) in enumerate(zip(lines, lines[1:]), 2):
+            fenced ^= before.lstrip().startswith("```")
+            loose = (loose or not before.strip()) and not ITEM.match(before)  # a blank line inside an item
+            if (not fenced and ITEM.match(line) and before.strip() and not ITEM.match(before)
+                    and (loose or not before.startswith((" ", "\t", "#", "|", "<", ">", "```")))):
+                glued.append(f"{path.relative_to(ROOT)}:{n}")
+            if re.match(r"   \S", line):  # (a numbered item's code block or paragraph: 4 spaces, not 3)
+                glued.append(f"{path.relative_to(ROOT)}:{n}: indented 3 spaces")
+    assert not glued, glued
+
+
 def test_every_runnable_block_is_run_by_a_test():
     used = set()
     for path in (ROOT / "tests").rglob("*.py"):
