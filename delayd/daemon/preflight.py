@@ -49,7 +49,7 @@ def check_redis(config: Config) -> None:
         if compact is not None and compact.isdigit() and int(compact) < embedded.RECORD_VALUE_BYTES:
             event(log, "redis_records_not_compact", server=server, hash_max_listpack_value=int(compact),
                   advice=f"set hash-max-listpack-value {embedded.RECORD_VALUE_BYTES}: a task whose spec is over "
-                         f"{compact} bytes takes about 1.7 times the memory (README, Redis settings)")
+                         f"{compact} bytes takes about 1.7 times the memory (docs/guides/running.md, Redis settings)")
         if not info.get("aof_enabled"):
             event(log, "redis_not_durable", logging.WARNING, server=server,
                   advice="enable appendonly yes (appendfsync everysec) or a Redis restart loses tasks")

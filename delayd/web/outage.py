@@ -25,7 +25,7 @@ def answer(exc: Exception, writing: bool) -> str:
     if isinstance(exc, DurabilityError):
         if exc.written is None:
             return ("this Redis cannot confirm a durable write (the server's log says why): nothing was written; "
-                    "add without durable, or give Redis a replica (README, Guarantees)")
+                    "add without durable, or give Redis a replica (docs/guides/guarantees.md)")
         return (f"{exc.written} task(s) written but not confirmed in time: they may be lost if Redis fails now; "
                 "adding them again is safe")
     if writing:

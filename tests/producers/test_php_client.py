@@ -1,7 +1,7 @@
 """clients/php: what the conformance table does not cover (tests/test_conformance.py runs every
 case through it too): tasks added from PHP run by the daemon (call, URL, push; a cron task's
 first due time), addMany, delete, get, the seed's keys, errors in one line, a store of another
-protocol refused, and the README's example, run as written."""
+protocol refused (the guide's PHP example, run as written, is tests/system/test_guide_examples.py's)."""
 from __future__ import annotations
 
 import json

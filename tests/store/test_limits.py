@@ -285,7 +285,7 @@ def test_a_released_task_that_never_starts_gives_its_slot_back_at_its_claim(r, s
 
 
 def test_a_lapsed_run_runs_again_without_another_rate_start(r, store, client):
-    """README ("Limits"): a run that lapses and runs again does not take another start (issue 36, suspected:
+    """docs/guides/limits.md: a run that lapses and runs again does not take another start (issue 36, suspected:
     shown real). With 1/h, the lapsed run of the hour's one start runs again at once; the next task waits."""
     client.set_limit("lim", rate="1/h", concurrency=1)
     due_tasks(store, "lim", 2, now_ms(r) - 1000)

@@ -1,5 +1,5 @@
 """Webhook-grade URL delivery (issue 14): per-host caps, the circuit breaker, Retry-After,
-signing (verified by the standardwebhooks packages: Python's, and npm's in the README's Node
+signing (verified by the standardwebhooks packages: Python's, and npm's in the webhooks guide's Node
 receiver), the SSRF guard, against real local
 HTTP servers; and, through a real daemon and Redis, the separate slots of URL and call
 tasks, deferring without counting a run, and the delivery log."""
@@ -17,7 +17,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from daemon_helper import ROOT, Daemon, delayd
+from daemon_helper import Daemon, delayd
+from docs_examples import example
 from node_helper import need_node
 from redis_server import free_port, wait_for
 from standardwebhooks import Webhook
@@ -447,7 +448,7 @@ def test_retry_after_delays_the_next_run_and_get_shows_the_attempts(run_daemon, 
 
 @pytest.mark.system  # (a node process)
 def test_a_node_endpoint_verifies_a_real_delivery_with_npm_standardwebhooks(make_engine, tmp_path):
-    """The README's Node receiver, as written, behind a real delivery of the URL engine: a signed
+    """The webhooks guide's Node receiver, as written, behind a real delivery of the URL engine: a signed
     request verifies and the run is ok; signed with another secret, it is refused (401)."""
     node = need_node()
     modules = Path(__file__).resolve().parent / "node_receiver" / "node_modules"
@@ -455,8 +456,7 @@ def test_a_node_endpoint_verifies_a_real_delivery_with_npm_standardwebhooks(make
         if os.environ.get("CI") == "true":
             pytest.fail(f"{modules} is missing (npm ci there: ./scripts/test runs it)")
         pytest.skip(f"{modules} is missing (npm ci in tests/targets/node_receiver)")
-    section = (ROOT / "README.md").read_text().split("## URL delivery (webhooks)\n", 1)[1].split("\n## ", 1)[0]
-    receiver = section.split("```js\n", 1)[1].split("```", 1)[0]
+    receiver = example("webhook-receiver-node")
     (tmp_path / "node_modules").symlink_to(modules)
     (tmp_path / "receiver.mjs").write_text(receiver)
     port = free_port()

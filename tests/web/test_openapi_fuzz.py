@@ -1,7 +1,7 @@
 """schemathesis against a real `delayd web` on a real Redis: requests generated from
 docs/openapi.json (valid and invalid ones) for every operation and each token, and
 every answer checked against the document: no 500, a documented status, content type, headers and
-body. The number of requests sent is printed at the end (tests/web/conftest.py; README, "### Tests")."""
+body. The number of requests sent is printed at the end (tests/web/conftest.py; docs/development.md, "Tests")."""
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +27,7 @@ from delayd.store import connection
 
 pytestmark = pytest.mark.system
 
-EXAMPLES = 25  # generated cases per operation, token and phase: bounds the run to fit CI (README, "### Tests")
+EXAMPLES = 25  # generated cases per operation, token and phase: bounds the run to fit CI (docs/development.md, "Tests")
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
 TOKENS = {"web_token": TOKEN, "producer_token": PRODUCER}

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import httpx
 import pytest
-from daemon_helper import ROOT
+from docs_examples import example
 from redis_server import free_port, wait_for
 from test_web_hardening import MiB, post_unread
 from web_helper import TOKEN, Web, logged_in
@@ -306,10 +306,10 @@ def test_a_write_cut_off_by_a_frozen_redis_says_it_may_have_been_written(tmp_pat
         wait_for(lambda: Client.from_url(server.url).get(TASK["topic"], 2) is not None, 5, message="written")
 
 
-def test_the_readme_curl_examples_work_as_written(server, client):
-    """README "Over HTTP": its commands run by bash on this server (its port; the module's token in
-    place of the random one the first line makes), each answer as the comments say."""
-    block = (ROOT / "README.md").read_text().partition("## Over HTTP")[2].partition("```sh\n")[2].partition("```")[0]
+def test_the_guides_curl_examples_work_as_written(server, client):
+    """The HTTP example of docs/guides/adding-tasks.md: its commands run by bash on this server (its port; the
+    module's token in place of the random one the first line makes), each answer as the comments say."""
+    block = example("add-http")
     script = "\n".join(line for line in block.splitlines()
                        if not line.startswith(("export DELAYD_PRODUCER_TOKEN=", "delayd web")))
     done = subprocess.run(["bash", "-euc", script.replace("127.0.0.1:8470", f"127.0.0.1:{server.port}")],

@@ -233,7 +233,7 @@ def test_a_process_full_of_hung_handlers_is_replaced(redis_url, tmp_path, client
 
 
 def test_a_timed_out_run_counts_and_the_next_run_has_the_next_number(redis_url, tmp_path, client):
-    """What README "Guarantees" promises about a timeout: the abandoned run counts (last_error
+    """What docs/guides/guarantees.md promises about a timeout: the abandoned run counts (last_error
     says timeout), the next run follows the schedule under the next run number, and the
     abandoned handler, still running, finishes under its own number: the two never share
     `topic:id:run`. (Only a re-run after a lapsed lease keeps its number: see

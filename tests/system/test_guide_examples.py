@@ -1,18 +1,19 @@
-"""The README's producer examples run as written against `./scripts/run`'s daemon (its embedded Redis,
-on its socket only), from applications that installed the clients as the README says: Node's install
-line, the Node and PHP examples, the HTTP one (the README's Node webhook receiver is run by
+"""The producer examples of the guide docs/guides/adding-tasks.md run as written against `./scripts/run`'s
+daemon (its embedded Redis, on its socket only), from applications that installed the clients as the guide
+says: the Python example, Node's install line and example, the PHP example, the HTTP one (blocks marked
+`<!-- runnable: ... -->`, tests/docs_examples.py; the webhooks guide's Node receiver is run by
 tests/targets/test_delivery.py)."""
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+from docs_examples import example
 from node_helper import need_node
 from packages_helper import NODE_DIR, ioredis_version, php_app
 from php_helper import require_php
@@ -22,16 +23,6 @@ from test_tour import VENV, clone, plain_env, with_group_gone
 from delayd import Client
 
 pytestmark = pytest.mark.system
-
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def block(section: str, lang: str, nth: int = 0) -> str:
-    """The `nth` ```lang block of the README's `## section`, as written."""
-    text = README.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)[nth]
-
 
 @pytest.fixture(scope="module")
 def scripts_run(tmp_path_factory):
@@ -69,23 +60,34 @@ def store(place: Path) -> Client:
     return client
 
 
-def redis_url_line(section: str) -> str:
-    """The README's `export REDIS_URL=...` line for ./scripts/run's daemon."""
-    text = README.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"`(export REDIS_URL=unix://\$PWD/state/redis\.sock)`", text).group(1)
-
-
-def run_in_shell(place: Path, env: dict, section: str, command: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`command` in `cwd` after the README's REDIS_URL line, run in the checkout."""
-    script = f"cd {place} && {redis_url_line(section)} && cd {cwd} && {command}"
+def run_in_shell(place: Path, env: dict, command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`command` in `cwd` after the guide's `export REDIS_URL=...` line, run in the checkout."""
+    script = f"cd {place} && {example('redis-url')} cd {cwd} && {command}"
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+
+
+def the_same_tasks_were_added(proc: subprocess.CompletedProcess, client: Client) -> None:
+    """What the Python and Node examples (the same tasks) print and leave in the store."""
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "order:cancel" in proc.stdout and "give exactly one of call, url or push" in proc.stdout
+    assert client.get("order:cancel", 42).status == "deleted"
+    assert client.get("order:notify", 5).intervals == [0, 30, 60, 150] and client.count("mail:welcome") == 3
+
+
+def test_the_python_example_works_as_written(scripts_run, tmp_path):
+    place, env = scripts_run
+    client = store(place)
+    (tmp_path / "app.py").write_text(example("add-python"))
+    proc = run_in_shell(place, env, f"{VENV / 'bin' / 'python'} app.py", tmp_path)
+    assert not proc.stderr, proc.stderr
+    the_same_tasks_were_added(proc, client)
 
 
 def test_the_node_install_line_and_example_work_as_written(scripts_run, tmp_path):
     place, env = scripts_run
     need_node()
     client = store(place)
-    install = block("From Node", "sh").strip()
+    install = example("node-install").strip()
     assert install == "npm install --install-links ioredis /path/to/delayd/clients/node"
     app = tmp_path / "app"
     app.mkdir()
@@ -99,12 +101,9 @@ def test_the_node_install_line_and_example_work_as_written(scripts_run, tmp_path
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert not (app / "node_modules" / "delayd-client").is_symlink()
-    (app / "app.mjs").write_text(block("From Node", "js"))
-    proc = run_in_shell(place, env, "From Node", f"{need_node()} app.mjs", app)
-    assert proc.returncode == 0, proc.stderr
-    assert "order:cancel" in proc.stdout and "give exactly one of call, url or push" in proc.stdout
-    assert client.get("order:cancel", 42).status == "deleted"
-    assert client.get("order:notify", 5).intervals == [0, 30, 60, 150] and client.count("mail:welcome") == 3
+    (app / "app.mjs").write_text(example("add-node"))
+    proc = run_in_shell(place, env, f"{need_node()} app.mjs", app)
+    the_same_tasks_were_added(proc, client)
 
 
 def test_the_php_example_works_as_written(scripts_run, tmp_path):
@@ -113,8 +112,8 @@ def test_the_php_example_works_as_written(scripts_run, tmp_path):
     client = store(place)
     app = tmp_path / "app"
     shutil.copytree(php_app(), app)  # an application with delayd/client in vendor/ (Composer's)
-    (app / "example.php").write_text(block("From PHP", "php"))
-    proc = run_in_shell(place, env, "From PHP", "php example.php", app)
+    (app / "example.php").write_text(example("add-php"))
+    proc = run_in_shell(place, env, "php example.php", app)
     assert proc.returncode == 0 and not proc.stderr, (proc.stdout, proc.stderr)
     assert client.get("order:return", 1).status == "deleted"
     receipt = client.get("order:receipt", 2)
@@ -130,7 +129,7 @@ def test_the_http_example_works_as_written(scripts_run, tmp_path):
     # Changed: the port (8470 may be taken here), and the web server waited for (a user types the next line later).
     ready = (f"delayd web --port {port} &\nfor _ in $(seq 300); do curl -s -o /dev/null "
              f"http://127.0.0.1:{port}/ && break; sleep 0.1; done\n")
-    script = block("Over HTTP", "sh").replace("delayd web &", ready, 1).replace("8470", str(port))
+    script = example("add-http").replace("delayd web &", ready, 1).replace("8470", str(port))
     shell = {**env, "DELAYD_STATE_DIR": str(place / "state"), "PATH": f"{VENV / 'bin'}{os.pathsep}{env['PATH']}"}
     with (tmp_path / "out").open("w") as stdout, (tmp_path / "err").open("w") as stderr:  # (files: `delayd web &`
         proc = subprocess.Popen(["bash", "-ec", script], cwd=place, env=shell, stdout=stdout,  # holds no pipe)
