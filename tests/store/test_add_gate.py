@@ -59,6 +59,8 @@ BAD_SPECS = [
     ('{}', "target: give exactly one of call, url or push"),
     ('{"call":"a:b","push":"q"}', "target: give exactly one"),
     ('{"call":"a:b","intervalTime":[1]}', 'spec: unknown field "intervalTime"'),
+    ('{"call":"a:b","timeout":null,"Params":{}}', 'spec: unknown field "Params"'),  # (known ones counted, nulls too)
+    ('{"call":"a:b","params":{},"intervals":[0],"persistent":false,"x":1}', 'spec: unknown field "x"'),
     ('{"call":"a b:c"}', "call: must look like package.module:function"),
     ('{"call":"a.:c"}', "call: must look like"),
     ('{"call":"a:b."}', "call: must look like"),

@@ -50,7 +50,6 @@ local PARAMS = '^({[ -~]*})}$'
 -- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
 -- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
 local usual
-local FIELDS  -- the spec's fields, made for the first spec decoded
 local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
 local function refuse(field, reason)
@@ -183,8 +182,11 @@ local function check_spec(spec, mode, recurs)
   -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object; the names
   -- are not matched again while specs start as the last one with params did. A spec this path does not
   -- take goes the whole way below, which says why.
+  -- (Only a spec ending in `"}` or `}}` can fit: any other, such as one with intervals or persistent last, goes
+  -- straight to the whole way, without first trying this one's patterns.)
   local call, callback, params, at
-  if #spec <= 1000 and string.byte(spec, -1) == 125 then  -- ends in `}`
+  local last_two = string.byte(spec, -2)
+  if #spec <= 1000 and string.byte(spec, -1) == 125 and (last_two == 34 or last_two == 125) then
     if usual and string.sub(spec, 1, #usual.head) == usual.head then  -- the last one's names (checked below)
       call, callback = usual.call, usual.callback
       params = string.match(spec, PARAMS, #usual.head + 1)
@@ -216,11 +218,21 @@ local function check_spec(spec, mode, recurs)
   if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
   local decoded, t = pcall(cjson.decode, spec)
   if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
-  FIELDS = FIELDS or {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1,
-    method = 1, body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1,
-    trace = 1}
-  for name in pairs(t) do
-    if not FIELDS[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
+  -- No unknown field: the known ones present are all there are (counted without a table of names, which
+  -- would be made on every call; the table is made only to name an unknown one).
+  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0)
+    + (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0)
+    + (t.cron ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0)
+    + (t.body ~= nil and 1 or 0) + (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0)
+    + (t.persistent ~= nil and 1 or 0) + (t.retries ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0)
+    + (t.trace ~= nil and 1 or 0)
+  for _ in pairs(t) do known = known - 1 end
+  if known ~= 0 then
+    local fields = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
+      body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1, trace = 1}
+    for name in pairs(t) do
+      if not fields[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
+    end
   end
   local call, url, push = t.call, t.url, t.push
   local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
