@@ -329,12 +329,12 @@ def pause_cost(client: Client, r, backlog: int) -> tuple[float, float, float, in
     return statistics.median(calls), max(calls), wall, len(calls)
 
 
-def url_figures(runs: int) -> None:
+def url_figures(runs: int, rows: frozenset[str] | None = None) -> None:
     import bench_url
     work = Path(tempfile.mkdtemp(prefix="delayd-bench-url-"))
     server = RedisServer(str(work / "redis")).start()
     try:
-        print(bench_url.run(server.url, server.client(), work, runs))
+        print(bench_url.run(server.url, server.client(), work, runs, rows))
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -371,14 +371,25 @@ PARTS = ("add", "add_many", "mem", "drain", "drainio", "cluster", "lateness", "p
          "limits")  # --only's names
 
 
+def names_of(text: str, known: tuple[str, ...], what: str) -> set[str]:
+    """A comma-separated list of names, each one of `known` (argparse's error otherwise)."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = names - set(known)
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(sorted(unknown)) or '(none)'}; "
+                                         f"choose from {', '.join(known)}")
+    return names
+
+
 def parts(text: str) -> set[str]:
     """--only's value: names of PARTS, comma-separated."""
-    names = {name.strip() for name in text.split(",") if name.strip()}
-    unknown = names - set(PARTS)
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown)) or '(none)'}; "
-                                         f"choose from {', '.join(PARTS)}")
-    return names
+    return names_of(text, PARTS, "part")
+
+
+def url_rows(text: str) -> frozenset[str]:
+    """--url-rows' value: delivery rows of scripts/bench_url.py (ROWS), comma-separated."""
+    import bench_url
+    return frozenset(names_of(text, bench_url.ROWS, "row"))
 
 
 def main() -> None:
@@ -387,6 +398,9 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="also 1M pending and 1M due at once")
     ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     ap.add_argument("--url", action="store_true", help="only the URL delivery figures (scripts/bench_url.py), printed")
+    ap.add_argument("--url-rows", type=url_rows, default=None, metavar="ROW[,ROW]",
+                    help="with --url: only these delivery rows (d0, d1, d1h64, d1h200, d1big), e.g. the 200-host "
+                         "row alone: --url --url-rows d1h200 --runs 5")
     ap.add_argument("--only", type=parts, default=None, metavar="NAME[,NAME]",
                     help=f"run just these parts ({', '.join(PARTS)}; the Redis ceiling always), print the "
                          "table and write no BENCHMARKS.md")
@@ -395,8 +409,10 @@ def main() -> None:
     ap.add_argument("--huge-count", type=int, default=10_000_000, help="--huge: tasks pending (a tenth: the wave)")
     ap.add_argument("--servers", default="6.2,7.0,8.0", help="--huge: 6.2 (embedded), 7.0, 8.0 (Valkey) or paths")
     args = ap.parse_args()
+    if args.url_rows is not None and not args.url:
+        ap.error("--url-rows: only with --url")
     if args.url:
-        return url_figures(args.runs)
+        return url_figures(args.runs, args.url_rows)
     if args.huge:
         import bench_huge
         return bench_huge.main(args.servers.split(","), args.huge_count,

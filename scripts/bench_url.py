@@ -112,7 +112,12 @@ NOTE = ("At a server delay of 1 s a delivery holds its slot for 1 s, so deliveri
         "first wave opens every connection.")
 
 
-def run(server_url: str, r, work: Path, runs: int) -> str:
+ROWS = ("d0", *(key for key, *_ in DELAY1_ROWS))  # the delivery rows --url-rows can pick
+
+
+def run(server_url: str, r, work: Path, runs: int, rows: frozenset[str] | None = None) -> str:
+    """The table of URL figures; `rows`: only these delivery rows (of ROWS), nothing else, to measure one
+    row alone (alternating two versions on a busy host takes many short runs)."""
     figs = {k: Figure(*v) for k, v in {
         "ceiling": ("HTTP client alone (aiohttp, 1 process, 1,000 in flight), delay 0", "requests/s"),
         "d0": ("10,000 URL tasks due at once, delay 0", "deliveries/s"),
@@ -125,9 +130,12 @@ def run(server_url: str, r, work: Path, runs: int) -> str:
     }.items()}
     for run_no in range(runs):
         print(f"url run {run_no + 1}/{runs}", flush=True)
-        with Merchants(0.0) as m:
-            figs["ceiling"].add(ceiling(m))
+        if rows is None:
+            with Merchants(0.0) as m:
+                figs["ceiling"].add(ceiling(m))
         for key, delay, hosts, env in (("d0", 0.0, HOSTS, {}), *((k, 1.0, h, e) for k, _, h, e in DELAY1_ROWS)):
+            if rows is not None and key not in rows:
+                continue
             r.flushall()
             client = Client.from_url(server_url)
             with Merchants(delay, hosts=hosts) as m, Daemon(server_url, work / f"url{key}{run_no}", buckets=4,
@@ -136,6 +144,8 @@ def run(server_url: str, r, work: Path, runs: int) -> str:
             figs[key].add(N / total)
             if key == "d1":
                 figs["healthy"].add(eighteen)
+        if rows is not None:
+            continue
         figs["d0pct"].add(100 * figs["d0"].values[-1] / figs["ceiling"].values[-1])
         r.flushall()
         client = Client.from_url(server_url)
@@ -150,5 +160,5 @@ def run(server_url: str, r, work: Path, runs: int) -> str:
             figs["rss"].add(rss_in_flight(client, r, d, m))
         r.flushall()
     lines = ["| figure | median | min–max | unit | target |", "| --- | --- | --- | --- | --- |",
-             *[f.row() for f in figs.values()], "", NOTE]
+             *[f.row() for f in figs.values() if f.values or rows is None], "", NOTE]
     return "\n".join(lines)
