@@ -31,14 +31,15 @@ def _lua_set(names) -> str:
     return "{" + ", ".join(f"[{name!r}] = true" for name in names) + "}"
 
 
-def prelude(name: str, audit: bool = False) -> str:
-    """The guard for script `name`: a local `redis` in front of the script, shadowing the real one,
-    whose call and pcall check every key argument against KEYS. `audit`: each undeclared key is logged
-    (redis-server's log) instead of refused."""
-    refuse = "real.log(real.LOG_WARNING, message)" if audit else "error(message, 0)"
-    return f"""local redis = (function(real)
-  local declared = {{}}
-  for _, key in ipairs(KEYS) do declared[key] = true end
+def prelude(audit: bool = False) -> str:
+    """The guard: a local `redis`, shadowing the real one, whose call and pcall check every key argument against
+    the call's KEYS; a script or function names itself first with `redis.guard_script(NAME)`. In the function
+    library it is made once, at FUNCTION LOAD, where Redis's `redis` is another table (register_function, no
+    call) than the one calls see: it reads the real one, and KEYS, again in each call. `audit`: each undeclared
+    key is logged (redis-server's log) instead of refused."""
+    refuse = "redis.log(redis.LOG_WARNING, message)" if audit else "error(message, 0)"
+    return f"""local redis = (function()
+  local script, keys, declared = '?', nil, {{}}
   local first, all, none = {_lua_set(FIRST_KEY)}, {_lua_set(ALL_KEYS)}, {_lua_set(NO_KEYS)}
   local function check(cmd, ...)
     local name, args = string.upper(cmd), {{...}}
@@ -46,25 +47,36 @@ def prelude(name: str, audit: bool = False) -> str:
     if none[name] then return end
     if all[name] then last = #args
     elseif not first[name] then error('key guard: no key positions known for ' .. name, 0) end
+    if keys ~= KEYS then
+      keys, declared = KEYS, {{}}
+      for _, key in ipairs(KEYS) do declared[key] = true end
+    end
     for i = 1, last do
       local key = args[i]
       if not declared[key] then
-        local message = 'undeclared key in {name}.lua: ' .. name .. ' ' .. tostring(key)
+        local message = 'undeclared key in ' .. script .. '.lua: ' .. name .. ' ' .. tostring(key)
         {refuse}
       end
     end
   end
-  return setmetatable({{
-    call = function(cmd, ...) check(cmd, ...) return real.call(cmd, ...) end,
-    pcall = function(cmd, ...) check(cmd, ...) return real.pcall(cmd, ...) end,
-  }}, {{__index = real}})
-end)(redis)
+  local shadow = {{
+    register_function = redis.register_function,
+    call = function(cmd, ...) check(cmd, ...) return redis.call(cmd, ...) end,
+    pcall = function(cmd, ...) check(cmd, ...) return redis.pcall(cmd, ...) end,
+  }}
+  function shadow.guard_script(name)
+    script = name
+    setmetatable(shadow, {{__index = redis}})
+  end
+  return shadow
+end)()
 """
 
 
 # KEY_GUARD=audit: log every undeclared key to redis-server's log instead (the audit of issue 30).
-_GUARDED = {name: prelude(name, os.environ.get("KEY_GUARD") == "audit") + script.source
-            for name, script in SCRIPTS.items()}
+_PRELUDE = prelude(os.environ.get("KEY_GUARD") == "audit")
+_NAMED = {name: f"redis.guard_script('{name}')\n" for name in SCRIPTS}
+_GUARDED = {name: _PRELUDE + _NAMED[name] + script.source for name, script in SCRIPTS.items()}
 
 
 def guard(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,12 +84,14 @@ def guard(monkeypatch: pytest.MonkeyPatch) -> None:
     daemon started by the test runs its own, unguarded)."""
     for name, script in SCRIPTS.items():
         monkeypatch.setattr(script, "source", _GUARDED[name])
+        monkeypatch.setattr(script, "body", _NAMED[name] + script.body)
         monkeypatch.setattr(script, "sha", hashlib.sha1(_GUARDED[name].encode()).hexdigest())
         monkeypatch.setattr(script, "function", script.function)  # (renamed by the guarded library below)
-    # On Redis >= 7 and Valkey the scripts run as functions: the library is made of the guarded sources
-    # too. The dialects remember names and loads by script name: fresh ones for the test (and for
-    # every client, asked again), so no call mixes a guarded name with an unguarded load.
-    monkeypatch.setattr(dialect, "LIBRARY", Library(SCRIPTS.values()))
+    # On Redis >= 7 and Valkey the scripts run as functions: the guard goes at the top of the library, where
+    # the lib's helpers see it, and each function names itself. The dialects remember names and loads by
+    # script name: fresh ones for the test (and for every client, asked again), so no call mixes a guarded
+    # name with an unguarded load.
+    monkeypatch.setattr(dialect, "LIBRARY", Library(SCRIPTS.values(), _PRELUDE))
     monkeypatch.setattr(dialect, "EVALSHA", dialect.Evalsha())
     monkeypatch.setattr(dialect, "FCALL", dialect.Fcall())
     monkeypatch.setattr(dialect, "_chosen", weakref.WeakKeyDictionary())

@@ -1,12 +1,20 @@
-"""The shared helpers of lua/_lib.lua, each script given only those it uses.
+"""The shared helpers of lua/_lib.lua, each script given only those it uses, and the function library's
+layout of the same helpers.
 
-Redis runs a script's whole source on every call, so a script's prelude is only the lib
-definitions its body names (transitively, in the lib's order). The lib is one file of
-top-level definitions (`local function name`, `local a, b = ...`, each with its comment
-lines above it). A script function at column 0 that only a rare path calls may hold the
-line `--[[lib]]`: the lib functions only it needs are defined there, inside it, so a call
-that never enters it never builds them. Tables and constants always go in front (a table
-defined inside a function would be a new one on each call).
+EVALSHA (Redis 6.2, and the PHP and Node clients' scripts) runs a script's whole source on every call, so a
+script's prelude is only the lib definitions its body names (transitively, in the lib's order). The lib is one
+file of top-level definitions (`local function name`, `local a, b = ...`, each with its comment lines above
+it). A script function at column 0 that only a rare path calls may hold the line `--[[lib]]`: the lib
+functions only it needs are defined there, inside it, so a call that never enters it never builds them.
+Tables and constants always go in front (a table defined inside a function would be a new one on each call).
+
+The function library (FCALL, Redis >= 7 and Valkey) runs its top-level code once, at FUNCTION LOAD: there the
+lib's definitions are made once (`library_top`), shared by every call, and each script's registered function
+runs only the script's own body (`callback`). Two things a lib function reads are then a call's own and set by
+each callback first: KEYS and ARGV (locals of the library, not a script's globals), and the lib's per-call
+state, its data definitions whose names are not all upper case (`local counts, runs = {}, {}`), made afresh,
+so nothing a call leaves in them, even one that failed half-way, reaches the next. Upper-case data
+(`LATENESS_MS`) are constants: no script may change them.
 
 The one linker: the PHP and Node client packages ship the scripts they call as it links them
 (scripts/build-clients writes clients/*/lua/), so every producer sends the same source and SHA1.
@@ -89,3 +97,40 @@ def source(lib: str, script: str) -> str:
         at = script.index("\n", marker) + 1
     parts.append(script[at:])
     return "".join(d.source for d in front) + "\n" + "".join(parts)
+
+
+def _per_call(d: Definition) -> bool:
+    """Whether `d` is state of one call (data not named in upper case), made afresh by each callback."""
+    return not d.function and not all(name.isupper() for name in d.names)
+
+
+# What a data definition may name: FUNCTION LOAD runs the library's top level without Lua's globals (no math,
+# string, tonumber: only a `redis` that registers functions), so it holds literals and other definitions.
+_LITERAL = frozenset({"local", "true", "false", "nil", "and", "or", "not"})
+_FIELD = re.compile(r"\b[A-Za-z_]\w*[ \t]*=(?!=)")  # `name =`: a table's field (or the definition's own name)
+
+
+def library_top(defs: list[Definition], prelude: str = "") -> str:
+    """The function library's top-level code: the locals KEYS and ARGV (each callback sets them), `prelude`
+    (tests/key_guard.py's checking `redis`), then every lib definition (`defs`: definitions(lib)), made once
+    when the library loads."""
+    names = frozenset().union(*(d.names for d in defs))
+    for d in defs:
+        unknown = set() if d.function else names_in(_FIELD.sub("=", d.source)) - names - _LITERAL
+        if unknown:
+            raise ValueError(f"{', '.join(sorted(d.names))} uses {', '.join(sorted(unknown))}: the lib's "
+                             "data must be literals (FUNCTION LOAD runs it without Lua's globals)")
+    return "local KEYS, ARGV\n" + prelude + "".join(d.source for d in defs)
+
+
+def callback(defs: list[Definition], body: str) -> str:
+    """`body` as the code of a library function called with (keys, argv), under library_top(defs): the call's
+    KEYS and ARGV set for the helpers (flush_stats reads KEYS) and as the body's own locals (read faster than
+    the library's: measured, BENCHMARKS.md), the lib's per-call state the body uses made afresh
+    (`counts, runs = {}, {}`), then the body."""
+    fresh = []
+    for d in _needed(defs, body):
+        if _per_call(d):
+            code = "".join(line for line in d.source.splitlines(keepends=True) if not line.startswith("--"))
+            fresh.append(code.strip().removeprefix("local").lstrip() + "\n")
+    return "KEYS, ARGV = keys, argv\nlocal KEYS, ARGV = keys, argv\n" + "".join(fresh) + body

@@ -1,6 +1,7 @@
 """The Lua scripts: `lua/NAME.lua`, each linked with the `_lib.lua` (and `_limits.lua`, `_take.lua`) helpers it
-uses, known by SHA (EVALSHA), and the same sources wrapped as one function library (FCALL, Redis >= 7
-and Valkey). How a call is spelled and sent is delayd.store.dialect's and delayd.store.transport's job."""
+uses, known by SHA (EVALSHA), and one function library of them (FCALL, Redis >= 7 and Valkey): the helpers
+made once at its load, each function the script's own body. How a call is spelled and sent is
+delayd.store.dialect's and delayd.store.transport's job."""
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,8 @@ class Script:
 
     def __init__(self, name: str):
         self.name = name
-        body = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
-        self.source = lua_lib.source(self._lib, body)  # with the helpers of _lib.lua it uses
+        self.body = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()  # (the library's)
+        self.source = lua_lib.source(self._lib, self.body)  # with the helpers of _lib.lua it uses (EVALSHA)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
         self.read_only = name in READ_ONLY
         self.function = ""  # its name in the function library (set by Library)
@@ -41,18 +42,27 @@ class Script:
 
 
 class Library:
-    """The scripts as one function library (`FUNCTION LOAD`), named after a hash of their sources and flags:
-    `delayd_<hash>`, its functions `delayd_<hash>_<script>`. Function names are global to a server,
-    so two delayd builds sharing a Redis each call their own scripts, and builds whose scripts are
-    the same share one library. A library no build uses any more stays until `FUNCTION DELETE`."""
+    """The scripts as one function library (`FUNCTION LOAD`): at its top the lib's helpers, made once when it
+    loads (delayd.store.lua_lib.library_top), then each script registered with its own body as the function
+    (lua_lib.callback). Named after a hash of its code: `delayd_<hash>`, its functions
+    `delayd_<hash>_<script>`. Function names are global to a server, so two delayd builds sharing a Redis
+    each call their own scripts, and builds whose library is the same share one. A library no build uses
+    any more stays until `FUNCTION DELETE`. `prelude`: Lua run at the top before the helpers (the tests'
+    key guard)."""
 
-    def __init__(self, scripts: Iterable[Script]):
+    def __init__(self, scripts: Iterable[Script], prelude: str = ""):
         scripts = sorted(scripts, key=lambda s: s.name)
-        digest = hashlib.sha1("".join(f"{s.name}\0{s.source}\0{_flags(s)}\0" for s in scripts).encode()).hexdigest()
-        self.name = f"delayd_{digest[:16]}"
+        defs = lua_lib.definitions(Script._lib)
+        top = lua_lib.library_top(defs, prelude)
+        callbacks = {s.name: lua_lib.callback(defs, s.body) for s in scripts}
+
+        def code(name: str) -> str:
+            return f"#!lua name={name}\n{top}" + "".join(
+                _registration(f"{name}_{s.name}", _flags(s), callbacks[s.name]) for s in scripts)
+        self.name = f"delayd_{hashlib.sha1(code('delayd').encode()).hexdigest()[:16]}"
         for script in scripts:
             script.function = f"{self.name}_{script.name}"
-        self.code = f"#!lua name={self.name}\n" + "".join(_registration(s) for s in scripts)
+        self.code = code(self.name)
 
     def load_command(self) -> bytes:
         """FUNCTION LOAD REPLACE of the library, in RESP (REPLACE: processes that load it at the same
@@ -65,10 +75,10 @@ def _flags(script: Script) -> str:
     return "'no-writes'" if script.read_only else "'allow-oom'" if script.name in ALLOW_OOM else ""
 
 
-def _registration(script: Script) -> str:
-    """The script's source as the body of a registered function (KEYS and ARGV its arguments)."""
-    return (f"redis.register_function{{function_name='{script.function}', flags={{{_flags(script)}}}, "
-            f"callback=function(KEYS, ARGV)\n{script.source}\nend}}\n")
+def _registration(function: str, flags: str, callback: str) -> str:
+    """A registered function whose code is `callback` (lua_lib.callback: its arguments keys and argv)."""
+    return (f"redis.register_function{{function_name='{function}', flags={{{flags}}}, "
+            f"callback=function(keys, argv)\n{callback}\nend}}\n")
 
 
 SCRIPTS = {name: Script(name) for name in ("add", "promote", "take", "claim", "finish", "renew", "delete", "retry",

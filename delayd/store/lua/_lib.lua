@@ -1,7 +1,10 @@
 -- Shared helpers: a script is loaded with the ones it uses in front of it (delayd/store/lua_lib.py),
 -- or, for functions only a rare path of it uses, inside the function that holds a `--[[lib]]`
 -- line. Each top-level definition starts at column 0 (`local function name`, `local a, b =`),
--- with its comment lines just above it; Redis runs them on every call of the script.
+-- with its comment lines just above it; EVALSHA runs them on every call of the script. The function
+-- library (FCALL) makes them once, when it loads, without Lua's globals (data: literals only), and
+-- shares them between calls: data named in upper case are constants no call may change; other data
+-- (`counts, runs`) are one call's state, which each call makes afresh before its script's body.
 
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
