@@ -104,6 +104,11 @@ def _per_call(d: Definition) -> bool:
     return not d.function and not all(name.isupper() for name in d.names)
 
 
+# Lua 5.1's limits (LUAI_MAXVARS, LUAI_MAXUPVALUES): the library's top level holds every lib name as a local, and a
+# function reads the lib names its body uses as upvalues (KEYS, ARGV, counts, runs among them). FUNCTION LOAD
+# refuses a library over either; checked here, where the suite's default server (6.2, EVALSHA) would not.
+MAX_LOCALS, MAX_UPVALUES = 200, 60
+
 # What a data definition may name: FUNCTION LOAD runs the library's top level without Lua's globals (no math,
 # string, tonumber: only a `redis` that registers functions), so it holds literals and other definitions.
 _LITERAL = frozenset({"local", "true", "false", "nil", "and", "or", "not"})
@@ -120,6 +125,8 @@ def library_top(defs: list[Definition], prelude: str = "") -> str:
         if unknown:
             raise ValueError(f"{', '.join(sorted(d.names))} uses {', '.join(sorted(unknown))}: the lib's "
                              "data must be literals (FUNCTION LOAD runs it without Lua's globals)")
+    if len(names) + 2 > MAX_LOCALS:
+        raise ValueError(f"{len(names)} lib names: the library's top level holds at most {MAX_LOCALS - 2}")
     return "local KEYS, ARGV\n" + prelude + "".join(d.source for d in defs)
 
 
@@ -128,6 +135,9 @@ def callback(defs: list[Definition], body: str) -> str:
     KEYS and ARGV set for the helpers (flush_stats reads KEYS) and as the body's own locals (read faster than
     the library's: measured, BENCHMARKS.md), the lib's per-call state the body uses made afresh
     (`counts, runs = {}, {}`), then the body."""
+    upvalues = names_in(body) & frozenset().union(*(d.names for d in defs)) | {"KEYS", "ARGV"}
+    if len(upvalues) > MAX_UPVALUES - 1:  # (one kept for the tests' key guard)
+        raise ValueError(f"a script body naming {len(upvalues)} lib names and KEYS, ARGV: at most {MAX_UPVALUES - 1}")
     fresh = []
     for d in _needed(defs, body):
         if _per_call(d):

@@ -33,6 +33,11 @@ def test_the_library_makes_each_helper_once_and_runs_only_the_scripts_bodies_per
     # FUNCTION LOAD runs the top level without Lua's globals: a lib constant made by one is refused here.
     with pytest.raises(ValueError, match="HUGE uses math"):
         lua_lib.library_top(lua_lib.definitions("local HUGE = math.huge\n"))
+    # and refuses what Lua 5.1 would (a function over 60 upvalues), which only a Redis >= 7 would show.
+    many = lua_lib.definitions("".join(f"local function f{i}() end\n" for i in range(lua_lib.MAX_UPVALUES)))
+    with pytest.raises(ValueError, match="at most"):
+        lua_lib.callback(many, " ".join(f"f{i}()" for i in range(lua_lib.MAX_UPVALUES)))
+    assert lua_lib.callback(many, " ".join(f"f{i}()" for i in range(lua_lib.MAX_UPVALUES - 3)))
 
 
 def test_a_call_that_fails_after_counting_leaves_nothing_to_the_next(client, r):
