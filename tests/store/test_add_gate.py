@@ -147,10 +147,11 @@ def test_params_nested_64_deep_are_written(r, store):
     assert r.hget(keys[-2], "spec") == args[SPEC]
 
 
+@pytest.mark.parametrize("flags", ["0", "0c"])
 @pytest.mark.parametrize("trace", TRACES)
-def test_a_trace_context_is_stored_as_given(r, store, trace):
+def test_a_trace_context_is_stored_as_given(r, store, trace, flags):
     keys, args = good_call(store)
-    args[SPEC] = json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
+    args[0], args[SPEC] = flags, json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
     add(r, keys, args)
     assert json.loads(r.hget(keys[-2], "spec"))["trace"] == trace
 

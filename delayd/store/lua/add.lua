@@ -112,6 +112,20 @@ local function check_url(url)
   end
 end
 
+-- A task's W3C trace context: a traceparent of version 00 (lowercase hex, ids not all zero), then nothing,
+-- or a space and a tracestate of 1-512 printable characters (delayd.model.task.trace_of).
+local function trace_ok(trace)
+  if type(trace) ~= 'string' or #trace > 568 then return false end
+  local hex = '[0-9a-f]'
+  local trace_id, span_id = string.match(trace, '^00%-(' .. string.rep(hex, 32) .. ')%-(' .. string.rep(hex, 16)
+    .. ')%-' .. hex .. hex)
+  if not trace_id or not string.find(trace_id, '[1-9a-f]') or not string.find(span_id, '[1-9a-f]') then
+    return false
+  end
+  local rest = string.sub(trace, 56)
+  return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
+end
+
 -- True if every field of decoded spec `t` is a known one: the known ones present are all there are (counted
 -- without a table of names, which would be made on every call).
 local function only_known(t)
@@ -128,12 +142,13 @@ end
 -- A checked call's spec (`t`, decoded; docs/protocol.md, section 7): its producer ran every check, so only
 -- what the daemon would read otherwise than it was written is checked again here: an unknown field (a
 -- reader ignores it), a `push` that is no string or `intervals` that are no list of numbers (a reader
--- would coerce them), a schedule other than the mode says (the `recurring` index), a trace (a reader drops
--- a bad one), and a URL task's URL (SPEC section 9; its origin is the record's `host`). Whatever else is
+-- would coerce them), a schedule other than the mode says (the `recurring` index), a bad trace (a reader
+-- drops it), and a URL task's URL (SPEC section 9; its origin is the record's `host`). Whatever else is
 -- wrong, the daemon sets the record aside at its first claim, with the reason (tests/store/
 -- test_checked_adds.py). False: the whole gate decides, and names what it refuses.
 local function plain_ok(t, spec, mode, recurs)
-  if type(t) ~= 'table' or t[1] ~= nil or t.trace ~= nil or not only_known(t) then return false end
+  if type(t) ~= 'table' or t[1] ~= nil or not only_known(t) then return false end
+  if t.trace ~= nil and not trace_ok(t.trace) then return false end
   if t.push ~= nil and type(t.push) ~= 'string' then return false end
   local list = t.intervals
   if list ~= nil then
@@ -185,20 +200,6 @@ local function spec_gate()
     if type(value) ~= 'number' or value ~= value or value < low or value > high or (low_open and value == low) then
       refuse(field, 'must be a number ' .. (low_open and '> ' or '>= ') .. low .. ' and <= ' .. high)
     end
-  end
-
-  -- A task's W3C trace context: a traceparent of version 00 (lowercase hex, ids not all zero), then nothing,
-  -- or a space and a tracestate of 1-512 printable characters (delayd.model.task.trace_of).
-  local function trace_ok(trace)
-    if type(trace) ~= 'string' or #trace > 568 then return false end
-    local hex = '[0-9a-f]'
-    local trace_id, span_id = string.match(trace, '^00%-(' .. string.rep(hex, 32) .. ')%-(' .. string.rep(hex, 16)
-      .. ')%-' .. hex .. hex)
-    if not trace_id or not string.find(trace_id, '[1-9a-f]') or not string.find(span_id, '[1-9a-f]') then
-      return false
-    end
-    local rest = string.sub(trace, 56)
-    return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
   end
 
   -- True if the arrays and objects of JSON `text` nest more than `limit` deep, counted without decoding
