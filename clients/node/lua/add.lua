@@ -208,8 +208,8 @@ end
 --       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
 -- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
--- task itself (docs/protocol.md, section 7; protocol 2): the specs are then not decoded here, only
--- what this script depends on is checked (below), and the reply is the count written
+-- task itself (docs/protocol.md version 2, section 7): a spec is then held only to what the daemon would
+-- read otherwise than it was written (plain_ok), not to the whole gate, and the reply is the count written
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
 -- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
 -- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
@@ -240,9 +240,10 @@ if bad_keys then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
 -- The one gate of validity (docs/protocol.md, section 7): whatever would make the daemon misread
--- a record is refused here, whoever the producer, with `ERR delayd:bad-task <field>: <reason>`,
--- every task of the call checked before anything is written. Clients check first, for messages
--- their users can act on (delayd.model.task); this is what holds when one does not.
+-- a record is refused here with `ERR delayd:bad-task <field>: <reason>`, every task of the call
+-- checked before anything is written. Clients check first, for messages their users can act on
+-- (delayd.model.task); this is what holds when one does not. A call flagged 'c' says its producer
+-- did: its specs are held only to plain_ok, and a record bad otherwise is set aside at its first claim.
 -- Redis runs this for every task of every add, so the common case is kept cheap: one pcall for
 -- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
 -- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
