@@ -23,7 +23,8 @@ TARGET = "delayd.examples:record"  # allowed by default: a run would be seen (it
 CASES = [*((spec, "delay") for spec, _ in BAD_SPECS), *((spec, "delay*") for spec, _ in BAD_RECURRING_SPECS),
          ('{"call":"a:b"}', "delay*"), ('{"call":"a:b","every":60}', "delay"), ('{"call":"a:b","every":60}', "next*"),
          ('{"call":"a:b","callback":"c:d","params":{"x":1},"bogus":1}', "delay"),
-         ('{"call":"a:b","params":{"x":1},"params":[1]}', "delay"), ('{"call":"a:b","params":[ ]}', "delay")]
+         ('{"call":"a:b","params":{"x":1},"params":[1]}', "delay"), ('{"call":"a:b","params":[ ]}', "delay"),
+         ('{"call":"a:b","params":{"x":"\xff"}}'.encode("latin-1"), "delay")]
 
 
 def test_a_bad_task_sent_as_checked_is_refused_or_set_aside_at_claim_never_run(daemon, client, r):
@@ -32,7 +33,9 @@ def test_a_bad_task_sent_as_checked_is_refused_or_set_aside_at_claim_never_run(d
     for n, (spec, mode) in enumerate(CASES):
         task = Task.new("bad", n, call=TARGET)
         call = store.add_call(store.keys_for(task.key), [(task, mode, 0)], False)
-        args = [*call.args[:2], spec.replace('"a:b"', f'"{TARGET}"'), *call.args[3:]]
+        target = f'"{TARGET}"'
+        named = spec.replace(b'"a:b"', target.encode()) if isinstance(spec, bytes) else spec.replace('"a:b"', target)
+        args = [*call.args[:2], named, *call.args[3:]]
         try:
             assert Transport(r).call(ScriptCall(SCRIPTS["add"], call.keys, args)) == 1
             written.append(task.key)
