@@ -237,7 +237,7 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
         try:
             streamed = yield Stream((store.add_call(keys, entries, nx) for keys, entries in calls),
                                     replies=results, then=wait)
-            written = sum(sum(r) for r in results)
+            written = sum(results)
             self.unconfirmed(wait, streamed.then, written)
             return written
         except BaseException as exc:

@@ -95,7 +95,7 @@ def translated(client: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def counting_adds(client: Any, total: int) -> Iterator[list[Any]]:
-    """A list for add.lua's replies (1/0 per task) as an add_many reads them; when a batch fails,
+    """A list for add.lua's replies (how many each call wrote) as an add_many reads them; when a batch fails,
     AddInterrupted says how many of the `total` tasks the replies read before it wrote."""
     replies: list[Any] = []
     try:
@@ -110,7 +110,7 @@ def interrupted(client: Any, exc: Exception, replies: list[Any], total: int) -> 
     error = unavailable(client, exc)
     if error is None:
         return exc
-    written = sum(sum(reply) for reply in replies if isinstance(reply, list))
+    written = sum(reply for reply in replies if isinstance(reply, int))
     return AddInterrupted(str(error), written, total, exact=isinstance(exc, redis.exceptions.ResponseError))
 
 

@@ -75,7 +75,7 @@ class Client(BaseClient):
         keys = store.keys_for(item[0].key)
         if durable:
             return bool(self._write([(keys, [item])], nx, durable))
-        return bool(self.transport.call(store.add_call(keys, [item], nx))[0])
+        return bool(self.transport.call(store.add_call(keys, [item], nx)))
 
     @redis_errors
     def add_many(self, items: Iterable[dict[str, Any]], nx: bool = False, durable: bool = False) -> int:

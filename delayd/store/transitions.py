@@ -112,20 +112,20 @@ class Store:
         return task_keys, args
 
     def add_call(self, keys: BucketKeys, tasks: list[tuple[Task, str, Any]], nx: bool) -> ScriptCall:
-        """One add.lua call writing `tasks` of one bucket (docs/protocol.md; its reply: 1/0 per
-        task). Its leading keys and args are the same for every call of a bucket: packed once
-        (Script.head)."""
+        """One add.lua call writing `tasks` of one bucket, checked here (delayd.model.task): flagged 'c',
+        so the script does not decode their specs again (docs/protocol.md; its reply: how many it wrote).
+        Its leading keys and args are the same for every call of a bucket: packed once (Script.head)."""
         start = self._add_starts.get((keys.bucket, nx))
         if start is None:
-            lead_keys, lead_args = add_keys(keys), [int(nx), keys.wake_channel]
+            lead_keys, lead_args = add_keys(keys), [f"{int(nx)}c", keys.wake_channel]
             head = SCRIPTS["add"].head(lead_keys, lead_args)
             start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, head)
         lead_keys, lead_args, head = start
         task_keys, args = self.add_args(keys, tasks)
         return ScriptCall(SCRIPTS["add"], lead_keys + task_keys, lead_args + args, head)
 
-    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, Any]], nx: bool) -> list[int]:
-        """Write tasks of one bucket in one script call; returns 1/0 per task."""
+    def add(self, keys: BucketKeys, tasks: list[tuple[Task, str, Any]], nx: bool) -> int:
+        """Write tasks of one bucket in one script call; returns how many were written."""
         return self.transport.call(self.add_call(keys, tasks, nx))
 
     def delete_steps(self, member: str, hard: bool, retention_ms: int) -> Steps[bool]:

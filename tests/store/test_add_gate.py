@@ -26,11 +26,16 @@ def store(r):
     return Store(r, "delayd:", 1)
 
 
+def raw_call(store: Store, tasks: list, flags: str = "0") -> tuple[list, list]:
+    """KEYS and ARGV of one add.lua call writing `tasks`, with `flags` (default: protocol 1's replace,
+    without 'c': what a producer that checks nothing sends, which the whole gate answers)."""
+    call = store.add_call(store.keys[0], tasks, False)
+    return list(call.keys), [flags, *call.args[1:]]
+
+
 def good_call(store: Store, n: int = 2) -> tuple[list, list]:
     """KEYS and ARGV of one add.lua call writing n valid tasks."""
-    tasks = [(Task.new("t", i, call="shop.tasks:run"), "delay", 1000) for i in range(n)]
-    call = store.add_call(store.keys[0], tasks, False)
-    return list(call.keys), list(call.args)
+    return raw_call(store, [(Task.new("t", i, call="shop.tasks:run"), "delay", 1000) for i in range(n)])
 
 
 def spec_of(store: Store, **fields) -> str:
@@ -142,10 +147,11 @@ def test_params_nested_64_deep_are_written(r, store):
     assert r.hget(keys[-2], "spec") == args[SPEC]
 
 
+@pytest.mark.parametrize("flags", ["0", "0c"])
 @pytest.mark.parametrize("trace", TRACES)
-def test_a_trace_context_is_stored_as_given(r, store, trace):
+def test_a_trace_context_is_stored_as_given(r, store, trace, flags):
     keys, args = good_call(store)
-    args[SPEC] = json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
+    args[0], args[SPEC] = flags, json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
     add(r, keys, args)
     assert json.loads(r.hget(keys[-2], "spec"))["trace"] == trace
 
@@ -275,8 +281,10 @@ def test_an_oversized_or_non_utf8_spec_is_refused(r, store):
     refused(r, keys, args, "delayd:bad-task spec: is not valid UTF-8 text")
 
 
-def test_every_field_python_writes_passes_the_gate(r, store):
-    """The Python client's own specs, with every field, are what the gate lets through."""
+@pytest.mark.parametrize("flags, reply", [("0", lambda n: [1] * n), ("0c", lambda n: n)])
+def test_every_field_python_writes_passes_the_gate(r, store, flags, reply):
+    """The Python client's own specs, with every field, are what the gate lets through, with or without
+    'c' (which also makes the reply the count written)."""
     tasks = [
         Task.new("t", 1, url="https://example.com/hook?a=1", method="POST", body="json", params={"a": [1, {"b": None}]},
                  callback="shop.tasks:done", timeout=2.5, intervals=[0, 1.5, 60], persistent=False, priority=3),
@@ -286,9 +294,18 @@ def test_every_field_python_writes_passes_the_gate(r, store):
         *(Task.new("t", 5 + i, url=url) for i, url in enumerate(
             ("http://u:p@[::1]:65535/", "http://x:/", "https://xn--bcher-kva.example:1/", "HTTP://X:080"))),
     ]
-    call = store.add_call(store.keys[0], [(task, "delay", 0) for task in tasks], False)
-    keys, args = list(call.keys), list(call.args)
-    assert add(r, keys, args) == [1] * len(tasks)
+    keys, args = raw_call(store, [(task, "delay", 0) for task in tasks], flags)
+    assert add(r, keys, args) == reply(len(tasks))
+
+
+def test_a_call_without_c_replies_per_task_and_with_c_the_count(r, store):
+    """docs/protocol.md, section 3: protocol 1's reply (1 written, 0 not: nx) stays for calls without 'c'."""
+    keys, args = good_call(store, 3)
+    assert add(r, [*keys[:10], *keys[12:]], args[:2] + args[6:]) == [1, 1]
+    assert add(r, keys, ["1", *args[1:]]) == [1, 0, 0]
+    r.delete(keys[10])
+    assert add(r, keys, ["1c", *args[1:]]) == 1
+    assert add(r, keys, ["0c", *args[1:]]) == 3
 
 
 def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):

@@ -18,7 +18,7 @@ def add_next(r, task: Task) -> str:
     """The task written as a producer without cron writes it: mode next*, value 0."""
     store = Store(r, "delayd:", 1)
     keys = store.keys[0]
-    assert store.add(keys, [(task, "next", 0)], False) == [1]
+    assert store.add(keys, [(task, "next", 0)], False) == 1
     return keys.task(task.key)
 
 

@@ -175,8 +175,9 @@ export class Client {
   }
 
   /** One add.lua call writing `entries` (built tasks) of one bucket, packed (docs/protocol.md section 3):
-   * KEYS the bucket's 10 keys, then the record and parked set of each task; ARGV nx, the wake
-   * channel, then each task's spec, priority, mode and value. */
+   * KEYS the bucket's 10 keys, then the record and parked set of each task; ARGV the flags (nx, and 'c': this
+   * client checked every task, section 7), the wake channel, then each task's spec, priority, mode and value.
+   * Its reply: how many it wrote. */
   addCall(bucket, entries, nx) {
     const tag = this.tag(bucket);
     let head = this.addHeads.get(bucket);
@@ -185,7 +186,7 @@ export class Client {
       this.addHeads.set(bucket, head);
     }
     let keys = head[0];
-    let args = (nx ? '$1\r\n1\r\n' : '$1\r\n0\r\n') + head[1];
+    let args = (nx ? '$2\r\n1c\r\n' : '$2\r\n0c\r\n') + head[1];
     for (const { task, mode, value } of entries) {
       keys += bulk(`${tag}t:${task.key}`) + bulk(`${tag}paused:${task.topic}`);
       args += bulk(task.spec) + bulk(task.priority) + bulk(task.recurring ? mode + '*' : mode) + bulk(value);
@@ -205,7 +206,7 @@ export class Client {
     const buckets = await this.store();
     const [reply] = await this.send([this.addCall(bucketOf(built.task.key, buckets), [built], Boolean(nx || built.nx))]);
     if (reply instanceof Error) throw refusal(reply);
-    return reply[0] === 1;
+    return reply === 1;
   }
 
   /**
@@ -246,7 +247,7 @@ export class Client {
     let refused = null;
     for (const reply of await this.send(calls)) {
       if (reply instanceof Error) refused ??= refusal(reply);
-      else written += reply.reduce((a, b) => a + b, 0);
+      else written += reply;
     }
     if (refused) {
       refused.message = `${refused.message} (${written} of ${total} task(s) were written)`;

@@ -50,7 +50,7 @@ final class Client
         $built = new Task($task, (int) $this->options['params_limit']);
         self::refuseNx([$built], $nx);
         [$keys, $args] = $this->addCall([$built], $nx);
-        return $this->call('add', $keys, $args)[0] === 1;
+        return $this->call('add', $keys, $args) === 1;
     }
 
     /**
@@ -85,7 +85,7 @@ final class Client
             if ($reply instanceof \Exception) {
                 $refused ??= $reply;
             } else {
-                $written += array_sum($reply);
+                $written += $reply;
             }
         }
         if ($refused !== null) {  // the other calls stand: say how much of the batch is in Redis
@@ -167,7 +167,6 @@ final class Client
         return $this->prefix . '{' . $this->bucketOf($member) . '}:';
     }
 
-    /** KEYS and ARGV of one add.lua call for tasks of one bucket (docs/protocol.md, section 3). */
     /** @param Task[] $built */
     private static function refuseNx(array $built, bool $nx): void
     {
@@ -178,13 +177,18 @@ final class Client
         }
     }
 
+    /**
+     * KEYS and ARGV of one add.lua call for tasks of one bucket (docs/protocol.md, section 3), flagged 'c':
+     * this client checked every task (section 7), so the script does not check them again; its reply is
+     * how many it wrote.
+     */
     private function addCall(array $tasks, bool $nx): array
     {
         $bucket = $this->bucketOf($tasks[0]->member);
         $tag = $this->prefix . '{' . $bucket . '}:';
         $keys = ["{$tag}delayed", "{$tag}counts", "{$tag}recurring", "{$tag}leases", "{$tag}done:ok",
             "{$tag}done:failed", "{$tag}done:deleted", "{$tag}quarantine", "{$tag}paused", "{$tag}corrupt"];
-        $args = [$nx ? 1 : 0, $this->prefix . 'wake:' . $bucket];
+        $args = [$nx ? '1c' : '0c', $this->prefix . 'wake:' . $bucket];
         foreach ($tasks as $task) {
             $keys[] = "{$tag}t:{$task->member}";
             $keys[] = "{$tag}paused:{$task->topic}";

@@ -143,11 +143,18 @@ class Outcomes(QueueState):
 
     def finish_calls(self) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
         return [(self.store.finish_call(bucket, [entry for _, entry in entries], self.config.retention_ms,
-                                        self.config.attempts_kept), functools.partial(self.finish_sent, bucket))
+                                        self.config.attempts_kept),
+                 functools.partial(self.finish_sent, bucket, len(entries)))
                 for bucket, entries in self.finished.items()]
 
-    def finish_sent(self, bucket: int, reply: Any) -> None:
-        for (run, entry), ok in zip(self.finished.pop(bucket), self.store.flags(reply)):
+    def finish_sent(self, bucket: int, sent: int, reply: Any) -> None:
+        """The first `sent` entries of `bucket` are finished. Entries put there since the call was made (a
+        claim answered in the same round trip sets a record aside, or defers a cron task's first run) stay
+        for the next round trip: dropping them left such a task leased, to run again at its lease's end."""
+        entries = self.finished.pop(bucket)
+        if len(entries) > sent:
+            self.finished[bucket] = entries[sent:]
+        for (run, entry), ok in zip(entries[:sent], self.store.flags(reply)):
             if not ok:
                 event(log, "result_fenced", logging.WARNING, task=run.task.key, run=run.task.runs,
                       outcome=entry.outcome, reason="lease lapsed, task replaced or deleted")
