@@ -93,17 +93,6 @@ def translated(client: Any) -> Iterator[None]:
         raise translation(client, exc) from None
 
 
-@contextlib.contextmanager
-def counting_adds(client: Any, total: int) -> Iterator[list[Any]]:
-    """A list for add.lua's replies (how many each call wrote) as an add_many reads them; when a batch fails,
-    AddInterrupted says how many of the `total` tasks the replies read before it wrote."""
-    replies: list[Any] = []
-    try:
-        yield replies
-    except REDIS_ERRORS as exc:
-        raise interrupted(client, exc, replies, total) from None
-
-
 def interrupted(client: Any, exc: Exception, replies: list[Any], total: int) -> Exception:
     """add_many's failure `exc` as AddInterrupted, counting what `replies` (add.lua's, read before
     it; None for a call not answered) wrote; `exc` itself if it is not about Redis."""
