@@ -45,6 +45,9 @@
 --          then the tasks' values}
 local now = now_ms()
 local lease, first = tonumber(ARGV[1]), tonumber(ARGV[6])
+-- Numbers every started task writes, as text once: a Lua number given to redis.call is formatted per
+-- argument (%.17g, the dearest step of a task's claim after the commands themselves).
+local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease)
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
 local out = {now}
 local taken = 0
@@ -164,9 +167,9 @@ local function claim(member, task_key)
     local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
     if r[5] ~= '1' then runs = runs + 1 end
     redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
-      'claim', token, 'runs', runs, 'last_run', now)
+      'claim', string.format('%d', token), 'runs', string.format('%d', runs), 'last_run', now_text)
     count_ready(r[9], topic, -1)
-    batch_add(leased, KEYS[1], topic, member, now + lease)
+    batch_add(leased, KEYS[1], topic, member, leased_until)
     local late = now - (int_of(r[6]) or now)
     if r[12] then  -- held back by its limit: from its hold to its release (or now) is the limit's
       local waited = math.max(0, math.min(now, int_of(r[13]) or now) - (int_of(r[12]) or now))
