@@ -183,10 +183,9 @@ local function claim(member, task_key)
       redis.call('HDEL', task_key, 'parked', 'unparked')
     end
     tally_lateness(topic, late)
-    for _, v in ipairs({member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '',
-                        r[9] or DEFAULT_PRIORITY, r[11] or ''}) do
-      out[#out + 1] = v
-    end
+    local n = #out  -- (appended in place: no table a task)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
+      member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY, r[11] or ''
     taken = taken + 1
   end
 end
