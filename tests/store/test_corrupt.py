@@ -280,6 +280,28 @@ def test_a_bucket_key_of_the_wrong_type_is_set_aside(r, store, name):
     assert_quarantined(r, store, BAD, "spec is not a JSON object")
 
 
+def test_a_run_event_window_of_the_wrong_type_is_set_aside_and_the_new_one_expires(r, store):
+    """The 10-second window and the minute a finish counts into (flush_stats, which gives each count to
+    HINCRBY as text): one that is not a hash is set aside, and the hash written in its place expires like any
+    window (its counter equals the change: the script that made it sets the expiry), also when the call
+    counts one event only (one topic's `ok`)."""
+    keys = store.keys[0]
+    for member in ("w:1", "w:2"):
+        add(store, member)
+    promote_all(store)
+    claimed = store.claim(0, QUOTAS, 10, 60_000, DAY_MS)
+    window, minute = now_ms(r) // 10_000, now_ms(r) // 60_000
+    wrong = [keys.window(window), keys.window(window + 1), keys.minute(minute), keys.minute(minute + 1)]
+    for key in wrong:
+        write_wrong(r, key, "string")
+    assert store.finish(0, [(t.member, t.claim, "ok", 0, "") for t in claimed.tasks], DAY_MS) == [True, True]
+    made = [key for key in wrong if r.type(key) == "hash"]
+    assert any(":w:m:" in key for key in made) and any(":w:m:" not in key for key in made), made
+    for key in made:
+        assert set_aside(r, key)[0] == "string" and r.hgetall(key) == {"ok|w": "2"}, key
+        assert r.pttl(key) > 0, key
+
+
 def test_the_set_aside_hash_keeps_the_last_keys_only(r, store):
     """Keys set aside go in the slot's `corrupt` hash (DUMP and why), not beside themselves: at most the last
     16, the oldest dropped first, and of a key too large to keep, only why."""

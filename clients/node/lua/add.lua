@@ -183,7 +183,7 @@ local function hincrby(key, field, delta)
   if type(value) == 'number' then return value end
   expect('hash', key)
   redis.call('HSET', key, field, delta)
-  return delta
+  return tonumber(delta)  -- (a count given as text: flush_stats)
 end
 
 -- Write the state counts the script changed to `counts_key`. A state count never goes

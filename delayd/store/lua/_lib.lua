@@ -293,7 +293,7 @@ local function tally_lateness(topic, lateness)
     t = {}
     runs[topic] = t
   end
-  local field = 'le:' .. bound
+  local field = bound == 'inf' and 'le:inf' or 'le:' .. string.format('%d', bound)  -- (%d: not %.14g, dearer)
   t[field] = (t[field] or 0) + 1
   t.lateness_ms = (t.lateness_ms or 0) + lateness
 end
@@ -350,7 +350,7 @@ local function hincrby(key, field, delta)
   if type(value) == 'number' then return value end
   expect('hash', key)
   redis.call('HSET', key, field, delta)
-  return delta
+  return tonumber(delta)  -- (a count given as text: flush_stats)
 end
 
 -- Write the state counts the script changed to `counts_key`. A state count never goes
@@ -389,10 +389,10 @@ local function flush_stats(counts_key, totals_key, w, now)
     local new_window, new_minute = false, false
     for topic, t in pairs(runs) do
       for name, delta in pairs(t) do
-        local field = name .. '|' .. topic
-        hincrby(totals_key, field, delta)
-        if hincrby(window, field, delta) == delta then new_window = true end
-        if hincrby(minute, field, delta) == delta then new_minute = true end
+        local field, text = name .. '|' .. topic, string.format('%d', delta)  -- (one conversion, not three)
+        hincrby(totals_key, field, text)
+        if hincrby(window, field, text) == delta then new_window = true end
+        if hincrby(minute, field, text) == delta then new_minute = true end
       end
     end
     if new_window then redis.call('PEXPIRE', window, WINDOW_TTL_MS) end

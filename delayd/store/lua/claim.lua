@@ -45,6 +45,9 @@
 --          then the tasks' values}
 local now = now_ms()
 local lease, first = tonumber(ARGV[1]), tonumber(ARGV[6])
+-- Numbers every started task writes, as text once: a Lua number given to redis.call is formatted per
+-- argument (%.17g, the dearest step of a task's claim after the commands themselves).
+local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease)
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
 local out = {now}
 local taken = 0
@@ -164,9 +167,9 @@ local function claim(member, task_key)
     local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
     if r[5] ~= '1' then runs = runs + 1 end
     redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
-      'claim', token, 'runs', runs, 'last_run', now)
+      'claim', string.format('%d', token), 'runs', string.format('%d', runs), 'last_run', now_text)
     count_ready(r[9], topic, -1)
-    batch_add(leased, KEYS[1], topic, member, now + lease)
+    batch_add(leased, KEYS[1], topic, member, leased_until)
     local late = now - (int_of(r[6]) or now)
     if r[12] then  -- held back by its limit: from its hold to its release (or now) is the limit's
       local waited = math.max(0, math.min(now, int_of(r[13]) or now) - (int_of(r[12]) or now))
@@ -180,10 +183,9 @@ local function claim(member, task_key)
       redis.call('HDEL', task_key, 'parked', 'unparked')
     end
     tally_lateness(topic, late)
-    for _, v in ipairs({member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '',
-                        r[9] or DEFAULT_PRIORITY, r[11] or ''}) do
-      out[#out + 1] = v
-    end
+    local n = #out  -- (appended in place: no table a task)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
+      member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY, r[11] or ''
     taken = taken + 1
   end
 end

@@ -27,6 +27,8 @@
 -- woken once per batch, if a run went back to `delayed` ahead of its head.
 local now = now_ms()
 local retention, channel = tonumber(ARGV[1]), ARGV[2]
+-- Numbers every finished task writes, as text once (a Lua number is formatted per redis.call argument).
+local now_text, retention_text = string.format('%d', now), string.format('%d', retention)
 local kept = tonumber(ARGV[3]) or 0
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = retention}
 local schedules = recurring_index(KEYS[8])
@@ -106,8 +108,8 @@ for i = 5, #ARGV, 8 do
     elseif outcome == 'ok' or outcome == 'failed' then
       fields = {'status', outcome}
       count_host(r[7], -1)  -- a URL task no longer waits for its host (a quarantine counts it itself)
-      batch_add(indexed, KEYS[outcome == 'ok' and 3 or 4], topic, member, now)
-      redis.call('PEXPIRE', task_key, retention)
+      batch_add(indexed, KEYS[outcome == 'ok' and 3 or 4], topic, member, now_text)
+      redis.call('PEXPIRE', task_key, retention_text)
     else
       quarantine(aside, task_key, member, err)  -- writes its own error
     end

@@ -27,6 +27,8 @@
 local clock = now_us()
 local now = math.floor(clock / 1000)
 local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+-- The batch limit as text once: a Lua number given to redis.call is formatted per argument (%.17g).
+local limit_text = string.format('%d', limit)
 local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
 local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
 -- Due tasks pushed per ready list (in due order), and the kinds of list that got
@@ -158,7 +160,7 @@ end
 -- Members of a zset at scores no script writes (past 2^53 ms: inf, 1e300): such an entry
 -- would never come due, lapse or expire, and would be counted as waiting forever.
 local function timeless(key)
-  return on('zset', 'ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+  return on('zset', 'ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', '0', limit_text)
 end
 
 -- Due tasks go to the back of their kind's and priority's ready list, in due order:
@@ -166,7 +168,7 @@ end
 -- instead (with its due time), so it leaves the head of `delayed`.
 local moved = 0
 local found, scores = {}, {}
-local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, limit)
+local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', '0', limit_text)
 for i = 1, #pairs_, 2 do
   found[#found + 1] = pairs_[i]
   scores[pairs_[i]] = pairs_[i + 1]
@@ -217,7 +219,7 @@ end
 -- dropped. An entry for a topic that holds nothing here any more leaves `limited` and `where`.
 -- A topic whose held set or limits' keys the call may not touch waits for the next call; so do the
 -- held members from the first whose record it may not touch (with the topic's keys asked for again).
-local limited = on('zset', 'ZRANGEBYSCORE', KEYS[16], '-inf', now, 'LIMIT', 0, limit)
+local limited = on('zset', 'ZRANGEBYSCORE', KEYS[16], '-inf', now, 'LIMIT', '0', limit_text)
 local limits = nil
 local fronts, full_held = {}, false
 local function release(topic, held, topic_keys)
@@ -307,7 +309,7 @@ end
 local finished = {ok = true, failed = true, deleted = true}
 local reaped = 0
 local freed = nil  -- lapsed runs of topics with a concurrency limit: topic -> members
-local expired = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local expired = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', '0', limit_text)
 local endless = timeless(KEYS[2])  -- a lease that would never lapse: as lapsed now
 for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
 -- In expiry order, up to the first the call may not handle (with, on a single Redis, its topic's limits'
@@ -373,7 +375,7 @@ end
 -- keeps a reason for as long as its task is in done:failed.
 local states = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
 for k = 6, 8 do
-  local old = on('zset', 'ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', 0, limit)
+  local old = on('zset', 'ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', '0', limit_text)
   local kept = timeless(KEYS[k])  -- finished at a time that never comes: past retention too
   for i = 1, #kept, 2 do old[#old + 1] = kept[i] end
   if #old > 0 then
@@ -402,14 +404,14 @@ local AHEAD_MS = 50
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then
   local horizon = math.max(now, due_of_score(head[2])) + AHEAD_MS + DUE_SKEW
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', 0, limit)) do
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', '0', limit_text)) do
     ask(prefix .. member)
     ask_parked(topic_of(member))
   end
 end
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
-  local lapsing = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now + AHEAD_MS, 'LIMIT', 0, limit)
+  local lapsing = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now + AHEAD_MS, 'LIMIT', '0', limit_text)
   for _, member in ipairs(lapsing) do
     ask(prefix .. member)
     ask_parked(topic_of(member))
