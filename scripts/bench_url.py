@@ -5,7 +5,8 @@ a configurable delay on 20 loopback addresses (127.0.0.2 … 127.0.0.21), the 20
 "merchants" (200 addresses for one row). Figures, each the median of --runs runs: the
 HTTP client alone (the ceiling), 10,000 URL tasks due at once at delay 0 and at delay
 1 s (default settings, then with the in-flight caps raised: DELAY1_ROWS), 2 of the 20
-hosts never answering, and the RSS of one queue process with 5,000 requests in flight.
+hosts never answering, and the RSS of one queue process with 5,000 requests in flight. Each delivery
+row also gives the CPU µs per delivery of the queue processes, Redis and the merchants' server.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import psutil
 import url_server
 from bench import Figure, redis_now
 from daemon_helper import Daemon
@@ -65,22 +67,38 @@ def ceiling(merchants: Merchants, n: int = N, in_flight: int = 1000) -> float:
     return asyncio.run(main())
 
 
-def deliver_all(client: Client, r, merchants: Merchants, n: int = N, dead: int = 0) -> tuple:
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    """User+sys CPU seconds the processes used so far."""
+    return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+
+def deliver_all(client: Client, r, merchants: Merchants, n: int = N, dead: int = 0,
+                groups: dict[str, list[psutil.Process]] | None = None) -> tuple:
     """n URL tasks due at one instant, spread over the hosts: seconds from the due time to
     the last success, of all and of the hosts' but the last two (waiting for all but the
-    `dead` last hosts' tasks)."""
-    hosts = merchants.hosts
+    `dead` last hosts' tasks); and each group's CPU µs per delivery from the end of the add
+    to the last delivery (user+sys: far less load-sensitive than the rate)."""
+    hosts, groups = merchants.hosts, groups or {}
     due = redis_now(r) + 3.0 + n / 20_000
     tasks = [{"topic": "u", "id": i, "url": merchants.url(i), "method": "POST", "params": {"order": i}, "at": due}
              for i in range(n)]
     client.add_many(tasks)
+    before = {name: cpu_seconds(procs) for name, procs in groups.items()}
     due = int(due * 1000) / 1000
     want = sum(1 for i in range(n) if i % hosts < hosts - dead)
     wait_for(lambda: sum(r.zcard(k.done("ok")) for k in client.store.keys) >= want, 600, interval=0.1,
              message="deliveries")
+    cpu = {name: 1e6 * (cpu_seconds(procs) - before[name]) / want for name, procs in groups.items()}
     done = [(int(m.split(":")[1]), score / 1000) for k in client.store.keys
             for m, score in r.zrange(k.done("ok"), 0, -1, withscores=True)]
-    return (max(t for _, t in done) - due, max(t for i, t in done if i % hosts < hosts - 2) - due)
+    return (max(t for _, t in done) - due, max(t for i, t in done if i % hosts < hosts - 2) - due, cpu)
+
+
+def cpu_groups(r, daemon: Daemon, merchants: Merchants) -> dict[str, list[psutil.Process]]:
+    """The processes whose CPU a delivery row counts: the queue processes, Redis, the merchants' server."""
+    server = psutil.Process(merchants.proc.pid)
+    return {"queue": daemon.children("queue"), "redis": [psutil.Process(r.info("server")["process_id"])],
+            "server": [server, *server.children()]}
 
 
 def rss_in_flight(client: Client, r, daemon: Daemon, merchants: Merchants, n: int = 5000) -> float:
@@ -113,6 +131,7 @@ NOTE = ("At a server delay of 1 s a delivery holds its slot for 1 s, so deliveri
 
 
 ROWS = ("d0", *(key for key, *_ in DELAY1_ROWS))  # the delivery rows --url-rows can pick
+CPU_GROUPS = {"queue": "the 2 queue processes", "redis": "Redis", "server": "the merchants' server"}
 
 
 def run(server_url: str, r, work: Path, runs: int, rows: frozenset[str] | None = None) -> str:
@@ -123,6 +142,8 @@ def run(server_url: str, r, work: Path, runs: int, rows: frozenset[str] | None =
         "d0": ("10,000 URL tasks due at once, delay 0", "deliveries/s"),
         "d0pct": ("… as % of the client alone", "%"),
         **{key: (name, "deliveries/s", ">= 2,000") for key, name, _, _ in DELAY1_ROWS},
+        **{f"{key}{group}": (f"… {key}: CPU per delivery, {what}", "µs") for key in ROWS
+           for group, what in CPU_GROUPS.items()},
         "healthy": ("18 healthy hosts' 9,000 deliveries, all 20 hosts healthy, delay 1 s", "s"),
         "dead": ("… the same 9,000 with 2 of the 20 hosts never answering", "s"),
         "ratio": ("… ratio (dead / healthy)", "x", "<= 1.2"),
@@ -139,9 +160,11 @@ def run(server_url: str, r, work: Path, runs: int, rows: frozenset[str] | None =
             r.flushall()
             client = Client.from_url(server_url)
             with Merchants(delay, hosts=hosts) as m, Daemon(server_url, work / f"url{key}{run_no}", buckets=4,
-                                                            queues=2, **env):
-                total, eighteen = deliver_all(client, r, m)
+                                                            queues=2, **env) as d:
+                total, eighteen, cpu = deliver_all(client, r, m, groups=cpu_groups(r, d, m))
             figs[key].add(N / total)
+            for group, used in cpu.items():
+                figs[f"{key}{group}"].add(used)
             if key == "d1":
                 figs["healthy"].add(eighteen)
         if rows is not None:

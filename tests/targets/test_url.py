@@ -173,6 +173,14 @@ def test_the_timeout_counts_from_the_request_and_is_one_deadline(http, make_engi
     assert 2.5 < elapsed < 4.5  # waited ~1.8 s for the slot, then 1.5 s: not 1.5 s in all, not 3.8 s
 
 
+def test_the_request_has_no_timeout_of_aiohttp_s_own(deliver):
+    """The task's timeout is the request's one deadline: aiohttp's defaults (300 s in all, 30 s to connect)
+    would cut a longer one short, a connect at 30 s reported as "timeout after 60 s" (and cost two timers per
+    request). Looked at on the session: a real wait past 30 s is too long for the suite."""
+    timeout = deliver.engine.session.timeout
+    assert (timeout.total, timeout.connect, timeout.sock_connect, timeout.sock_read) == (None, None, None, None)
+
+
 def test_a_slow_answer_within_the_timeout_is_ok(http, deliver):
     assert deliver(url_task(http, "/slow?seconds=0.3", timeout=2)).kind == "ok"
 

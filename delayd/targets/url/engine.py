@@ -85,11 +85,13 @@ class Engine:
     async def _open(self) -> aiohttp.ClientSession:
         if self.config.url_deny_private:
             self.guard = guard.Guard(self.proxies.hosts, DNS_TTL)
-        # No connection limit of aiohttp's own: room() and the host caps bound what is in flight.
+        # No connection limit of aiohttp's own: room() and the host caps bound what is in flight. No timeout of
+        # its own either: a request's one deadline is _request's (its defaults, 300 s in all and 30 s to connect,
+        # would cut a longer task timeout short, and cost two timers per request).
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=DNS_TTL,
                                          resolver=self.guard.resolver if self.guard is not None else None)
         return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
-                                     headers={"User-Agent": request.USER_AGENT})
+                                     headers={"User-Agent": request.USER_AGENT}, timeout=aiohttp.ClientTimeout())
 
     # -- the caller's thread (one thread: the queue's main thread) ---------------------------
     @property

@@ -159,6 +159,7 @@ class Claims(QueueState):
             run = Run(task, bucket, at, math.inf if url else at + limit, limit, at, claimed.now, url)
             run.span = tracing.start_run(task, claimed.now)
             self.in_hand[task.key] = run
+            self.watch(run, at + limit)  # (a URL run's deadline counts from its request: later)
             if url:
                 urls.append(run)
             else:

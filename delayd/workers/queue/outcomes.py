@@ -9,6 +9,7 @@ delayd.targets.url.hosts).
 from __future__ import annotations
 
 import functools
+import heapq
 import logging
 import math
 import random
@@ -96,14 +97,36 @@ class Outcomes(QueueState):
         self.finished.setdefault(run.bucket, []).append((run, Finish(
             task.key, task.claim, kind, gap_ms, error, next_due, wait_ms, attempt)))
 
+    def watch(self, run: Run, at: float) -> None:
+        """Look at `run`'s deadline at `at` (monotonic), no later than the deadline itself. A settled
+        run's entry stays until its time (next_check): past twice the runs in hand, the heap is rebuilt
+        with the live entries alone (a run has one), so it holds neither memory nor old runs for long."""
+        checks = self.checks
+        if len(checks) > 2 * len(self.in_hand) + 64:
+            checks[:] = [entry for entry in checks if self.in_hand.get(entry[2].task.key) is entry[2]]
+            heapq.heapify(checks)
+        heapq.heappush(checks, (at, next(self.check_order), run))
+
+    def next_check(self) -> float:
+        """When abandon_overdue next has a run to look at (math.inf: none); runs settled meanwhile are
+        dropped here, so a turn costs a few heap operations, not a pass over every run in hand."""
+        checks = self.checks
+        while checks and self.in_hand.get(checks[0][2].task.key) is not checks[0][2]:
+            heapq.heappop(checks)
+        return checks[0][0] if checks else math.inf
+
     def abandon_overdue(self) -> None:
         now = time.monotonic()
-        for run in [r for r in self.in_hand.values() if r.deadline <= now]:
-            if run.url:  # settled when the engine says it ended (its result, if it came first)
+        while self.next_check() <= now:
+            run = heapq.heappop(self.checks)[2]
+            if run.deadline > now:  # its deadline moved on (a URL request sent later, a run that waited)
+                self.watch(run, now + run.limit if run.deadline == math.inf else run.deadline)
+            elif run.url:  # settled when the engine says it ended (its result, if it came first)
                 run.deadline = math.inf
                 self.engine.cancel(run)
             elif (deadline := timeout_at(run, now)) > now:
                 run.deadline = deadline  # claimed ahead: it waited for a thread
+                self.watch(run, deadline)
             elif self.pool.abandon(run):
                 self.settle(run, self.abandoned(run))
         if self.pool.hung > HUNG_PER_SLOT * self.config.concurrency and not self.stopping:

@@ -62,6 +62,8 @@ class QueueState:
     pool: Pool
     engine: Engine
     in_hand: dict[str, Run]                        # task key -> its run, from the claim until settled
+    checks: list[tuple[float, int, Run]]           # a heap: when to look at a run's deadline (outcomes.py)
+    check_order: Iterator[int]                     # (ties in `checks`)
     finished: dict[int, list[tuple[Run, Finish]]]  # per bucket: the finish entries not sent yet
     taken: list[Taken]                             # takes whose members are not claimed yet
     hints: dict[tuple[int, bool], dict[str, None]]  # per (bucket, kind): members ready messages named (claims.py)
@@ -74,5 +76,6 @@ class QueueState:
     round_trip: float                 # moving average of a turn's Redis round trip (s)
     # the loop's methods (loop.py) that claims and outcomes call
     completed: Callable[[Run, tuple[Outcome, str] | None], None]    # a URL run ended
-    handle: Callable[[tuple[str, Any]], None]                       # an event, as if it came
+    watch: Callable[[Run, float], None]                             # look at a run's deadline then (outcomes.py)
+    handle: Callable[[tuple[str, Any]], bool]                       # an event, as if it came
     send: Callable[[list[tuple[ScriptCall, Callable[[Any], None]]]], None]  # script calls, one round trip
