@@ -25,7 +25,6 @@ from standardwebhooks import Webhook
 from url_helper import StaticNames, _Handler
 
 from delayd import Task
-from delayd.store.scripts import SCRIPTS
 from delayd.targets.url import answer, guard
 from delayd.targets.url.hosts import Hosts
 
@@ -379,27 +378,6 @@ def test_a_url_backlog_never_blocks_call_tasks_nor_the_reverse(run_daemon, clien
     wait_for(lambda: client.get("job", 2).status == "running", 10, message="the only call slot busy")
     client.add("hook", "fast", url=f"{http.base}/success", priority=3)
     wait_for(lambda: client.get("hook", "fast").status == "ok", 15, message="a URL task ran while the pool was full")
-
-
-@pytest.mark.system
-def test_url_runs_that_end_close_together_are_finished_together(redis_url, daemon_factory, client, http, r):
-    """URL answers end one by one; their finishes (and the takes that refill their slots) wait for each other
-    up to URL_BATCH (5 ms) instead of going in a round trip each: 40 answers about 1 ms apart go in a few
-    finish calls, not one each (counted in Redis's SLOWLOG, which logs every call at a threshold of 0)."""
-    daemon_factory(redis_url, buckets=1, queues=1, DELAYD_URL_HOST_CONCURRENCY="64")
-    r.config_set("slowlog-max-len", 10_000)
-    r.config_set("slowlog-log-slower-than", 0)
-    r.slowlog_reset()
-    try:
-        client.add_many([{"topic": "hook", "id": i, "url": f"{http.base}/slow?seconds={1 + i * 0.001:.3f}"}
-                         for i in range(40)])
-        wait_for(lambda: client.count(status="ok") == 40, 20, message="the 40 deliveries")
-        called = [entry["command"].split(b" ")[1:2] for entry in r.slowlog_get(10_000)]  # FCALL/EVALSHA's name
-        finishes = [name for name in called if name and name[0].endswith((b"_finish", SCRIPTS["finish"].sha.encode()))]
-    finally:
-        r.config_set("slowlog-log-slower-than", 10_000)
-        r.config_set("slowlog-max-len", 128)
-    assert 1 <= len(finishes) <= 16, len(finishes)
 
 
 @pytest.mark.system

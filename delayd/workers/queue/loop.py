@@ -5,8 +5,7 @@ at once on an event loop (delayd.targets.url.engine).
 One main thread owns all Redis state changes and batches them: each loop turn sends its
 finishes (outcomes.py: one call per bucket, every run that ended since the last turn),
 lease renewals and takes (claims.py) in one round trip (delayd.store.transport.Link), and the
-claims of the members taken in the next. URL runs end one by one: the first to end waits up to
-URL_BATCH for others before that round trip goes (unless something else needs a turn first).
+claims of the members taken in the next.
 
 Wake-ups: a listener thread is subscribed to the ready channel, on which bucket
 processes announce "bucket N has ready tasks" (and name them: hints for the bucket's
@@ -42,10 +41,6 @@ from delayd.workers.queue.state import Run, Taken
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep, and how often every bucket is looked at again (sweep)
 REPORT_EVERY = 1.0  # seconds: at most one host-health report (hosts.lua) per interval, riding a turn's round trip
-# Seconds the first URL run to end waits for others before their finishes and the takes that refill their slots
-# go (unless something else needs a turn first): URL answers end one by one, and a round trip each cost the
-# queue process and Redis more than the requests themselves.
-URL_BATCH = 0.005
 # The cyclic garbage collector's thresholds in a queue process (Python's: 700, 10, 10). A URL request allocates
 # hundreds of objects that live for its second in flight, freed by their reference counts: at 700 the collector
 # ran ~500 young and ~50 middle collections in a 10,000-delivery run, ~1/5 of the process's CPU (BENCHMARKS.md,
@@ -87,7 +82,6 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.round_trip = 0.0  # moving average of a turn's Redis round trip (s)
         self.next_sweep = time.monotonic() + WAIT_CAP  # when to look at every bucket again (sweep)
         self.next_report = 0.0  # monotonic time the next host-health report may go
-        self.batch_at = 0.0  # monotonic time the URL runs that ended go to Redis (URL_BATCH; 0: none waits)
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
 
@@ -110,17 +104,16 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         event(log, "queue_started", queue=self.index, concurrency=self.config.concurrency)
         while not (self.stopping and not self.in_hand and not self.finished and not self.taken):
             self.heartbeat.beat()
-            urgent = self.handle(self.next_event())
+            self.handle(self.next_event())
             while True:  # everything that is already waiting, in the same turn
                 try:
-                    urgent |= self.handle(self.events.get_nowait())
+                    self.handle(self.events.get_nowait())
                 except queue_mod.Empty:
                     break
             self.sweep()
             self.abandon_overdue()
             self.pool.wake_stalled(time.monotonic())
-            now = time.monotonic()
-            if now >= self.retry_at and (urgent or self.stopping or now >= self.batch_at):
+            if time.monotonic() >= self.retry_at:
                 self.sync()
             if self.stopping and time.monotonic() > self.stop_deadline:
                 event(log, "stop_timeout", logging.WARNING, in_hand=len(self.in_hand), unsent=self.unsent())
@@ -144,15 +137,12 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
     def next_event(self) -> Any:
         now = time.monotonic()
         timeout = max(0.0, self.next_sweep - now)
-        for url in () if self.stopping else (False, True):
-            if self.candidates[url] and self.free_slots(url):  # (URL slots freed by runs that ended: with them)
-                timeout = min(timeout, max(0.0, self.retry_at - now, self.batch_at - now if url else 0.0))
+        if any(self.candidates[url] and self.free_slots(url) for url in (False, True)) and not self.stopping:
+            timeout = min(timeout, max(0.0, self.retry_at - now))
         if self.in_hand:
             timeout = min(timeout, max(0.0, self.next_check() - now), max(0.0, self.next_renew - now))
-        if self.taken:
+        if self.finished or self.taken:
             timeout = min(timeout, max(0.0, self.retry_at - now))
-        if self.finished:  # (URL runs that ended may wait for others: URL_BATCH)
-            timeout = min(timeout, max(0.0, self.retry_at - now, self.batch_at - now))
         if self.stopping:
             timeout = min(timeout, max(0.0, self.stop_deadline - now))
         stalled = self.pool.stalled_at()
@@ -163,8 +153,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         except queue_mod.Empty:  # a timer of this loop's (the sweep's among them)
             return ("timer", None)
 
-    def handle(self, item: tuple[str, Any]) -> bool:
-        """Take in one event; False for a URL run that ended (its turn's round trip may wait: URL_BATCH)."""
+    def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
         if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks; then the members named
             text, *members = str(value or "").split(" ")
@@ -179,8 +168,6 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
                     buckets.add(bucket)
         elif kind == "done":  # a URL run
             self.returned(value, value.result or (self.abandoned(value), ""))  # None: it was cancelled
-            self.batch_at = self.batch_at or time.monotonic() + URL_BATCH
-            return False
         elif kind == "results":  # the pool's
             for run, result in self.pool.take_results():
                 self.returned(run, result)
@@ -190,7 +177,6 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             event(log, "queue_stopping", queue=self.index, in_hand=len(self.in_hand))
         elif kind == "reopen":
             log_mod.reopen()
-        return True
 
     def returned(self, run: Run, result: tuple[Outcome, str]) -> None:
         if self.in_hand.get(run.task.key) is run:
@@ -213,7 +199,6 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
                 calls, takes = [], self.take_calls(tried)
                 if not takes:
                     break
-            self.batch_at = 0.0  # (the URL runs that ended went with the first round trip)
             self.health.ok()
         except REDIS_ERRORS as exc:
             self.retry_at = time.monotonic() + self.health.failed(exc)

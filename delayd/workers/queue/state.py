@@ -77,5 +77,5 @@ class QueueState:
     # the loop's methods (loop.py) that claims and outcomes call
     completed: Callable[[Run, tuple[Outcome, str] | None], None]    # a URL run ended
     watch: Callable[[Run, float], None]                             # look at a run's deadline then (outcomes.py)
-    handle: Callable[[tuple[str, Any]], bool]                       # an event, as if it came
+    handle: Callable[[tuple[str, Any]], None]                       # an event, as if it came
     send: Callable[[list[tuple[ScriptCall, Callable[[Any], None]]]], None]  # script calls, one round trip
