@@ -1,5 +1,5 @@
-"""The master's registry thread (delayd.daemon.registrar) on a real Redis: its beats reuse one
-connection. A client per beat (two per BEAT: the entry and the hosts) left the master's RSS
+"""The master's registry thread (delayd.daemon.registrar) and its metrics collector on a real Redis:
+beats and scrapes reuse one connection. A client per beat (two per BEAT: the entry and the hosts) left the master's RSS
 growing for hours (60-minute soak: 3.2 MiB/h): each new client's reply buffers, freed only by
 a full garbage collection, fragment the heap."""
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from redis_server import RedisServer
 
 from delayd.config import load
+from delayd.daemon.metrics import Collector
 from delayd.daemon.registrar import Registrar
 from delayd.store import connection
 from delayd.store.registry import live, register
@@ -46,3 +47,13 @@ def test_beat_after_a_redis_restart_reconnects(tmp_path):
         assert not registrar.failing
         client.close()
         connection.close(registrar.client)
+
+
+def test_scrapes_reuse_one_connection(redis_url, r):
+    collector = Collector(load(env={"DELAYD_REDIS_URL": redis_url}), lambda: [])
+    before = connections_received(r)
+    for _ in range(BEATS):
+        names = {family.name for family in collector.collect()}
+    assert "delayd_redis_up" in names
+    assert connections_received(r) - before <= 1
+    connection.close(collector.client)
