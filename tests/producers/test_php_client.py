@@ -54,11 +54,13 @@ def test_add_many_delete_and_get(redis_url, r, client):
         for ($i = 0; $i < 450; $i++) { $tasks[] = ['topic' => 'bulk', 'id' => $i, 'call' => 'a.b:c', 'delay' => 60]; }
         echo $client->addMany($tasks), ' ';
         echo $client->addMany(array_slice($tasks, 0, 10), true), ' ';
+        echo $client->addMany([['topic' => 'fresh', 'id' => 1, 'call' => 'a.b:c'],
+                               ['topic' => 'fresh', 'id' => 2, 'call' => 'a.b:c']], true), ' ';
         echo json_encode($client->delete('bulk', '1')), json_encode($client->delete('bulk', 2, true)), ' ';
         echo json_encode($client->delete('bulk', 'missing')), ' ';
         echo json_encode($client->get('bulk', 'missing')), ' ', $client->get('bulk', 1)['status'];
     """, redis_url).stdout
-    assert out == "450 0 truetrue false null deleted"
+    assert out == "450 0 2 truetrue false null deleted"  # (each add.lua call sent once: a second would write 0)
     assert client.count("bulk") == 449 and client.get("bulk", 2) is None
     assert client.get("bulk", 3).due_at == pytest.approx(client.get("bulk", 3).created_at + 60, abs=0.01)
 

@@ -232,7 +232,7 @@ final class Client
         }
         $replies = $pipe->exec();
         foreach ($replies as $i => $reply) {
-            if (!is_array($reply)) {  // an error reply: said again by the same call, alone
+            if (!is_int($reply)) {  // an error reply (false): said again by the same call, alone
                 try {
                     $replies[$i] = $this->call($name, ...$calls[$i]);
                 } catch (TaskError | StoreError $e) {
