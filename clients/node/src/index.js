@@ -1,11 +1,12 @@
 // delayd-client: add, delete and read delayd tasks from Node with an ioredis connection.
-// Each call runs the Lua scripts shipped in the package (../lua, linked by delayd's own linker:
-// ./lua.js reads them) after the checks of delayd's Python Client (./task.js), so a task
+// Each call runs the Lua scripts shipped in the package (../lua, written by delayd's own linker:
+// ./lua.js reads them), as functions of delayd's library (FCALL) or by EVALSHA as the server allows
+// (./dialect.js), after the checks of delayd's Python Client (./task.js), so a task
 // added from here is stored as the same task added from Python. The key layout, the meta hash
 // and each script's KEYS/ARGV are those of docs/redis-layout.md.
 import { pyRepr } from './json.js';
-import { script } from './lua.js';
-import { bulk, evalsha, packedCallClass } from './packed.js';
+import { choose } from './dialect.js';
+import { bulk, packedCallClass, scriptCall } from './packed.js';
 import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
 import { LAYOUT, PROTOCOL } from './version.js';
 
@@ -89,11 +90,12 @@ export class Client {
     this.buckets = null; // read from the meta hash on first use
     this.PackedCall = packedCallClass(redis);
     this.addHeads = new Map(); // bucket -> add.lua's packed fixed keys, its wake channel, its first key
-    this.scripts = { add: script('add'), delete: script('delete') };
+    this.dialect = null; // EVALSHA or FCALL (./dialect.js), chosen with the bucket count
+    this.leads = null; // script name -> its calls' verb and name, packed
   }
 
   /** The bucket count recorded in Redis (recorded on first use, as the Python client does), after
-   * checking the layout and protocol versions (docs/protocol.md section 1). */
+   * checking the layout and protocol versions (docs/protocol.md section 1); then how scripts are called. */
   async store() {
     if (this.buckets !== null) return this.buckets;
     const key = `${this.prefix}meta`;
@@ -119,6 +121,8 @@ export class Client {
       throw new StoreError(`${key} in Redis holds buckets = ${shown(stored)}, not a bucket count (1-${MAX_BUCKETS}); `
         + `set it right (HSET ${key} buckets N) before using this store`);
     }
+    this.dialect = await choose(this.redis);
+    this.leads = { add: this.dialect.lead('add'), delete: this.dialect.lead('delete') };
     this.buckets = count;
     return count;
   }
@@ -128,8 +132,9 @@ export class Client {
   }
 
   /** Send packed script calls ([name, text, firstKey], see ./packed.js) in one pipeline and resolve their
-   * replies (an Error in place of a refused one); those refused with NOSCRIPT (Redis lost its script
-   * cache) are sent again once after a SCRIPT LOAD. */
+   * replies (an Error in place of a refused one); those refused because the server lacks their script
+   * (NOSCRIPT: Redis lost its script cache; `Function not found`: FUNCTION FLUSH) are sent again once after
+   * its load (SCRIPT LOAD; FUNCTION LOAD of the library). */
   async send(calls) {
     if (calls.length === 1) return [await this.sendOne(calls[0])];
     const replies = new Array(calls.length);
@@ -138,18 +143,12 @@ export class Client {
       const pipeline = this.redis.pipeline();
       for (const [, [, text, firstKey]] of pending) pipeline.sendCommand(new this.PackedCall(text, firstKey));
       const answers = await pipeline.exec();
-      const lost = new Set();
       const again = [];
       answers.forEach(([error, reply], i) => {
-        const [n, call] = pending[i];
-        if (error && attempt === 0 && String(error.message).startsWith('NOSCRIPT')) {
-          lost.add(call[0]);
-          again.push(pending[i]);
-        } else {
-          replies[n] = error || reply;
-        }
+        if (error && attempt === 0 && this.dialect.missing(error)) again.push(pending[i]);
+        else replies[pending[i][0]] = error || reply;
       });
-      for (const name of lost) await this.redis.script('LOAD', this.scripts[name].source);
+      if (again.length) await this.dialect.load(this.redis, again.map(([, [name]]) => name));
       pending = again;
     }
     return replies;
@@ -160,15 +159,15 @@ export class Client {
     try {
       return await this.redis.sendCommand(new this.PackedCall(text, firstKey));
     } catch (exc) {
-      if (!String(exc.message).startsWith('NOSCRIPT')) return exc;
-      await this.redis.script('LOAD', this.scripts[name].source);
+      if (!this.dialect.missing(exc)) return exc;
+      await this.dialect.load(this.redis, [name]);
       return this.redis.sendCommand(new this.PackedCall(text, firstKey)).catch((error) => error);
     }
   }
 
   /** One script call's reply; rejects with Redis's error. */
   async run(name, keys, args) {
-    const packed = evalsha(this.scripts[name].sha, keys.map(bulk).join(''), keys.length, args.map(bulk).join(''), args.length);
+    const packed = scriptCall(this.leads[name], keys.map(bulk).join(''), keys.length, args.map(bulk).join(''), args.length);
     const [reply] = await this.send([[name, packed, keys[0]]]);
     if (reply instanceof Error) throw reply;
     return reply;
@@ -192,7 +191,7 @@ export class Client {
       args += bulk(task.spec) + bulk(task.priority) + bulk(task.recurring ? mode + '*' : mode) + bulk(value);
     }
     const count = entries.length;
-    return ['add', evalsha(this.scripts.add.sha, keys, ADD_KEYS.length + 2 * count, args, 2 + 4 * count), head[2]];
+    return ['add', scriptCall(this.leads.add, keys, ADD_KEYS.length + 2 * count, args, 2 + 4 * count), head[2]];
   }
 
   /**
