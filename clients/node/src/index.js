@@ -131,38 +131,31 @@ export class Client {
     return `${this.prefix}{${bucket}}:`;
   }
 
-  /** Send packed script calls ([name, text, firstKey], see ./packed.js) in one pipeline and resolve their
-   * replies (an Error in place of a refused one); those refused because the server lacks their script
-   * (NOSCRIPT: Redis lost its script cache; `Function not found`: FUNCTION FLUSH) are sent again once after
-   * its load (SCRIPT LOAD; FUNCTION LOAD of the library). */
+  /** Send packed script calls ([name, text, firstKey], see ./packed.js), each written as soon as it is taken from
+   * `calls` (an iterable: Redis runs the first while the rest are packed), and resolve their replies in order
+   * (an Error in place of a refused one); those refused because the server lacks their script (NOSCRIPT: Redis
+   * lost its script cache; `Function not found`: FUNCTION FLUSH) are sent again once after its load (SCRIPT
+   * LOAD; FUNCTION LOAD of the library). */
   async send(calls) {
-    if (calls.length === 1) return [await this.sendOne(calls[0])];
-    const replies = new Array(calls.length);
-    let pending = calls.map((call, n) => [n, call]);
-    for (let attempt = 0; pending.length; attempt++) {
-      const pipeline = this.redis.pipeline();
-      for (const [, [, text, firstKey]] of pending) pipeline.sendCommand(new this.PackedCall(text, firstKey));
-      const answers = await pipeline.exec();
-      const again = [];
-      answers.forEach(([error, reply], i) => {
-        if (error && attempt === 0 && this.dialect.missing(error)) again.push(pending[i]);
-        else replies[pending[i][0]] = error || reply;
-      });
-      if (again.length) await this.dialect.load(this.redis, again.map(([, [name]]) => name));
-      pending = again;
+    const made = [];
+    const sent = [];
+    for (const call of calls) {
+      made.push(call);
+      sent.push(this.sendPacked(call));
+    }
+    const replies = await Promise.all(sent);
+    const lost = made.flatMap((call, n) => (replies[n] instanceof Error && this.dialect.missing(replies[n]) ? [n] : []));
+    if (lost.length) {
+      await this.dialect.load(this.redis, lost.map((n) => made[n][0]));
+      const again = await Promise.all(lost.map((n) => this.sendPacked(made[n])));
+      lost.forEach((n, i) => { replies[n] = again[i]; });
     }
     return replies;
   }
 
-  /** send() of one call, without a pipeline (what a single add waits for). */
-  async sendOne([name, text, firstKey]) {
-    try {
-      return await this.redis.sendCommand(new this.PackedCall(text, firstKey));
-    } catch (exc) {
-      if (!this.dialect.missing(exc)) return exc;
-      await this.dialect.load(this.redis, [name]);
-      return this.redis.sendCommand(new this.PackedCall(text, firstKey)).catch((error) => error);
-    }
+  /** One packed call, written to the connection now (no pipeline to wait for): its reply, or Redis's Error. */
+  sendPacked([, text, firstKey]) {
+    return this.redis.sendCommand(new this.PackedCall(text, firstKey)).catch((error) => error);
   }
 
   /** One script call's reply; rejects with Redis's error. */
@@ -210,7 +203,8 @@ export class Client {
 
   /**
    * Add many tasks (objects as add() takes), every one validated before anything is written;
-   * pipelined: one round trip for all (ADD_BATCH tasks per add.lua call). Resolves how many were written.
+   * ADD_BATCH tasks of one bucket per add.lua call, each call written as soon as it is packed, none waiting for
+   * another's reply (one round trip for all). Resolves how many were written.
    */
   async addMany(tasks, { nx = false } = {}) {
     if (!Array.isArray(tasks)) throw new TaskError('addMany takes an array of tasks');
@@ -232,14 +226,18 @@ export class Client {
       if (!byBucket.has(bucket)) byBucket.set(bucket, []);
       byBucket.get(bucket).push(entry);
     }
-    const calls = [];
-    for (const [bucket, list] of byBucket) {
-      for (let i = 0; i < list.length; i += ADD_BATCH) calls.push(this.addCall(bucket, list.slice(i, i + ADD_BATCH), nx));
-    }
-    return this.pipelined(calls, built.length);
+    return this.pipelined(this.addCalls(byBucket, nx), built.length);
   }
 
-  /** Send add.lua calls in one pipeline; resolves how many tasks they wrote. If Redis refused a call (none
+  /** The add.lua calls of `byBucket` (bucket -> built tasks), ADD_BATCH tasks each, packed one at a time as send()
+   * takes them. */
+  *addCalls(byBucket, nx) {
+    for (const [bucket, list] of byBucket) {
+      for (let i = 0; i < list.length; i += ADD_BATCH) yield this.addCall(bucket, list.slice(i, i + ADD_BATCH), nx);
+    }
+  }
+
+  /** Send add.lua calls (send()); resolves how many tasks they wrote. If Redis refused a call (none
    * of its tasks written), rejects with the first refusal, saying how many of the others were written. */
   async pipelined(calls, total) {
     let written = 0;
