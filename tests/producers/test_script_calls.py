@@ -1,14 +1,16 @@
 """How the PHP and Node clients call their scripts, as the Python client does (delayd.store.dialect): FCALL of
 delayd's function library where the server has functions (Redis >= 7, Valkey), EVALSHA on Redis 6.2; a server that
 lost the library (FUNCTION FLUSH) or the script cache (SCRIPT FLUSH) gets it again and each call lands once; a
-library of another delayd build stays beside theirs. The suite's default server is Redis 6.2: scripts/test's server
-matrix runs this module again on Redis 7 and Valkey (DELAYD_TEST_REDIS)."""
+library of another delayd build stays beside theirs; on a Redis Cluster (Node's ioredis Cluster) the calls of
+one addMany go to each bucket's node and a load to every master. The suite's default server is Redis 6.2:
+scripts/test's server matrix runs this module again on Redis 7 and Valkey (DELAYD_TEST_REDIS)."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
 import pytest
+from cluster_helper import Cluster
 from node_helper import NodeProducer
 from php_helper import php, require_php
 from redis_server import has_functions, lose_scripts, script_loads
@@ -138,3 +140,25 @@ def test_a_library_of_another_delayd_build_stays_beside_the_clients_own(run, red
     assert libraries(r) == {older, LIBRARY.name}
     calls = script_calls(r)
     assert set(calls) == {"fcall"} and calls["fcall"]["calls"] - calls["fcall"]["failed"] == 5
+
+
+def test_node_on_a_cluster_sends_each_bucket_to_its_node_and_loads_on_every_master():
+    """One addMany's calls span the buckets' slots, on three masters (an ioredis pipeline refused that: "All keys
+    in the pipeline should belong to the same slots allocation group"); after every node lost the scripts
+    (FUNCTION FLUSH, SCRIPT FLUSH) the load reaches whichever master the next call goes to."""
+    with Cluster(3) as cluster:
+        producer = NodeProducer(cluster.url)
+        python = Client.from_url(cluster.url)
+        try:
+            assert producer.add({"topic": "t", "id": 1, "push": "q"}) is True
+            assert producer.add_many(BATCH) == 300
+            for node in cluster.nodes:
+                lose_scripts(node.client())
+            assert producer.add_many([{**task, "topic": "n"} for task in BATCH]) == 300
+            assert producer.delete("t", 1) is True
+            assert python.count("m") == 300 and python.count("n") == 300
+            if has_functions(cluster.nodes[0].client()):
+                assert all(libraries(node.client()) == {LIBRARY.name} for node in cluster.nodes)
+        finally:
+            producer.close()
+            python.close()

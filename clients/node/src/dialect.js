@@ -4,7 +4,11 @@
 import { library, script } from './lua.js';
 import { bulk } from './packed.js';
 
-/** EVALSHA; a missing script (NOSCRIPT: a restart, SCRIPT FLUSH) is given by SCRIPT LOAD. */
+/** The connections a load goes to: every master of an ioredis Cluster (a call may be routed to any of them), else
+ * `redis` itself. */
+const masters = (redis) => (typeof redis.nodes === 'function' ? redis.nodes('master') : [redis]);
+
+/** EVALSHA; a missing script (NOSCRIPT: a restart, SCRIPT FLUSH) is given by SCRIPT LOAD (to every master). */
 export const EVALSHA = {
   name: 'EVALSHA',
   /** The call's verb and name, packed (RESP). */
@@ -12,7 +16,9 @@ export const EVALSHA = {
   missing: (error) => String(error?.message).startsWith('NOSCRIPT'),
   /** Give the server the scripts `names`. */
   async load(redis, names) {
-    for (const name of new Set(names)) await redis.script('LOAD', script(name).source);
+    for (const name of new Set(names)) {
+      await Promise.all(masters(redis).map((node) => node.script('LOAD', script(name).source)));
+    }
   },
 };
 
@@ -23,8 +29,7 @@ export const FCALL = {
   lead: (name) => bulk('FCALL') + bulk(library().functions[name]),
   missing: (error) => /^(ERR )?Function not found/.test(String(error?.message)),
   async load(redis) {
-    const nodes = typeof redis.nodes === 'function' ? redis.nodes('master') : [redis];
-    await Promise.all(nodes.map((node) => node.call('FUNCTION', 'LOAD', 'REPLACE', library().code)));
+    await Promise.all(masters(redis).map((node) => node.call('FUNCTION', 'LOAD', 'REPLACE', library().code)));
   },
 };
 
@@ -41,8 +46,7 @@ function version(info) {
 export async function choose(redis) {
   const { since, probe } = library();
   try {
-    const nodes = typeof redis.nodes === 'function' ? redis.nodes('master') : [redis];
-    const versions = (await Promise.all(nodes.map((node) => node.info('server')))).map(version);
+    const versions = (await Promise.all(masters(redis).map((node) => node.info('server')))).map(version);
     if (!versions.every(([major, minor]) => major > since[0] || (major === since[0] && minor >= since[1]))) {
       return EVALSHA;
     }
