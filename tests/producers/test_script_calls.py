@@ -13,7 +13,7 @@ import pytest
 from cluster_helper import Cluster
 from node_helper import NodeProducer
 from php_helper import php, require_php
-from redis_server import has_functions, lose_scripts, script_loads
+from redis_server import RedisServer, has_functions, lose_scripts, script_loads
 
 from delayd import Client
 from delayd.store.scripts import LIBRARY
@@ -140,6 +140,21 @@ def test_a_library_of_another_delayd_build_stays_beside_the_clients_own(run, red
     assert libraries(r) == {older, LIBRARY.name}
     calls = script_calls(r)
     assert set(calls) == {"fcall"} and calls["fcall"]["calls"] - calls["fcall"]["failed"] == 5
+
+
+
+def test_a_server_that_reports_7_without_functions_gets_evalsha(run, r, tmp_path):
+    """INFO says Redis 7 but FCALL is not there (a Redis-compatible server, a proxy, an ACL: here a Redis 7 with
+    FCALL, FCALL_RO and FUNCTION renamed away): the probe's answer is not `Function not found`, so EVALSHA."""
+    if not has_functions(r):
+        pytest.skip("the server of this run has no functions (Redis 6.2): nothing to rename")
+    gone = ["--rename-command", "FCALL", "", "--rename-command", "FCALL_RO", "", "--rename-command", "FUNCTION", ""]
+    with RedisServer(str(tmp_path / "nofunctions"), extra=gone) as server:
+        other = server.client()
+        assert run(server.url, other, [(ADD, {"topic": "t", "id": 1, "push": "q"}, False), (MANY, BATCH, False),
+                                       (DELETE, "t", 1)]) == [True, 300, True]
+        assert set(script_calls(other)) == {"evalsha"}
+        other.close()
 
 
 def test_node_on_a_cluster_sends_each_bucket_to_its_node_and_loads_on_every_master():
