@@ -105,10 +105,12 @@ class PortTaken(RuntimeError):
 
 
 class RedisServer:
-    """redis-server on a free loopback port, with its own data directory."""
+    """redis-server on a free loopback port, with its own data directory (`binary`: another server than
+    server_binary()'s)."""
 
     def __init__(self, directory: str | None = None, aof: bool = False, password: str | None = None,
-                 port: int | None = None, extra: list[str] | None = None, choose_port=free_port):
+                 port: int | None = None, extra: list[str] | None = None, choose_port=free_port,
+                 binary: str | None = None):
         self.dir = Path(directory or tempfile.mkdtemp(prefix="delayd-redis-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.aof = aof
@@ -118,6 +120,7 @@ class RedisServer:
         self.choose_port = None if port else choose_port
         self.port = port or choose_port()
         self.extra = extra or []
+        self.binary = binary
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -126,7 +129,7 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def args(self) -> list[str]:
-        args = [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+        args = [self.binary or server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
                 "--save", "", "--appendonly", "yes" if self.aof else "no", "--appendfsync", "everysec",
                 "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), "--hz", "100"]
         if self.password:
