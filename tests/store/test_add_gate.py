@@ -309,10 +309,12 @@ def test_a_call_without_c_replies_per_task_and_with_c_the_count(r, store):
 
 
 def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):
-    """docs/protocol.md, section 6: a client in another language may put all of _lib.lua in
-    front of add.lua instead of linking the helpers it uses; the script then works the same."""
+    """docs/protocol.md, section 6: a client in another language may put the whole lib (_lib.lua, _limits.lua,
+    _take.lua, _gate.lua) in front of add.lua instead of linking the helpers it uses; the script then works
+    the same."""
     lua = resources.files("delayd.store").joinpath("lua")
-    source = lua.joinpath("_lib.lua").read_text() + "\n" + lua.joinpath("add.lua").read_text()
+    lib = "".join(lua.joinpath(name).read_text() for name in ("_lib.lua", "_limits.lua", "_take.lua", "_gate.lua"))
+    source = lib + "\n" + lua.joinpath("add.lua").read_text()
     keys, args = good_call(store)
     assert r.eval(source, len(keys), *keys, *args) == [1, 1]
     assert r.eval(source, len(keys), *keys, "1", *args[1:]) == [0, 0]  # nx: both exist
