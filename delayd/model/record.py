@@ -77,8 +77,8 @@ def spec_json(task: Task) -> str:
 
 
 # The fields a spec may have (docs/protocol.md, section 3).
-SPEC_FIELDS = frozenset({"call", "url", "push", "callback", "timeout", "every", "cron", "tz", "method", "body", "params",
-                         "intervals", "persistent", "retries", "signing_key", "trace"})
+SPEC_FIELDS = frozenset({"call", "url", "push", "callback", "timeout", "every", "cron", "tz", "method", "body",
+                         "params", "intervals", "persistent", "retries", "signing_key", "trace"})
 
 
 def _check_read_as_written(spec: dict[str, Any], text: str) -> None:
