@@ -558,10 +558,15 @@ local function spec_gate()
 end
 
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
--- KEYS: delayed, counts, recurring, leases, done:ok, done:failed, done:deleted, quarantine,
---       paused, corrupt (the bucket's keys, all under its tag `P{N}:`; corrupt, where a key of the wrong
---       type is set aside, may be left out, as producers before it did), then per task 2 keys: its
---       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
+-- KEYS, in one of two forms (docs/protocol.md, section 3):
+--   short (version 4): the bucket's `delayed` (`P{N}:delayed`), then per task its record
+--       `P{N}:t:<topic>:<id>`; the script names the bucket's other keys from its tag `P{N}:`, so a
+--       call passes no key it would not read (each costs Redis on every call), and Redis Cluster routes
+--       it by that tag, which all of them share;
+--   long (versions 1-3): delayed, counts, recurring, leases, done:ok, done:failed, done:deleted,
+--       quarantine, paused, corrupt (corrupt may be left out, as producers before it did), then per task
+--       2 keys: its record and its topic's parked set `P{N}:paused:<topic>`; every key the script may
+--       touch is declared, for servers that refuse undeclared keys; they are checked against those names.
 -- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
 -- task itself (docs/protocol.md version 2, section 7): a spec is then read only for what the scripts
@@ -574,8 +579,7 @@ end
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns the number of tasks written ('c'), or one 1 (written) or 0 (exists, nx) per task (protocol 1).
--- Every key the script may touch is in KEYS (Cluster proxies and Redis-compatible servers
--- route and check by them); the task's member (`topic:id`) is read from its record's key.
+-- The task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a set-aside cannot
@@ -584,29 +588,35 @@ end
 local now = now_ms()
 local flags, channel = ARGV[1], ARGV[2]
 local nx, checked = flags == '1' or flags == '1c', flags == '0c' or flags == '1c'
-local delayed, counts_key, recurring_key = KEYS[1], KEYS[2], KEYS[3]
+local delayed = KEYS[1]
 local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
 local prefix = tag .. 't:'
-local lead = KEYS[10] == tag .. 'corrupt' and 10 or 9  -- the bucket's keys before the tasks' (a record key is never that)
-local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'counts'
-  or recurring_key ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases' or KEYS[5] ~= tag .. 'done:ok'
-  or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted' or KEYS[8] ~= tag .. 'quarantine'
-  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
+local tasks = (#ARGV - 2) / 4
+local short = #KEYS == 1 + tasks
+local lead, stride = 1, 1  -- task n's record is KEYS[lead + stride * (n - 1) + 1] (and the long form's parked set next)
+local bad_keys = string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0
+if not short and not bad_keys then
+  lead, stride = KEYS[10] == tag .. 'corrupt' and 10 or 9, 2  -- (a record key is never that)
+  bad_keys = KEYS[2] ~= tag .. 'counts' or KEYS[3] ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases'
+    or KEYS[5] ~= tag .. 'done:ok' or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted'
+    or KEYS[8] ~= tag .. 'quarantine' or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + 2 * tasks
+end
 if bad_keys then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
 
--- Every task of the call, in order: its keys, priority, mode, value and spec. Fills `names`
+-- Every task of the call, in order: its key(s), priority, mode, value and spec. Fills `names`
 -- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
 -- `host`); `task` is the task being checked.
 local names, origins, task = {}, {}, 0
 local check_spec  -- spec_gate()'s, made for the first spec that needs it
 local function check_all()
-  local prefix_len, parked_prefix = #prefix, KEYS[9] .. ':'
+  local prefix_len, parked_prefix = #prefix, tag .. 'paused:'
   local last_topic, last_parked  -- a topic and parked key already checked
   for i = 3, #ARGV, 4 do
     task = task + 1
-    local task_key, parked = KEYS[2 * task + lead - 1], KEYS[2 * task + lead]
+    local task_key = KEYS[lead + stride * (task - 1) + 1]
+    local parked = not short and KEYS[lead + 2 * task] or nil
     local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     if string.sub(task_key, 1, prefix_len) ~= prefix then
       refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
@@ -618,7 +628,9 @@ local function check_all()
     if not known then check_name('topic', topic) end
     check_name('id', id)
     if not known then
-      if parked ~= parked_prefix .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
+      if parked and parked ~= parked_prefix .. topic then
+        refuse('key', "the task's second key must be " .. parked_prefix .. '<topic>')
+      end
       last_topic, last_parked = topic, parked
     end
     if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
@@ -701,6 +713,13 @@ local function claim_token(claim, created)
   return int_of(claim) or int_of(created) or 0
 end
 
+-- The zset of a paused topic's due tasks, set aside so they neither start nor keep the
+-- head of `delayed` (which would wake the bucket process again and again):
+-- `P{N}:paused:<topic>`, next to the bucket's `P{N}:paused` hash of paused topics.
+local function parked_key(paused_key, topic)
+  return paused_key .. ':' .. topic
+end
+
 local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
@@ -715,24 +734,27 @@ local function zrem_counted(zset, member, state, topic)
   if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
 end
 
-  expect('zset', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-  local quarantine_key = KEYS[8]
+  local leases, done_ok, done_failed, done_deleted = tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed',
+    tag .. 'done:deleted'
+  expect('zset', leases, done_ok, done_failed, done_deleted)
+  local quarantine_key = tag .. 'quarantine'
   expect('hash', quarantine_key)
-  return function(task_key, parked, member, topic, recurs, old)
+  return function(task_key, member, topic, recurs, old)
     -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
     -- no longer waits for its host.
     if old[2] == '1' then count_ready(old[3], topic, -1) end
     if PENDING[old[1]] then count_host(old[8], -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
-    zrem_counted(KEYS[4], member, 'running', topic)
-    zrem_counted(KEYS[5], member, 'ok', topic)
-    zrem_counted(KEYS[6], member, 'failed', topic)
-    zrem_counted(KEYS[7], member, 'deleted', topic)
+    zrem_counted(leases, member, 'running', topic)
+    zrem_counted(done_ok, member, 'ok', topic)
+    zrem_counted(done_failed, member, 'failed', topic)
+    zrem_counted(done_deleted, member, 'deleted', topic)
+    local parked = parked_key(tag .. 'paused', topic)
     expect('zset', parked)
     zrem_counted(parked, member, 'parked', topic)
     if not recurs then
-      schedules = schedules or recurring_index(recurring_key)
+      schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.remove(member)
     end
     return claim_token(old[4], old[5]) + 1
@@ -751,7 +773,7 @@ for n = 1, task do
   local i = 4 * n - 1
   local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local value = tonumber(ARGV[i + 3])
-  local task_key, parked, member, topic = KEYS[2 * n + lead - 1], KEYS[2 * n + lead], names[2 * n - 1], names[2 * n]
+  local task_key, member, topic = KEYS[lead + stride * (n - 1) + 1], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
@@ -783,7 +805,7 @@ for n = 1, task do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, parked, member, topic, recurs, old or {})
+      token = replace(task_key, member, topic, recurs, old or {})
     end
     local url = is_url(spec)
     local first = mode == 'next*'
@@ -833,7 +855,7 @@ for n = 1, task do
     scores[#scores + 1] = due_score(due_text, priority)
     scores[#scores + 1] = member
     if recurs then
-      schedules = schedules or recurring_index(recurring_key)
+      schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.add(member)
     end
     if due < earliest then earliest, earliest_member = due, member end
@@ -843,6 +865,7 @@ for n = 1, task do
 end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
 -- counts go through `counts` (flush_counts).
+local counts_key = tag .. 'counts'
 for topic, scores in pairs(by_topic) do
   local added = redis.call('ZADD', delayed, unpack(scores))
   if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end
