@@ -57,7 +57,7 @@ def test_a_stored_trace_that_does_not_parse_makes_the_record_corrupt(web, client
     spec = json.loads(r.hget(key, "spec"))
     r.hset(key, "spec", json.dumps({**spec, "trace": "01-<i>not</i>-a-traceparent"}))
     text = page(web, "/tasks/order:cancel/4")
-    assert "<h2>Corrupt record</h2><p>trace is not a W3C trace context</p>" in text
+    assert "<h2>Corrupt record</h2><p>record does not parse: trace is not a W3C trace context</p>" in text
     assert "01-&lt;i&gt;not&lt;/i&gt;-a-traceparent" in text and "trace id" not in text
 
 
