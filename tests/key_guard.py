@@ -5,7 +5,9 @@ scripts for one test (tests/store/conftest.py does it for every store test).
 
 Every script declares every key it touches (docs/redis-layout.md, "Declared keys"): any other key fails
 the call with `undeclared key in NAME.lua: CMD KEY`, so a new script (or a new key in an old one) cannot
-slip back.
+slip back. Scripts of TAGGED name their bucket's keys from the tag of their first declared key (add's short
+KEYS, docs/protocol.md section 3): for them a key passes if it shares that tag, the rule Redis Cluster routes
+by, and fails if it does not.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ FIRST_KEY = ("DUMP GET SET TYPE PERSIST PEXPIRE HDEL HEXISTS HGET HGETALL HINCRB
              "ZREMRANGEBYRANK ZREMRANGEBYSCORE ZSCORE ZRANK ZREVRANK ZREVRANGE ZREVRANGEBYSCORE").split()
 ALL_KEYS = ("DEL", "EXISTS")
 NO_KEYS = ("TIME", "PUBLISH")
+# Scripts that may touch undeclared keys under the hash tag of their KEYS[1] (docs/redis-layout.md, "Declared keys").
+TAGGED = ("add",)
 
 def _lua_set(names) -> str:
     return "{" + ", ".join(f"[{name!r}] = true" for name in names) + "}"
@@ -41,6 +45,7 @@ def prelude(audit: bool = False) -> str:
     return f"""local redis = (function()
   local script, keys, declared = '?', nil, {{}}
   local first, all, none = {_lua_set(FIRST_KEY)}, {_lua_set(ALL_KEYS)}, {_lua_set(NO_KEYS)}
+  local tagged = {_lua_set(TAGGED)}
   local function check(cmd, ...)
     local name, args = string.upper(cmd), {{...}}
     local last = 1
@@ -51,9 +56,10 @@ def prelude(audit: bool = False) -> str:
       keys, declared = KEYS, {{}}
       for _, key in ipairs(KEYS) do declared[key] = true end
     end
+    local tag = tagged[script] and string.match(KEYS[1] or '', '^[^{{]*{{[^}}]*}}:')
     for i = 1, last do
       local key = args[i]
-      if not declared[key] then
+      if not declared[key] and not (tag and string.sub(key, 1, #tag) == tag) then
         local message = 'undeclared key in ' .. script .. '.lua: ' .. name .. ' ' .. tostring(key)
         {refuse}
       end

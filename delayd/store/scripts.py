@@ -23,9 +23,10 @@ ALLOW_OOM = frozenset({"delete"})
 class Script:
     """One Lua script from `delayd/store/lua/NAME.lua`."""
 
-    # The helpers: _lib.lua, and after them the limits' (_limits.lua) and the taking ones (_take.lua), as one lib.
+    # The helpers: _lib.lua, then the limits' (_limits.lua), the taking ones (_take.lua) and add's gate
+    # (_gate.lua), as one lib.
     _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text()
-                   for name in ("_lib.lua", "_limits.lua", "_take.lua"))
+                   for name in ("_lib.lua", "_limits.lua", "_take.lua", "_gate.lua"))
 
     def __init__(self, name: str):
         self.name = name

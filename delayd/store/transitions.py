@@ -56,12 +56,6 @@ def take_args(quotas: tuple[int, int, int], n: int, url: bool) -> list[Any]:
     return [*quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES)]
 
 
-def add_keys(keys: BucketKeys) -> list[str]:
-    """add.lua's leading KEYS: the bucket's keys it may touch (docs/protocol.md)."""
-    return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
-            keys.done("deleted"), keys.quarantine, keys.paused, keys.corrupt]
-
-
 class Store:
     """The transitions of the task store, for one key prefix and bucket count. Steps run on
     any transport; the plain methods run on `redis_client` (sync: the daemon's processes)."""
@@ -101,13 +95,13 @@ class Store:
 
     # -- producers -------------------------------------------------------------------
     def add_args(self, keys: BucketKeys, tasks: Iterable[tuple[Task, str, Any]]) -> tuple[list[Any], list[Any]]:
-        """add.lua's per-task KEYS (the record, the topic's parked set) and ARGV (spec, priority,
-        mode, value) of (task, mode, value) triples (value: ms, or a debounce's 'WAIT:MOST'); a
+        """add.lua's per-task KEYS (the record: its short form, docs/protocol.md section 3) and ARGV (spec,
+        priority, mode, value) of (task, mode, value) triples (value: ms, or a debounce's 'WAIT:MOST'); a
         recurring task's mode gets a '*': it goes in the `recurring` index too."""
         task_keys: list[Any] = []
         args: list[Any] = []
         for task, mode, value in tasks:
-            task_keys += [keys.task(task.key), keys.parked(task.topic)]
+            task_keys.append(keys.task(task.key))
             args += [spec_json(task), task.priority, mode + "*" if task.recurring else mode, value]
         return task_keys, args
 
@@ -117,7 +111,7 @@ class Store:
         Its leading keys and args are the same for every call of a bucket: packed once (Script.head)."""
         start = self._add_starts.get((keys.bucket, nx))
         if start is None:
-            lead_keys, lead_args = add_keys(keys), [f"{int(nx)}c", keys.wake_channel]
+            lead_keys, lead_args = [keys.delayed], [f"{int(nx)}c", keys.wake_channel]
             head = SCRIPTS["add"].head(lead_keys, lead_args)
             start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, head)
         lead_keys, lead_args, head = start
