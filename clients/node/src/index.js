@@ -25,8 +25,6 @@ export class StoreError extends Error {
 const VERSIONS = { layout: String(LAYOUT), protocol: String(PROTOCOL) };
 const MAX_BUCKETS = 1024;
 // add.lua's leading KEYS: the bucket's keys it may touch, after its tag.
-const ADD_KEYS = ['delayed', 'counts', 'recurring', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-  'paused', 'corrupt'];
 const ADD_BATCH = 200; // tasks per add.lua call, as the Python client sends them
 const STATUSES = ['delayed', 'running', 'ok', 'failed', 'deleted'];
 const ATTEMPT_FIELDS = ['run', 'at', 'ms', 'outcome', 'status', 'error'];
@@ -167,24 +165,25 @@ export class Client {
   }
 
   /** One add.lua call writing `entries` (built tasks) of one bucket, packed (docs/protocol.md section 3):
-   * KEYS the bucket's 10 keys, then the record and parked set of each task; ARGV the flags (nx, and 'c': this
+   * KEYS in the short form, the bucket's `delayed` then each task's record (the script names the bucket's other
+   * keys from the tag); ARGV the flags (nx, and 'c': this
    * client checked every task, section 7), the wake channel, then each task's spec, priority, mode and value.
    * Its reply: how many it wrote. */
   addCall(bucket, entries, nx) {
     const tag = this.tag(bucket);
     let head = this.addHeads.get(bucket);
     if (head === undefined) {
-      head = [ADD_KEYS.map((name) => bulk(tag + name)).join(''), bulk(`${this.prefix}wake:${bucket}`), `${tag}delayed`];
+      head = [bulk(`${tag}delayed`), bulk(`${this.prefix}wake:${bucket}`), `${tag}delayed`];
       this.addHeads.set(bucket, head);
     }
     let keys = head[0];
     let args = (nx ? '$2\r\n1c\r\n' : '$2\r\n0c\r\n') + head[1];
     for (const { task, mode, value } of entries) {
-      keys += bulk(`${tag}t:${task.key}`) + bulk(`${tag}paused:${task.topic}`);
+      keys += bulk(`${tag}t:${task.key}`);
       args += bulk(task.spec) + bulk(task.priority) + bulk(task.recurring ? mode + '*' : mode) + bulk(value);
     }
     const count = entries.length;
-    return ['add', scriptCall(this.leads.add, keys, ADD_KEYS.length + 2 * count, args, 2 + 4 * count), head[2]];
+    return ['add', scriptCall(this.leads.add, keys, 1 + count, args, 2 + 4 * count), head[2]];
   }
 
   /**

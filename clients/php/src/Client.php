@@ -189,12 +189,10 @@ final class Client
     {
         $bucket = $this->bucketOf($tasks[0]->member);
         $tag = $this->prefix . '{' . $bucket . '}:';
-        $keys = ["{$tag}delayed", "{$tag}counts", "{$tag}recurring", "{$tag}leases", "{$tag}done:ok",
-            "{$tag}done:failed", "{$tag}done:deleted", "{$tag}quarantine", "{$tag}paused", "{$tag}corrupt"];
+        $keys = ["{$tag}delayed"];  // the short form: delayed, then each task's record (the script names the rest)
         $args = [$nx ? '1c' : '0c', $this->prefix . 'wake:' . $bucket];
         foreach ($tasks as $task) {
             $keys[] = "{$tag}t:{$task->member}";
-            $keys[] = "{$tag}paused:{$task->topic}";
             array_push($args, $task->spec, $task->priority, $task->mode, $task->value);
         }
         return [$keys, $args];
