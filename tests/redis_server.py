@@ -20,9 +20,11 @@ from redis.client import NEVER_DECODE
 from delayd.daemon.embedded import find_redis_server
 
 # Read once, at import: tests/conftest.py then clears every DELAYD_* variable, so that the
-# delayd commands the tests run neither see it nor warn about an unknown option.
-SERVER_VARIABLE = "DELAYD_TEST_REDIS"
-CHOSEN_SERVER = os.environ.get(SERVER_VARIABLE, "")
+# delayd commands the tests run neither see it nor warn about an unknown option. The choice is carried
+# to pytest-xdist's workers, which start after that, under another name.
+SERVER_VARIABLE, CARRIED_VARIABLE = "DELAYD_TEST_REDIS", "PYTEST_DELAYD_REDIS_SERVER"
+CHOSEN_SERVER = os.environ.get(SERVER_VARIABLE) or os.environ.get(CARRIED_VARIABLE, "")
+os.environ[CARRIED_VARIABLE] = CHOSEN_SERVER
 
 
 def server_binary() -> str:
