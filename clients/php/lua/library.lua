@@ -1,4 +1,4 @@
-#!lua name=delayd_43f6210a758cc95c
+#!lua name=delayd_bac2688a28c5b2d8
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -586,45 +586,14 @@ local function free_slots(lp, freed, now, reach)
     if removed > 0 then wake_held(lp, topic, now, reach) end
   end
 end
--- Taking helpers (take.lua, and claim.lua's pop mode): popping a bucket's ready lists, and the member
--- of `taking` that holds what was popped until its claim.
+-- The takes of earlier versions (promote.lua): their take.lua popped ready members into the bucket's
+-- `taking` zset, one member per take, for their claim.lua to start in a second call. This version's claim
+-- pops and starts in one call; promote still puts back the takes an older queue process left there
+-- (killed or hung between its two calls) while daemons of both versions run during an upgrade.
+-- A take (hold_take of those versions): per task, in order, `<list> <length> <member>` (its list, so
+-- that putting it back needs no record; the length, as a member may hold any byte), at its deadline (ms).
 
--- Pop up to n members of one bucket's ready lists `lists` (priority 3, 2, 1), weighted by priority:
--- the first pass takes up to each priority's quota (`quota`, by the same index), a second fills
--- whatever is left over in priority order (favours high priorities, never starves priority 1).
--- Returns the members, in the order popped, and the name of each one's list (`names[p]`: '3', 'u2', ...).
-local function pop_ready(lists, names, quota, n)
-  local members, from = {}, {}
-  local emptied = {}  -- lists this call found short: the second pass skips them
-  local function pop(p, want)
-    if want <= 0 or emptied[p] then return end
-    local popped = on('list', 'LPOP', lists[p], want)
-    if not popped or #popped < want then emptied[p] = true end
-    if not popped then return end
-    for _, member in ipairs(popped) do
-      members[#members + 1] = member
-      from[#from + 1] = names[p]
-    end
-  end
-  for p = 1, 3 do pop(p, math.min(quota[p], n - #members)) end
-  for p = 1, 3 do pop(p, n - #members) end
-  return members, from
-end
-
--- Hold popped members (their lists `from`, by the same index) in `taking` as one take, at its deadline
--- (`clock`, Redis's clock in µs, so that takes sort in the order they were made, + `hold` ms): per task,
--- in order, `<list> <length> <member>` (its list, so that putting it back needs no record; the length,
--- as a member may hold any byte). Returns the take, its member of `taking` ('' when there is none).
-local function hold_take(taking, clock, hold, members, from)
-  if #members == 0 then return '' end
-  local parts = {}
-  for i, member in ipairs(members) do parts[i] = from[i] .. ' ' .. #member .. ' ' .. member end
-  local take = table.concat(parts)
-  on('zset', 'ZADD', taking, clock / 1000 + hold, take)
-  return take
-end
-
--- The entries of a take (hold_take's member), in the order popped: {list name ('3', 'u2', ...), member}.
+-- The entries of a take (its member of `taking`), in the order popped: {list name ('3', 'u2', ...), member}.
 local function take_entries(take)
   local entries, at = {}, 1
   while true do
@@ -1031,7 +1000,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_43f6210a758cc95c_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1312,7 +1281,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1329,7 +1298,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1406,28 +1375,26 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
--- claim: the second half of a claim (take.lua popped the members): start the given members of one
--- bucket, leasing them. Or, in pop mode (ARGV from 8 on given), a take and its claim in one call: it
--- pops as take.lua does, starts at once the popped members whose keys its caller declared (the members
--- named by a ready message: promote.lua) of no lower priority than any other popped, and holds the
--- others in `taking` as a take, for the usual claim.
--- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside, taking,
+-- claim: pops up to n members of one bucket's ready lists of one kind, weighted by priority, and starts
+-- them, leasing them: one call. The records of the members popped (`P{N}:t:<member>`), and their topics'
+-- parked (`paused:<topic>`) and held (`limited:<topic>`) sets, cannot be known before the call: the script
+-- builds their names from the task-key prefix and the declared keys, all under the bucket's hash tag
+-- `P{N}:`, which Redis Cluster routes the call by (docs/redis-layout.md, "Declared keys"). So do the
+-- limits' keys of their topics (`tat:`, `run:`, `where:` under `P{limits}:`, whose `conf` is declared;
+-- a single Redis only).
+-- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside,
 --       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
---       then for URL tasks on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster),
---       then the record of each member of the take (from KEYS[ARGV[6]] on, in its order), then for each
---       distinct topic its parked set (paused:<topic>) and held set (limited:<topic>), and on a
---       single Redis the limits' keys of those topics (P{limits}:conf, tat:, run:, where:, corrupt);
---       in pop mode, last, the ready lists of priority 3, 2, 1 of the kind popped
+--       the ready lists of priority 3, 2, 1 of the kind claimed (ready:3 ... or ready:u3 ...),
+--       then on a single Redis the limits' conf (P{limits}:conf) and, for URL tasks, the disabled
+--       hosts (P{hosts}:off)
 -- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, the index in KEYS of the first record, the take (its member of `taking`, take.lua;
---       '' in pop mode), then in pop mode take.lua's ARGV (quotas, n, hold, the lists' names) and the
---       members whose records are declared (the hints), in the order of their records
--- The take is removed from `taking` first: if it was not there, promote put its members back in their
--- ready lists meanwhile (its hold ran out) and nothing is started (a fence: another claim may start them).
+--       bucket id, task-key prefix (P{N}:t:), the quotas of priority 3, 2, 1, n
+-- Pops as pop_ready below says. Takes an older version left in `taking` (its take.lua) are not this
+-- script's: promote puts them back when their hold runs out, and that version's claim starts them.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -1437,31 +1404,51 @@ counts, runs = {}, {}
 -- neither 0 nor 1, a status other than delayed, a member that is not topic:id) is
 -- quarantined. Fields it only passes on (spec, due, created, ...) are checked by
 -- the worker, which quarantines the task through finish.
--- A task of a topic paused since take popped it is parked, as pause.lua's park would (not run).
+-- A task of a topic paused since promote made it ready is parked, as pause.lua's park would (not run).
 -- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
 -- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
 -- start and slot for it then; a released task not started gives that slot back; a lapsed run runs again
 -- without another start, in a free slot, ahead of them): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
 -- and the topic's entry in `limited` says when promote should look at it again. A held task
--- leaves its slot of the call unused: the caller takes again. A released task's wait for its limit
+-- leaves its slot of the call unused: the caller claims again. A released task's wait for its limit
 -- is counted apart (`limited`, `limited_ms`) from its lateness, which keeps only the daemon's own delay.
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
 -- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
 -- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
--- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
---          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')};
--- in pop mode {now, members popped, the take of those not hinted ('' if none), their count, them...,
---          then the tasks' values}
+-- Returns {now, members popped, then per task started 9 values: member, spec, runs, claim, due, created,
+--          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
+
+-- Pop up to n members of the bucket's ready lists (priority 3, 2, 1), weighted by priority: the first
+-- pass takes up to each priority's quota (`quota`, by the same index), a second fills whatever is left
+-- over in priority order (favours high priorities, never starves priority 1).
+local function pop_ready(lists, quota, n)
+  local members = {}
+  local emptied = {}  -- lists this call found short: the second pass skips them
+  local function pop(p, want)
+    if want <= 0 or emptied[p] then return end
+    local popped = on('list', 'LPOP', lists[p], want)
+    if not popped or #popped < want then emptied[p] = true end
+    if not popped then return end
+    for _, member in ipairs(popped) do members[#members + 1] = member end
+  end
+  for p = 1, 3 do pop(p, math.min(quota[p], n - #members)) end
+  for p = 1, 3 do pop(p, n - #members) end
+  return members
+end
+
 local now = now_ms()
-local lease, first = tonumber(ARGV[1]), tonumber(ARGV[6])
+local popped = pop_ready({KEYS[14], KEYS[15], KEYS[16]}, {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])},
+  tonumber(ARGV[10]))
+if #popped == 0 then return {now, 0} end  -- (nothing ready: none of the reads below)
+local lease, prefix = tonumber(ARGV[1]), ARGV[6]
 -- Numbers every started task writes, as text once: a Lua number given to redis.call is formatted per
 -- argument (%.17g, the dearest step of a task's claim after the commands themselves).
 local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease)
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
-local out = {now}
+local out = {now, #popped}
 local taken = 0
 local lease_head = on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
@@ -1469,14 +1456,14 @@ local lp, bucket = ARGV[4], ARGV[5]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
 local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if first > 15 then
-  local origins = redis.pcall('HKEYS', KEYS[15])
+if KEYS[18] then
+  local origins = redis.pcall('HKEYS', KEYS[18])
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
     off = {}
     for _, origin in ipairs(origins) do off[origin] = true end
   end
 end
--- Whether `topic` was paused in this bucket since take popped its tasks: one HGET per topic claimed, never
+-- Whether `topic` was paused in this bucket since promote made its tasks ready: one HGET per topic claimed, never
 -- the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
 local pauses, none_paused = {}, nil  -- (none_paused: the hash is empty, usually: no topic looked up)
 local function paused(topic)
@@ -1551,7 +1538,7 @@ local function defect(r, task_key, member)
   if not string.find(member, ':', 1, true) then return 'member is not topic:id' end
 end
 
--- Start (or hold, park, skip) the task `member` of the take, whose record is `task_key`.
+-- Start (or hold, park, skip) the popped task `member`, whose record is `task_key`.
 local function claim(member, task_key)
   local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
     'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
@@ -1602,42 +1589,7 @@ local function claim(member, task_key)
   end
 end
 
--- Pop mode: the popped members whose records are declared (hinted) start now, the others are a take.
-local popped, rest = nil, nil
-if ARGV[8] then
-  local hinted = {}
-  for i = 16, #ARGV do hinted[ARGV[i]] = KEYS[first + i - 16] end
-  local members, from = pop_ready({KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]}, {ARGV[13], ARGV[14], ARGV[15]},
-    {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}, tonumber(ARGV[11]))
-  -- A hinted member starts now unless one of a higher priority popped with it is not hinted: then it
-  -- joins the take, claimed in the next round trip, so that no member starts ahead of a higher priority
-  -- popped with it (issue 41).
-  local rank = {[ARGV[13]] = 1, [ARGV[14]] = 2, [ARGV[15]] = 3}
-  local first_left = 4  -- the best rank of a member not hinted
-  for i, member in ipairs(members) do
-    if not hinted[member] then first_left = math.min(first_left, rank[from[i]]) end
-  end
-  local starting, left, left_from = {}, {}, {}
-  for i, member in ipairs(members) do
-    if hinted[member] and rank[from[i]] <= first_left then
-      starting[#starting + 1] = member
-    else
-      left[#left + 1] = member
-      left_from[#left] = from[i]
-    end
-  end
-  -- The take first: a claim below that failed would leave the others in `taking`, not lost.
-  popped = #members
-  rest = {hold_take(KEYS[9], now_us(), tonumber(ARGV[12]), left, left_from), #left, unpack(left)}
-  for _, member in ipairs(starting) do claim(member, hinted[member]) end
-end
-
--- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced
--- off, nothing started. Its members, in order, are those of the records declared from KEYS[first] on.
-local take = ARGV[7]
-if take ~= '' and on('zset', 'ZREM', KEYS[9], take) == 1 then
-  for i, entry in ipairs(take_entries(take)) do claim(entry[2], KEYS[first + i - 1]) end
-end
+for _, member in ipairs(popped) do claim(member, prefix .. member) end
 flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
 if unreserved then free_slots(lp, unreserved, now, {[KEYS[6]] = true}) end  -- (other buckets: gate_next's time)
@@ -1658,14 +1610,11 @@ end
 if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
   redis.call('PUBLISH', ARGV[2], now + lease)
 end
-flush_stats(KEYS[2], KEYS[3], 10, now)
-if not popped then return out end
-local reply = {now, popped, unpack(rest)}
-for i = 2, #out do reply[#reply + 1] = out[i] end
-return reply
+flush_stats(KEYS[2], KEYS[3], 9, now)
+return out
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1710,7 +1659,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1858,7 +1807,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1886,7 +1835,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1942,7 +1891,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -1968,7 +1917,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2025,7 +1974,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2049,7 +1998,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2087,16 +2036,12 @@ local limit_text = string.format('%d', limit)
 local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
 local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
 -- Due tasks pushed per ready list (in due order), and the kinds of list that got
--- some, which the ready message names ('' call/push, 'u' URL), with the first HINT_MAX members
--- made ready of each kind (a queue process claims those in one call: claim.lua's pop mode).
+-- some, which the ready messages name ('' call/push, 'u' URL).
 local pushes, kinds = {}, {}
-local HINT_MAX = 32
 
--- A member made ready in a list of kind `kind`: named in the kind's ready message if there is room.
-local function announce(kind, member)
-  local hinted = kinds[kind] or {}
-  kinds[kind] = hinted
-  if #hinted < HINT_MAX then hinted[#hinted + 1] = member end
+-- A member made ready in a list of kind `kind`: the kind's ready message goes out.
+local function announce(kind)
+  kinds[kind] = true
 end
 
 -- The keys the call may touch (KEYS, made a set at the first question: an idle tick asks none), and
@@ -2259,7 +2204,7 @@ for _, member in ipairs(due) do
     local batch = pushes[list] or {}
     pushes[list] = batch
     batch[#batch + 1] = member
-    announce(kind, member)
+    announce(kind)
     count_ready(priority, topic, 1)
     moved = moved + 1
   end
@@ -2310,7 +2255,7 @@ local function release(topic, held, topic_keys)
           local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
           fronts[list] = fronts[list] or {}
           table.insert(fronts[list], 1, member)
-          announce(kind, member)
+          announce(kind)
           count_ready(r[4], topic, 1)
           moved = moved + 1
           if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
@@ -2404,7 +2349,7 @@ for _, member in ipairs(lapsed) do
     else
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
       local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
-      announce(kind, member)
+      announce(kind)
       backs[list] = backs[list] or {}
       table.insert(backs[list], 1, member)
       count_ready(r[2], topic, 1)
@@ -2441,17 +2386,15 @@ for k = 6, 8 do
 end
 flush_stats(KEYS[10], KEYS[11], 17, now)
 
--- Takes never claimed (their queue process died or hung): back to the front of their lists (_take.lua).
+-- Takes an earlier version's queue process never claimed (it died or hung between its take and its
+-- claim): back to the front of their lists (_take.lua).
 local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
-local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list, member)
-  announce(string.sub(list, 1, -2), member)
+local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list)
+  announce(string.sub(list, 1, -2))
 end)
 
--- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced; then,
--- space-separated, the members named (announce; a member holds no space: add.lua).
-for kind, hinted in pairs(kinds) do
-  redis.call('PUBLISH', ARGV[4], table.concat({kind .. ARGV[5], unpack(hinted)}, ' '))
-end
+-- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
+for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
 -- The keys the next call will probably need: the records of the members of `delayed` due within
 -- AHEAD_MS of its head or of now, whichever is later (at most a batch: a backlog's next batch), and of
 -- leases lapsing within AHEAD_MS of now (with their topics' limits' keys).
@@ -2484,7 +2427,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2512,7 +2455,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2546,7 +2489,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2593,7 +2536,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2632,7 +2575,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2662,7 +2605,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bac2688a28c5b2d8_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
@@ -2730,27 +2673,5 @@ end
 
 local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {now, first, head[2] and due_time(head[2]) or false, read(0, 'HLEN', KEYS[2]), lag, truncated}
-
-end}
-redis.register_function{function_name='delayd_43f6210a758cc95c_take', flags={}, callback=function(keys, argv)
-KEYS, ARGV = keys, argv
-local KEYS, ARGV = keys, argv
--- take: the first half of a claim. Pops up to n members of one bucket's ready lists, weighted by
--- priority, into the bucket's `taking` zset, where claim.lua (given their records in KEYS) starts
--- them. It touches no record: the members it pops are not known before the call, so their keys
--- could not be declared (claim.lua's pop mode claims at once those whose keys its caller declared).
--- KEYS: ready:3, ready:2, ready:1 (or ready:u3, ready:u2, ready:u1 for URL tasks), taking, corrupt (set_aside)
--- ARGV: quota for priority 3, 2, 1, n, hold (ms), the ready lists' names in `taking` ('3', '2', '1' or 'u3', ...)
--- Pops as pop_ready does (_take.lua); the whole take is one member of `taking` (hold_take: one ZADD,
--- and one ZREM for its claim, whatever its size).
--- A take still there at its deadline (its queue process died or hung before claiming) goes back to
--- the front of its lists (promote.lua); a claim that comes later finds it gone and starts nothing.
--- Returns {now, the take (its member of `taking`, for claim.lua; '' when it took nothing), members...}
-local clock = now_us()
-local members, from = pop_ready({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[6], ARGV[7], ARGV[8]},
-  {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])}, tonumber(ARGV[4]))
-local out = {math.floor(clock / 1000), hold_take(KEYS[4], clock, tonumber(ARGV[5]), members, from)}
-for _, member in ipairs(members) do out[#out + 1] = member end
-return out
 
 end}
