@@ -43,7 +43,8 @@ local function set_aside(key, found, kind)
   if #fields >= 2 * CORRUPT_KEPT and redis.call('HEXISTS', aside, key) == 0 then
     local oldest, oldest_at = nil, math.huge
     for _, field in ipairs(fields) do
-      local at = string.sub(field, -4) == '|why' and int_of(string.match(redis.call('HGET', aside, field) or '', '^%d+'))
+      local at = string.sub(field, -4) == '|why'
+        and int_of(string.match(redis.call('HGET', aside, field) or '', '^%d+'))
       if at and at < oldest_at then oldest, oldest_at = string.sub(field, 1, -5), at end
     end
     if oldest then redis.call('HDEL', aside, oldest, oldest .. '|why') else redis.call('DEL', aside) end

@@ -1,4 +1,4 @@
-#!lua name=delayd_bac2688a28c5b2d8
+#!lua name=delayd_7ed31bc76e31c43c
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -58,7 +58,8 @@ local function set_aside(key, found, kind)
   if #fields >= 2 * CORRUPT_KEPT and redis.call('HEXISTS', aside, key) == 0 then
     local oldest, oldest_at = nil, math.huge
     for _, field in ipairs(fields) do
-      local at = string.sub(field, -4) == '|why' and int_of(string.match(redis.call('HGET', aside, field) or '', '^%d+'))
+      local at = string.sub(field, -4) == '|why'
+        and int_of(string.match(redis.call('HGET', aside, field) or '', '^%d+'))
       if at and at < oldest_at then oldest, oldest_at = string.sub(field, 1, -5), at end
     end
     if oldest then redis.call('HDEL', aside, oldest, oldest .. '|why') else redis.call('DEL', aside) end
@@ -1000,7 +1001,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1281,7 +1282,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1298,7 +1299,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1375,7 +1376,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1614,7 +1615,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1659,7 +1660,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1807,7 +1808,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1835,11 +1836,12 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
--- KEYS: seen (zset: origin -> last report, ms), off, events, corrupt (set_aside), then one hash per host, `P{hosts}:h:<origin>`
+-- KEYS: seen (zset: origin -> last report, ms), off, events, corrupt (set_aside), then one hash per host,
+--       `P{hosts}:h:<origin>`
 -- ARGV: per host 5 values: deliveries, failures, last outcome ('ok' or 'fail'), last error
 --       ('' when none failed), ms the host's circuit stays open from now (0: closed); then the ms of
 --       continuous failure after which a host is disabled (url_disable_after; 0: never)
@@ -1891,12 +1893,13 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
 -- the buckets holding the topic's tasks are told, in their own slots.
--- KEYS: conf, tat:<topic>, run:<topic>, where:<topic>, corrupt (set_aside; all under P{limits}:), every bucket's limited
+-- KEYS: conf, tat:<topic>, run:<topic>, where:<topic>, corrupt (set_aside; all under P{limits}:),
+--       every bucket's limited
 -- ARGV: topic, the limit as 'N PERIOD_MS K' (N starts per PERIOD_MS, 0 = no rate; K runs in
 --       flight, 0 = no cap) or '' to clear it, the limits prefix P{limits}:
 -- A new limit holds from the next claim (runs already in flight are not counted against it); the
@@ -1917,7 +1920,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1974,7 +1977,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -1998,7 +2001,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2421,13 +2424,15 @@ local next_due = head[2] and due_of_score(head[2]) or -1
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
 local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
-if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then next_lease = math.ceil(tonumber(taking[2])) end
+if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then
+  next_lease = math.ceil(tonumber(taking[2]))
+end
 local full = 0
 if #found == limit or #expired == limit or full_held or cut or lost_left then full = 1 end
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2455,7 +2460,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2489,7 +2494,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2536,7 +2541,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2575,7 +2580,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2605,7 +2610,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_bac2688a28c5b2d8_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7ed31bc76e31c43c_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -1,5 +1,6 @@
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
--- KEYS: seen (zset: origin -> last report, ms), off, events, corrupt (set_aside), then one hash per host, `P{hosts}:h:<origin>`
+-- KEYS: seen (zset: origin -> last report, ms), off, events, corrupt (set_aside), then one hash per host,
+--       `P{hosts}:h:<origin>`
 -- ARGV: per host 5 values: deliveries, failures, last outcome ('ok' or 'fail'), last error
 --       ('' when none failed), ms the host's circuit stays open from now (0: closed); then the ms of
 --       continuous failure after which a host is disabled (url_disable_after; 0: never)

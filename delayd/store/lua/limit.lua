@@ -1,6 +1,7 @@
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
 -- the buckets holding the topic's tasks are told, in their own slots.
--- KEYS: conf, tat:<topic>, run:<topic>, where:<topic>, corrupt (set_aside; all under P{limits}:), every bucket's limited
+-- KEYS: conf, tat:<topic>, run:<topic>, where:<topic>, corrupt (set_aside; all under P{limits}:),
+--       every bucket's limited
 -- ARGV: topic, the limit as 'N PERIOD_MS K' (N starts per PERIOD_MS, 0 = no rate; K runs in
 --       flight, 0 = no cap) or '' to clear it, the limits prefix P{limits}:
 -- A new limit holds from the next claim (runs already in flight are not counted against it); the

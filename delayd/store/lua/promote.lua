@@ -417,7 +417,9 @@ local next_due = head[2] and due_of_score(head[2]) or -1
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
 local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
-if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then next_lease = math.ceil(tonumber(taking[2])) end
+if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then
+  next_lease = math.ceil(tonumber(taking[2]))
+end
 local full = 0
 if #found == limit or #expired == limit or full_held or cut or lost_left then full = 1 end
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
