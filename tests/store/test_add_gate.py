@@ -419,3 +419,19 @@ def test_the_short_form_refuses_a_record_of_another_bucket_or_a_wrong_count(r, s
     refused(r, [keys.delayed, "delayd:{1}:t:t:1"], args, "delayd:bad-task key: not a record key of this bucket")
     refused(r, [keys.delayed, keys.task("t:1"), keys.task("t:2")], args, "delayd:bad-call")
     refused(r, [keys.counts, keys.task("t:1")], args, "delayd:bad-call")
+
+
+@pytest.mark.parametrize("spec, written", [
+    ('{"call":"a:b","\\u0065very":60}', False), ('{"call":"a:b","\\u0063ron":"* * * * *"}', False),
+    ('{"call":"a:b","ev\\u0065ry":60}', False), ('{"call":"a:b","params":{"x":"\\u00e9\\u4e2d"}}', True),
+])
+def test_a_checked_spec_that_spells_a_schedule_with_escapes_is_still_read(r, store, spec, written):
+    """A checked call's spec is read without decoding only when it cannot have a schedule (unread_ok): a name
+    spelled with \\u escapes of ASCII letters is decoded and held to its mode; escapes of other text are not."""
+    keys, args = good_call(store, 1)
+    args = ["0c", *args[1:]]
+    args[2] = spec.replace('"a:b"', '"shop.tasks:run"')
+    if written:
+        assert add(r, keys, args) == 1
+    else:
+        refused(r, keys, args, "delayd:bad-task mode")

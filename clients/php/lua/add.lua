@@ -330,17 +330,20 @@ local function plain_ok(t, spec, mode, recurs)
 end
 
 -- A checked call's spec of a task whose mode does not recur, read without decoding it: true when it has no
--- schedule, which it cannot have without naming `every` or `cron` (or holding a \u escape, JSON's one way to
--- spell a name otherwise), and, for a URL task, when its URL (written first, without escapes) passes
+-- schedule, which it cannot have without naming `every` or `cron` (or holding a \u escape of a lowercase ASCII
+-- letter, `\u006x` or `\u007x`: JSON's one way to spell such a name otherwise; the escapes of other text, which
+-- producers write for what is not ASCII, are looked for only once one is found), and, for a URL task, when its
+-- URL (written first, without escapes) passes
 -- check_url (SPEC section 9); then also the URL. Such a spec is written as it is: what else is wrong with
 -- it the daemon finds when it reads the record, and sets the record aside at its first claim with the
 -- reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py). False: the
 -- spec is decoded (plain_ok) and, if that leaves doubt, held to the whole gate.
 local function unread_ok(spec)
-  if #spec > MAX_SPEC or string.find(spec, '"every"', 1, true) or string.find(spec, '"cron"', 1, true)
-      or string.find(spec, '\\u', 1, true) then
+  if #spec > MAX_SPEC or string.find(spec, '"every"', 1, true) or string.find(spec, '"cron"', 1, true) then
     return false
   end
+  local escape = string.find(spec, '\\u', 1, true)
+  if escape and string.find(spec, '\\u00[67]', escape) then return false end
   if not is_url(spec) then return true end
   local url = string.match(spec, '^{"url":"([^"\\]*)"')
   if not url then return false end
