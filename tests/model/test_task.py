@@ -527,6 +527,10 @@ SPEC_CASES = [
     dict(call="a:b", every=90),
     dict(call="a:b", cron="*/5 * * * *", tz="Europe/Paris"),
     dict(call="a:b", cron="0 3 * * *", method="POST"),
+    dict(call="a:b", intervals=[0], persistent=False, params={"i": 7, "due": 1765000000.125}),  # (given as [0])
+    dict(call="a:b", every=5.25, timeout=30.0),
+    dict(call="a:b", retries=3, params={"n": [{"x": 1e-7}], "s": "\u2028"}),
+    dict(url="http://h/", signing_key="k.1", traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01", tracestate="a=b"),
 ]
 
 
@@ -542,12 +546,13 @@ def test_spec_json_is_the_compact_json_of_the_spec(fields):
         expected["body"] = task.body
     if task.params:
         expected["params"] = task.params
-    if task.intervals != [0]:
+    if not (task.backoff or task.recurring):
         expected["intervals"] = task.intervals
     if not task.persistent:
         expected["persistent"] = False
-    if task.tz not in (None, "UTC"):
-        expected["tz"] = task.tz
+    for name in ("retries", "tz", "signing_key", "trace"):
+        if getattr(task, name) not in (None, "UTC"):
+            expected[name] = getattr(task, name)
     assert spec_json(task) == json.dumps(expected, separators=(",", ":"))
     assert from_record("t:1", {"spec": spec_json(task), "priority": str(task.priority)}) == task
 
