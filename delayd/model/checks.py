@@ -18,6 +18,7 @@ DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
 MAX_RETRIES = 10_000
 RETRY_JITTER = 0.1  # a backoff delay is up to this much (a fraction) longer, never shorter
 MAX_NAME = 512
+MAX_INTERVAL = 10 * 365 * 86400  # seconds: ten years
 MAX_PARAMS_DEPTH = 64  # params nest at most this deep (the params object is level 1; the add script checks the same)
 # A target is `package.module:function` (dotted identifiers on both sides).
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -78,6 +79,9 @@ def parse_intervals(value: Any) -> list[float]:
         raise TaskError("intervals may hold at most 1000 entries")
     out: list[float] = []
     for item in items:
+        if type(item) is int and 0 <= item <= MAX_INTERVAL:  # the usual: whole seconds, as the checks below keep them
+            out.append(item)
+            continue
         if isinstance(item, bool):
             raise TaskError(f"interval {item!r} is not a number of seconds")
         try:
@@ -88,7 +92,7 @@ def parse_intervals(value: Any) -> list[float]:
             raise TaskError(f"interval {item!r} is not a number of seconds") from None
         if not math.isfinite(number) or number < 0:
             raise TaskError(f"interval {item!r} must be a finite number >= 0")
-        if number > 10 * 365 * 86400:
+        if number > MAX_INTERVAL:
             raise TaskError(f"interval {item!r} is longer than ten years")
         out.append(int(number) if number.is_integer() else number)
     return out

@@ -568,3 +568,25 @@ def test_topics_and_targets_found_good_are_remembered_within_a_bound():
         with pytest.raises(TaskError):
             Task.new(bad.get("topic", "seen"), 1, call=bad.get("call", "a.b:c"))
     assert "se en" not in task_mod._GOOD_TOPICS and "a.b:c d" not in task_mod._GOOD_TARGETS
+
+
+# Task.new's arguments that are fields of the Task (traceparent and tracestate make `trace`).
+NEW_FIELDS = ("call", "url", "push", "method", "body", "params", "intervals", "persistent", "priority", "callback",
+              "timeout", "every", "cron", "tz", "retries", "signing_key", "trace")
+
+
+@pytest.mark.parametrize("given", [
+    dict(url="https://h.example/x", method="POST", body="json", params={"a": 1}, intervals=[5, 10], persistent=False,
+         priority=3, callback="m:cb", timeout=9, signing_key="k"),
+    dict(push="out", every=60, priority=1),
+    dict(call="m:f", cron="0 3 * * *", tz="Europe/Berlin"),
+    dict(call="m:f", retries=4, trace="00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
+])
+def test_each_argument_of_task_new_lands_in_its_own_field(given):
+    """Task.new builds the task by position: each argument is in the field of its name, every other
+    field has its default."""
+    arguments = {("traceparent" if name == "trace" else name): value for name, value in given.items()}
+    task, default = Task.new("t", 7, **arguments), Task("t", "7")
+    assert (task.topic, task.id) == ("t", "7")
+    assert {name: getattr(task, name) for name in NEW_FIELDS} == {name: getattr(default, name) for name in NEW_FIELDS
+                                                                  if name not in given} | given
