@@ -129,7 +129,8 @@ _GOOD_TARGETS: set[str] = set()
 _GOOD_MAX = 1024
 
 
-def _remember(good: set[str], text: str) -> str:
+def remember(good: set[Any], text: Any) -> Any:
+    """Add `text` to `good`, a set of what was found good (emptied when full: bounded); returns it."""
     if len(good) >= _GOOD_MAX:
         good.clear()
     good.add(text)
@@ -140,7 +141,7 @@ def check_topic(value: Any) -> str:
     """A topic name, checked as add() checks it."""
     if type(value) is str and value in _GOOD_TOPICS:
         return value
-    return _remember(_GOOD_TOPICS, _check_name("topic", value))
+    return remember(_GOOD_TOPICS, _check_name("topic", value))
 
 
 def check_target(what: str, value: Any) -> str:
@@ -149,7 +150,7 @@ def check_target(what: str, value: Any) -> str:
         return value
     if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
         raise TaskError(f"{what} must look like package.module:function, got {value!r}")
-    return _remember(_GOOD_TARGETS, value) if type(value) is str else value
+    return remember(_GOOD_TARGETS, value) if type(value) is str else value
 
 
 def url_authority_error(netloc: str) -> str | None:
