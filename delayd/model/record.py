@@ -41,18 +41,13 @@ def spec_json(task: Task) -> str:
 
     Topic and id are not in it: they are the record's member (`topic:id`), which
     the key and every index already hold, so a record always runs as the task
-    its key names. Written piece by piece, a field a line (the same text as json.dumps
+    its key names. Written piece by piece (the same text as json.dumps
     with compact separators; every add pays for it), the target first: add.lua flags a URL
     task by its spec starting `{"url":`."""
     spec = []
-    if task.call is not None:
-        spec.append(f'"call":{_json_text(task.call)}')
-    if task.url is not None:
-        spec.append(f'"url":{_json_text(task.url)}')
-    if task.push is not None:
-        spec.append(f'"push":{_json_text(task.push)}')
-    if task.callback is not None:
-        spec.append(f'"callback":{_json_text(task.callback)}')
+    for name, target in (("call", task.call), ("url", task.url), ("push", task.push), ("callback", task.callback)):
+        if target is not None:
+            spec.append(f'"{name}":{_json_text(target)}')
     if task.timeout is not None:
         spec.append(f'"timeout":{_value_json(task.timeout)}')
     if task.every is not None:
