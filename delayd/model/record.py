@@ -62,8 +62,8 @@ def spec_json(task: Task) -> str:
         spec.append(f'"body":{_json_text(task.body)}')
     if task.params:
         spec.append(f'"params":{task.params_json or _value_json(task.params)}')
-    if not (task.backoff or task.every is not None or task.cron is not None):  # given, even as [0]: no intervals
-        spec.append(f'"intervals":{_value_json(task.intervals)}')  # means backoff (and every/cron, their own)
+    if not (task.backoff or task.every is not None or task.cron is not None):  # (not task.recurring: a call less)
+        spec.append(f'"intervals":{_value_json(task.intervals)}')  # given, even as [0]: none given means backoff
     if not task.persistent:
         spec.append('"persistent":false')
     if task.retries is not None:
