@@ -7,6 +7,7 @@ import argparse
 import datetime
 import itertools
 import json
+import os
 import platform
 import shutil
 import socket
@@ -26,12 +27,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 import psutil  # noqa: E402
 from cluster_helper import Cluster  # noqa: E402
 from daemon_helper import Daemon  # noqa: E402
-from redis_server import RedisServer, wait_for  # noqa: E402
+from redis_server import RedisServer, has_functions, wait_for  # noqa: E402
 
 from delayd import Client  # noqa: E402
 from delayd.daemon.embedded import RECORD_SETTINGS, find_redis_server  # noqa: E402
 
 N = 20_000
+REDIS7 = "/usr/bin/redis-server"  # where the PHP and Node rows run when present (producers_server)
 NOOP, RPUSH = "delayd.examples:noop", "bench_handlers:rpush"  # RPUSH: one Redis round trip per run
 MOVE_LUA = """
 local m = redis.call('ZRANGE', KEYS[1], 0, 99)
@@ -157,6 +159,17 @@ def add_against_round_trip(server: RedisServer, client: Client, r, figs: dict, f
     for name, values in (("rt_socket", socket_rt), ("rt_cli", cli_rt), ("add_pinned", adds),
                          ("addpct", ratios), ("rt_shared", shared)):
         figs[name].add(statistics.median(values))
+
+
+def producers_server(server: RedisServer, work: Path) -> tuple[RedisServer, str]:
+    """The Redis the PHP and Node rows run on, and what their label says of it: Debian's Redis 7
+    (/usr/bin/redis-server) when installed, where the clients call delayd's function library (FCALL) as
+    their users on Redis >= 7 and Valkey get; else the bench's own Redis (6.2 as embedded: EVALSHA)."""
+    if not os.access(REDIS7, os.X_OK):
+        return server, " (the bench's Redis: EVALSHA)"
+    other = RedisServer(str(work / "redis7"), extra=RECORD_SETTINGS, binary=REDIS7).start()
+    spoken = "FCALL" if has_functions(other.client()) else "EVALSHA"
+    return other, f" (Redis {other.client().info('server')['redis_version']} from {REDIS7}: `add` by {spoken})"
 
 
 def lua_move_ceiling(server: RedisServer) -> float:
@@ -423,6 +436,7 @@ def main() -> None:
     server = RedisServer(str(work / "redis"), extra=RECORD_SETTINGS).start()  # as the embedded Redis
     r = server.client()
     version = r.info("server")["redis_version"]
+    producers, producers_note = producers_server(server, work) if want("php") or want("node") else (server, "")
     figs = {k: Figure(*v) for k, v in {
         "zadd1": ("Redis ZADD, no pipelining (one client's sequential round trip; placement left to the scheduler)",
                   "ops/s"),
@@ -470,13 +484,13 @@ def main() -> None:
         "pausemax": ("… its slowest script call", "ms", "<= 5 ms"),
         "pausewall": ("… that pause's wall time, every bucket", "ms"),
         "pausecalls": ("… its script calls", "count"),
-        "php_rt": ("PHP (phpredis): one-client round trip of a trivial EVALSHA", "calls/s"),
+        "php_rt": (f"PHP (phpredis): one-client round trip of a trivial EVALSHA{producers_note}", "calls/s"),
         "php_add": ("PHP client: `add`, one at a time (rounds alternating with the round trip above)", "tasks/s"),
         "php_pct": ("PHP client: `add` as % of that round trip (per round)", "%", ">= 75 %"),
         "php_add_us": ("… Redis time in add.lua per single add (INFO commandstats)", "µs"),
         "php_many": ("PHP client: `addMany` of 20,000", "tasks/s", ">= 100,000"),
         "php_many_us": ("… Redis time in add.lua per task of `addMany`", "µs"),
-        "node_rt": ("Node (ioredis): one-client round trip of a trivial EVALSHA", "calls/s"),
+        "node_rt": (f"Node (ioredis): one-client round trip of a trivial EVALSHA{producers_note}", "calls/s"),
         "node_add": ("Node client: `add`, one at a time (rounds alternating with the round trip above)", "tasks/s"),
         "node_pct": ("Node client: `add` as % of that round trip (per round)", "%", ">= 75 %"),
         "node_add_us": ("… Redis time in add.lua per single add (INFO commandstats)", "µs"),
@@ -589,18 +603,19 @@ def main() -> None:
             if want("php") and shutil.which("php"):
                 print(f"run {run + 1}/{args.runs}: the PHP client", flush=True)
                 php = json.loads(subprocess.run(["php", str(ROOT / "scripts/bench_php.php"), "127.0.0.1",
-                                                 str(server.port)], check=True, capture_output=True, text=True).stdout)
+                                                 str(producers.port)], check=True, capture_output=True,
+                                                text=True).stdout)
                 for name in ("rt", "add", "pct", "add_us", "many", "many_us"):
                     figs[f"php_{name}"].add(php[name])
-                r.flushall()
+                producers.client().flushall()
             if want("node") and shutil.which("node") and (ROOT / "clients/node/node_modules").is_dir():
                 print(f"run {run + 1}/{args.runs}: the Node client", flush=True)
-                node = json.loads(subprocess.run(["node", "bench/bench.mjs", server.url, "--rounds", "5", "--n", "4000",
-                                                  "--many", "20000", "--json"], cwd=ROOT / "clients/node", check=True,
-                                                 capture_output=True, text=True).stdout)
+                node = json.loads(subprocess.run(["node", "bench/bench.mjs", producers.url, "--rounds", "5", "--n",
+                                                  "4000", "--many", "20000", "--json"], cwd=ROOT / "clients/node",
+                                                 check=True, capture_output=True, text=True).stdout)
                 for name in ("rt", "add", "pct", "add_us", "many", "many_us"):
                     figs[f"node_{name}"].add(node[name])
-                r.flushall()
+                producers.client().flushall()
         if args.big:
             client = Client.from_url(server.url)
             print("big: 1,000,000 pending", flush=True)
@@ -632,6 +647,7 @@ def main() -> None:
                 figs["stall5"].add(len(entries) - len(scripts))
     finally:
         server.stop()
+        producers.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     cpu = platform.processor() or platform.machine()

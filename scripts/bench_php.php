@@ -2,7 +2,7 @@
 // The PHP client's figures for ./scripts/bench (part `php`): `add` one at a time beside the same
 // phpredis connection's round trip for a trivial EVALSHA (rounds alternating, so both see the same
 // machine; the ratio per round), and addMany's tasks/s, each with Redis's own time in add.lua (INFO
-// commandstats). Usage: php bench_php.php HOST PORT; prints one JSON object of medians.
+// commandstats; EVALSHA on Redis 6.2, FCALL of the library on Redis >= 7). Usage: php bench_php.php HOST PORT; prints one JSON object of medians.
 declare(strict_types=1);
 
 require __DIR__ . '/../clients/php/autoload.php';
@@ -18,12 +18,16 @@ function median(array $values): float
     return $n % 2 ? $values[intdiv($n, 2)] : ($values[$n / 2 - 1] + $values[$n / 2]) / 2;
 }
 
-/** Redis's own µs in EVALSHA calls since the last call (INFO commandstats), then the counters reset. */
+/** Redis's own µs in script calls (EVALSHA, FCALL) since the last call (INFO commandstats), then the counters reset. */
 function redisMicros(Redis $redis): float
 {
-    preg_match('/usec=(\d+)/', (string) ($redis->info('commandstats')['cmdstat_evalsha'] ?? ''), $m);
+    $stats = $redis->info('commandstats');
+    $usec = 0.0;
+    foreach (['cmdstat_evalsha', 'cmdstat_fcall'] as $name) {
+        $usec += preg_match('/usec=(\d+)/', (string) ($stats[$name] ?? ''), $m) ? (float) $m[1] : 0.0;
+    }
     $redis->rawCommand('CONFIG', 'RESETSTAT');
-    return (float) ($m[1] ?? 0);
+    return $usec;
 }
 
 $redis = new Redis();

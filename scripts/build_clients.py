@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from delayd import __version__
+from delayd.store.dialect import FUNCTIONS_SINCE, PROBE
 from delayd.store.keys import LAYOUT, PROTOCOL
-from delayd.store.scripts import SCRIPTS
+from delayd.store.scripts import LIBRARY, SCRIPTS
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_SCRIPTS = ("add", "delete")  # what a producer calls (docs/protocol.md)
@@ -16,8 +17,14 @@ HEADER = "Written by scripts/build-clients from delayd/version.py and delayd/sto
 
 
 def lua_files(package: Path) -> dict[Path, str]:
-    """The linked scripts of a package: lua/NAME.lua, the very source (and SHA1) Python sends."""
-    return {package / "lua" / f"{name}.lua": SCRIPTS[name].source for name in CLIENT_SCRIPTS}
+    """What a package calls: lua/NAME.lua, the linked scripts, the very source (and SHA1) Python sends with
+    EVALSHA (Redis 6.2); lua/library.lua, delayd's function library as Python loads it (FUNCTION LOAD, Redis >= 7
+    and Valkey); lua/library.json, the names Python calls it by and how it tells a server with functions."""
+    names = {"library": LIBRARY.name, "functions": {name: SCRIPTS[name].function for name in CLIENT_SCRIPTS},
+             "since": list(FUNCTIONS_SINCE), "probe": PROBE}
+    return {**{package / "lua" / f"{name}.lua": SCRIPTS[name].source for name in CLIENT_SCRIPTS},
+            package / "lua" / "library.lua": LIBRARY.code,
+            package / "lua" / "library.json": json.dumps(names, indent=2) + "\n"}
 
 
 def version_files() -> dict[Path, str]:
@@ -67,7 +74,7 @@ def main() -> int:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
     for package in (ROOT / "clients/php", ROOT / "clients/node"):  # a script no client calls any more
-        for stale in set((package / "lua").glob("*.lua")) - set(lua_files(package)):
+        for stale in set((package / "lua").glob("*.*")) - set(lua_files(package)):
             stale.unlink()
             print(f"removed {stale.relative_to(ROOT)}")
     return 0

@@ -5,7 +5,11 @@ scripts for one test (tests/store/conftest.py does it for every store test).
 
 Every script declares every key it touches (docs/redis-layout.md, "Declared keys"): any other key fails
 the call with `undeclared key in NAME.lua: CMD KEY`, so a new script (or a new key in an old one) cannot
-slip back.
+slip back. Except the scripts of TAGGED, which build the names of keys under the hash tag of keys they
+declare (claim.lua: the records of the members it pops, which it cannot know before the call; add.lua in
+its short form: the bucket's keys, each passed key costing Redis on every single add): a key of theirs
+passes when its hash tag is one of the declared keys' tags (the rule Redis Cluster routes and checks a
+call by), and fails with `key of another hash tag in NAME.lua: CMD KEY` otherwise.
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ FIRST_KEY = ("DUMP GET SET TYPE PERSIST PEXPIRE HDEL HEXISTS HGET HGETALL HINCRB
              "ZREMRANGEBYRANK ZREMRANGEBYSCORE ZSCORE ZRANK ZREVRANK ZREVRANGE ZREVRANGEBYSCORE").split()
 ALL_KEYS = ("DEL", "EXISTS")
 NO_KEYS = ("TIME", "PUBLISH")
+# Scripts held to the hash-tag rule instead of the declared keys (see above).
+TAGGED = frozenset({"add", "claim"})
 
 def _lua_set(names) -> str:
     return "{" + ", ".join(f"[{name!r}] = true" for name in names) + "}"
@@ -39,8 +45,13 @@ def prelude(audit: bool = False) -> str:
     key is logged (redis-server's log) instead of refused."""
     refuse = "redis.log(redis.LOG_WARNING, message)" if audit else "error(message, 0)"
     return f"""local redis = (function()
-  local script, keys, declared = '?', nil, {{}}
+  local script, keys, declared, tags = '?', nil, {{}}, {{}}
   local first, all, none = {_lua_set(FIRST_KEY)}, {_lua_set(ALL_KEYS)}, {_lua_set(NO_KEYS)}
+  local tagged = {_lua_set(TAGGED)}
+  -- A key's hash tag as Redis Cluster reads it: between the first '{{' and the next '}}' if not empty, else the key.
+  local function tag(key)
+    return string.match(key, '^[^{{]*{{([^}}]+)}}') or key
+  end
   local function check(cmd, ...)
     local name, args = string.upper(cmd), {{...}}
     local last = 1
@@ -48,13 +59,21 @@ def prelude(audit: bool = False) -> str:
     if all[name] then last = #args
     elseif not first[name] then error('key guard: no key positions known for ' .. name, 0) end
     if keys ~= KEYS then
-      keys, declared = KEYS, {{}}
-      for _, key in ipairs(KEYS) do declared[key] = true end
+      keys, declared, tags = KEYS, {{}}, {{}}
+      for _, key in ipairs(KEYS) do
+        declared[key] = true
+        tags[tag(key)] = true
+      end
     end
     for i = 1, last do
-      local key = args[i]
-      if not declared[key] then
-        local message = 'undeclared key in ' .. script .. '.lua: ' .. name .. ' ' .. tostring(key)
+      local key, message = args[i], nil
+      if tagged[script] then
+        if not tags[tag(tostring(key))] then message = 'key of another hash tag in ' end
+      elseif not declared[key] then
+        message = 'undeclared key in '
+      end
+      if message then
+        message = message .. script .. '.lua: ' .. name .. ' ' .. tostring(key)
         {refuse}
       end
     end

@@ -20,9 +20,11 @@ from redis.client import NEVER_DECODE
 from delayd.daemon.embedded import find_redis_server
 
 # Read once, at import: tests/conftest.py then clears every DELAYD_* variable, so that the
-# delayd commands the tests run neither see it nor warn about an unknown option.
-SERVER_VARIABLE = "DELAYD_TEST_REDIS"
-CHOSEN_SERVER = os.environ.get(SERVER_VARIABLE, "")
+# delayd commands the tests run neither see it nor warn about an unknown option. The choice is carried
+# to pytest-xdist's workers, which start after that, under another name.
+SERVER_VARIABLE, CARRIED_VARIABLE = "DELAYD_TEST_REDIS", "PYTEST_DELAYD_REDIS_SERVER"
+CHOSEN_SERVER = os.environ.get(SERVER_VARIABLE) or os.environ.get(CARRIED_VARIABLE, "")
+os.environ[CARRIED_VARIABLE] = CHOSEN_SERVER
 
 
 def server_binary() -> str:
@@ -105,10 +107,12 @@ class PortTaken(RuntimeError):
 
 
 class RedisServer:
-    """redis-server on a free loopback port, with its own data directory."""
+    """redis-server on a free loopback port, with its own data directory (`binary`: another server than
+    server_binary()'s)."""
 
     def __init__(self, directory: str | None = None, aof: bool = False, password: str | None = None,
-                 port: int | None = None, extra: list[str] | None = None, choose_port=free_port):
+                 port: int | None = None, extra: list[str] | None = None, choose_port=free_port,
+                 binary: str | None = None):
         self.dir = Path(directory or tempfile.mkdtemp(prefix="delayd-redis-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.aof = aof
@@ -118,6 +122,7 @@ class RedisServer:
         self.choose_port = None if port else choose_port
         self.port = port or choose_port()
         self.extra = extra or []
+        self.binary = binary
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -126,7 +131,7 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def args(self) -> list[str]:
-        args = [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+        args = [self.binary or server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
                 "--save", "", "--appendonly", "yes" if self.aof else "no", "--appendfsync", "everysec",
                 "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), "--hz", "100"]
         if self.password:

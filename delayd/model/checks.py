@@ -194,6 +194,12 @@ def split_trace(trace: str) -> tuple[str, str] | None:
     return traceparent, trace[56:]
 
 
+def stored_trace_ok(trace: Any) -> bool:
+    """Whether a record's `trace` is one trace_of writes (the add script's gate checks the same)."""
+    parts = split_trace(trace) if isinstance(trace, str) else None
+    return parts is not None and (len(trace) == 55 or _TRACESTATE_RE.fullmatch(parts[1]) is not None)
+
+
 def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
     """`shop.tasks` allows `shop.tasks` and `shop.tasks.x`, never `shop.tasks_evil`."""
     module = target.split(":", 1)[0]

@@ -12,7 +12,7 @@ import json
 from typing import Any, NamedTuple
 
 from delayd.model import attempts as attempts_mod
-from delayd.model.checks import MAX_PARAMS_DEPTH, nested_deeper
+from delayd.model.checks import MAX_PARAMS_DEPTH, nested_deeper, stored_trace_ok
 from delayd.model.task import DEFAULT_RETRIES, STATUSES, Task, TaskError, is_utf8, printable
 
 NOT_A_HASH = "its key is not a hash"
@@ -77,6 +77,31 @@ def spec_json(task: Task) -> str:
     return "{" + ",".join(spec) + "}"
 
 
+# The fields a spec may have (docs/protocol.md, section 3).
+SPEC_FIELDS = frozenset({"call", "url", "push", "callback", "timeout", "every", "cron", "tz", "method", "body",
+                         "params", "intervals", "persistent", "retries", "signing_key", "trace"})
+
+
+def _check_read_as_written(spec: dict[str, Any], text: str) -> None:
+    """Raise TaskError for what the daemon would read otherwise than it was written: an unknown field (ignored),
+    `push` that is no string or `intervals` that are no list of numbers (Task.new's conveniences take others),
+    a trace that is not W3C's, a URL task whose spec (`text`) does not start with its URL (not flagged for the
+    URL queues). The add script refuses these unless its producer said it checked them
+    (docs/protocol.md, section 7): a record so written is set aside at its first claim, never run."""
+    unknown = spec.keys() - SPEC_FIELDS
+    if unknown:
+        raise TaskError(f"spec has an unknown field {min(unknown)!r}")
+    if "push" in spec and not isinstance(spec["push"], str):
+        raise TaskError("push is not a string")
+    intervals = spec.get("intervals", [0])
+    if not isinstance(intervals, list) or not intervals or not all(type(gap) in (int, float) for gap in intervals):
+        raise TaskError("intervals are not a list of numbers")
+    if "trace" in spec and not stored_trace_ok(spec["trace"]):
+        raise TaskError("trace is not a W3C trace context")
+    if "url" in spec and not text.startswith('{"url":'):
+        raise TaskError('the spec of a URL task does not start with {"url":')
+
+
 def from_record(member: str, record: dict[str, Any], default_retries: int = DEFAULT_RETRIES) -> Task:
     """Rebuild task `member` (`topic:id`) from its Redis hash; raise TaskError if corrupt.
     `default_retries`: the reader's `retries` setting, for a task that gives none.
@@ -95,6 +120,7 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
         spec = json.loads(record["spec"])
         if not isinstance(spec, dict):
             raise TaskError("spec is not a JSON object")
+        _check_read_as_written(spec, record["spec"])
         topic, _, id = member.rpartition(":")
         task = Task.new(
             topic, id, call=spec.get("call"), url=spec.get("url"),
@@ -106,8 +132,7 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
             retries=spec.get("retries"), signing_key=spec.get("signing_key"), params_limit=None,
         )
         task.default_retries = default_retries
-        trace = spec.get("trace")  # (not checked here: delayd.tracing reads it defensively, a bad one is ignored)
-        task.trace = trace if isinstance(trace, str) else None
+        task.trace = spec.get("trace")
         status = record.get("status", "delayed")
         if status not in STATUSES:
             raise TaskError(f"unknown status {status!r}")

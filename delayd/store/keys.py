@@ -81,8 +81,8 @@ class BucketKeys:
 
     @property
     def taking(self) -> str:
-        """Zset `<list>|<member>` -> deadline (ms) of the ready tasks a queue process popped (take.lua)
-        and has not claimed yet (claim.lua); promote puts those past their deadline back."""
+        """Zset of the takes of earlier versions' queue processes (their take.lua popped ready tasks here for
+        their claim.lua; this version claims in one call) -> deadline (ms); promote puts those past it back."""
         return self.tag + "taking"
 
     def done(self, status: str) -> str:

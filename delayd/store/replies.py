@@ -13,7 +13,7 @@ class Promoted(NamedTuple):
     moved: int       # due tasks moved to the ready lists
     reaped: int      # lapsed leases put back to run again
     next_due: int    # ms, the earliest due time still in `delayed`; -1 if none
-    next_lease: int  # ms, the earliest lease expiry or deadline of a take (take.lua); -1 if none
+    next_lease: int  # ms, the earliest lease expiry or deadline of an earlier version's take; -1 if none
     clock_us: int    # µs, Redis's clock during the call
     full: bool       # a batch hit the limit: call again at once
 
@@ -43,17 +43,10 @@ class ClaimedTask(NamedTuple):
             default_retries)
 
 
-class Take(NamedTuple):
-    """What one take.lua call popped: its member of the bucket's `taking` ('' when it took nothing),
-    which the claim of its members names, and those members, in the order popped."""
-
-    key: str
-    members: list[str]
-
-
 class Claimed(NamedTuple):
     now: int                  # ms, Redis's clock during the claim (the runs' last_run)
     tasks: list[ClaimedTask]
+    popped: int = 0           # ready members popped (started, or held, parked, skipped, quarantined)
 
 
 CLAIMED_FIELDS = len(ClaimedTask._fields)

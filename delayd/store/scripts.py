@@ -23,9 +23,10 @@ ALLOW_OOM = frozenset({"delete"})
 class Script:
     """One Lua script from `delayd/store/lua/NAME.lua`."""
 
-    # The helpers: _lib.lua, and after them the limits' (_limits.lua) and the taking ones (_take.lua), as one lib.
+    # The helpers: _lib.lua, then the limits' (_limits.lua), those of earlier versions' takes (_take.lua:
+    # promote puts them back) and add's gate (_gate.lua), as one lib.
     _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text()
-                   for name in ("_lib.lua", "_limits.lua", "_take.lua"))
+                   for name in ("_lib.lua", "_limits.lua", "_take.lua", "_gate.lua"))
 
     def __init__(self, name: str):
         self.name = name
@@ -81,7 +82,7 @@ def _registration(function: str, flags: str, callback: str) -> str:
             f"callback=function(keys, argv)\n{callback}\nend}}\n")
 
 
-SCRIPTS = {name: Script(name) for name in ("add", "promote", "take", "claim", "finish", "renew", "delete", "retry",
+SCRIPTS = {name: Script(name) for name in ("add", "promote", "claim", "finish", "renew", "delete", "retry",
                                            "stats", "register", "pause", "park", "resume", "run_now", "limit",
                                            "browse", "hosts", "host_switch", "aside")}
 LIBRARY = Library(SCRIPTS.values())

@@ -8,7 +8,6 @@ from typing import Any, Iterable, Sequence
 from delayd.model.record import spec_json
 from delayd.model.task import Task
 from delayd.store.keys import (
-    PRIORITIES,
     BucketKeys,
     bucket_of,
     host_events_key,
@@ -33,7 +32,6 @@ from delayd.store.replies import (
     Resumed,
     RunNow,
     Score,
-    Take,
     browsed,
 )
 from delayd.store.scripts import SCRIPTS
@@ -45,21 +43,6 @@ from delayd.store.windows import RedisClock, run_windows
 RESUME_BATCH = 1000
 # Ready-list entries park.lua looks at per call (a pause walks every ready list this many at a time).
 PARK_CHUNK = 1000
-# How long (ms) a take's members wait in `taking` for their claim: past it, promote puts them back in
-# their ready lists (the queue process that took them died or hung between the two calls).
-TAKE_HOLD_MS = 5000
-
-
-def take_args(quotas: tuple[int, int, int], n: int, url: bool) -> list[Any]:
-    """take.lua's ARGV (also claim.lua's in pop mode): the quotas, n, the hold, and the names the take
-    gives the ready lists it pops ('3', '2', '1', or 'u3', ... for URL tasks)."""
-    return [*quotas, n, TAKE_HOLD_MS, *(f"{'u' if url else ''}{p}" for p in PRIORITIES)]
-
-
-def add_keys(keys: BucketKeys) -> list[str]:
-    """add.lua's leading KEYS: the bucket's keys it may touch (docs/protocol.md)."""
-    return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
-            keys.done("deleted"), keys.quarantine, keys.paused, keys.corrupt]
 
 
 class Store:
@@ -101,13 +84,13 @@ class Store:
 
     # -- producers -------------------------------------------------------------------
     def add_args(self, keys: BucketKeys, tasks: Iterable[tuple[Task, str, Any]]) -> tuple[list[Any], list[Any]]:
-        """add.lua's per-task KEYS (the record, the topic's parked set) and ARGV (spec, priority,
-        mode, value) of (task, mode, value) triples (value: ms, or a debounce's 'WAIT:MOST'); a
+        """add.lua's per-task KEYS (the record: its short form, docs/protocol.md section 3) and ARGV (spec,
+        priority, mode, value) of (task, mode, value) triples (value: ms, or a debounce's 'WAIT:MOST'); a
         recurring task's mode gets a '*': it goes in the `recurring` index too."""
         task_keys: list[Any] = []
         args: list[Any] = []
         for task, mode, value in tasks:
-            task_keys += [keys.task(task.key), keys.parked(task.topic)]
+            task_keys.append(keys.task(task.key))
             args += [spec_json(task), task.priority, mode + "*" if task.recurring else mode, value]
         return task_keys, args
 
@@ -117,7 +100,7 @@ class Store:
         Its leading keys and args are the same for every call of a bucket: packed once (Script.head)."""
         start = self._add_starts.get((keys.bucket, nx))
         if start is None:
-            lead_keys, lead_args = add_keys(keys), [f"{int(nx)}c", keys.wake_channel]
+            lead_keys, lead_args = [keys.delayed], [f"{int(nx)}c", keys.wake_channel]
             head = SCRIPTS["add"].head(lead_keys, lead_args)
             start = self._add_starts[keys.bucket, nx] = (lead_keys, lead_args, head)
         lead_keys, lead_args, head = start
@@ -262,65 +245,39 @@ class Store:
 
     # -- queue process ---------------------------------------------------------------
     # (Each transition as a ScriptCall, for the queue's one round trip per turn, and its reply decoded.)
-    def take_call(self, bucket: int, quotas: tuple[int, int, int], n: int, url: bool = False) -> ScriptCall:
-        """take.lua: pop up to n ready members (URL tasks if `url`, else call and push tasks) into the
-        bucket's `taking`, for a claim_call of them (docs/redis-layout.md, "Declared keys")."""
+    def claim_call(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
+                   url: bool = False) -> ScriptCall:
+        """claim.lua: pop up to n ready members of a bucket (URL tasks if `url`, else call and push tasks),
+        `quotas` of priority 3, 2, 1 first, and start them. It declares the bucket's keys it always touches
+        and builds the names of the popped tasks' keys itself, under the same hash tag
+        (docs/redis-layout.md, "Declared keys")."""
         keys = self.keys[bucket]
-        return ScriptCall(SCRIPTS["take"], [*(keys.ready_url if url else keys.ready), keys.taking, keys.corrupt],
-                          take_args(quotas, n, url))
-
-    def taken(self, reply: list[Any]) -> Take:
-        """take.lua's reply: the take (its member of `taking`) and the members it popped."""
-        self.clock.observe(reply[0])
-        return Take(reply[1], reply[2:])
-
-    def claim_call(self, bucket: int, take: Take, lease_ms: int, retention_ms: int, url: bool = False) -> ScriptCall:
-        """claim.lua: start the members of a take, declaring every key it may touch."""
-        return self._claim_call(bucket, take.members, lease_ms, retention_ms, url, [wire(take.key)])
-
-    def hinted_claim_call(self, bucket: int, quotas: tuple[int, int, int], n: int, hints: list[str], lease_ms: int,
-                          retention_ms: int, url: bool = False) -> ScriptCall:
-        """claim.lua's pop mode: pop as take_call does, starting at once the members popped that are
-        among `hints` (their keys declared); the others are a take, for a claim_call of them (hinted_claimed)."""
-        keys = self.keys[bucket]
-        return self._claim_call(bucket, hints, lease_ms, retention_ms, url,
-                                ["", *take_args(quotas, n, url), *map(wire, hints)],
-                                keys.ready_url if url else keys.ready)
-
-    def _claim_call(self, bucket: int, members: list[str], lease_ms: int, retention_ms: int, url: bool,
-                    tail: list[Any], lists: Any = ()) -> ScriptCall:
-        """A claim.lua call declaring every key it may touch for `members` (and the ready `lists` it pops)."""
-        keys = self.keys[bucket]
-        topics = list(dict.fromkeys(map(topic_of, members)))
-        head = [keys.leases, keys.counts, keys.totals, keys.done("failed"), keys.quarantine, keys.limited,
-                keys.paused, keys.aside, keys.taking, *run_windows(keys, self.clock), keys.corrupt,
-                *([self.hosts_off] if url and self.hosts_off else [])]
         return ScriptCall(SCRIPTS["claim"],
-                          [*head, *map(keys.task, members), *map(keys.parked, topics), *map(keys.held, topics),
-                           *self.limit_keys(topics, wakes=False), *lists],
-                          [lease_ms, keys.wake_channel, retention_ms, self.limits, bucket, len(head) + 1, *tail])
+                          [keys.leases, keys.counts, keys.totals, keys.done("failed"), keys.quarantine, keys.limited,
+                           keys.paused, keys.aside, *run_windows(keys, self.clock), keys.corrupt,
+                           *(keys.ready_url if url else keys.ready), *self.claim_limits(url)],
+                          [lease_ms, keys.wake_channel, retention_ms, self.limits, bucket, keys.task_prefix,
+                           *quotas, n])
 
-    def claimed(self, reply: list[Any], first: int = 1) -> Claimed:
-        """claim.lua's reply: the tasks it started (from reply[first] on)."""
+    def claim_limits(self, url: bool) -> list[str]:
+        """The keys of other hash tags a claim declares on a single Redis (none on Redis Cluster): the limits'
+        conf (the topics' `tat:`, `run:` and `where:` share its tag `{limits}`), and for URL tasks the
+        disabled hosts."""
+        if not self.limits:
+            return []
+        return [self.limits + "conf", *([self.hosts_off] if url else [])]
+
+    def claimed(self, reply: list[Any]) -> Claimed:
+        """claim.lua's reply: how many members it popped, and the tasks it started."""
         self.clock.observe(reply[0])
         return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
-                                  for i in range(first, len(reply), CLAIMED_FIELDS)])
-
-    def hinted_claimed(self, reply: list[Any]) -> tuple[int, Take, Claimed]:
-        """The reply of a hinted_claim_call: how many members it popped, the take of those it did not
-        start (its key '' and no members when there are none), and the tasks it started."""
-        left = reply[3]
-        return reply[1], Take(reply[2], reply[4:4 + left]), self.claimed(reply, 4 + left)
+                                  for i in range(2, len(reply), CLAIMED_FIELDS)], reply[1])
 
     def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
               url: bool = False) -> Claimed:
         """Lease up to n ready tasks of a bucket: URL tasks if `url`, else call and push tasks
-        (corrupt entries are quarantined by the script). Two calls: a take, then a claim of what it took."""
-        reply = self.transport.call(self.take_call(bucket, quotas, n, url))
-        take = self.taken(reply)
-        if not take.members:
-            return Claimed(reply[0], [])
-        return self.claimed(self.transport.call(self.claim_call(bucket, take, lease_ms, retention_ms, url)))
+        (corrupt entries are quarantined by the script). One call."""
+        return self.claimed(self.transport.call(self.claim_call(bucket, quotas, n, lease_ms, retention_ms, url)))
 
     def finish_call(self, bucket: int, results: list[Finish], retention_ms: int, attempts_kept: int = 10) -> ScriptCall:
         keys = self.keys[bucket]

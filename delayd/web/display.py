@@ -38,13 +38,11 @@ def task_url(topic: str, id: str, *, api: bool = False) -> str:
 def trace_context(trace: str | None, trace_url: str = "") -> dict[str, Any] | None:
     """A task's stored `trace` (docs/protocol.md: traceparent, then a space and its tracestate) as its
     page shows it: the trace id, the span that added it, whether it was sampled, and `link`: `trace_url`
-    (web_trace_url) with the trace id in place of {trace_id}. A stored trace that does not parse is
-    shown as it is (`traceparent` None); None: the task carries none."""
-    if not trace:
-        return None
-    parts = split_trace(trace)
+    (web_trace_url) with the trace id in place of {trace_id}. None: the task carries none (a record whose
+    trace does not parse is corrupt: delayd.model.record.from_record)."""
+    parts = split_trace(trace) if trace else None
     if parts is None:
-        return {"traceparent": None, "raw": trace}
+        return None
     traceparent, tracestate = parts
     trace_id = traceparent[3:35]
     return {"traceparent": traceparent, "tracestate": tracestate, "trace_id": trace_id, "span_id": traceparent[36:52],

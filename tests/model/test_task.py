@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 import sys
 
 import pytest
@@ -568,6 +569,30 @@ def test_topics_and_targets_found_good_are_remembered_within_a_bound():
         with pytest.raises(TaskError):
             Task.new(bad.get("topic", "seen"), 1, call=bad.get("call", "a.b:c"))
     assert "se en" not in task_mod._GOOD_TOPICS and "a.b:c d" not in task_mod._GOOD_TARGETS
+
+
+@pytest.mark.parametrize("spec, reason", [
+    ('{"call":"a:b","intervalTime":[0]}', "spec has an unknown field 'intervalTime'"),
+    ('{"push":7}', "push is not a string"),
+    ('{"call":"a:b","intervals":5}', "intervals are not a list of numbers"),
+    ('{"call":"a:b","intervals":[]}', "intervals are not a list of numbers"),
+    ('{"call":"a:b","intervals":[true]}', "intervals are not a list of numbers"),
+    ('{"call":"a:b","trace":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 "}', "trace is not"),
+    ('{"call":"a:b","trace":"00-00000000000000000000000000000000-00f067aa0ba902b7-01"}', "trace is not"),
+    ('{"method":"GET","url":"http://h/"}', 'does not start with {"url":'),
+])
+def test_a_record_read_otherwise_than_written_is_corrupt(spec, reason):
+    """What Task.new would take as something else (its conveniences), ignore or misroute is corrupt in a record:
+    a producer's call flagged 'c' writes such a spec unchecked, and the claim sets it aside (docs/protocol.md,
+    section 7; tests/store/test_checked_adds.py)."""
+    with pytest.raises(TaskError, match=re.escape(reason)):
+        from_record("t:1", {"spec": spec, "status": "delayed", "created": "1", "due": "1"})
+
+
+def test_a_record_with_a_good_trace_reads_it_back():
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 vendor=x"
+    spec = json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
+    assert from_record("t:1", {"spec": spec, "status": "delayed", "created": "1", "due": "1"}).trace == trace
 
 
 # Task.new's arguments that are fields of the Task (traceparent and tracestate make `trace`).

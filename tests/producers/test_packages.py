@@ -1,6 +1,6 @@
 """The client packages as shipped: the Lua scripts inside them are the very ones the Python client
-sends (scripts/build-clients links them with delayd's one linker), and each package's version and
-protocol are delayd's."""
+sends (scripts/build-clients links them with delayd's one linker), its function library and the names it
+calls it by too, and each package's version and protocol are delayd's."""
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +14,9 @@ from packages_helper import NODE_DIR, PHP_DIR, ROOT, node_app, php_app
 from php_helper import require_php
 
 from delayd import __version__
+from delayd.store.dialect import FUNCTIONS_SINCE, PROBE
 from delayd.store.keys import LAYOUT, PROTOCOL
-from delayd.store.scripts import SCRIPTS
+from delayd.store.scripts import LIBRARY, SCRIPTS
 
 PACKAGES = [PHP_DIR, NODE_DIR]
 
@@ -24,10 +25,19 @@ PACKAGES = [PHP_DIR, NODE_DIR]
 def test_each_shipped_script_is_what_the_python_client_sends(package):
     """A change to delayd/store/lua without ./scripts/build-clients would ship half-done."""
     shipped = {p.stem: p.read_bytes() for p in (package / "lua").glob("*.lua")}
-    assert set(shipped) == {"add", "delete"}
-    for name, source in shipped.items():
-        assert hashlib.sha1(source).hexdigest() == SCRIPTS[name].sha, f"{package.name}/lua/{name}.lua: run " \
-                                                                      "./scripts/build-clients"
+    assert set(shipped) == {"add", "delete", "library"}
+    for name in ("add", "delete"):
+        assert hashlib.sha1(shipped[name]).hexdigest() == SCRIPTS[name].sha, f"{package.name}/lua/{name}.lua: run " \
+                                                                             "./scripts/build-clients"
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_each_package_ships_the_function_library_python_loads_and_its_names(package):
+    """Under FCALL (Redis >= 7, Valkey) a client loads and calls what Python does: nothing computed at run time."""
+    assert (package / "lua" / "library.lua").read_text() == LIBRARY.code, "run ./scripts/build-clients"
+    names = json.loads((package / "lua" / "library.json").read_text())
+    assert names == {"library": LIBRARY.name, "since": list(FUNCTIONS_SINCE), "probe": PROBE,
+                     "functions": {"add": SCRIPTS["add"].function, "delete": SCRIPTS["delete"].function}}
 
 
 def test_no_linker_but_delayds_own():
@@ -57,11 +67,12 @@ def test_the_node_package_from_its_tarball_works_alone():
     assert not installed.is_symlink() and (installed / "lua" / "add.lua").is_file()
     assert not (installed / "node_modules").exists()
     probe = ("import { Client, PROTOCOL, VERSION } from 'delayd-client'; import Redis from 'ioredis';"
-             "const c = new Client(new Redis({ lazyConnect: true }));"
-             "console.log(VERSION, PROTOCOL, c.scripts.add.sha);")
+             "import { library, script } from './node_modules/delayd-client/src/lua.js';"
+             "new Client(new Redis({ lazyConnect: true }));"
+             "console.log(VERSION, PROTOCOL, script('add').sha, library().functions.add, library().code.length);")
     out = subprocess.run([need_node(), "--input-type=module", "-e", probe], cwd=app, capture_output=True, text=True,
                          timeout=30, check=True).stdout.split()
-    assert out == [__version__, str(PROTOCOL), SCRIPTS["add"].sha]
+    assert out == [__version__, str(PROTOCOL), SCRIPTS["add"].sha, SCRIPTS["add"].function, str(len(LIBRARY.code))]
 
 
 @pytest.mark.system
@@ -72,9 +83,11 @@ def test_the_php_package_from_composer_works_alone(tmp_path):
     subprocess.run(["cp", "-a", str(php_app()), str(app)], check=True)
     assert not (app / "vendor" / "delayd" / "client").is_symlink()
     probe = ("require 'vendor/autoload.php'; echo Delayd\\Version::VERSION, ' ', Delayd\\Client::PROTOCOL, ' ',"
-             " Delayd\\Lua::script('add')[1];")
+             " Delayd\\Lua::script('add')[1], ' ', Delayd\\Lua::library()['functions']['add'], ' ',"
+             " strlen(Delayd\\Lua::library()['code']);")
     out = subprocess.run(["php", "-r", probe], cwd=app, capture_output=True, text=True, timeout=30, check=True)
-    assert out.stdout.split() == [__version__, str(PROTOCOL), SCRIPTS["add"].sha] and not out.stderr
+    assert out.stdout.split() == [__version__, str(PROTOCOL), SCRIPTS["add"].sha, SCRIPTS["add"].function,
+                                  str(len(LIBRARY.code.encode()))] and not out.stderr
     assert str(ROOT) not in (app / "vendor" / "composer" / "autoload_psr4.php").read_text()
 
 

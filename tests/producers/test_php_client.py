@@ -100,9 +100,9 @@ def test_a_store_of_another_protocol_is_refused_in_one_line(redis_url, r, client
 def test_the_script_gate_holds_for_php_too(redis_url, r, client):
     """What only add.lua checks (the producer's own checks skipped) comes back as a TaskError."""
     out = php("""
-        $m = new ReflectionMethod($client, 'call');
+        $scripts = (new ReflectionProperty($client, 'scripts'))->getValue($client);
         try {
-            $m->invoke($client, 'add', ['delayd:{0}:delayed', 'delayd:{0}:counts', 'delayd:{0}:recurring',
+            $scripts->call('add', ['delayd:{0}:delayed', 'delayd:{0}:counts', 'delayd:{0}:recurring',
                 'delayd:{0}:leases', 'delayd:{0}:done:ok', 'delayd:{0}:done:failed', 'delayd:{0}:done:deleted',
                 'delayd:{0}:quarantine', 'delayd:{0}:paused', 'delayd:{0}:t:t:1', 'delayd:{0}:paused:t'],
                 [0, 'delayd:wake:0', '{"call":"a:b","intervalTime":[3]}', 2, 'delay', 0]);

@@ -12,6 +12,7 @@ import redis
 
 from delayd.model.record import spec_json
 from delayd.model.task import Task
+from delayd.store.keys import BucketKeys
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
@@ -26,11 +27,19 @@ def store(r):
     return Store(r, "delayd:", 1)
 
 
+def long_keys(keys: BucketKeys, tasks: list) -> list:
+    """add.lua's KEYS in their long form (docs/protocol.md section 3, versions 1-3): the bucket's 10 keys, then
+    each task's record and parked set."""
+    return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
+            keys.done("deleted"), keys.quarantine, keys.paused, keys.corrupt,
+            *(key for task, _, _ in tasks for key in (keys.task(task.key), keys.parked(task.topic)))]
+
+
 def raw_call(store: Store, tasks: list, flags: str = "0") -> tuple[list, list]:
-    """KEYS and ARGV of one add.lua call writing `tasks`, with `flags` (default: protocol 1's replace,
-    without 'c': what a producer that checks nothing sends, which the whole gate answers)."""
+    """KEYS (long form) and ARGV of one add.lua call writing `tasks`, with `flags` (default: protocol 1's
+    replace, without 'c': what a producer that checks nothing sends, which the whole gate answers)."""
     call = store.add_call(store.keys[0], tasks, False)
-    return list(call.keys), [flags, *call.args[1:]]
+    return long_keys(store.keys[0], tasks), [flags, *call.args[1:]]
 
 
 def good_call(store: Store, n: int = 2) -> tuple[list, list]:
@@ -309,10 +318,12 @@ def test_a_call_without_c_replies_per_task_and_with_c_the_count(r, store):
 
 
 def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):
-    """docs/protocol.md, section 6: a client in another language may put all of _lib.lua in
-    front of add.lua instead of linking the helpers it uses; the script then works the same."""
+    """docs/protocol.md, section 6: a client in another language may put the whole lib (_lib.lua, _limits.lua,
+    _take.lua, _gate.lua) in front of add.lua instead of linking the helpers it uses; the script then works
+    the same."""
     lua = resources.files("delayd.store").joinpath("lua")
-    source = lua.joinpath("_lib.lua").read_text() + "\n" + lua.joinpath("add.lua").read_text()
+    lib = "".join(lua.joinpath(name).read_text() for name in ("_lib.lua", "_limits.lua", "_take.lua", "_gate.lua"))
+    source = lib + "\n" + lua.joinpath("add.lua").read_text()
     keys, args = good_call(store)
     assert r.eval(source, len(keys), *keys, *args) == [1, 1]
     assert r.eval(source, len(keys), *keys, "1", *args[1:]) == [0, 0]  # nx: both exist
@@ -381,3 +392,30 @@ def test_a_good_spec_of_a_call_callback_and_params_is_written(r, store, spec, fi
         args[SPEC - 4] = first
     assert add(r, keys, args) == [1, 1]
     assert r.hget(keys[12], "spec") == spec
+
+
+def test_the_short_form_of_keys_names_the_bucket_keys_itself(r, store):
+    """docs/protocol.md section 3, version 4: KEYS `Tdelayed` then each task's record, the bucket's other
+    keys named by the script from its tag (the store tests' key guard lets add.lua touch only keys under
+    the tag of its first key: tests/key_guard.py)."""
+    keys = store.keys[0]
+    tasks = [(Task.new("t", i, call="shop.tasks:run", every=60), "delay", 1000) for i in range(2)]
+    call = store.add_call(keys, tasks, False)
+    assert list(call.keys) == [keys.delayed, keys.task("t:0"), keys.task("t:1")]
+    assert add(r, list(call.keys), list(call.args)) == 2
+    assert r.zrange(keys.recurring, 0, -1) == ["t:0", "t:1"] and r.hget(keys.counts, "waiting|t") == "2"
+    # A replacement reaches the keys only it touches (leases, done, quarantine, the parked set), by name.
+    r.zadd(keys.done("failed"), {"t:0": 1})
+    r.zadd(keys.parked("t"), {"t:0": 1})
+    again = [(Task.new("t", 0, call="shop.tasks:run"), "delay", 1000)]
+    assert store.add(keys, again, False) == 1
+    assert not r.zscore(keys.done("failed"), "t:0") and not r.zscore(keys.parked("t"), "t:0")
+    assert r.zrange(keys.recurring, 0, -1) == ["t:1"]
+
+
+def test_the_short_form_refuses_a_record_of_another_bucket_or_a_wrong_count(r, store):
+    keys = store.keys[0]
+    args = list(store.add_call(keys, [(Task.new("t", 1, call="shop.tasks:run"), "delay", 1000)], False).args)
+    refused(r, [keys.delayed, "delayd:{1}:t:t:1"], args, "delayd:bad-task key: not a record key of this bucket")
+    refused(r, [keys.delayed, keys.task("t:1"), keys.task("t:2")], args, "delayd:bad-call")
+    refused(r, [keys.counts, keys.task("t:1")], args, "delayd:bad-call")

@@ -60,3 +60,19 @@ def test_a_pause_parks_only_records_it_declares_those_still_ready_when_it_parks_
     counts = client.stats()["topics"]["a"]
     assert counts["parked"] == 4 and sum(counts["ready"].values()) == 0 and not counts["counts"].get("running")
     assert [run["member"] for run in claim(client.store, 0, n=100)] == [f"b:{i}" for i in range(5)]
+
+
+def test_a_claim_touches_keys_it_did_not_declare_only_under_a_declared_hash_tag(r, client):
+    """claim.lua builds the names of the popped tasks' records under its bucket's tag (the rule Redis Cluster
+    routes by): records of another tag (a task-key prefix of another bucket) are refused by name."""
+    r.hset(f"{PREFIX}meta", "buckets", 1)
+    client.add("t", 1, push="out")
+    store = client.store
+    promote_all(store, 0)
+    call = store.claim_call(0, (5, 3, 2), 10, 60_000, 60_000)
+    elsewhere = ScriptCall(call.script, call.keys, [*call.args[:5], "delayd:{7}:t:", *call.args[6:]])
+    refused = r"key of another hash tag in claim\.lua: HMGET delayd:\{7\}:t:t:1"
+    with pytest.raises(redis.exceptions.ResponseError, match=refused):
+        Transport(r).call(elsewhere)
+    r.rpush(store.keys[0].ready[1], "t:1")  # (the refused call popped it)
+    assert [t.member for t in store.claimed(Transport(r).call(call)).tasks] == ["t:1"]

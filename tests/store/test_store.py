@@ -635,7 +635,7 @@ def test_wake_and_ready_channels(r, store, keys):
     assert msg["data"] == f"{record(r, store, 't:3')['due']} t:3"
     promote_all(store, 0, DAY_MS, 100)
     msg = next_message(pubsub)
-    assert msg["channel"] == ready_channel(PREFIX) == f"{PREFIX}ready" and msg["data"] == "0 t:3"  # naming the members
+    assert msg["channel"] == ready_channel(PREFIX) == f"{PREFIX}ready" and msg["data"] == "0"
     # A claim whose lease is the earliest wakes the bucket (to reap it in time).
     [run] = claim(store, lease_ms=40_000)
     msg = next_message(pubsub)
@@ -956,7 +956,7 @@ def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keep
     script (EVALSHA) or one FUNCTION LOAD of the library (functions)."""
     from delayd.store.steps import Stream
     from delayd.store.transport import Transport
-    calls = [store.take_call(0, (5, 3, 2), 4) if i % 2 else store.retry_call(f"t:{i}")
+    calls = [store.claim_call(0, (5, 3, 2), 4, 60_000, DAY_MS) if i % 2 else store.retry_call(f"t:{i}")
              for i in range(10)]
     transport = Transport(r)
     warm = transport.stream(Stream(calls, window=4)).replies
@@ -966,7 +966,7 @@ def test_a_stream_of_several_scripts_after_script_flush_loads_each_once_and_keep
     cold = transport.stream(Stream(calls, window=4, replies=replies)).replies
     assert cold is replies and len(cold) == len(calls)
 
-    def without_clock(rows: list) -> list:  # (a take's reply starts with Redis's time)
+    def without_clock(rows: list) -> list:  # (a claim's reply starts with Redis's time)
         return [row[1:] if isinstance(row, list) else row for row in rows]
     assert without_clock(cold) == without_clock(warm)
     assert script_loads(r) == (1 if has_functions(r) else 2)

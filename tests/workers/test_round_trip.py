@@ -1,6 +1,6 @@
 """The queue process's round trip (QueueWorker.send, loop.py) on a real Redis: issue 41 found that the
-replies after the first error of a round trip were not handled, so a take or claim that ran in Redis
-behind a failed call left its tasks held (leased, or taken) and unrun until their lease or hold ran out."""
+replies after the first error of a round trip were not handled, so a claim that ran in Redis behind a
+failed call left its tasks leased and unrun until their lease ran out."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -15,7 +15,7 @@ from delayd.store.steps import ScriptCall
 from delayd.workers.queue.loop import QueueWorker
 
 
-def test_a_take_behind_a_failed_call_in_the_same_round_trip_is_still_handed_over(r, redis_url):
+def test_a_claim_behind_a_failed_call_in_the_same_round_trip_is_still_handed_over(r, redis_url):
     client = Client.from_url(redis_url)
     store = client.store
     client.add("t", 1, push="out")
@@ -24,8 +24,9 @@ def test_a_take_behind_a_failed_call_in_the_same_round_trip_is_still_handed_over
         pass
     handed: list = []
     worker = SimpleNamespace(link=store.transport.link(), round_trip=0.0)  # what send uses of a QueueWorker
-    calls = [(ScriptCall(SCRIPTS["take"], [], []), handed.append),  # refused by Redis: a script error
-             (store.take_call(bucket, QUOTAS, 10), lambda reply: handed.append(store.taken(reply).members))]
+    calls = [(ScriptCall(SCRIPTS["claim"], [], []), handed.append),  # refused by Redis: a script error
+             (store.claim_call(bucket, QUOTAS, 10, 60_000, 60_000),
+              lambda reply: handed.append([t.member for t in store.claimed(reply).tasks]))]
     with pytest.raises(redis.exceptions.ResponseError):
         QueueWorker.send(worker, calls)
     assert handed == [["t:1"]]

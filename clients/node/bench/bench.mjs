@@ -25,9 +25,12 @@ async function rate(count, one) {
   return count / (Number(process.hrtime.bigint() - start) / 1e9);
 }
 
-// Redis's own time in EVALSHA calls since the last call (INFO commandstats), in us.
+// Redis's own time in script calls (EVALSHA on Redis 6.2, FCALL on Redis >= 7) since the last call (INFO
+// commandstats), in us.
 async function redisMicros() {
-  const usec = Number((await redis.info('commandstats')).match(/cmdstat_evalsha:calls=\d+,usec=(\d+)/)?.[1] ?? 0);
+  const stats = await redis.info('commandstats');
+  const usec = ['evalsha', 'fcall'].reduce((sum, name) =>
+    sum + Number(stats.match(new RegExp(`cmdstat_${name}:calls=\\d+,usec=(\\d+)`))?.[1] ?? 0), 0);
   await redis.config('RESETSTAT');
   return usec;
 }

@@ -1,11 +1,12 @@
 // delayd-client: add, delete and read delayd tasks from Node with an ioredis connection.
-// Each call runs the Lua scripts shipped in the package (../lua, linked by delayd's own linker:
-// ./lua.js reads them) after the checks of delayd's Python Client (./task.js), so a task
+// Each call runs the Lua scripts shipped in the package (../lua, written by delayd's own linker:
+// ./lua.js reads them), as functions of delayd's library (FCALL) or by EVALSHA as the server allows
+// (./dialect.js), after the checks of delayd's Python Client (./task.js), so a task
 // added from here is stored as the same task added from Python. The key layout, the meta hash
 // and each script's KEYS/ARGV are those of docs/redis-layout.md.
 import { pyRepr } from './json.js';
-import { script } from './lua.js';
-import { bulk, evalsha, packedCallClass } from './packed.js';
+import { choose } from './dialect.js';
+import { bulk, packedCallClass, scriptCall } from './packed.js';
 import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
 import { LAYOUT, PROTOCOL } from './version.js';
 
@@ -24,8 +25,6 @@ export class StoreError extends Error {
 const VERSIONS = { layout: String(LAYOUT), protocol: String(PROTOCOL) };
 const MAX_BUCKETS = 1024;
 // add.lua's leading KEYS: the bucket's keys it may touch, after its tag.
-const ADD_KEYS = ['delayed', 'counts', 'recurring', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-  'paused', 'corrupt'];
 const ADD_BATCH = 200; // tasks per add.lua call, as the Python client sends them
 const STATUSES = ['delayed', 'running', 'ok', 'failed', 'deleted'];
 const ATTEMPT_FIELDS = ['run', 'at', 'ms', 'outcome', 'status', 'error'];
@@ -89,11 +88,12 @@ export class Client {
     this.buckets = null; // read from the meta hash on first use
     this.PackedCall = packedCallClass(redis);
     this.addHeads = new Map(); // bucket -> add.lua's packed fixed keys, its wake channel, its first key
-    this.scripts = { add: script('add'), delete: script('delete') };
+    this.dialect = null; // EVALSHA or FCALL (./dialect.js), chosen with the bucket count
+    this.leads = null; // script name -> its calls' verb and name, packed
   }
 
   /** The bucket count recorded in Redis (recorded on first use, as the Python client does), after
-   * checking the layout and protocol versions (docs/protocol.md section 1). */
+   * checking the layout and protocol versions (docs/protocol.md section 1); then how scripts are called. */
   async store() {
     if (this.buckets !== null) return this.buckets;
     const key = `${this.prefix}meta`;
@@ -119,6 +119,8 @@ export class Client {
       throw new StoreError(`${key} in Redis holds buckets = ${shown(stored)}, not a bucket count (1-${MAX_BUCKETS}); `
         + `set it right (HSET ${key} buckets N) before using this store`);
     }
+    this.dialect = await choose(this.redis);
+    this.leads = { add: this.dialect.lead('add'), delete: this.dialect.lead('delete') };
     this.buckets = count;
     return count;
   }
@@ -127,72 +129,61 @@ export class Client {
     return `${this.prefix}{${bucket}}:`;
   }
 
-  /** Send packed script calls ([name, text, firstKey], see ./packed.js) in one pipeline and resolve their
-   * replies (an Error in place of a refused one); those refused with NOSCRIPT (Redis lost its script
-   * cache) are sent again once after a SCRIPT LOAD. */
+  /** Send packed script calls ([name, text, firstKey], see ./packed.js), each written as soon as it is taken from
+   * `calls` (an iterable: Redis runs the first while the rest are packed), and resolve their replies in order
+   * (an Error in place of a refused one); those refused because the server lacks their script (NOSCRIPT: Redis
+   * lost its script cache; `Function not found`: FUNCTION FLUSH) are sent again once after its load (SCRIPT
+   * LOAD; FUNCTION LOAD of the library). */
   async send(calls) {
-    if (calls.length === 1) return [await this.sendOne(calls[0])];
-    const replies = new Array(calls.length);
-    let pending = calls.map((call, n) => [n, call]);
-    for (let attempt = 0; pending.length; attempt++) {
-      const pipeline = this.redis.pipeline();
-      for (const [, [, text, firstKey]] of pending) pipeline.sendCommand(new this.PackedCall(text, firstKey));
-      const answers = await pipeline.exec();
-      const lost = new Set();
-      const again = [];
-      answers.forEach(([error, reply], i) => {
-        const [n, call] = pending[i];
-        if (error && attempt === 0 && String(error.message).startsWith('NOSCRIPT')) {
-          lost.add(call[0]);
-          again.push(pending[i]);
-        } else {
-          replies[n] = error || reply;
-        }
-      });
-      for (const name of lost) await this.redis.script('LOAD', this.scripts[name].source);
-      pending = again;
+    const made = [];
+    const sent = [];
+    for (const call of calls) {
+      made.push(call);
+      sent.push(this.sendPacked(call));
+    }
+    const replies = await Promise.all(sent);
+    const lost = made.flatMap((call, n) => (replies[n] instanceof Error && this.dialect.missing(replies[n]) ? [n] : []));
+    if (lost.length) {
+      await this.dialect.load(this.redis, lost.map((n) => made[n][0]));
+      const again = await Promise.all(lost.map((n) => this.sendPacked(made[n])));
+      lost.forEach((n, i) => { replies[n] = again[i]; });
     }
     return replies;
   }
 
-  /** send() of one call, without a pipeline (what a single add waits for). */
-  async sendOne([name, text, firstKey]) {
-    try {
-      return await this.redis.sendCommand(new this.PackedCall(text, firstKey));
-    } catch (exc) {
-      if (!String(exc.message).startsWith('NOSCRIPT')) return exc;
-      await this.redis.script('LOAD', this.scripts[name].source);
-      return this.redis.sendCommand(new this.PackedCall(text, firstKey)).catch((error) => error);
-    }
+  /** One packed call, written to the connection now (no pipeline to wait for): its reply, or Redis's Error. */
+  sendPacked([, text, firstKey]) {
+    return this.redis.sendCommand(new this.PackedCall(text, firstKey)).catch((error) => error);
   }
 
   /** One script call's reply; rejects with Redis's error. */
   async run(name, keys, args) {
-    const packed = evalsha(this.scripts[name].sha, keys.map(bulk).join(''), keys.length, args.map(bulk).join(''), args.length);
+    const packed = scriptCall(this.leads[name], keys.map(bulk).join(''), keys.length, args.map(bulk).join(''), args.length);
     const [reply] = await this.send([[name, packed, keys[0]]]);
     if (reply instanceof Error) throw reply;
     return reply;
   }
 
   /** One add.lua call writing `entries` (built tasks) of one bucket, packed (docs/protocol.md section 3):
-   * KEYS the bucket's 10 keys, then the record and parked set of each task; ARGV the flags (nx, and 'c': this
+   * KEYS in the short form, the bucket's `delayed` then each task's record (the script names the bucket's other
+   * keys from the tag); ARGV the flags (nx, and 'c': this
    * client checked every task, section 7), the wake channel, then each task's spec, priority, mode and value.
    * Its reply: how many it wrote. */
   addCall(bucket, entries, nx) {
     const tag = this.tag(bucket);
     let head = this.addHeads.get(bucket);
     if (head === undefined) {
-      head = [ADD_KEYS.map((name) => bulk(tag + name)).join(''), bulk(`${this.prefix}wake:${bucket}`), `${tag}delayed`];
+      head = [bulk(`${tag}delayed`), bulk(`${this.prefix}wake:${bucket}`), `${tag}delayed`];
       this.addHeads.set(bucket, head);
     }
     let keys = head[0];
     let args = (nx ? '$2\r\n1c\r\n' : '$2\r\n0c\r\n') + head[1];
     for (const { task, mode, value } of entries) {
-      keys += bulk(`${tag}t:${task.key}`) + bulk(`${tag}paused:${task.topic}`);
+      keys += bulk(`${tag}t:${task.key}`);
       args += bulk(task.spec) + bulk(task.priority) + bulk(task.recurring ? mode + '*' : mode) + bulk(value);
     }
     const count = entries.length;
-    return ['add', evalsha(this.scripts.add.sha, keys, ADD_KEYS.length + 2 * count, args, 2 + 4 * count), head[2]];
+    return ['add', scriptCall(this.leads.add, keys, 1 + count, args, 2 + 4 * count), head[2]];
   }
 
   /**
@@ -211,7 +202,8 @@ export class Client {
 
   /**
    * Add many tasks (objects as add() takes), every one validated before anything is written;
-   * pipelined: one round trip for all (ADD_BATCH tasks per add.lua call). Resolves how many were written.
+   * ADD_BATCH tasks of one bucket per add.lua call, each call written as soon as it is packed, none waiting for
+   * another's reply (one round trip for all). Resolves how many were written.
    */
   async addMany(tasks, { nx = false } = {}) {
     if (!Array.isArray(tasks)) throw new TaskError('addMany takes an array of tasks');
@@ -233,14 +225,18 @@ export class Client {
       if (!byBucket.has(bucket)) byBucket.set(bucket, []);
       byBucket.get(bucket).push(entry);
     }
-    const calls = [];
-    for (const [bucket, list] of byBucket) {
-      for (let i = 0; i < list.length; i += ADD_BATCH) calls.push(this.addCall(bucket, list.slice(i, i + ADD_BATCH), nx));
-    }
-    return this.pipelined(calls, built.length);
+    return this.pipelined(this.addCalls(byBucket, nx), built.length);
   }
 
-  /** Send add.lua calls in one pipeline; resolves how many tasks they wrote. If Redis refused a call (none
+  /** The add.lua calls of `byBucket` (bucket -> built tasks), ADD_BATCH tasks each, packed one at a time as send()
+   * takes them. */
+  *addCalls(byBucket, nx) {
+    for (const [bucket, list] of byBucket) {
+      for (let i = 0; i < list.length; i += ADD_BATCH) yield this.addCall(bucket, list.slice(i, i + ADD_BATCH), nx);
+    }
+  }
+
+  /** Send add.lua calls (send()); resolves how many tasks they wrote. If Redis refused a call (none
    * of its tasks written), rejects with the first refusal, saying how many of the others were written. */
   async pipelined(calls, total) {
     let written = 0;

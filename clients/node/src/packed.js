@@ -14,9 +14,10 @@ export function bulk(value) {
   return `$${ASCII.test(text) ? text.length : Buffer.byteLength(text)}\r\n${text}\r\n`;
 }
 
-/** The whole EVALSHA command: `keys` and `args` already written with bulk(), `keyCount` and `argCount` of them. */
-export function evalsha(sha, keys, keyCount, args, argCount) {
-  return `*${3 + keyCount + argCount}\r\n$7\r\nEVALSHA\r\n$40\r\n${sha}\r\n${bulk(keyCount)}${keys}${args}`;
+/** A whole script call: `lead` its verb and name (EVALSHA and a SHA1, FCALL and a function: ./dialect.js), `keys`
+ * and `args` already written with bulk(), `keyCount` and `argCount` of them. */
+export function scriptCall(lead, keys, keyCount, args, argCount) {
+  return `*${3 + keyCount + argCount}\r\n${lead}${bulk(keyCount)}${keys}${args}`;
 }
 
 const CLASSES = new WeakMap();
@@ -36,7 +37,8 @@ function commandOf(redis) {
   return Command;
 }
 
-/** The class of ioredis commands for `redis` whose wire form is given (an EVALSHA of evalsha()). */
+/** The class of ioredis commands for `redis` whose wire form is given (a scriptCall(): EVALSHA or FCALL, both
+ * `VERB NAME numkeys keys...`; ioredis reads its first key, for a Cluster's routing, as an EVALSHA's). */
 export function packedCallClass(redis) {
   const Base = commandOf(redis);
   if (!CLASSES.has(Base)) {

@@ -200,53 +200,15 @@ local function flush_counts(counts_key)
   end
 end
 
-
--- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
--- KEYS: delayed, counts, recurring, leases, done:ok, done:failed, done:deleted, quarantine,
---       paused, corrupt (the bucket's keys, all under its tag `P{N}:`; corrupt, where a key of the wrong
---       type is set aside, may be left out, as producers before it did), then per task 2 keys: its
---       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
--- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
--- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
--- task itself (docs/protocol.md version 2, section 7): a spec is then held only to what the daemon would
--- read otherwise than it was written (plain_ok), not to the whole gate, and the reply is the count written
--- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
--- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
--- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
--- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
--- after the first add of the pending run (the record's `since`; docs/protocol.md).
--- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
--- its claim token, so a worker still running the old version cannot finish it.
--- Returns the number of tasks written ('c'), or one 1 (written) or 0 (exists, nx) per task (protocol 1).
--- Every key the script may touch is in KEYS (Cluster proxies and Redis-compatible servers
--- route and check by them); the task's member (`topic:id`) is read from its record's key.
--- Redis work per call is what a single add (a web request) waits for, so a fresh task
--- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
--- replacement touches are type-checked at the first replacement (a set-aside cannot
--- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
--- type is checked by reading its head with pcall, before any write.
-local now = now_ms()
-local flags, channel = ARGV[1], ARGV[2]
-local nx, checked = flags == '1' or flags == '1c', flags == '0c' or flags == '1c'
-local delayed, counts_key, recurring_key = KEYS[1], KEYS[2], KEYS[3]
-local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
-local prefix = tag .. 't:'
-local lead = KEYS[10] == tag .. 'corrupt' and 10 or 9  -- the bucket's keys before the tasks' (a record key is never that)
-local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'counts'
-  or recurring_key ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases' or KEYS[5] ~= tag .. 'done:ok'
-  or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted' or KEYS[8] ~= tag .. 'quarantine'
-  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
-if bad_keys then
-  return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
-end
--- The one gate of validity (docs/protocol.md, section 7): whatever would make the daemon misread
--- a record is refused here with `ERR delayd:bad-task <field>: <reason>`, every task of the call
--- checked before anything is written. Clients check first, for messages their users can act on
--- (delayd.model.task); this is what holds when one does not. A call flagged 'c' says its producer
--- did: its specs are held only to plain_ok, and a record bad otherwise is set aside at its first claim.
+-- add.lua's gate of validity (docs/protocol.md, section 7), in the lib so that the function library makes its
+-- functions once, at load, not on every add. Whatever would make the daemon misread a record is refused with
+-- `ERR delayd:bad-task <field>: <reason>`, every task of the call checked before anything is written. Clients
+-- check first, for messages their users can act on (delayd.model.task); this is what holds when one does not.
+-- A call flagged 'c' says its producer did: of its specs add.lua reads only what the scripts themselves
+-- depend on (unread_ok), and a record bad otherwise is set aside at its first claim, never run.
 -- Redis runs this for every task of every add, so the common case is kept cheap: one pcall for
 -- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
--- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
+-- a topic and a target checked once while they repeat, and a spec decoded at most once.
 local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
 local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
@@ -343,13 +305,10 @@ local function only_known(t)
   return known == 0
 end
 
--- A checked call's spec (`t`, decoded; docs/protocol.md, section 7): its producer ran every check, so only
--- what the daemon would read otherwise than it was written is checked again here: an unknown field (a
--- reader ignores it), a `push` that is no string or `intervals` that are no list of numbers (a reader
--- would coerce them), a schedule other than the mode says (the `recurring` index), a bad trace (a reader
--- drops it), and a URL task's URL (SPEC section 9; its origin is the record's `host`). Whatever else is
--- wrong, the daemon sets the record aside at its first claim, with the reason (tests/store/
--- test_checked_adds.py). False: the whole gate decides, and names what it refuses.
+-- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
+-- otherwise than it was written is checked here: an unknown field, a `push` that is no string or `intervals`
+-- that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad trace, and a
+-- URL task's URL (SPEC section 9). False: the whole gate decides, and names what it refuses.
 local function plain_ok(t, spec, mode, recurs)
   if type(t) ~= 'table' or t[1] ~= nil or not only_known(t) then return false end
   if t.trace ~= nil and not trace_ok(t.trace) then return false end
@@ -367,6 +326,25 @@ local function plain_ok(t, spec, mode, recurs)
     check_url(t.url)
   end
   return true
+end
+
+-- A checked call's spec of a task whose mode does not recur, read without decoding it: true when it has no
+-- schedule, which it cannot have without naming `every` or `cron` (or holding a \u escape, JSON's one way to
+-- spell a name otherwise), and, for a URL task, when its URL (written first, without escapes) passes
+-- check_url (SPEC section 9); then also the URL. Such a spec is written as it is: what else is wrong with
+-- it the daemon finds when it reads the record, and sets the record aside at its first claim with the
+-- reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py). False: the
+-- spec is decoded (plain_ok) and, if that leaves doubt, held to the whole gate.
+local function unread_ok(spec)
+  if #spec > MAX_SPEC or string.find(spec, '"every"', 1, true) or string.find(spec, '"cron"', 1, true)
+      or string.find(spec, '\\u', 1, true) then
+    return false
+  end
+  if not is_url(spec) then return true end
+  local url = string.match(spec, '^{"url":"([^"\\]*)"')
+  if not url then return false end
+  check_url(url)
+  return true, url
 end
 
 -- The whole gate of a spec (check_spec): made only for a call that decodes specs here (a producer's call
@@ -579,17 +557,66 @@ local function spec_gate()
   return check_spec
 end
 
--- Every task of the call, in order: its keys, priority, mode, value and spec. Fills `names`
+-- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
+-- KEYS, in one of two forms (docs/protocol.md, section 3):
+--   short (version 4): the bucket's `delayed` (`P{N}:delayed`), then per task its record
+--       `P{N}:t:<topic>:<id>`; the script names the bucket's other keys from its tag `P{N}:`, so a
+--       call passes no key it would not read (each costs Redis on every call), and Redis Cluster routes
+--       it by that tag, which all of them share;
+--   long (versions 1-3): delayed, counts, recurring, leases, done:ok, done:failed, done:deleted,
+--       quarantine, paused, corrupt (corrupt may be left out, as producers before it did), then per task
+--       2 keys: its record and its topic's parked set `P{N}:paused:<topic>`; every key the script may
+--       touch is declared, for servers that refuse undeclared keys; they are checked against those names.
+-- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
+-- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
+-- task itself (docs/protocol.md version 2, section 7): a spec is then read only for what the scripts
+-- depend on (unread_ok, _gate.lua), not held to the whole gate, and the reply is the count written
+-- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
+-- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
+-- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
+-- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
+-- after the first add of the pending run (the record's `since`; docs/protocol.md).
+-- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
+-- its claim token, so a worker still running the old version cannot finish it.
+-- Returns the number of tasks written ('c'), or one 1 (written) or 0 (exists, nx) per task (protocol 1).
+-- The task's member (`topic:id`) is read from its record's key.
+-- Redis work per call is what a single add (a web request) waits for, so a fresh task
+-- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
+-- replacement touches are type-checked at the first replacement (a set-aside cannot
+-- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
+-- type is checked by reading its head with pcall, before any write.
+local now = now_ms()
+local flags, channel = ARGV[1], ARGV[2]
+local nx, checked = flags == '1' or flags == '1c', flags == '0c' or flags == '1c'
+local delayed = KEYS[1]
+local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
+local prefix = tag .. 't:'
+local tasks = (#ARGV - 2) / 4
+local short = #KEYS == 1 + tasks
+local lead, stride = 1, 1  -- task n's record is KEYS[lead + stride * (n - 1) + 1] (and the long form's parked set next)
+local bad_keys = string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0
+if not short and not bad_keys then
+  lead, stride = KEYS[10] == tag .. 'corrupt' and 10 or 9, 2  -- (a record key is never that)
+  bad_keys = KEYS[2] ~= tag .. 'counts' or KEYS[3] ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases'
+    or KEYS[5] ~= tag .. 'done:ok' or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted'
+    or KEYS[8] ~= tag .. 'quarantine' or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + 2 * tasks
+end
+if bad_keys then
+  return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
+end
+
+-- Every task of the call, in order: its key(s), priority, mode, value and spec. Fills `names`
 -- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
 -- `host`); `task` is the task being checked.
 local names, origins, task = {}, {}, 0
 local check_spec  -- spec_gate()'s, made for the first spec that needs it
 local function check_all()
-  local prefix_len, parked_prefix = #prefix, KEYS[9] .. ':'
+  local prefix_len, parked_prefix = #prefix, tag .. 'paused:'
   local last_topic, last_parked  -- a topic and parked key already checked
   for i = 3, #ARGV, 4 do
     task = task + 1
-    local task_key, parked = KEYS[2 * task + lead - 1], KEYS[2 * task + lead]
+    local task_key = KEYS[lead + stride * (task - 1) + 1]
+    local parked = not short and KEYS[lead + 2 * task] or nil
     local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     if string.sub(task_key, 1, prefix_len) ~= prefix then
       refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
@@ -601,7 +628,9 @@ local function check_all()
     if not known then check_name('topic', topic) end
     check_name('id', id)
     if not known then
-      if parked ~= parked_prefix .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
+      if parked and parked ~= parked_prefix .. topic then
+        refuse('key', "the task's second key must be " .. parked_prefix .. '<topic>')
+      end
       last_topic, last_parked = topic, parked
     end
     if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
@@ -628,14 +657,18 @@ local function check_all()
     if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
       refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
     end
-    local spec, url = ARGV[i], nil
-    local decoded, t = false, nil
-    if checked and #spec <= MAX_SPEC then decoded, t = pcall(cjson.decode, spec) end
-    if decoded and plain_ok(t, spec, mode, recurs) then
-      url = t.url
-    else  -- a call without 'c', or a spec plain_ok leaves to the whole gate (which names the refusal)
-      check_spec = check_spec or spec_gate()
-      url = check_spec(spec, mode, recurs)
+    local spec = ARGV[i]
+    local read, url = false, nil
+    if checked and not recurs then read, url = unread_ok(spec) end
+    if not read then
+      local decoded, t = false, nil
+      if checked and #spec <= MAX_SPEC then decoded, t = pcall(cjson.decode, spec) end
+      if decoded and plain_ok(t, spec, mode, recurs) then
+        url = t.url
+      else  -- a call without 'c', or a spec plain_ok leaves to the whole gate (which names the refusal)
+        check_spec = check_spec or spec_gate()
+        url = check_spec(spec, mode, recurs)
+      end
     end
     if url then origins[task] = origin_of(url) end
     names[2 * task - 1], names[2 * task] = member, topic
@@ -680,6 +713,13 @@ local function claim_token(claim, created)
   return int_of(claim) or int_of(created) or 0
 end
 
+-- The zset of a paused topic's due tasks, set aside so they neither start nor keep the
+-- head of `delayed` (which would wake the bucket process again and again):
+-- `P{N}:paused:<topic>`, next to the bucket's `P{N}:paused` hash of paused topics.
+local function parked_key(paused_key, topic)
+  return paused_key .. ':' .. topic
+end
+
 local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
@@ -694,24 +734,27 @@ local function zrem_counted(zset, member, state, topic)
   if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
 end
 
-  expect('zset', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-  local quarantine_key = KEYS[8]
+  local leases, done_ok, done_failed, done_deleted = tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed',
+    tag .. 'done:deleted'
+  expect('zset', leases, done_ok, done_failed, done_deleted)
+  local quarantine_key = tag .. 'quarantine'
   expect('hash', quarantine_key)
-  return function(task_key, parked, member, topic, recurs, old)
+  return function(task_key, member, topic, recurs, old)
     -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
     -- no longer waits for its host.
     if old[2] == '1' then count_ready(old[3], topic, -1) end
     if PENDING[old[1]] then count_host(old[8], -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
-    zrem_counted(KEYS[4], member, 'running', topic)
-    zrem_counted(KEYS[5], member, 'ok', topic)
-    zrem_counted(KEYS[6], member, 'failed', topic)
-    zrem_counted(KEYS[7], member, 'deleted', topic)
+    zrem_counted(leases, member, 'running', topic)
+    zrem_counted(done_ok, member, 'ok', topic)
+    zrem_counted(done_failed, member, 'failed', topic)
+    zrem_counted(done_deleted, member, 'deleted', topic)
+    local parked = parked_key(tag .. 'paused', topic)
     expect('zset', parked)
     zrem_counted(parked, member, 'parked', topic)
     if not recurs then
-      schedules = schedules or recurring_index(recurring_key)
+      schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.remove(member)
     end
     return claim_token(old[4], old[5]) + 1
@@ -730,7 +773,7 @@ for n = 1, task do
   local i = 4 * n - 1
   local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local value = tonumber(ARGV[i + 3])
-  local task_key, parked, member, topic = KEYS[2 * n + lead - 1], KEYS[2 * n + lead], names[2 * n - 1], names[2 * n]
+  local task_key, member, topic = KEYS[lead + stride * (n - 1) + 1], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
@@ -762,7 +805,7 @@ for n = 1, task do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, parked, member, topic, recurs, old or {})
+      token = replace(task_key, member, topic, recurs, old or {})
     end
     local url = is_url(spec)
     local first = mode == 'next*'
@@ -812,7 +855,7 @@ for n = 1, task do
     scores[#scores + 1] = due_score(due_text, priority)
     scores[#scores + 1] = member
     if recurs then
-      schedules = schedules or recurring_index(recurring_key)
+      schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.add(member)
     end
     if due < earliest then earliest, earliest_member = due, member end
@@ -822,6 +865,7 @@ for n = 1, task do
 end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
 -- counts go through `counts` (flush_counts).
+local counts_key = tag .. 'counts'
 for topic, scores in pairs(by_topic) do
   local added = redis.call('ZADD', delayed, unpack(scores))
   if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end

@@ -1,7 +1,8 @@
 <?php
 // A delayd producer for PHP on phpredis: add, addMany (pipelined), delete and get, by the
-// protocol in docs/protocol.md. The Lua scripts are shipped in the package (lua/, linked by delayd's
-// own linker: Lua.php reads them), so Redis runs the same source whichever producer sent it.
+// protocol in docs/protocol.md. The Lua scripts are shipped in the package (lua/, written by delayd's
+// own linker: Lua.php reads them) and called as Python calls them (Scripts.php: FCALL of delayd's function
+// library, or EVALSHA on Redis 6.2), so Redis runs the same code whichever producer sent it.
 declare(strict_types=1);
 
 namespace Delayd;
@@ -16,6 +17,7 @@ final class Client
     private string $prefix;
     private ?int $buckets = null;
     private array $options;
+    private Scripts $scripts;
 
     /**
      * @param \Redis $redis a connected phpredis client (without OPT_PREFIX: the keys are delayd's own)
@@ -33,6 +35,7 @@ final class Client
         if ($this->prefix === '' || strpbrk($this->prefix, '{}') !== false) {
             throw new StoreError("prefix must be a non-empty string without '{' or '}'");
         }
+        $this->scripts = new Scripts($redis);
     }
 
     /**
@@ -50,7 +53,7 @@ final class Client
         $built = new Task($task, (int) $this->options['params_limit']);
         self::refuseNx([$built], $nx);
         [$keys, $args] = $this->addCall([$built], $nx);
-        return $this->call('add', $keys, $args) === 1;
+        return $this->scripts->call('add', $keys, $args) === 1;
     }
 
     /**
@@ -81,7 +84,7 @@ final class Client
         }
         $written = 0;
         $refused = null;
-        foreach ($this->pipelined('add', $calls) as $reply) {
+        foreach ($this->scripts->pipelined('add', $calls) as $reply) {
             if ($reply instanceof \Exception) {
                 $refused ??= $reply;
             } else {
@@ -104,7 +107,7 @@ final class Client
         $keys = ["{$tag}t:$member", "{$tag}delayed", "{$tag}leases", "{$tag}done:ok", "{$tag}done:failed",
             "{$tag}done:deleted", "{$tag}quarantine", "{$tag}counts", "{$tag}paused", "{$tag}recurring",
             "{$tag}paused:$parked", "{$tag}corrupt"];
-        return $this->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]) === 1;
+        return $this->scripts->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]) === 1;
     }
 
     /** The task as `delayd get --json` prints it (docs/protocol.md, section 5), or null. */
@@ -186,68 +189,12 @@ final class Client
     {
         $bucket = $this->bucketOf($tasks[0]->member);
         $tag = $this->prefix . '{' . $bucket . '}:';
-        $keys = ["{$tag}delayed", "{$tag}counts", "{$tag}recurring", "{$tag}leases", "{$tag}done:ok",
-            "{$tag}done:failed", "{$tag}done:deleted", "{$tag}quarantine", "{$tag}paused", "{$tag}corrupt"];
+        $keys = ["{$tag}delayed"];  // the short form: delayed, then each task's record (the script names the rest)
         $args = [$nx ? '1c' : '0c', $this->prefix . 'wake:' . $bucket];
         foreach ($tasks as $task) {
             $keys[] = "{$tag}t:{$task->member}";
-            $keys[] = "{$tag}paused:{$task->topic}";
             array_push($args, $task->spec, $task->priority, $task->mode, $task->value);
         }
         return [$keys, $args];
-    }
-
-    /** One EVALSHA; after NOSCRIPT, SCRIPT LOAD and the call again. */
-    private function call(string $name, array $keys, array $args): mixed
-    {
-        [$source, $sha] = Lua::script($name);
-        $this->redis->clearLastError();
-        $reply = $this->redis->evalSha($sha, array_merge($keys, $args), count($keys));
-        if ($reply === false && str_starts_with((string) $this->redis->getLastError(), 'NOSCRIPT')) {
-            $this->redis->clearLastError();
-            $this->redis->script('load', $source);
-            $reply = $this->redis->evalSha($sha, array_merge($keys, $args), count($keys));
-        }
-        $error = $this->redis->getLastError();
-        if ($reply === false && $error !== null) {
-            throw self::refusal($error);
-        }
-        return $reply;
-    }
-
-    /** Many calls of one script in one pipeline (the script loaded first, once per process and server): their
-     * replies, with the exception (TaskError, StoreError) in place of a call Redis refused. */
-    private function pipelined(string $name, array $calls): array
-    {
-        [$source, $sha] = Lua::script($name);
-        if (!$calls) {
-            return [];
-        }
-        if (!($this->redis->script('exists', $sha)[0] ?? false)) {
-            $this->redis->script('load', $source);
-        }
-        $pipe = $this->redis->multi(\Redis::PIPELINE);
-        foreach ($calls as [$keys, $args]) {
-            $pipe->evalSha($sha, array_merge($keys, $args), count($keys));
-        }
-        $replies = $pipe->exec();
-        foreach ($replies as $i => $reply) {
-            if (!is_int($reply)) {  // an error reply (false): said again by the same call, alone
-                try {
-                    $replies[$i] = $this->call($name, ...$calls[$i]);
-                } catch (TaskError | StoreError $e) {
-                    $replies[$i] = $e;
-                }
-            }
-        }
-        return $replies;
-    }
-
-    private static function refusal(string $error): \Exception
-    {
-        if (preg_match('/^(?:ERR )?delayd:bad-task (.*)$/', $error, $m)) {
-            return new TaskError($m[1]);
-        }
-        return new StoreError("Redis refused the call: $error");
     }
 }

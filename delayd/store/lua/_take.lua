@@ -1,42 +1,11 @@
--- Taking helpers (take.lua, and claim.lua's pop mode): popping a bucket's ready lists, and the member
--- of `taking` that holds what was popped until its claim.
+-- The takes of earlier versions (promote.lua): their take.lua popped ready members into the bucket's
+-- `taking` zset, one member per take, for their claim.lua to start in a second call. This version's claim
+-- pops and starts in one call; promote still puts back the takes an older queue process left there
+-- (killed or hung between its two calls) while daemons of both versions run during an upgrade.
+-- A take (hold_take of those versions): per task, in order, `<list> <length> <member>` (its list, so
+-- that putting it back needs no record; the length, as a member may hold any byte), at its deadline (ms).
 
--- Pop up to n members of one bucket's ready lists `lists` (priority 3, 2, 1), weighted by priority:
--- the first pass takes up to each priority's quota (`quota`, by the same index), a second fills
--- whatever is left over in priority order (favours high priorities, never starves priority 1).
--- Returns the members, in the order popped, and the name of each one's list (`names[p]`: '3', 'u2', ...).
-local function pop_ready(lists, names, quota, n)
-  local members, from = {}, {}
-  local emptied = {}  -- lists this call found short: the second pass skips them
-  local function pop(p, want)
-    if want <= 0 or emptied[p] then return end
-    local popped = on('list', 'LPOP', lists[p], want)
-    if not popped or #popped < want then emptied[p] = true end
-    if not popped then return end
-    for _, member in ipairs(popped) do
-      members[#members + 1] = member
-      from[#from + 1] = names[p]
-    end
-  end
-  for p = 1, 3 do pop(p, math.min(quota[p], n - #members)) end
-  for p = 1, 3 do pop(p, n - #members) end
-  return members, from
-end
-
--- Hold popped members (their lists `from`, by the same index) in `taking` as one take, at its deadline
--- (`clock`, Redis's clock in µs, so that takes sort in the order they were made, + `hold` ms): per task,
--- in order, `<list> <length> <member>` (its list, so that putting it back needs no record; the length,
--- as a member may hold any byte). Returns the take, its member of `taking` ('' when there is none).
-local function hold_take(taking, clock, hold, members, from)
-  if #members == 0 then return '' end
-  local parts = {}
-  for i, member in ipairs(members) do parts[i] = from[i] .. ' ' .. #member .. ' ' .. member end
-  local take = table.concat(parts)
-  on('zset', 'ZADD', taking, clock / 1000 + hold, take)
-  return take
-end
-
--- The entries of a take (hold_take's member), in the order popped: {list name ('3', 'u2', ...), member}.
+-- The entries of a take (its member of `taking`), in the order popped: {list name ('3', 'u2', ...), member}.
 local function take_entries(take)
   local entries, at = {}, 1
   while true do

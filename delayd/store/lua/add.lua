@@ -1,12 +1,17 @@
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
--- KEYS: delayed, counts, recurring, leases, done:ok, done:failed, done:deleted, quarantine,
---       paused, corrupt (the bucket's keys, all under its tag `P{N}:`; corrupt, where a key of the wrong
---       type is set aside, may be left out, as producers before it did), then per task 2 keys: its
---       record `P{N}:t:<topic>:<id>` and its topic's parked set `P{N}:paused:<topic>`
+-- KEYS, in one of two forms (docs/protocol.md, section 3):
+--   short (version 4): the bucket's `delayed` (`P{N}:delayed`), then per task its record
+--       `P{N}:t:<topic>:<id>`; the script names the bucket's other keys from its tag `P{N}:`, so a
+--       call passes no key it would not read (each costs Redis on every call), and Redis Cluster routes
+--       it by that tag, which all of them share;
+--   long (versions 1-3): delayed, counts, recurring, leases, done:ok, done:failed, done:deleted,
+--       quarantine, paused, corrupt (corrupt may be left out, as producers before it did), then per task
+--       2 keys: its record and its topic's parked set `P{N}:paused:<topic>`; every key the script may
+--       touch is declared, for servers that refuse undeclared keys; they are checked against those names.
 -- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
 -- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
--- task itself (docs/protocol.md version 2, section 7): a spec is then held only to what the daemon would
--- read otherwise than it was written (plain_ok), not to the whole gate, and the reply is the count written
+-- task itself (docs/protocol.md version 2, section 7): a spec is then read only for what the scripts
+-- depend on (unread_ok, _gate.lua), not held to the whole gate, and the reply is the count written
 -- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
 -- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
 -- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
@@ -15,8 +20,7 @@
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
 -- Returns the number of tasks written ('c'), or one 1 (written) or 0 (exists, nx) per task (protocol 1).
--- Every key the script may touch is in KEYS (Cluster proxies and Redis-compatible servers
--- route and check by them); the task's member (`topic:id`) is read from its record's key.
+-- The task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a set-aside cannot
@@ -25,368 +29,35 @@
 local now = now_ms()
 local flags, channel = ARGV[1], ARGV[2]
 local nx, checked = flags == '1' or flags == '1c', flags == '0c' or flags == '1c'
-local delayed, counts_key, recurring_key = KEYS[1], KEYS[2], KEYS[3]
+local delayed = KEYS[1]
 local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
 local prefix = tag .. 't:'
-local lead = KEYS[10] == tag .. 'corrupt' and 10 or 9  -- the bucket's keys before the tasks' (a record key is never that)
-local bad_keys = string.sub(delayed, -7) ~= 'delayed' or counts_key ~= tag .. 'counts'
-  or recurring_key ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases' or KEYS[5] ~= tag .. 'done:ok'
-  or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted' or KEYS[8] ~= tag .. 'quarantine'
-  or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + (#ARGV - 2) / 2 or (#ARGV - 2) % 4 ~= 0
+local tasks = (#ARGV - 2) / 4
+local short = #KEYS == 1 + tasks
+local lead, stride = 1, 1  -- task n's record is KEYS[lead + stride * (n - 1) + 1] (and the long form's parked set next)
+local bad_keys = string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0
+if not short and not bad_keys then
+  lead, stride = KEYS[10] == tag .. 'corrupt' and 10 or 9, 2  -- (a record key is never that)
+  bad_keys = KEYS[2] ~= tag .. 'counts' or KEYS[3] ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases'
+    or KEYS[5] ~= tag .. 'done:ok' or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted'
+    or KEYS[8] ~= tag .. 'quarantine' or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + 2 * tasks
+end
 if bad_keys then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
--- The one gate of validity (docs/protocol.md, section 7): whatever would make the daemon misread
--- a record is refused here with `ERR delayd:bad-task <field>: <reason>`, every task of the call
--- checked before anything is written. Clients check first, for messages their users can act on
--- (delayd.model.task); this is what holds when one does not. A call flagged 'c' says its producer
--- did: its specs are held only to plain_ok, and a record bad otherwise is set aside at its first claim.
--- Redis runs this for every task of every add, so the common case is kept cheap: one pcall for
--- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
--- a topic, its parked key and a target checked once while they repeat, and the spec decoded once.
-local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
-local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
-local function refuse(field, reason)
-  error(REFUSED .. field .. ': ' .. reason, 0)
-end
-
--- UTF-8 text: ASCII at once, else every sequence well formed (no overlong forms, surrogates or
--- code points past U+10FFFF), as Python's decoder reads it.
-local function utf8_ok(text)
-  if string.find(text, '^[%z\1-\127]*$') then return true end
-  local i, n = 1, #text
-  while i <= n do
-    local c = string.byte(text, i)
-    local len, low, high = 1, 128, 191
-    if c < 128 then len = 1
-    elseif c >= 194 and c <= 223 then len = 2
-    elseif c >= 224 and c <= 239 then
-      len = 3
-      if c == 224 then low = 160 elseif c == 237 then high = 159 end
-    elseif c >= 240 and c <= 244 then
-      len = 4
-      if c == 240 then low = 144 elseif c == 244 then high = 143 end
-    else return false end
-    for j = 1, len - 1 do
-      local b = string.byte(text, i + j)
-      if not b or b < (j == 1 and low or 128) or b > (j == 1 and high or 191) then return false end
-    end
-    i = i + len
-  end
-  return true
-end
-
--- A topic, id or push list: 1-512 characters of UTF-8, no space or control character. (Printable
--- ASCII, the usual name, is one anchored pattern: far cheaper in Lua than a search for a class.)
-local function check_name(field, text)
-  if type(text) ~= 'string' then refuse(field, 'must be a string') end
-  if #text <= MAX_NAME and string.find(text, '^[!-~]+$') then return end
-  if text == '' then refuse(field, 'must not be empty') end
-  if string.find(text, '[%z\1-\32\127]') then refuse(field, 'must not contain spaces or control characters') end
-  if not utf8_ok(text) then refuse(field, 'is not valid UTF-8 text') end
-  if #text > MAX_NAME and #string.gsub(text, '[\128-\191]', '') > MAX_NAME then
-    refuse(field, 'is longer than ' .. MAX_NAME .. ' characters')
-  end
-end
-
--- A URL task's URL: http(s) with a host, and a port, if any, from 1 to 65535 (SPEC section 9).
-local function check_url(url)
-  -- The authority past any user info: a [bracketed] or plain host, then nothing or ':' and a port from 1
-  -- to 65535 (delayd.model.checks.url_authority_error); an international host in its xn-- form.
-  local authority = type(url) == 'string' and string.match(url, '^[Hh][Tt][Tt][Pp][Ss]?://([^/?#]*)')
-  local host, rest = nil, nil
-  if authority then
-    authority = string.match(authority, '([^@]*)$')
-    host, rest = string.match(authority, '^(%[[^%]]+%])(.*)$')
-    if not host then host, rest = string.match(authority, '^([^:%[%]]*)(.*)$') end
-  end
-  if not host or host == '' or string.find(url, '[%z\1-\32\127]') then
-    refuse('url', 'must be an http:// or https:// URL with a host, without spaces or control characters')
-  end
-  local port = rest == '' and '' or string.match(rest, '^:(%d*)$')
-  if not port or port ~= '' and (#port > 5 or tonumber(port) < 1 or tonumber(port) > 65535) then
-    refuse('url', 'has a port that is not a number from 1 to 65535')
-  end
-  if string.find(host, '[\128-\255]') then
-    refuse('url', 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)')
-  end
-end
-
--- A task's W3C trace context: a traceparent of version 00 (lowercase hex, ids not all zero), then nothing,
--- or a space and a tracestate of 1-512 printable characters (delayd.model.task.trace_of).
-local function trace_ok(trace)
-  if type(trace) ~= 'string' or #trace > 568 then return false end
-  local hex = '[0-9a-f]'
-  local trace_id, span_id = string.match(trace, '^00%-(' .. string.rep(hex, 32) .. ')%-(' .. string.rep(hex, 16)
-    .. ')%-' .. hex .. hex)
-  if not trace_id or not string.find(trace_id, '[1-9a-f]') or not string.find(span_id, '[1-9a-f]') then
-    return false
-  end
-  local rest = string.sub(trace, 56)
-  return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
-end
-
--- True if every field of decoded spec `t` is a known one: the known ones present are all there are (counted
--- without a table of names, which would be made on every call).
-local function only_known(t)
-  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0)
-    + (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0)
-    + (t.cron ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0)
-    + (t.body ~= nil and 1 or 0) + (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0)
-    + (t.persistent ~= nil and 1 or 0) + (t.retries ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0)
-    + (t.trace ~= nil and 1 or 0)
-  for _ in pairs(t) do known = known - 1 end
-  return known == 0
-end
-
--- A checked call's spec (`t`, decoded; docs/protocol.md, section 7): its producer ran every check, so only
--- what the daemon would read otherwise than it was written is checked again here: an unknown field (a
--- reader ignores it), a `push` that is no string or `intervals` that are no list of numbers (a reader
--- would coerce them), a schedule other than the mode says (the `recurring` index), a bad trace (a reader
--- drops it), and a URL task's URL (SPEC section 9; its origin is the record's `host`). Whatever else is
--- wrong, the daemon sets the record aside at its first claim, with the reason (tests/store/
--- test_checked_adds.py). False: the whole gate decides, and names what it refuses.
-local function plain_ok(t, spec, mode, recurs)
-  if type(t) ~= 'table' or t[1] ~= nil or not only_known(t) then return false end
-  if t.trace ~= nil and not trace_ok(t.trace) then return false end
-  if t.push ~= nil and type(t.push) ~= 'string' then return false end
-  local list = t.intervals
-  if list ~= nil then
-    if type(list) ~= 'table' or list[1] == nil then return false end
-    for _, gap in ipairs(list) do
-      if type(gap) ~= 'number' then return false end
-    end
-  end
-  if recurs ~= (t.every ~= nil or t.cron ~= nil) or mode == 'next*' and t.cron == nil then return false end
-  if t.url ~= nil then
-    if not is_url(spec) then return false end
-    check_url(t.url)
-  end
-  return true
-end
-
--- The whole gate of a spec (check_spec): made only for a call that decodes specs here (a producer's call
--- without 'c', or a spec the checked path leaves to it), so a checked call never builds its functions.
-local function spec_gate()
-  local MAX_DEPTH = 64  -- how deep params may nest, the params object being level 1 (delayd.model.checks)
-  -- The patterns of check_spec's fast paths: a target's name of identifier characters (no quote or
-  -- backslash), params of printable ASCII from `{` to the `}` before the spec's last.
-  local TARGET = '([A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*)'
-  local ONLY_CALL = '^{"call":"' .. TARGET .. '"}$'
-  local CALL_FIRST, CALLBACK_NEXT = '^{"call":"' .. TARGET .. '"()', '^,"callback":"' .. TARGET .. '"()'
-  local PARAMS = '^({[ -~]*})}$'
-  -- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
-  -- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
-  local usual
-
-  -- `package.module:function`: dotted identifiers on both sides of one ':' (each '.' followed by a
-  -- letter or '_'; the dots found by plain search, far cheaper than a pattern searched for). Checked
-  -- once per call for each distinct name: a batch repeats a few.
-  local good_targets = {}
-  local function check_target(field, text)
-    if good_targets[text] then return end
-    local shaped = type(text) == 'string' and string.find(text, '^[A-Za-z_][%w_.]*:[A-Za-z_][%w_.]*$')
-    local dot = shaped and string.find(text, '.', 1, true)
-    while dot do
-      local after = string.byte(text, dot + 1) or 0
-      if not (after == 95 or (after >= 65 and after <= 90) or (after >= 97 and after <= 122)) then shaped = false end
-      dot = shaped and string.find(text, '.', dot + 1, true)
-    end
-    if not shaped then refuse(field, 'must look like package.module:function') end
-    good_targets[text] = true
-  end
-
-  local function check_number(field, value, low, high, low_open)
-    if type(value) ~= 'number' or value ~= value or value < low or value > high or (low_open and value == low) then
-      refuse(field, 'must be a number ' .. (low_open and '> ' or '>= ') .. low .. ' and <= ' .. high)
-    end
-  end
-
-  -- True if the arrays and objects of JSON `text` nest more than `limit` deep, counted without decoding
-  -- (delayd.model.checks.nested_deeper counts the same way: escapes dropped, then strings, then brackets).
-  local function nested_deeper(text, limit)
-    if #text <= 2 * limit then return false end  -- (each level takes two brackets: most specs end here)
-    local opens = 0  -- counted by plain finds (memchr), stopping past the limit: a pattern costs ~35 ns a byte
-    for _, bracket in ipairs({'{', '['}) do
-      local at = string.find(text, bracket, 1, true)
-      while at and opens <= limit do
-        opens, at = opens + 1, string.find(text, bracket, at + 1, true)
-      end
-    end
-    if opens <= limit then return false end
-    local depth = 0
-    for bracket in string.gmatch(string.gsub(string.gsub(text, '\\.', ''), '"[^"]*"', ''), '[%[%]{}]') do
-      depth = depth + ((bracket == '[' or bracket == '{') and 1 or -1)
-      if depth > limit then return true end
-    end
-    return false
-  end
-
-  -- Params (decoded) nested more than MAX_DEPTH deep are refused, as every client refuses them: counted in
-  -- `text` (their JSON, or the spec's: one level more) only when a value is a container, so the usual flat
-  -- params cost a look at each value.
-  local function check_depth(params, text, limit)
-    for _, value in pairs(params) do
-      if type(value) == 'table' then
-        if nested_deeper(text, limit) then refuse('params', 'are nested more than ' .. MAX_DEPTH .. ' levels deep') end
-        return
-      end
-    end
-  end
-
-  -- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
-  -- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
-  -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
-  local function check_spec(spec, mode, recurs)
-    if #spec > MAX_SPEC then refuse('spec', 'is ' .. #spec .. ' bytes, more than ' .. MAX_SPEC) end
-    -- A spec that is only a call target, `{"call":"<name>"}` with a name of identifier characters (no
-    -- quote or backslash: cjson would decode it to {call = name} and nothing else), is checked without
-    -- decoding: the name's shape, and a mode that does not recur, are all the rules below ask of it.
-    local only_call = string.byte(spec, -2) == 34  -- ends in `"}`: else not tried (a spec with params ends `}}`)
-      and string.match(spec, ONLY_CALL)
-    if only_call then
-      check_target('call', only_call)
-      if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
-      return
-    end
-    -- So is a call's spec with `,"callback":"<name>"` then `,"params":{...}` (each optional, in the order
-    -- delayd's clients write them) before its `}`, up to 1,000 bytes (params nested 1,000 deep, which the
-    -- whole would fail on, do not fit): params (printable ASCII) are decoded alone, to an object; the names
-    -- are not matched again while specs start as the last one with params did. A spec this path does not
-    -- take goes the whole way below, which says why.
-    -- (Only a spec ending in `"}` or `}}` can fit: any other, such as one with intervals or persistent last, goes
-    -- straight to the whole way, without first trying this one's patterns.)
-    local call, callback, params, at
-    local last_two = string.byte(spec, -2)
-    if #spec <= 1000 and string.byte(spec, -1) == 125 and (last_two == 34 or last_two == 125) then
-      if usual and string.sub(spec, 1, #usual.head) == usual.head then  -- the last one's names (checked below)
-        call, callback = usual.call, usual.callback
-        params = string.match(spec, PARAMS, #usual.head + 1)
-      else
-        call, at = string.match(spec, CALL_FIRST)
-        if call then
-          local after
-          callback, after = string.match(spec, CALLBACK_NEXT, at)
-          at = after or at
-          if string.sub(spec, at, at + 9) == ',"params":' then
-            usual = {head = string.sub(spec, 1, at + 9), call = call, callback = callback}
-            params = string.match(spec, PARAMS, at + 10)
-          end
-        end
-      end
-    end
-    local fits = call and at == #spec
-    if params then
-      local decoded, t = pcall(cjson.decode, params)
-      fits = decoded and type(t) == 'table' and t[1] == nil
-      if fits then check_depth(t, params, MAX_DEPTH) end
-    end
-    if fits then
-      check_target('call', call)
-      if callback then check_target('callback', callback) end
-      if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
-      return
-    end
-    if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
-    local decoded, t = pcall(cjson.decode, spec)
-    if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
-    -- No unknown field (the table of names is made only to name one).
-    if not only_known(t) then
-      local fields = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
-        body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1, trace = 1}
-      for name in pairs(t) do
-        if not fields[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
-      end
-    end
-    local call, url, push = t.call, t.url, t.push
-    local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
-      + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
-      + (push ~= nil and push ~= '' and push ~= cjson.null and 1 or 0)
-    if targets ~= 1 then refuse('target', 'give exactly one of call, url or push') end
-    if call ~= nil then check_target('call', call) end
-    if t.callback ~= nil then check_target('callback', t.callback) end
-    if push ~= nil then check_name('push', push) end
-    if url ~= nil then
-      check_url(url)
-      if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
-    end
-    if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or url == nil
-        or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
-      refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
-    end
-    if t.trace ~= nil and not trace_ok(t.trace) then
-      refuse('trace', 'must be a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>, then maybe a space and a tracestate')
-    end
-    if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
-    if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
-    -- (cjson decodes [] as it decodes {}: an empty one must be written as an object)
-    if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil
-        or next(t.params) == nil and not string.find(spec, '"params"%s*:%s*{')) then
-      refuse('params', 'must be a JSON object')
-    end
-    if t.params ~= nil then check_depth(t.params, spec, MAX_DEPTH + 1) end
-    if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
-    if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
-    local every, cron = t.every, t.cron
-    local schedules = 0
-    if t.intervals ~= nil then
-      schedules = 1
-      local list = t.intervals
-      if type(list) ~= 'table' or list[1] == nil or #list > 1000 then
-        refuse('intervals', 'must be a list of 1 to 1000 numbers of seconds')
-      end
-      for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
-    end
-    if every ~= nil then
-      schedules = schedules + 1
-      check_number('every', every, 1, TEN_YEARS)
-    end
-    if cron ~= nil then
-      schedules = schedules + 1
-      local fields = 0
-      if type(cron) == 'string' then
-        for word in string.gmatch(cron, '%S+') do
-          fields = fields + 1
-          if not string.find(word, '^[%w%*/,%-%?#]+$') then fields = 99 end
-        end
-      end
-      if fields ~= 5 then refuse('cron', 'must be five fields: minute hour day-of-month month day-of-week') end
-    end
-    if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
-    if t.tz ~= nil then
-      if cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
-      if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
-        refuse('tz', 'must be an IANA zone name like Europe/Berlin')
-      end
-    end
-    if t.retries ~= nil then
-      if type(t.retries) ~= 'number' or int_of(t.retries) == nil or t.retries < 0 or t.retries > 10000 then
-        refuse('retries', 'must be an integer from 0 to 10000')
-      end
-      if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
-      if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
-    end
-    if recurs ~= (every ~= nil or cron ~= nil) then
-      refuse('mode', "ends in '*' for a task with every or cron, and only then")
-    end
-    if mode == 'next*' and cron == nil then refuse('mode', 'next* is for a cron task') end
-    return url
-  end
-  return check_spec
-end
-
--- Every task of the call, in order: its keys, priority, mode, value and spec. Fills `names`
+-- Every task of the call, in order: its key(s), priority, mode, value and spec. Fills `names`
 -- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
 -- `host`); `task` is the task being checked.
 local names, origins, task = {}, {}, 0
 local check_spec  -- spec_gate()'s, made for the first spec that needs it
 local function check_all()
-  local prefix_len, parked_prefix = #prefix, KEYS[9] .. ':'
+  local prefix_len, parked_prefix = #prefix, tag .. 'paused:'
   local last_topic, last_parked  -- a topic and parked key already checked
   for i = 3, #ARGV, 4 do
     task = task + 1
-    local task_key, parked = KEYS[2 * task + lead - 1], KEYS[2 * task + lead]
+    local task_key = KEYS[lead + stride * (task - 1) + 1]
+    local parked = not short and KEYS[lead + 2 * task] or nil
     local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     if string.sub(task_key, 1, prefix_len) ~= prefix then
       refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
@@ -398,7 +69,9 @@ local function check_all()
     if not known then check_name('topic', topic) end
     check_name('id', id)
     if not known then
-      if parked ~= parked_prefix .. topic then refuse('key', "the task's second key must be " .. KEYS[9] .. ':<topic>') end
+      if parked and parked ~= parked_prefix .. topic then
+        refuse('key', "the task's second key must be " .. parked_prefix .. '<topic>')
+      end
       last_topic, last_parked = topic, parked
     end
     if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
@@ -425,14 +98,18 @@ local function check_all()
     if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
       refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
     end
-    local spec, url = ARGV[i], nil
-    local decoded, t = false, nil
-    if checked and #spec <= MAX_SPEC then decoded, t = pcall(cjson.decode, spec) end
-    if decoded and plain_ok(t, spec, mode, recurs) then
-      url = t.url
-    else  -- a call without 'c', or a spec plain_ok leaves to the whole gate (which names the refusal)
-      check_spec = check_spec or spec_gate()
-      url = check_spec(spec, mode, recurs)
+    local spec = ARGV[i]
+    local read, url = false, nil
+    if checked and not recurs then read, url = unread_ok(spec) end
+    if not read then
+      local decoded, t = false, nil
+      if checked and #spec <= MAX_SPEC then decoded, t = pcall(cjson.decode, spec) end
+      if decoded and plain_ok(t, spec, mode, recurs) then
+        url = t.url
+      else  -- a call without 'c', or a spec plain_ok leaves to the whole gate (which names the refusal)
+        check_spec = check_spec or spec_gate()
+        url = check_spec(spec, mode, recurs)
+      end
     end
     if url then origins[task] = origin_of(url) end
     names[2 * task - 1], names[2 * task] = member, topic
@@ -455,24 +132,27 @@ local head_due = tonumber(head[2] or math.huge)
 
 local function replacing()
   --[[lib]]
-  expect('zset', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-  local quarantine_key = KEYS[8]
+  local leases, done_ok, done_failed, done_deleted = tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed',
+    tag .. 'done:deleted'
+  expect('zset', leases, done_ok, done_failed, done_deleted)
+  local quarantine_key = tag .. 'quarantine'
   expect('hash', quarantine_key)
-  return function(task_key, parked, member, topic, recurs, old)
+  return function(task_key, member, topic, recurs, old)
     -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
     -- no longer waits for its host.
     if old[2] == '1' then count_ready(old[3], topic, -1) end
     if PENDING[old[1]] then count_host(old[8], -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
-    zrem_counted(KEYS[4], member, 'running', topic)
-    zrem_counted(KEYS[5], member, 'ok', topic)
-    zrem_counted(KEYS[6], member, 'failed', topic)
-    zrem_counted(KEYS[7], member, 'deleted', topic)
+    zrem_counted(leases, member, 'running', topic)
+    zrem_counted(done_ok, member, 'ok', topic)
+    zrem_counted(done_failed, member, 'failed', topic)
+    zrem_counted(done_deleted, member, 'deleted', topic)
+    local parked = parked_key(tag .. 'paused', topic)
     expect('zset', parked)
     zrem_counted(parked, member, 'parked', topic)
     if not recurs then
-      schedules = schedules or recurring_index(recurring_key)
+      schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.remove(member)
     end
     return claim_token(old[4], old[5]) + 1
@@ -491,7 +171,7 @@ for n = 1, task do
   local i = 4 * n - 1
   local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local value = tonumber(ARGV[i + 3])
-  local task_key, parked, member, topic = KEYS[2 * n + lead - 1], KEYS[2 * n + lead], names[2 * n - 1], names[2 * n]
+  local task_key, member, topic = KEYS[lead + stride * (n - 1) + 1], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
   -- a hash is no task (read_record gives nil): it is replaced, even with nx.
@@ -523,7 +203,7 @@ for n = 1, task do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, parked, member, topic, recurs, old or {})
+      token = replace(task_key, member, topic, recurs, old or {})
     end
     local url = is_url(spec)
     local first = mode == 'next*'
@@ -573,7 +253,7 @@ for n = 1, task do
     scores[#scores + 1] = due_score(due_text, priority)
     scores[#scores + 1] = member
     if recurs then
-      schedules = schedules or recurring_index(recurring_key)
+      schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.add(member)
     end
     if due < earliest then earliest, earliest_member = due, member end
@@ -583,6 +263,7 @@ for n = 1, task do
 end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
 -- counts go through `counts` (flush_counts).
+local counts_key = tag .. 'counts'
 for topic, scores in pairs(by_topic) do
   local added = redis.call('ZADD', delayed, unpack(scores))
   if added > 0 then hincrby(counts_key, 'waiting|' .. topic, added) end

@@ -1,21 +1,19 @@
--- claim: the second half of a claim (take.lua popped the members): start the given members of one
--- bucket, leasing them. Or, in pop mode (ARGV from 8 on given), a take and its claim in one call: it
--- pops as take.lua does, starts at once the popped members whose keys its caller declared (the members
--- named by a ready message: promote.lua) of no lower priority than any other popped, and holds the
--- others in `taking` as a take, for the usual claim.
--- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside, taking,
+-- claim: pops up to n members of one bucket's ready lists of one kind, weighted by priority, and starts
+-- them, leasing them: one call. The records of the members popped (`P{N}:t:<member>`), and their topics'
+-- parked (`paused:<topic>`) and held (`limited:<topic>`) sets, cannot be known before the call: the script
+-- builds their names from the task-key prefix and the declared keys, all under the bucket's hash tag
+-- `P{N}:`, which Redis Cluster routes the call by (docs/redis-layout.md, "Declared keys"). So do the
+-- limits' keys of their topics (`tat:`, `run:`, `where:` under `P{limits}:`, whose `conf` is declared;
+-- a single Redis only).
+-- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside,
 --       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
---       then for URL tasks on a single Redis the disabled hosts (P{hosts}:off; not on Redis Cluster),
---       then the record of each member of the take (from KEYS[ARGV[6]] on, in its order), then for each
---       distinct topic its parked set (paused:<topic>) and held set (limited:<topic>), and on a
---       single Redis the limits' keys of those topics (P{limits}:conf, tat:, run:, where:, corrupt);
---       in pop mode, last, the ready lists of priority 3, 2, 1 of the kind popped
+--       the ready lists of priority 3, 2, 1 of the kind claimed (ready:3 ... or ready:u3 ...),
+--       then on a single Redis the limits' conf (P{limits}:conf) and, for URL tasks, the disabled
+--       hosts (P{hosts}:off)
 -- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, the index in KEYS of the first record, the take (its member of `taking`, take.lua;
---       '' in pop mode), then in pop mode take.lua's ARGV (quotas, n, hold, the lists' names) and the
---       members whose records are declared (the hints), in the order of their records
--- The take is removed from `taking` first: if it was not there, promote put its members back in their
--- ready lists meanwhile (its hold ran out) and nothing is started (a fence: another claim may start them).
+--       bucket id, task-key prefix (P{N}:t:), the quotas of priority 3, 2, 1, n
+-- Pops as pop_ready below says. Takes an older version left in `taking` (its take.lua) are not this
+-- script's: promote puts them back when their hold runs out, and that version's claim starts them.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -25,31 +23,51 @@
 -- neither 0 nor 1, a status other than delayed, a member that is not topic:id) is
 -- quarantined. Fields it only passes on (spec, due, created, ...) are checked by
 -- the worker, which quarantines the task through finish.
--- A task of a topic paused since take popped it is parked, as pause.lua's park would (not run).
+-- A task of a topic paused since promote made it ready is parked, as pause.lua's park would (not run).
 -- A task of a limited topic (docs/redis-layout.md, "Limits") starts only if its limit lets it
 -- (while the bucket holds earlier tasks of the topic, only when promote released it, taking its
 -- start and slot for it then; a released task not started gives that slot back; a lapsed run runs again
 -- without another start, in a free slot, ahead of them): else
 -- it is held, in `limited:<topic>` at its due time, unchanged (not run, not counted as a run),
 -- and the topic's entry in `limited` says when promote should look at it again. A held task
--- leaves its slot of the call unused: the caller takes again. A released task's wait for its limit
+-- leaves its slot of the call unused: the caller claims again. A released task's wait for its limit
 -- is counted apart (`limited`, `limited_ms`) from its lateness, which keeps only the daemon's own delay.
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
 -- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
 -- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
--- Returns {now, then per task 9 values: member, spec, runs, claim, due, created,
---          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')};
--- in pop mode {now, members popped, the take of those not hinted ('' if none), their count, them...,
---          then the tasks' values}
+-- Returns {now, members popped, then per task started 9 values: member, spec, runs, claim, due, created,
+--          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
+
+-- Pop up to n members of the bucket's ready lists (priority 3, 2, 1), weighted by priority: the first
+-- pass takes up to each priority's quota (`quota`, by the same index), a second fills whatever is left
+-- over in priority order (favours high priorities, never starves priority 1).
+local function pop_ready(lists, quota, n)
+  local members = {}
+  local emptied = {}  -- lists this call found short: the second pass skips them
+  local function pop(p, want)
+    if want <= 0 or emptied[p] then return end
+    local popped = on('list', 'LPOP', lists[p], want)
+    if not popped or #popped < want then emptied[p] = true end
+    if not popped then return end
+    for _, member in ipairs(popped) do members[#members + 1] = member end
+  end
+  for p = 1, 3 do pop(p, math.min(quota[p], n - #members)) end
+  for p = 1, 3 do pop(p, n - #members) end
+  return members
+end
+
 local now = now_ms()
-local lease, first = tonumber(ARGV[1]), tonumber(ARGV[6])
+local popped = pop_ready({KEYS[14], KEYS[15], KEYS[16]}, {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])},
+  tonumber(ARGV[10]))
+if #popped == 0 then return {now, 0} end  -- (nothing ready: none of the reads below)
+local lease, prefix = tonumber(ARGV[1]), ARGV[6]
 -- Numbers every started task writes, as text once: a Lua number given to redis.call is formatted per
 -- argument (%.17g, the dearest step of a task's claim after the commands themselves).
 local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease)
 local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
-local out = {now}
+local out = {now, #popped}
 local taken = 0
 local lease_head = on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
@@ -57,14 +75,14 @@ local lp, bucket = ARGV[4], ARGV[5]
 local limits = limits_of(lp)
 local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
 local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if first > 15 then
-  local origins = redis.pcall('HKEYS', KEYS[15])
+if KEYS[18] then
+  local origins = redis.pcall('HKEYS', KEYS[18])
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
     off = {}
     for _, origin in ipairs(origins) do off[origin] = true end
   end
 end
--- Whether `topic` was paused in this bucket since take popped its tasks: one HGET per topic claimed, never
+-- Whether `topic` was paused in this bucket since promote made its tasks ready: one HGET per topic claimed, never
 -- the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
 local pauses, none_paused = {}, nil  -- (none_paused: the hash is empty, usually: no topic looked up)
 local function paused(topic)
@@ -139,7 +157,7 @@ local function defect(r, task_key, member)
   if not string.find(member, ':', 1, true) then return 'member is not topic:id' end
 end
 
--- Start (or hold, park, skip) the task `member` of the take, whose record is `task_key`.
+-- Start (or hold, park, skip) the popped task `member`, whose record is `task_key`.
 local function claim(member, task_key)
   local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
     'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
@@ -190,42 +208,7 @@ local function claim(member, task_key)
   end
 end
 
--- Pop mode: the popped members whose records are declared (hinted) start now, the others are a take.
-local popped, rest = nil, nil
-if ARGV[8] then
-  local hinted = {}
-  for i = 16, #ARGV do hinted[ARGV[i]] = KEYS[first + i - 16] end
-  local members, from = pop_ready({KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]}, {ARGV[13], ARGV[14], ARGV[15]},
-    {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}, tonumber(ARGV[11]))
-  -- A hinted member starts now unless one of a higher priority popped with it is not hinted: then it
-  -- joins the take, claimed in the next round trip, so that no member starts ahead of a higher priority
-  -- popped with it (issue 41).
-  local rank = {[ARGV[13]] = 1, [ARGV[14]] = 2, [ARGV[15]] = 3}
-  local first_left = 4  -- the best rank of a member not hinted
-  for i, member in ipairs(members) do
-    if not hinted[member] then first_left = math.min(first_left, rank[from[i]]) end
-  end
-  local starting, left, left_from = {}, {}, {}
-  for i, member in ipairs(members) do
-    if hinted[member] and rank[from[i]] <= first_left then
-      starting[#starting + 1] = member
-    else
-      left[#left + 1] = member
-      left_from[#left] = from[i]
-    end
-  end
-  -- The take first: a claim below that failed would leave the others in `taking`, not lost.
-  popped = #members
-  rest = {hold_take(KEYS[9], now_us(), tonumber(ARGV[12]), left, left_from), #left, unpack(left)}
-  for _, member in ipairs(starting) do claim(member, hinted[member]) end
-end
-
--- The take, if it is still in `taking`; else promote put it back meanwhile (its hold ran out): fenced
--- off, nothing started. Its members, in order, are those of the records declared from KEYS[first] on.
-local take = ARGV[7]
-if take ~= '' and on('zset', 'ZREM', KEYS[9], take) == 1 then
-  for i, entry in ipairs(take_entries(take)) do claim(entry[2], KEYS[first + i - 1]) end
-end
+for _, member in ipairs(popped) do claim(member, prefix .. member) end
 flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
 if unreserved then free_slots(lp, unreserved, now, {[KEYS[6]] = true}) end  -- (other buckets: gate_next's time)
@@ -246,8 +229,5 @@ end
 if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
   redis.call('PUBLISH', ARGV[2], now + lease)
 end
-flush_stats(KEYS[2], KEYS[3], 10, now)
-if not popped then return out end
-local reply = {now, popped, unpack(rest)}
-for i = 2, #out do reply[#reply + 1] = out[i] end
-return reply
+flush_stats(KEYS[2], KEYS[3], 9, now)
+return out

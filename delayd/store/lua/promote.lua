@@ -32,16 +32,12 @@ local limit_text = string.format('%d', limit)
 local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
 local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
 -- Due tasks pushed per ready list (in due order), and the kinds of list that got
--- some, which the ready message names ('' call/push, 'u' URL), with the first HINT_MAX members
--- made ready of each kind (a queue process claims those in one call: claim.lua's pop mode).
+-- some, which the ready messages name ('' call/push, 'u' URL).
 local pushes, kinds = {}, {}
-local HINT_MAX = 32
 
--- A member made ready in a list of kind `kind`: named in the kind's ready message if there is room.
-local function announce(kind, member)
-  local hinted = kinds[kind] or {}
-  kinds[kind] = hinted
-  if #hinted < HINT_MAX then hinted[#hinted + 1] = member end
+-- A member made ready in a list of kind `kind`: the kind's ready message goes out.
+local function announce(kind)
+  kinds[kind] = true
 end
 
 -- The keys the call may touch (KEYS, made a set at the first question: an idle tick asks none), and
@@ -204,7 +200,7 @@ for _, member in ipairs(due) do
     local batch = pushes[list] or {}
     pushes[list] = batch
     batch[#batch + 1] = member
-    announce(kind, member)
+    announce(kind)
     count_ready(priority, topic, 1)
     moved = moved + 1
   end
@@ -255,7 +251,7 @@ local function release(topic, held, topic_keys)
           local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
           fronts[list] = fronts[list] or {}
           table.insert(fronts[list], 1, member)
-          announce(kind, member)
+          announce(kind)
           count_ready(r[4], topic, 1)
           moved = moved + 1
           if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
@@ -349,7 +345,7 @@ for _, member in ipairs(lapsed) do
     else
       redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
       local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
-      announce(kind, member)
+      announce(kind)
       backs[list] = backs[list] or {}
       table.insert(backs[list], 1, member)
       count_ready(r[2], topic, 1)
@@ -386,17 +382,15 @@ for k = 6, 8 do
 end
 flush_stats(KEYS[10], KEYS[11], 17, now)
 
--- Takes never claimed (their queue process died or hung): back to the front of their lists (_take.lua).
+-- Takes an earlier version's queue process never claimed (it died or hung between its take and its
+-- claim): back to the front of their lists (_take.lua).
 local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
-local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list, member)
-  announce(string.sub(list, 1, -2), member)
+local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list)
+  announce(string.sub(list, 1, -2))
 end)
 
--- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced; then,
--- space-separated, the members named (announce; a member holds no space: add.lua).
-for kind, hinted in pairs(kinds) do
-  redis.call('PUBLISH', ARGV[4], table.concat({kind .. ARGV[5], unpack(hinted)}, ' '))
-end
+-- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
+for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
 -- The keys the next call will probably need: the records of the members of `delayed` due within
 -- AHEAD_MS of its head or of now, whichever is later (at most a batch: a backlog's next batch), and of
 -- leases lapsing within AHEAD_MS of now (with their topics' limits' keys).

@@ -1,11 +1,6 @@
 """Claims: which bucket a queue process asks for ready tasks next, and how many of each priority
-(a take, take.lua, moves them into the bucket's `taking`; the claim of the members it took,
-claim.lua, starts them in the next round trip of the same turn: docs/redis-layout.md, "Declared keys").
-The members a ready message named (hints) for a bucket thought empty are claimed in its next take's own
-call instead (claim.lua's pop mode, their keys declared): on an idle daemon a due task starts in one round
-trip; those popped but not hinted are a take, claimed in the next. A bucket still being drained (a
-candidate) keeps no hints: they would name members deep in its lists;
-the claimed tasks handed to the pool (call, push) or the event loop (URL); their lease renewals.
+(claim.lua pops and starts them in one call); the claimed tasks handed to the pool (call, push) or the
+event loop (URL); their lease renewals.
 Each method returns script calls, with the function that takes the reply, for the one round
 trip of the main thread's turn (QueueWorker.send in loop.py).
 
@@ -32,23 +27,21 @@ from delayd import tracing
 from delayd.log import event
 from delayd.model import schedule
 from delayd.model.task import Task, TaskError
-from delayd.store.replies import Claimed, ClaimedTask, Finish, Take
+from delayd.store.replies import Claimed, ClaimedTask, Finish
 from delayd.store.steps import ScriptCall
-from delayd.workers.queue.state import QueueState, Run, Taken
+from delayd.workers.queue.state import QueueState, Run
 
 log = logging.getLogger("delayd.queue")
-HINTS_KEPT = 64  # members kept per bucket and kind from ready messages, for its next take
 
 
 class Claims(QueueState):
     def free_slots(self, url: bool) -> int:
         """Tasks of a kind to take now: URL tasks as the engine has room (Engine.room); call
         and push tasks up to `concurrency` and the runs claimed ahead (URL runs that ended but
-        are not settled yet count as call runs until they are); less those taken, not claimed yet."""
-        taken = sum(len(t.take.members) for t in self.taken if t.url == url)  # taken, not claimed yet
+        are not settled yet count as call runs until they are)."""
         if url:
-            return self.engine.room() - taken
-        return self.config.concurrency + self.ahead() - (len(self.in_hand) - self.engine.in_hand) - taken
+            return self.engine.room()
+        return self.config.concurrency + self.ahead() - (len(self.in_hand) - self.engine.in_hand)
 
     def ahead(self) -> int:
         """Runs to claim beyond `concurrency`: those the threads finish during one round trip."""
@@ -75,16 +68,8 @@ class Claims(QueueState):
             if not ok:
                 event(log, "lease_lost", logging.WARNING, task=run.task.key, run=run.task.runs)
 
-    def claim_calls(self) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
-        """The claim of each take whose members are not claimed yet. A claim that fails (a Redis
-        error) is sent again: its members wait in `taking` meanwhile, and a claim that comes after
-        promote put them back claims nothing (take.lua, claim.lua)."""
-        return [(self.store.claim_call(taken.bucket, taken.take, self.config.lease_ms, self.config.retention_ms,
-                                       taken.url), functools.partial(self.claim_sent, taken))
-                for taken in self.taken]
-
-    def take_calls(self, tried: dict[bool, int]) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
-        """A take of each kind that has free slots, from its next candidate bucket; a bucket that
+    def claim_calls(self, tried: dict[bool, int]) -> list[tuple[ScriptCall, Callable[[Any], None]]]:
+        """A claim of each kind that has free slots, from its next candidate bucket; a bucket that
         fills every slot asked for is asked again (it may have more), the others are not again
         before they announce ready tasks."""
         calls = []
@@ -95,46 +80,21 @@ class Claims(QueueState):
                 tried[url] += 1
                 if bucket in candidates:
                     n = min(free, 200)
-                    quotas = self.shares.quotas((bucket, url), n)
-                    hints = self.hints.pop((bucket, url), None)
-                    if hints:
-                        calls.append((self.store.hinted_claim_call(bucket, quotas, n, list(hints),
-                                                                   self.config.lease_ms, self.config.retention_ms, url),
-                                      functools.partial(self.hinted_sent, bucket, url, n, tried)))
-                    else:
-                        calls.append((self.store.take_call(bucket, quotas, n, url),
-                                      functools.partial(self.take_sent, bucket, url, n, tried)))
+                    calls.append((self.store.claim_call(bucket, self.shares.quotas((bucket, url), n), n,
+                                                        self.config.lease_ms, self.config.retention_ms, url),
+                                  functools.partial(self.claim_sent, bucket, url, n, tried)))
                     break
         return calls
 
-    def hint(self, bucket: int, url: bool, members: list[str]) -> None:
-        """Keep the members a ready message named (the first HINTS_KEPT) for the bucket's next take."""
-        kept = self.hints.setdefault((bucket, url), {})
-        for member in members[:max(0, HINTS_KEPT - len(kept))]:
-            kept[member] = None
-
-    def take_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
-        take = self.store.taken(reply)
-        self.took(bucket, url, n, tried, take, len(take.members))
-
-    def hinted_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
-        popped, take, claimed = self.store.hinted_claimed(reply)
+    def claim_sent(self, bucket: int, url: bool, n: int, tried: dict[bool, int], reply: Any) -> None:
+        """A claim's tasks handed over; a bucket that filled every slot asked for may have more, the others
+        wait for a message."""
+        claimed = self.store.claimed(reply)
         self.dispatch(bucket, claimed)
-        self.took(bucket, url, n, tried, take, popped)
-
-    def took(self, bucket: int, url: bool, n: int, tried: dict[bool, int], take: Take, popped: int) -> None:
-        """After a call that popped `popped` members of a bucket: `take` (those not claimed yet) waits for
-        its claim; a bucket that filled every slot asked for may have more, the others wait for a message."""
-        if take.members:
-            self.taken.append(Taken(bucket, url, take))
-        if popped < n:
+        if claimed.popped < n:
             self.candidates[url].discard(bucket)
         else:
             tried[url] -= 1  # this bucket may have more: stay on it
-
-    def claim_sent(self, taken: Taken, reply: Any) -> None:
-        self.taken.remove(taken)
-        self.dispatch(taken.bucket, self.store.claimed(reply))
 
     def dispatch(self, bucket: int, claimed: Claimed) -> None:
         """Hand the claimed tasks to the pool or the event loop; a record that does not parse

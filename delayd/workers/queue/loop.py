@@ -4,13 +4,11 @@ at once on an event loop (delayd.targets.url.engine).
 
 One main thread owns all Redis state changes and batches them: each loop turn sends its
 finishes (outcomes.py: one call per bucket, every run that ended since the last turn),
-lease renewals and takes (claims.py) in one round trip (delayd.store.transport.Link), and the
-claims of the members taken in the next.
+lease renewals and claims (claims.py) in one round trip (delayd.store.transport.Link).
 
 Wake-ups: a listener thread is subscribed to the ready channel, on which bucket
-processes announce "bucket N has ready tasks" (and name them: hints for the bucket's
-next claim, claims.py); the pool's results (one event for a batch of them) and signals
-arrive on the same event queue, so the main thread sleeps in one place.
+processes announce "bucket N has ready tasks"; the pool's results (one event for a batch
+of them) and signals arrive on the same event queue, so the main thread sleeps in one place.
 """
 from __future__ import annotations
 
@@ -36,7 +34,7 @@ from delayd.workers.queue.claims import Claims
 from delayd.workers.queue.outcomes import Outcomes
 from delayd.workers.queue.pool import Pool
 from delayd.workers.queue.shares import Shares
-from delayd.workers.queue.state import Run, Taken
+from delayd.workers.queue.state import Run
 
 log = logging.getLogger("delayd.queue")
 WAIT_CAP = 5.0  # seconds: the longest sleep, and how often every bucket is looked at again (sweep)
@@ -69,8 +67,6 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
         self.checks: list[tuple[float, int, Run]] = []  # (when to look at a run's deadline, order, run): a heap
         self.check_order = itertools.count()
         self.finished: dict[int, list[tuple[Run, Finish]]] = {}
-        self.taken: list[Taken] = []
-        self.hints: dict[tuple[int, bool], dict[str, None]] = {}
         self.candidates = {False: set(range(config.buckets)), True: set(range(config.buckets))}
         self.shares = Shares(tuple(config.priority_weights))
         self.next_bucket = itertools.cycle(range(config.buckets))
@@ -102,7 +98,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
     def run(self) -> None:
         self.start_listening(ready_channel(self.config.prefix), "ready")
         event(log, "queue_started", queue=self.index, concurrency=self.config.concurrency)
-        while not (self.stopping and not self.in_hand and not self.finished and not self.taken):
+        while not (self.stopping and not self.in_hand and not self.finished):
             self.heartbeat.beat()
             self.handle(self.next_event())
             while True:  # everything that is already waiting, in the same turn
@@ -141,7 +137,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
             timeout = min(timeout, max(0.0, self.retry_at - now))
         if self.in_hand:
             timeout = min(timeout, max(0.0, self.next_check() - now), max(0.0, self.next_renew - now))
-        if self.finished or self.taken:
+        if self.finished:
             timeout = min(timeout, max(0.0, self.retry_at - now))
         if self.stopping:
             timeout = min(timeout, max(0.0, self.stop_deadline - now))
@@ -155,16 +151,14 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
 
     def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
-        if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks; then the members named
-            text, *members = str(value or "").split(" ")
+        if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks (earlier versions: members
+            text = str(value or "").split(" ")[0]  # named after it, read as the bucket alone)
             url = text.startswith("u")
             bucket = int(text[url:]) if text[url:].isdigit() else None
             for buckets in ((self.candidates[url],) if bucket is not None else self.candidates.values()):
                 if bucket is None or bucket >= self.config.buckets:
                     buckets.update(range(self.config.buckets))
                 else:
-                    if bucket not in buckets:  # thought empty (idle): its next call claims the members named
-                        self.hint(bucket, url, members)
                     buckets.add(bucket)
         elif kind == "done":  # a URL run
             self.returned(value, value.result or (self.abandoned(value), ""))  # None: it was cancelled
@@ -185,20 +179,16 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
 
     def sync(self) -> None:
         """All Redis work of one turn in one round trip (delayd.store.transport.Link): finishes, lease
-        renewals, the claims of the members the last turn took, and takes (claims.py). More rounds
-        follow only while a bucket fills every free slot; the claims of the last takes go in the next
-        turn's round trip, which comes at once (next_event), with the finishes that came meanwhile."""
+        renewals and claims (claims.py). More rounds follow only while a bucket fills every free slot."""
         try:
             calls = self.finish_calls() + self.host_report()
             if self.in_hand and time.monotonic() >= self.next_renew:
                 calls += self.renew_calls()
             tried = {False: 0, True: 0}
-            takes = self.take_calls(tried)
-            while calls or takes or self.taken:
-                self.send(self.claim_calls() + calls + takes)
-                calls, takes = [], self.take_calls(tried)
-                if not takes:
-                    break
+            calls += self.claim_calls(tried)
+            while calls:
+                self.send(calls)
+                calls = self.claim_calls(tried)
             self.health.ok()
         except REDIS_ERRORS as exc:
             self.retry_at = time.monotonic() + self.health.failed(exc)
@@ -217,7 +207,7 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
     def send(self, calls: list[tuple[ScriptCall, Callable[[Any], None]]]) -> None:
         """Run script calls in one round trip, each reply handed to its call's function.
         Raises the first error, once every other reply read was handled: a call after the one that
-        failed ran in Redis too (a claim that started tasks, a take), so its reply must not be dropped
+        failed ran in Redis too (a claim that started tasks), so its reply must not be dropped
         (issue 41: its tasks stayed leased and unrun until the lease lapsed)."""
         replies: list[Any] = []
         began = time.monotonic()

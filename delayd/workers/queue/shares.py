@@ -1,14 +1,14 @@
-"""How many tasks of each priority a queue process's take asks for (take.lua's quotas)."""
+"""How many tasks of each priority a queue process's claim asks for (claim.lua's quotas)."""
 from __future__ import annotations
 
 import math
 
 
 class Shares:
-    """The quotas of priorities 3, 2, 1 for each take: its size split by the weights (5:3:2), the
-    fractions carried over to the next take of the same bucket and kind (largest remainder first).
-    Every take gets its share to within one task whatever its size and whatever the takes before it
-    (a take of 2 gets one of priority 3, never 0, 1, 1: issue 41), and over takes each priority gets
+    """The quotas of priorities 3, 2, 1 for each claim: its size split by the weights (5:3:2), the
+    fractions carried over to the next claim of the same bucket and kind (largest remainder first).
+    Every claim gets its share to within one task whatever its size and whatever the claims before it
+    (a claim of 2 gets one of priority 3, never 0, 1, 1: issue 41), and over claims each priority gets
     exactly its weight, so priority 1 is never starved."""
 
     def __init__(self, weights: tuple[int, int, int]):

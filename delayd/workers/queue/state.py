@@ -7,11 +7,11 @@ thread (loop.py) its deadline; the URL engine its delivery.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator
 
 from delayd.config import Config
 from delayd.model.task import Task
-from delayd.store.replies import Finish, Take
+from delayd.store.replies import Finish
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
 from delayd.targets.handlers import Outcome
@@ -39,13 +39,6 @@ class Run:
     span: Any = field(default=None, repr=False)  # the run's span (delayd.tracing), None with tracing off
 
 
-class Taken(NamedTuple):
-    """What one take.lua call moved into a bucket's `taking`, for the claim that starts it."""
-    bucket: int
-    url: bool
-    take: Take
-
-
 def timeout_at(run: Run, now: float) -> float:
     """When a call/push run will have had its task timeout in a handler: the timeout counts
     from the moment a thread takes the run (one claimed ahead may wait for a thread first),
@@ -65,10 +58,8 @@ class QueueState:
     checks: list[tuple[float, int, Run]]           # a heap: when to look at a run's deadline (outcomes.py)
     check_order: Iterator[int]                     # (ties in `checks`)
     finished: dict[int, list[tuple[Run, Finish]]]  # per bucket: the finish entries not sent yet
-    taken: list[Taken]                             # takes whose members are not claimed yet
-    hints: dict[tuple[int, bool], dict[str, None]]  # per (bucket, kind): members ready messages named (claims.py)
     candidates: dict[bool, set[int]]  # buckets that may have ready tasks, per kind (False: call/push, True: URL)
-    shares: Shares                    # each take's quotas per priority (claims.py)
+    shares: Shares                    # each claim's quotas per priority (claims.py)
     next_bucket: Iterator[int]        # the buckets in turn
     renew_every: float                # seconds between lease renewals
     next_renew: float
