@@ -26,7 +26,7 @@ from delayd.client.hosts import HostSwitch
 from delayd.client.limits import LimitSteps
 from delayd.client.reads import Reads
 from delayd.model import schedule
-from delayd.model.checks import DECIMAL_RE
+from delayd.model.checks import DECIMAL_RE, remember
 from delayd.model.origin import origins
 from delayd.model.task import Task, TaskError, check_topic, module_allowed
 from delayd.store import connection
@@ -88,6 +88,8 @@ def to_ms(at: Any) -> int:
 
 
 _warned: set[str] = set()
+# (target, allowed modules) pairs found allowed: a web app's adds repeat a few targets, each checked once. Bounded.
+_ALLOWED: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def warn_once(warnings: Iterable[str]) -> None:
@@ -166,10 +168,13 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
         task = Task.new(topic, id, params_limit=self.config.params_limit, **fields)
         if self.allowed_modules is not None:
             for target in (task.call, task.callback):
-                if target and not module_allowed(target, self.allowed_modules):
-                    raise TaskError(f"{target} is not in the allowed modules "
-                                    f"({', '.join(self.allowed_modules) or 'none'}); add its module to "
-                                    "allowed_modules or DELAYD_ALLOWED_MODULES")
+                if target and (type(target) is not str or (target, self.allowed_modules) not in _ALLOWED):
+                    if not module_allowed(target, self.allowed_modules):
+                        raise TaskError(f"{target} is not in the allowed modules "
+                                        f"({', '.join(self.allowed_modules) or 'none'}); add its module to "
+                                        "allowed_modules or DELAYD_ALLOWED_MODULES")
+                    if type(target) is str:  # (a str subclass could compare equal to another)
+                        remember(_ALLOWED, (target, self.allowed_modules))
         if task.signing_key is not None and self.key_names is not None and task.signing_key not in self.key_names:
             raise TaskError(f"signing_key {task.signing_key!r} is not one of url_signing_keys "
                             f"({', '.join(sorted(self.key_names)) or 'none'})")

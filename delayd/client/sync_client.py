@@ -68,7 +68,8 @@ class Client(BaseClient):
         DurabilityError when this Redis cannot confirm that (then nothing is written).
         """
         item = self.build(topic, id, **fields)
-        self.refuse_nx([item], nx)
+        if nx:
+            self.refuse_nx([item], nx)
         store = self._store
         if store is None or item[1] == NEXT_CRON:  # else prepared_steps would need no request
             store, (item,) = self.transport.run(self.prepared_steps([item]))

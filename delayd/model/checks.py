@@ -18,6 +18,7 @@ DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
 MAX_RETRIES = 10_000
 RETRY_JITTER = 0.1  # a backoff delay is up to this much (a fraction) longer, never shorter
 MAX_NAME = 512
+MAX_INTERVAL = 10 * 365 * 86400  # seconds: ten years
 MAX_PARAMS_DEPTH = 64  # params nest at most this deep (the params object is level 1; the add script checks the same)
 # A target is `package.module:function` (dotted identifiers on both sides).
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -78,6 +79,9 @@ def parse_intervals(value: Any) -> list[float]:
         raise TaskError("intervals may hold at most 1000 entries")
     out: list[float] = []
     for item in items:
+        if type(item) is int and 0 <= item <= MAX_INTERVAL:  # the usual: whole seconds, as the checks below keep them
+            out.append(item)
+            continue
         if isinstance(item, bool):
             raise TaskError(f"interval {item!r} is not a number of seconds")
         try:
@@ -88,7 +92,7 @@ def parse_intervals(value: Any) -> list[float]:
             raise TaskError(f"interval {item!r} is not a number of seconds") from None
         if not math.isfinite(number) or number < 0:
             raise TaskError(f"interval {item!r} must be a finite number >= 0")
-        if number > 10 * 365 * 86400:
+        if number > MAX_INTERVAL:
             raise TaskError(f"interval {item!r} is longer than ten years")
         out.append(int(number) if number.is_integer() else number)
     return out
@@ -125,7 +129,8 @@ _GOOD_TARGETS: set[str] = set()
 _GOOD_MAX = 1024
 
 
-def _remember(good: set[str], text: str) -> str:
+def remember(good: set[Any], text: Any) -> Any:
+    """Add `text` to `good`, a set of what was found good (emptied when full: bounded); returns it."""
     if len(good) >= _GOOD_MAX:
         good.clear()
     good.add(text)
@@ -136,7 +141,7 @@ def check_topic(value: Any) -> str:
     """A topic name, checked as add() checks it."""
     if type(value) is str and value in _GOOD_TOPICS:
         return value
-    return _remember(_GOOD_TOPICS, _check_name("topic", value))
+    return remember(_GOOD_TOPICS, _check_name("topic", value))
 
 
 def check_target(what: str, value: Any) -> str:
@@ -145,7 +150,7 @@ def check_target(what: str, value: Any) -> str:
         return value
     if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
         raise TaskError(f"{what} must look like package.module:function, got {value!r}")
-    return _remember(_GOOD_TARGETS, value) if type(value) is str else value
+    return remember(_GOOD_TARGETS, value) if type(value) is str else value
 
 
 def url_authority_error(netloc: str) -> str | None:

@@ -22,18 +22,18 @@ _compact_json = _compact.encode
 _json_text = json.encoder.encode_basestring_ascii  # a str as JSON, as json.dumps writes it
 
 
-def _params_encoder() -> Any:
-    """`_compact_json` for a task's params, its C encoder made once (`encode` makes one per call) and
-    without the markers that find a container inside itself: params are JSON's own tree (Task.new's
-    copy, or decoded from the record), which holds none."""
+def _value_encoder() -> Any:
+    """`_compact_json` for JSON's own values (a task's params, intervals, timeout, every), its C encoder made
+    once (`encode` makes one per call) and without the markers that find a container inside itself: these
+    are JSON's own trees (Task.new's copy and checked numbers, or decoded from the record), which hold none."""
     make = json.encoder.c_make_encoder
     if make is None:  # (a Python without the json module's C part)
         return _compact_json
     encode = make(None, _compact.default, _json_text, None, ":", ",", False, False, True)
-    return lambda params: "".join(encode(params, 0))
+    return lambda value: "".join(encode(value, 0))
 
 
-_params_json = _params_encoder()
+_value_json = _value_encoder()
 
 
 def spec_json(task: Task) -> str:
@@ -41,18 +41,19 @@ def spec_json(task: Task) -> str:
 
     Topic and id are not in it: they are the record's member (`topic:id`), which
     the key and every index already hold, so a record always runs as the task
-    its key names. Written piece by piece (the same text as json.dumps with compact
-    separators; every add pays for it), the target first: add.lua flags a URL
+    its key names. Written piece by piece (the same text as json.dumps
+    with compact separators; every add pays for it), the target first: add.lua flags a URL
     task by its spec starting `{"url":`."""
     spec = []
-    for name in ("call", "url", "push", "callback"):
-        value = getattr(task, name)
-        if value is not None:
-            spec.append(f'"{name}":{_json_text(value)}')
-    for name in ("timeout", "every", "cron"):
-        value = getattr(task, name)
-        if value is not None:
-            spec.append(f'"{name}":{_compact_json(value)}')
+    for name, target in (("call", task.call), ("url", task.url), ("push", task.push), ("callback", task.callback)):
+        if target is not None:
+            spec.append(f'"{name}":{_json_text(target)}')
+    if task.timeout is not None:
+        spec.append(f'"timeout":{_value_json(task.timeout)}')
+    if task.every is not None:
+        spec.append(f'"every":{_value_json(task.every)}')
+    if task.cron is not None:
+        spec.append(f'"cron":{_json_text(task.cron)}')
     # method and body matter only for url tasks, but are kept if given so that
     # a task reads back exactly as it was added.
     if task.url or task.method != "GET":
@@ -60,9 +61,9 @@ def spec_json(task: Task) -> str:
     if task.body != "form":
         spec.append(f'"body":{_json_text(task.body)}')
     if task.params:
-        spec.append(f'"params":{task.params_json or _params_json(task.params)}')
-    if not (task.backoff or task.recurring):  # given, even as [0]: no intervals means backoff
-        spec.append(f'"intervals":{_compact_json(task.intervals)}')
+        spec.append(f'"params":{task.params_json or _value_json(task.params)}')
+    if not (task.backoff or task.every is not None or task.cron is not None):  # (not task.recurring: a call less)
+        spec.append(f'"intervals":{_value_json(task.intervals)}')  # given, even as [0]: none given means backoff
     if not task.persistent:
         spec.append('"persistent":false')
     if task.retries is not None:

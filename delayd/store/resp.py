@@ -17,7 +17,12 @@ def pack(args: Sequence[Any]) -> bytes:
 def pack_any(args: Sequence[Any]) -> bytes:
     """pack(), str arguments encoded as redis-py encodes them: a name read from Redis that was not
     UTF-8 (lone surrogates, see delayd.store.connection) goes back as its own bytes."""
-    return pack([a.encode("utf-8", "surrogateescape") if isinstance(a, str) else a for a in args])
+    return pack([_encoded(a) for a in args])
+
+
+def _encoded(arg: Any) -> Any:
+    """A str argument as redis-py encodes it (see pack_any); any other as it is."""
+    return arg.encode("utf-8", "surrogateescape") if isinstance(arg, str) else arg
 
 
 def _body(packed: bytes) -> bytes:
@@ -32,12 +37,13 @@ def lead(verb: str, name: str) -> bytes:
 
 class Head:
     """A script call (`EVALSHA sha` or `FCALL name`, then numkeys keys... args...) whose leading keys
-    and leading args are the same for many calls (packed once) and each call adds keys after those
-    keys and args after those args."""
+    and leading args are the same for many calls and each call adds keys after those keys and args after
+    those args. The call's start, up to its leading keys, is packed once; the rest (its own keys, the
+    leading args, its own args) in one pack per call: a pack costs more per call than per argument."""
 
     def __init__(self, keys: Sequence[Any], args: Sequence[Any]):
         self.keys, self.key_count = _body(pack_any(keys)), len(keys)
-        self.args, self.arg_count = _body(pack_any(args)), len(args)
+        self.args, self.arg_count = tuple(_encoded(a) for a in args), len(args)
         self._starts: dict[tuple[bytes, int, int], bytes] = {}  # (lead, keys, args counts) -> the call's start
 
     def pack(self, lead: bytes, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
@@ -49,4 +55,5 @@ class Head:
             start = self._starts[lead, len(keys), len(args)] = b"*%d\r\n%b$%d\r\n%b\r\n%b" % (
                 3 + self.key_count + len(keys) + self.arg_count + len(args), lead, len(numkeys), numkeys,
                 self.keys)
-        return b"".join((start, _body(pack(keys)) if keys else b"", self.args, _body(pack(args)) if args else b""))
+        rest = pack((*keys, *self.args, *args))
+        return start + rest[rest.index(b"\n") + 1:]

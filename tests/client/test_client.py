@@ -563,3 +563,18 @@ def test_a_refusal_reads_the_same_on_every_server():
     assert refusal(redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")) == reason
     assert refusal(redis.exceptions.ResponseError("BUSY Redis is busy running a script.")) == \
         "BUSY Redis is busy running a script."
+
+
+def test_a_target_allowed_once_is_not_allowed_by_another_allowlist(redis_url, r):
+    """Targets found allowed are remembered with the allowlist they were checked against: a client with
+    another list (or its list changed) checks them again."""
+    loose = Client.from_url(redis_url, allowed_modules=["shop", "evil"])
+    assert loose.add("t", 1, call="evil.x:f", callback="shop:done") is True
+    strict = Client.from_url(redis_url, allowed_modules=["shop"])
+    for kw in ({"call": "evil.x:f"}, {"call": "shop:f", "callback": "evil.x:f"}):
+        with pytest.raises(TaskError, match="evil.x:f is not in the allowed modules"):
+            strict.add("t", 2, **kw)
+    loose.allowed_modules = ("shop",)
+    with pytest.raises(TaskError, match="allowed"):
+        loose.add("t", 3, call="evil.x:f")
+    assert [task.id for task in strict.iter_tasks("t")] == ["1"]

@@ -528,6 +528,10 @@ SPEC_CASES = [
     dict(call="a:b", every=90),
     dict(call="a:b", cron="*/5 * * * *", tz="Europe/Paris"),
     dict(call="a:b", cron="0 3 * * *", method="POST"),
+    dict(call="a:b", intervals=[0], persistent=False, params={"i": 7, "due": 1765000000.125}),  # (given as [0])
+    dict(call="a:b", every=5.25, timeout=30.0),
+    dict(call="a:b", retries=3, params={"n": [{"x": 1e-7}], "s": "\u2028"}),
+    dict(url="http://h/", signing_key="k.1", traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01", tracestate="a=b"),
 ]
 
 
@@ -543,12 +547,13 @@ def test_spec_json_is_the_compact_json_of_the_spec(fields):
         expected["body"] = task.body
     if task.params:
         expected["params"] = task.params
-    if task.intervals != [0]:
+    if not (task.backoff or task.recurring):
         expected["intervals"] = task.intervals
     if not task.persistent:
         expected["persistent"] = False
-    if task.tz not in (None, "UTC"):
-        expected["tz"] = task.tz
+    for name in ("retries", "tz", "signing_key", "trace"):
+        if getattr(task, name) not in (None, "UTC"):
+            expected[name] = getattr(task, name)
     assert spec_json(task) == json.dumps(expected, separators=(",", ":"))
     assert from_record("t:1", {"spec": spec_json(task), "priority": str(task.priority)}) == task
 
@@ -588,3 +593,25 @@ def test_a_record_with_a_good_trace_reads_it_back():
     trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 vendor=x"
     spec = json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
     assert from_record("t:1", {"spec": spec, "status": "delayed", "created": "1", "due": "1"}).trace == trace
+
+
+# Task.new's arguments that are fields of the Task (traceparent and tracestate make `trace`).
+NEW_FIELDS = ("call", "url", "push", "method", "body", "params", "intervals", "persistent", "priority", "callback",
+              "timeout", "every", "cron", "tz", "retries", "signing_key", "trace")
+
+
+@pytest.mark.parametrize("given", [
+    dict(url="https://h.example/x", method="POST", body="json", params={"a": 1}, intervals=[5, 10], persistent=False,
+         priority=3, callback="m:cb", timeout=9, signing_key="k"),
+    dict(push="out", every=60, priority=1),
+    dict(call="m:f", cron="0 3 * * *", tz="Europe/Berlin"),
+    dict(call="m:f", retries=4, trace="00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
+])
+def test_each_argument_of_task_new_lands_in_its_own_field(given):
+    """Task.new builds the task by position: each argument is in the field of its name, every other
+    field has its default."""
+    arguments = {("traceparent" if name == "trace" else name): value for name, value in given.items()}
+    task, default = Task.new("t", 7, **arguments), Task("t", "7")
+    assert (task.topic, task.id) == ("t", "7")
+    assert {name: getattr(task, name) for name in NEW_FIELDS} == {name: getattr(default, name) for name in NEW_FIELDS
+                                                                  if name not in given} | given
