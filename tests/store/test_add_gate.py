@@ -435,3 +435,14 @@ def test_a_checked_spec_that_spells_a_schedule_with_escapes_is_still_read(r, sto
         assert add(r, keys, args) == 1
     else:
         refused(r, keys, args, "delayd:bad-task mode")
+
+
+@pytest.mark.parametrize("spec", ['{"method":"GET","url":"http://h:0/"}', '{"call":"a:b","url":"http://:80/"}',
+                                  '{"url":"http:\\/\\/h:99999\\/"}'])
+def test_a_checked_url_spec_is_refused_its_bad_port_or_host_wherever_its_url_stands(r, store, spec):
+    """SPEC section 9: the add script refuses a URL whose port is not 1-65535 or whose host is empty, also from a
+    call flagged 'c' whose spec does not start with its URL or escapes it (read by decoding, not by pattern)."""
+    keys, args = good_call(store, 1)
+    args = ["0c", *args[1:]]
+    args[2] = spec.replace('"a:b"', '"shop.tasks:run"')
+    refused(r, keys, args, "delayd:bad-task")

@@ -333,7 +333,7 @@ end
 -- schedule, which it cannot have without naming `every` or `cron` (or holding a \u escape of a lowercase ASCII
 -- letter, `\u006x` or `\u007x`: JSON's one way to spell such a name otherwise; the escapes of other text, which
 -- producers write for what is not ASCII, are looked for only once one is found), and, for a URL task, when its
--- URL (written first, without escapes) passes
+-- URL (written first, without escapes; a spec naming `"url"` elsewhere is decoded) passes
 -- check_url (SPEC section 9); then also the URL. Such a spec is written as it is: what else is wrong with
 -- it the daemon finds when it reads the record, and sets the record aside at its first claim with the
 -- reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py). False: the
@@ -344,7 +344,7 @@ local function unread_ok(spec)
   end
   local escape = string.find(spec, '\\u', 1, true)
   if escape and string.find(spec, '\\u00[67]', escape) then return false end
-  if not is_url(spec) then return true end
+  if not is_url(spec) then return not string.find(spec, '"url"', 1, true) end  -- (a url elsewhere: decoded)
   local url = string.match(spec, '^{"url":"([^"\\]*)"')
   if not url then return false end
   check_url(url)

@@ -1,4 +1,4 @@
-#!lua name=delayd_9f8ca128a6b3f6be
+#!lua name=delayd_25296e39173a59d7
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -777,7 +777,7 @@ end
 -- schedule, which it cannot have without naming `every` or `cron` (or holding a \u escape of a lowercase ASCII
 -- letter, `\u006x` or `\u007x`: JSON's one way to spell such a name otherwise; the escapes of other text, which
 -- producers write for what is not ASCII, are looked for only once one is found), and, for a URL task, when its
--- URL (written first, without escapes) passes
+-- URL (written first, without escapes; a spec naming `"url"` elsewhere is decoded) passes
 -- check_url (SPEC section 9); then also the URL. Such a spec is written as it is: what else is wrong with
 -- it the daemon finds when it reads the record, and sets the record aside at its first claim with the
 -- reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py). False: the
@@ -788,7 +788,7 @@ local function unread_ok(spec)
   end
   local escape = string.find(spec, '\\u', 1, true)
   if escape and string.find(spec, '\\u00[67]', escape) then return false end
-  if not is_url(spec) then return true end
+  if not is_url(spec) then return not string.find(spec, '"url"', 1, true) end  -- (a url elsewhere: decoded)
   local url = string.match(spec, '^{"url":"([^"\\]*)"')
   if not url then return false end
   check_url(url)
@@ -1004,7 +1004,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1285,7 +1285,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1302,7 +1302,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1379,7 +1379,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1618,7 +1618,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1663,7 +1663,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1811,7 +1811,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1839,7 +1839,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1896,7 +1896,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -1923,7 +1923,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1980,7 +1980,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2004,7 +2004,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2435,7 +2435,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2463,7 +2463,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2497,7 +2497,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2544,7 +2544,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2583,7 +2583,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2613,7 +2613,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_9f8ca128a6b3f6be_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_25296e39173a59d7_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
