@@ -13,6 +13,7 @@ import psutil
 import pytest
 from daemon_helper import Daemon, delayd
 from redis_server import free_port, lose_scripts, wait_for
+from store_helper import claim_due
 from web_helper import TOKEN, Web, answers, logged_in
 
 pytestmark = pytest.mark.system
@@ -82,6 +83,17 @@ def test_form_post_redirects_back_with_the_outcome(web, client):
     assert answer.status_code == 303 and answer.headers["location"].startswith("/tasks/t/1?msg=")
     page = http.get(answer.headers["location"])
     assert "deleted: it never runs again" in page.text
+
+
+def test_the_dashboards_delete_of_a_claimed_task_says_too_late(web, api, client):
+    client.add("t", 1, call="delayd.examples:echo")
+    claim_due(client.store, "t:1")
+    answer = api.post("/api/tasks/t/1/delete").json()
+    assert answer["result"] == "deleted" and answer["claimed"] is True
+    assert answer["message"] == ("t:1 deleted: it never runs again, but too late for the run already claimed, "
+                                 "which may be starting or running")
+    client.add("t", 2, call="delayd.examples:echo", delay=600)
+    assert api.post("/api/tasks/t/2/delete").json()["claimed"] is False
 
 
 def test_every_page_renders(api, client):
