@@ -69,7 +69,8 @@ def test_the_node_package_from_its_tarball_works_alone():
     probe = ("import { CLAIMED, Client, PROTOCOL, VERSION } from 'delayd-client'; import Redis from 'ioredis';"
              "import { library, script } from './node_modules/delayd-client/src/lua.js';"
              "new Client(new Redis({ lazyConnect: true }));"
-             "console.log(VERSION, PROTOCOL, script('add').sha, library().functions.add, library().code.length, CLAIMED);")
+             "console.log(VERSION, PROTOCOL, script('add').sha, library().functions.add, library().code.length,"
+             " CLAIMED);")
     out = subprocess.run([need_node(), "--input-type=module", "-e", probe], cwd=app, capture_output=True, text=True,
                          timeout=30, check=True).stdout.split()
     assert out == [__version__, str(PROTOCOL), SCRIPTS["add"].sha, SCRIPTS["add"].function, str(len(LIBRARY.code)),
