@@ -158,7 +158,7 @@ def test_actions_on_a_running_daemon(redis_url, tmp_path, api, client):
         client.add("d", 1, call="delayd.examples:echo", delay=600)
         assert api.post("/api/tasks/d/1/retry").status_code == 409, "only a failed task can be retried"
         assert api.post("/api/tasks/d/1/delete?hard=1").json() == {
-            "result": "removed", "hard": True, "message": "d:1 removed with every trace"}
+            "result": "removed", "hard": True, "claimed": False, "message": "d:1 removed with every trace"}
         assert client.get("d", 1) is None
         answer = api.post("/api/topics/f/retry-failed")
         assert answer.json()["retried"] == 5
