@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -34,10 +35,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    from delayd.daemon import control, launch
-    config = load_config(args)
-    code = control.stop(config, args.timeout)
-    return code or launch.start(config, config_loader(args), foreground=False)
+    """Stop, then start on the running daemon's recipe (its file, variables, flags and start directory,
+    as a reload rereads them) under this command's own -c, flags and DELAYD_* variables. The new
+    config is built before anything is stopped: one that cannot be used leaves the daemon running."""
+    from delayd.daemon import control, launch, start_record
+    from delayd.daemon.pidfile import running_master
+    here = load_config(args)
+    recipe = config_loader(args)
+    if running_master(here.pid_path):
+        running = start_record.read(here)
+        if running is None:
+            print("delayd: warning: the running daemon left no record of its start's config "
+                  f"({start_record.record_path(here)}); restarting on this command's", file=sys.stderr)
+        else:
+            recipe = recipe.over(running)
+    config = recipe()
+    code = control.stop(here, args.timeout)
+    return code or launch.start(config, recipe, foreground=False)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
@@ -130,7 +144,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--foreground", action="store_true", help="do not detach (systemd, containers, tests)")
     stop_help = "stop the daemon (a starting one once it is up) and wait until it is gone"
     for name, help, make in (("stop", stop_help, verb_parser),
-                             ("restart", "stop, then start the daemon", with_options)):
+                             ("restart", "stop, then start the daemon on the running one's config file, variables and "
+                                         "flags, under this command's own", with_options)):
         p = make(sub, common, name, help)
         p.add_argument("--timeout", type=non_negative, metavar="S",
                        help="seconds to wait in all, for a starting master too (default graceful_timeout + 15)")

@@ -140,3 +140,47 @@ def test_the_master_wakes_a_waiting_reload_on_the_embedded_redis_and_removes_a_d
         assert not list(d.state_dir.glob("reload-*"))  # the CLI's own removed, the test's (now closed) too
     finally:
         d.stop()
+
+
+def registered(env: dict, prefix: str) -> dict | None:
+    """The one live daemon's registry entry under `prefix` (None: none yet)."""
+    out = delayd("status", "--cluster", "--json", "--prefix", prefix, env=env, check=None)
+    daemons = json.loads(out.stdout)["daemons"] if out.stdout else []
+    return daemons[0] if len(daemons) == 1 else None
+
+
+def test_a_background_start_with_a_relative_config_reloads_and_restarts_on_it(redis_url, tmp_path):
+    """`cd app && delayd start -c delayd.toml && delayd reload` failed ("cannot read config file
+    delayd.toml": the daemonized master works in its state directory, a relative one too), and
+    `delayd restart` without -c started on the defaults. Now both use the start's file, flags,
+    variables and directory; restart's own -c, flags and variables win."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "delayd.toml").write_text("buckets = 1\nqueues = 1\nconcurrency = 3\n")
+    (app / "other.toml").write_text("buckets = 1\nqueues = 1\nconcurrency = 5\n")
+    shell = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": "state",
+             "DELAYD_GRACEFUL_TIMEOUT": "5"}
+    started = delayd("start", "-c", "delayd.toml", "--prefix", "app:", env=shell, cwd=app, DELAYD_NAME="app")
+    try:
+        assert started.stdout.startswith("delayd started"), started.stderr
+        assert (app / "state" / "delayd.pid").exists()
+        wait_for(lambda: registered(shell, "app:"), 30, message="the daemon in the registry")
+        out = delayd("reload", env=shell, cwd=app, check=None)
+        assert out.returncode == 0 and out.stdout.startswith("reloaded (pid"), (out.stdout, out.stderr)
+
+        out = delayd("restart", env=shell, cwd=app, check=None)  # no -c, no --prefix, no DELAYD_NAME
+        assert out.returncode == 0 and "delayd started" in out.stdout, (out.stdout, out.stderr)
+        entry = wait_for(lambda: registered(shell, "app:"), 30, message="the restarted daemon in the registry")
+        assert (entry["concurrency"], entry["name"]) == (3, "app")
+        out = delayd("reload", env=shell, cwd=app, check=None)
+        assert out.returncode == 0, (out.stdout, out.stderr)
+
+        out = delayd("restart", "-c", "other.toml", env=shell, cwd=app, check=None, DELAYD_NAME="again")
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        entry = wait_for(lambda: registered(shell, "app:"), 30, message="the daemon of other.toml")
+        assert (entry["concurrency"], entry["name"]) == (5, "again")
+    finally:
+        delayd("stop", env=shell, cwd=app, check=None)
+        pid = app / "state" / "delayd.pid"
+        if pid.exists() and delayd("status", env=shell, cwd=app, check=None).returncode != 3:
+            os.kill(int(pid.read_text()), signal.SIGKILL)
