@@ -311,6 +311,18 @@ def test_redis_down_exits_1_with_one_line():
         assert proc.stdout == ""
 
 
+def test_a_server_that_is_not_redis_exits_1_with_one_line(http, tmp_path):
+    """`--redis` at an HTTP server: add and stats printed a 96-line traceback (redis-py's InvalidResponse)."""
+    where = f"127.0.0.1:{http.server_address[1]}"
+    cases = [["add", "t", "1", "--call", "a:b"], ["get", "t", "1"], ["del", "t", "1"], ["ls"], ["stats"],
+             ["status", "--cluster"], ["limits"], ["hosts"]]
+    for proc in delayd_many(cases, env={"DELAYD_REDIS_URL": f"redis://{where}/0"}):
+        assert proc.returncode == 1, (proc.args, proc.returncode, proc.stderr)
+        assert one_line_error(proc).startswith(f"delayd: error: the server at {where} did not answer as Redis: ")
+    proc = delayd("start", "--redis", f"redis://{where}/0", check=1, DELAYD_STATE_DIR=str(tmp_path))
+    assert proc.stderr.strip().startswith(f"delayd: error: the server at {where} did not answer as Redis: ")
+
+
 def test_redis_flag_overrides_environment(redis_url, r):
     port = free_port()
     delayd("add", "t", "1", "--call", "a:b", "--redis", redis_url, DELAYD_REDIS_URL=f"redis://127.0.0.1:{port}/0")
