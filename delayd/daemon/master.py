@@ -148,8 +148,8 @@ class Master(Reloading, Reports):
         notify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=running")
         self.ready("ok")
         event(log, "master_ready", children=len(self.by_pid))
-        self.registrar = Registrar(self.config, registry.daemon_id(self.config, os.getpid()),
-                                            self.registry_entry)
+        self.registrar = Registrar(lambda: self.config, registry.daemon_id(self.config, os.getpid()),
+                                   self.registry_entry)
         self.registrar.start()
         return True
 

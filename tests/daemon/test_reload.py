@@ -10,9 +10,11 @@ import signal
 
 import pytest
 from daemon_helper import Daemon, delayd
-from redis_server import wait_for
+from redis_server import RedisServer, free_port, wait_for
+from test_observability import scrape
 
 from delayd import Client
+from delayd.store.registry import live
 
 pytestmark = pytest.mark.system
 
@@ -184,3 +186,30 @@ def test_a_background_start_with_a_relative_config_reloads_and_restarts_on_it(re
         pid = app / "state" / "delayd.pid"
         if pid.exists() and delayd("status", env=shell, cwd=app, check=None).returncode != 3:
             os.kill(int(pid.read_text()), signal.SIGKILL)
+
+
+def test_the_registry_and_the_metrics_follow_a_reload_to_another_redis(redis_url, r, tmp_path):
+    """The master's registry thread and /metrics kept the start's Redis after a reload that moved the
+    daemon to another one (or changed its password): the entry stayed on the old store, and the
+    scrapes counted its tasks, while the new children worked on the new one."""
+    port = free_port()
+    path = tmp_path / "delayd.toml"
+    path.write_text(f'redis_url = "{redis_url}"\nbuckets = 1\nqueues = 1\nmetrics_port = {port}\n')
+    with RedisServer(str(tmp_path / "other"), password="new-pw") as other:
+        d = Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONFIG=str(path))
+        for name in ("DELAYD_REDIS_URL", "DELAYD_BUCKETS", "DELAYD_QUEUES"):  # the file decides
+            del d.env[name]
+        d.start(wait=False)
+        try:
+            wait_for(d.ready, 30, message="the daemon up")
+            Client.from_url(other.url).add("moved", 1, call="delayd.examples:noop", delay=600)
+            path.write_text(f'redis_url = "{other.url}"\nbuckets = 1\nqueues = 1\nmetrics_port = {port}\n')
+            out = delayd("reload", env=d.env, check=None)
+            assert out.returncode == 0, (out.stdout, out.stderr)
+            theirs = other.client()
+            wait_for(lambda: live(theirs, "delayd:"), 15, message="the daemon's entry in the new Redis")
+            text = scrape(port)
+            assert 'topic="moved"' in text and "delayd_redis_up 1.0" in text, text
+            theirs.close()
+        finally:
+            d.stop()
