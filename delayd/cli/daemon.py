@@ -123,13 +123,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(state, separators=(",", ":")))
         return code
     print(f"delayd is running (pid {state['pid']}, redis {state['redis']})")
-    print(f"{'PID':>7} {'TITLE':28} {'STATE':9} {'UPTIME':>9} {'CPU%':>6} {'RSS':>8} RESTARTS")
+    waiting = ["delayd: " + name for name in state["waiting_to_restart"]]
+    width = max(28, *(len(p["title"]) for p in state["processes"]), *map(len, waiting))  # (titles whole)
+    print(f"{'PID':>7} {'TITLE':{width}} {'STATE':9} {'UPTIME':>9} {'CPU%':>6} {'RSS':>8} RESTARTS")
     for p in state["processes"]:
         flag = "  CRASH-LOOPING" if p["crash_looping"] else ""
-        print(f"{p['pid']:>7} {p['title'][:28]:28} {p['state']:9} {p['uptime']:>8.0f}s {p['cpu_percent']:>6.2f} "
+        print(f"{p['pid']:>7} {p['title']:{width}} {p['state']:9} {p['uptime']:>8.0f}s {p['cpu_percent']:>6.2f} "
               f"{p['rss'] // 1024:>6}Ki {p['restarts']}{flag}")
-    for name in state["waiting_to_restart"]:
-        print(f"{'-':>7} {'delayd: ' + name:28} waiting to restart")
+    for title in waiting:
+        print(f"{'-':>7} {title:{width}} waiting to restart")
     for line in state["problems"]:
         print(f"DEGRADED: {line}")
     return code
