@@ -279,4 +279,5 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     size.add_argument("--limit", type=positive_int, default=100, metavar="N",
                       help="show at most N tasks (default 100); stderr says how many more there are")
     size.add_argument("--all", action="store_true", help="show every task, streamed as it is read")
-    p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N", help="skip the first N tasks of that order")
+    p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N",
+                   help="skip the first N tasks of that order")
