@@ -11,8 +11,6 @@ import math
 import re
 from typing import Any
 
-from delayd.model.checks import TaskError
-
 MAX_DIGITS = 308  # an integer of more digits may be past a double's range (about 1.8e308)
 _LONG_INTEGER = re.compile(r"\d{%d}" % (MAX_DIGITS + 1))
 _LETTER_ESCAPE = re.compile(r"\\u00[4-7]")  # an escaped ASCII letter (or _): a field's name spelled otherwise
@@ -66,20 +64,20 @@ _PAIRS_DECODER = json.JSONDecoder(object_pairs_hook=_pairs)
 
 
 def loads_spec(text: str) -> dict[str, Any]:
-    """A record's spec decoded; TaskError (ValueError) for a spec the add script would not read as this
-    reads it: not an object, NaN or Infinity, a number past a double's range, a lone surrogate (cjson
-    refuses one), a field named twice, a field given as null (cjson's null is no absent field)."""
+    """A record's spec decoded; ValueError for a spec the add script would not read as this reads it: not an
+    object, NaN or Infinity, a number past a double's range, a lone surrogate (cjson refuses one), a field
+    named twice, a field given as null (cjson's null is no absent field)."""
     spec = (_LONG_DECODER if len(text) > MAX_DIGITS else _DECODER).decode(text)
     if not isinstance(spec, dict):
-        raise TaskError("spec is not a JSON object")
+        raise ValueError("spec is not a JSON object")
     if "\\u" in text and _SURROGATE_ESCAPE.search(text) and not _utf8(spec):
-        raise TaskError("spec holds a lone surrogate (\\ud800-\\udfff not in a pair), which is no text")
+        raise ValueError("spec holds a lone surrogate (\\ud800-\\udfff not in a pair), which is no text")
     if any(text.count(f'"{name}"') > 1 for name in spec) or "\\u00" in text and _LETTER_ESCAPE.search(text):
         twice = _PAIRS_DECODER.decode(text)
         if isinstance(twice, _Twice):
-            raise TaskError(f"spec names the field {twice.name!r} twice")
+            raise ValueError(f"spec names the field {twice.name!r} twice")
     if None in spec.values():
-        raise TaskError(f"spec field {next(name for name, value in spec.items() if value is None)!r} is null")
+        raise ValueError(f"spec field {next(name for name, value in spec.items() if value is None)!r} is null")
     return spec
 
 

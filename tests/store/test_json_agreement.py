@@ -97,13 +97,14 @@ def test_the_add_script_and_the_reader_take_and_refuse_the_same_specs(r, store, 
 
 
 # Number-like text cjson's reader (strtod) might take: digits, signs, points, exponents, and the letters of
-# nan, inf, infinity, hex and JSON's words.
+# nan, inf, infinity, hex and JSON's words; and where in a spec it stands.
 _NUMBERISH = st.text("0123456789.eE+-xXabcdefpPnNaAiIfFtTyYlsur()", min_size=1, max_size=10)
+_PLACES = ['{"call":"a:b","params":{"x":%s}}', '{"push":"q","params":{"x":%s}}', '{"call":"a:b","params":{"x":[1,%s]}}',
+           '{"call":"a:b","timeout":%s}']
 
 
 @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(token=_NUMBERISH, where=st.sampled_from(['{"call":"a:b","params":{"x":%s}}', '{"call":"a:b","params":{"x":[1,%s]}}',
-                                                 '{"push":"q","params":{"x":%s}}', '{"call":"a:b","timeout":%s}']))
+@given(token=_NUMBERISH, where=st.sampled_from(_PLACES))
 def test_a_number_is_read_alike_or_refused_by_both(r, store, token, where):
     spec = where % token
     assert (gate(r, store, spec, "delay") is not None) == (reader(spec) is not None)
