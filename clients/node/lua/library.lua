@@ -1,4 +1,4 @@
-#!lua name=delayd_0ecc734f559e0a4c
+#!lua name=delayd_d7e126edf838a36d
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -1088,7 +1088,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1369,7 +1369,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1386,7 +1386,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1463,7 +1463,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1702,7 +1702,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1747,7 +1747,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1895,7 +1895,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1923,7 +1923,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1980,7 +1980,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2007,7 +2007,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2064,7 +2064,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2088,7 +2088,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2519,7 +2519,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2547,7 +2547,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2581,7 +2581,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2628,7 +2628,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2659,7 +2659,8 @@ zrem_counted(KEYS[3], member, status, topic)
 zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
 count_host(r[2], 1)  -- a URL task waits for its host again
 local ok, spec = pcall(cjson.decode, r[4] or '')
-if ok and type(spec) == 'table' and (spec.every ~= nil or spec.cron ~= nil) then
+local null = cjson.null  -- a null every/cron is no schedule (docs/protocol.md section 7)
+if ok and type(spec) == 'table' and ((spec.every or null) ~= null or (spec.cron or null) ~= null) then
   recurring_index(KEYS[7]).add(member)
 end
 wake_if_head(KEYS[2], member, ARGV[2], now)
@@ -2667,7 +2668,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2697,7 +2698,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_0ecc734f559e0a4c_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d7e126edf838a36d_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
