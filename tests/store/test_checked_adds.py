@@ -30,6 +30,7 @@ CASES = [*((spec, "delay") for spec, _ in BAD_SPECS), *((spec, "delay*") for spe
          ('{"call":"a:b","every":null}', "delay*"), ('{"call":"a:b","cron":null}', "delay*"),
          ('{"call":"a:b","cron":null}', "next*"), ('{"call":"a:b","call":"a:b"}', "delay"),
          ('{"url":"http://127.0.0.1:9/1","url":"http://127.0.0.1:9/2"}', "delay"),
+         ('{"url":"http://127.0.0.1:9/1","params":{"url":1},"url":"http://127.0.0.1:9/1"}', "delay"),
          *((f'{{"call":"a:b","params":{{"x":{value}}}}}', "delay") for value in (
              "NaN", "-Infinity", "1e400", "1" + "0" * 400, '"\\ud800"', '"\\udc00\\ud800"'))]
 

@@ -1,4 +1,4 @@
-#!lua name=delayd_d7e126edf838a36d
+#!lua name=delayd_7fe251c7a628b04e
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -757,10 +757,11 @@ end
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
 -- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
 -- `intervals` that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad
--- trace, and a URL task's URL (SPEC section 9), which must be its only one: a spec naming `"url"` again, or
--- escaping a lowercase letter (which could spell it), goes to the whole gate, which tells a field named twice
--- (refused: cjson and the reader keep the last) from a name in params. False: the whole gate decides, and names
--- what it refuses.
+-- trace, and a URL task's URL (SPEC section 9), which must be the one its pattern reads first: a spec naming
+-- `"url"` again, or escaping a lowercase letter (which could spell it), whose decoded URL is another (cjson keeps
+-- the last of a name given twice) goes to the whole gate, which refuses a field named twice. (`"url"` in params
+-- is no field; a URL named twice alike is written, and set aside by the reader.) False: the whole gate decides,
+-- and names what it refuses.
 local function plain_ok(t, spec, mode, recurs)
   if type(t) ~= 'table' or t[1] ~= nil or not only_known(t) then return false end
   if t.trace ~= nil and not trace_ok(t.trace) then return false end
@@ -774,9 +775,11 @@ local function plain_ok(t, spec, mode, recurs)
   end
   if recurs ~= (t.every ~= nil or t.cron ~= nil) or mode == 'next*' and t.cron == nil then return false end
   if t.url ~= nil then
+    if not is_url(spec) then return false end
     local escape = string.find(spec, '\\u', 1, true)
-    if not is_url(spec) or string.find(spec, '"url"', 8, true) or escape and string.find(spec, '\\u00[67]', escape) then
-      return false
+    if (string.find(spec, '"url"', 8, true) or escape and string.find(spec, '\\u00[67]', escape))
+        and t.url ~= string.match(spec, '^{"url":"([^"\\]*)"') then
+      return false  -- (named twice: cjson kept another than the first)
     end
     check_url(t.url)
   end
@@ -1088,7 +1091,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_d7e126edf838a36d_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1369,7 +1372,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1386,7 +1389,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1463,7 +1466,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1702,7 +1705,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1747,7 +1750,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1895,7 +1898,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1923,7 +1926,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1980,7 +1983,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2007,7 +2010,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2064,7 +2067,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2088,7 +2091,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2519,7 +2522,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2547,7 +2550,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2581,7 +2584,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2628,7 +2631,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2668,7 +2671,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2698,7 +2701,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_d7e126edf838a36d_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_7fe251c7a628b04e_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

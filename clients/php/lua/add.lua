@@ -313,10 +313,11 @@ end
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
 -- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
 -- `intervals` that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad
--- trace, and a URL task's URL (SPEC section 9), which must be its only one: a spec naming `"url"` again, or
--- escaping a lowercase letter (which could spell it), goes to the whole gate, which tells a field named twice
--- (refused: cjson and the reader keep the last) from a name in params. False: the whole gate decides, and names
--- what it refuses.
+-- trace, and a URL task's URL (SPEC section 9), which must be the one its pattern reads first: a spec naming
+-- `"url"` again, or escaping a lowercase letter (which could spell it), whose decoded URL is another (cjson keeps
+-- the last of a name given twice) goes to the whole gate, which refuses a field named twice. (`"url"` in params
+-- is no field; a URL named twice alike is written, and set aside by the reader.) False: the whole gate decides,
+-- and names what it refuses.
 local function plain_ok(t, spec, mode, recurs)
   if type(t) ~= 'table' or t[1] ~= nil or not only_known(t) then return false end
   if t.trace ~= nil and not trace_ok(t.trace) then return false end
@@ -330,9 +331,11 @@ local function plain_ok(t, spec, mode, recurs)
   end
   if recurs ~= (t.every ~= nil or t.cron ~= nil) or mode == 'next*' and t.cron == nil then return false end
   if t.url ~= nil then
+    if not is_url(spec) then return false end
     local escape = string.find(spec, '\\u', 1, true)
-    if not is_url(spec) or string.find(spec, '"url"', 8, true) or escape and string.find(spec, '\\u00[67]', escape) then
-      return false
+    if (string.find(spec, '"url"', 8, true) or escape and string.find(spec, '\\u00[67]', escape))
+        and t.url ~= string.match(spec, '^{"url":"([^"\\]*)"') then
+      return false  -- (named twice: cjson kept another than the first)
     end
     check_url(t.url)
   end
