@@ -190,7 +190,7 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
         if delay is None:
             delay = task.every if task.every is not None else task.intervals[0]
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10 * 365 * 86400:
-            raise TaskError(f"delay must be a number of seconds >= 0, got {delay!r}")
+            raise TaskError(f"delay must be a number of seconds from 0 to ten years, got {delay!r}")
         return task, "delay", int(delay * 1000)
 
     def build_many(self, items: Iterable[dict[str, Any]]) -> list[Built]:
@@ -404,7 +404,7 @@ def debounced(task: Task, debounce: Any, max_wait: Any, delay: Any, at: Any) -> 
     for name, value in (("debounce", debounce), ("max_wait", max_wait)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not 0 <= value <= 10 * 365 * 86400):
-            raise TaskError(f"{name} must be a number of seconds >= 0, got {value!r}")
+            raise TaskError(f"{name} must be a number of seconds from 0 to ten years, got {value!r}")
     if max_wait is not None and max_wait < debounce:
         raise TaskError(f"max_wait ({max_wait:g} s) must be at least debounce ({debounce:g} s)")
     return f"{int(debounce * 1000)}:{'' if max_wait is None else int(max_wait * 1000)}"

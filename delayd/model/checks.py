@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from delayd.model import schedule
+from delayd.model.json_rules import beyond_double
 
 METHODS = ("GET", "POST")
 BODIES = ("form", "json")
@@ -222,6 +223,8 @@ def params_copy(params: dict, limit: int) -> tuple[dict, str]:
         raise TaskError(f"params are not JSON-serialisable: {exc}") from None
     if len(encoded) > limit:  # (ASCII: the encoder escapes every other character)
         raise TaskError(f"params are {len(encoded)} bytes, more than the limit of {limit}")
+    if beyond_double(encoded):  # (the add script's cjson would read it as infinite: docs/protocol.md section 7)
+        raise TaskError("params hold an integer beyond a double's range (about 1.8e308)")
     if not flat and nested_deeper(encoded, MAX_PARAMS_DEPTH):
         raise TaskError(TOO_DEEP)
     # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from delayd.model import attempts as attempts_mod
 from delayd.model.checks import MAX_PARAMS_DEPTH, nested_deeper, stored_trace_ok
+from delayd.model.json_rules import loads_spec
 from delayd.model.task import DEFAULT_RETRIES, STATUSES, Task, TaskError, is_utf8, printable
 
 NOT_A_HASH = "its key is not a hash"
@@ -117,9 +118,7 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
         if nested_deeper(record["spec"], MAX_PARAMS_DEPTH + 1):  # (written past the add script's gate)
             raise TaskError(f"spec is nested more than {MAX_PARAMS_DEPTH + 1} levels deep (an add refuses params "
                             f"nested more than {MAX_PARAMS_DEPTH})")
-        spec = json.loads(record["spec"])
-        if not isinstance(spec, dict):
-            raise TaskError("spec is not a JSON object")
+        spec = loads_spec(record["spec"])  # (as the add script reads it, or TaskError)
         _check_read_as_written(spec, record["spec"])
         topic, _, id = member.rpartition(":")
         task = Task.new(
@@ -129,7 +128,7 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
             persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
             callback=spec.get("callback"), timeout=spec.get("timeout"),
             every=spec.get("every"), cron=spec.get("cron"), tz=spec.get("tz"),
-            retries=spec.get("retries"), signing_key=spec.get("signing_key"), params_limit=None,
+            retries=_integer(spec.get("retries")), signing_key=spec.get("signing_key"), params_limit=None,
         )
         task.default_retries = default_retries
         task.trace = spec.get("trace")
@@ -194,6 +193,12 @@ def read(member: str, reply: dict[str, Any] | Exception, default_retries: int = 
         return Read(member, from_record(member, reply, default_retries), None, reply)
     except TaskError as exc:
         return Read(member, None, str(exc), reply)
+
+
+def _integer(value: Any) -> Any:
+    """A number read as the add script reads one that must be an integer: by its value (3.0 and 1e3 are 3 and
+    1000; cjson gives every number as a double)."""
+    return int(value) if type(value) is float and value.is_integer() else value
 
 
 def _seconds(ms: str | None) -> float | None:

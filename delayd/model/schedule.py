@@ -35,7 +35,7 @@ def check_every(value: object) -> float:
     """Seconds between runs: a finite number >= 1 (fractions allowed)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ScheduleError(f"every must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or not MIN_EVERY <= value <= MAX_EVERY:
+    if isinstance(value, float) and not math.isfinite(value) or not MIN_EVERY <= value <= MAX_EVERY:
         raise ScheduleError(f"every must be between {MIN_EVERY:g} s and ten years, got {value!r}")
     return int(value) if float(value).is_integer() else float(value)
 

@@ -384,7 +384,7 @@ export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModule
   if (delay === null && task.cron !== null) return { task, mode: 'next', value: 0, nx };
   const seconds = delay ?? task.every ?? task.intervals[0];
   if (!isNumber(seconds) || !(seconds >= 0 && seconds <= TEN_YEARS)) {
-    throw new TaskError(`delay must be a number of seconds >= 0, got ${pyRepr(seconds)}`);
+    throw new TaskError(`delay must be a number of seconds from 0 to ten years, got ${pyRepr(seconds)}`);
   }
   return { task, mode: 'delay', value: Math.trunc(seconds * 1000), nx };
 }
@@ -396,7 +396,7 @@ function debounced(task, debounce, maxWait, delay, at) {
   if (task.recurring) throw new TaskError('debounce is for a task without every or cron');
   for (const [name, value] of [['debounce', debounce], ['max_wait', maxWait]]) {
     if (value !== null && (!isNumber(value) || !(value >= 0 && value <= TEN_YEARS))) {
-      throw new TaskError(`${name} must be a number of seconds >= 0, got ${pyRepr(value)}`);
+      throw new TaskError(`${name} must be a number of seconds from 0 to ten years, got ${pyRepr(value)}`);
     }
   }
   const g = (n) => String(Number(n.toPrecision(6))); // Python's {:g} for the usual values

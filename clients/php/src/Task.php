@@ -413,7 +413,7 @@ final class Task
         }
         $delay ??= $every ?? ($intervals[0] ?? 0);
         if (!self::isNumber($delay) || $delay < 0 || $delay > self::TEN_YEARS) {
-            throw new TaskError('delay must be a number of seconds >= 0, got ' . self::shown($delay));
+            throw new TaskError('delay must be a number of seconds from 0 to ten years, got ' . self::shown($delay));
         }
         return ['delay' . $recurs, (int) ($delay * 1000)];
     }
@@ -432,7 +432,9 @@ final class Task
         }
         foreach (['debounce' => $debounce, 'max_wait' => $maxWait] as $name => $value) {
             if ($value !== null && (!self::isNumber($value) || $value < 0 || $value > self::TEN_YEARS)) {
-                throw new TaskError("$name must be a number of seconds >= 0, got " . self::shown($value));
+                throw new TaskError(
+                    "$name must be a number of seconds from 0 to ten years, got " . self::shown($value)
+                );
             }
         }
         if ($maxWait !== null && $maxWait < $debounce) {
