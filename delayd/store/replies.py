@@ -13,7 +13,7 @@ class Promoted(NamedTuple):
     moved: int       # due tasks moved to the ready lists
     reaped: int      # lapsed leases put back to run again
     next_due: int    # ms, the earliest due time still in `delayed`; -1 if none
-    next_lease: int  # ms, the earliest lease expiry or deadline of an earlier version's take; -1 if none
+    next_lease: int  # ms, the earliest lease expiry; -1 if none
     clock_us: int    # µs, Redis's clock during the call
     full: bool       # a batch hit the limit: call again at once
 

@@ -90,20 +90,13 @@ def new_events() -> dict[str, int]:
 
 
 def add_event(events: dict[str, int], name: str, value: int) -> None:
-    """Fold one stored counter into `events`. Runs started are the sum of the lateness buckets
-    (one `le:` per start, claim.lua): a stored `started` (written beside them before) is skipped."""
-    if name == "started":
+    """Fold one stored counter into `events`. Runs started are the sum of the lateness buckets (one `le:`
+    per start, claim.lua); a field no script writes (`started` among them) is skipped."""
+    if name == "started" or name not in events:
         return
     if name.startswith("le:"):
         events["started"] += value
-    if name in events:
-        events[name] += value
-    elif name.startswith("le:"):  # a bound this version does not know: into the next known one
-        try:
-            bound = float(name[3:])
-        except ValueError:
-            return  # not a bound at all: a corrupt field
-        events[next((f"le:{b}" for b in LATENESS_MS if bound <= b), "le:inf")] += value
+    events[name] += value
 
 
 def histogram(events: dict[str, int]) -> list[tuple[float, int]]:

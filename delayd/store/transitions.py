@@ -234,7 +234,7 @@ class Store:
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
-             keys.limited, *run_windows(keys, self.clock), keys.corrupt, keys.taking,
+             keys.limited, *run_windows(keys, self.clock), keys.corrupt,
              *self.learned.get(bucket, ()), *map(keys.task, members)],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, self.limits],
         ))

@@ -167,7 +167,7 @@ end
 
 -- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
 -- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
--- for a host). A record without the field (written before it existed) was never counted in.
+-- for a host). A record without the field (a URL without an origin) is not counted.
 local PENDING = {delayed = true, running = true}
 
 local function count_host(host, delta)

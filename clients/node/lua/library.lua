@@ -1,4 +1,4 @@
-#!lua name=delayd_25296e39173a59d7
+#!lua name=delayd_fbdd905efc72eda9
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -98,6 +98,14 @@ local function read_record(task_key, ...)
   return r
 end
 
+-- The fields named of a task record (HMGET), after `true`; only `false` when the key holds something other
+-- than a hash: `local hash, status, due = record_fields(key, 'status', 'due')`.
+local function record_fields(task_key, ...)
+  local fields = redis.pcall('HMGET', task_key, ...)
+  if fields['err'] then return false end
+  return true, unpack(fields)
+end
+
 -- A bucket's wake message: the new earliest due time (ms), and the member due then, whose record
 -- the bucket process declares in its next promote call (docs/redis-layout.md, "Declared keys").
 local function wake_message(due, member)
@@ -161,8 +169,7 @@ local DEFAULT_PRIORITY = '2'
 -- A task's score in `delayed`: its due time (ms), a quarter of a ms earlier for priority 3 and later for
 -- priority 1, so that of the tasks due in one ms the higher priorities come first (then by name) in every
 -- batch promote takes, and in its ready messages (issue 41). Promote takes the scores up to now +
--- DUE_SKEW, so none moves before its ms. A score of the due time alone (priority 2, and any task an
--- earlier version wrote) reads as before; an earlier version's promote moves a priority-1 task 1 ms late.
+-- DUE_SKEW, so none moves before its ms.
 local DUE_SKEW = 0.25
 local function due_score(due, priority)
   if priority == '3' then return tonumber(due) - DUE_SKEW end
@@ -200,9 +207,9 @@ end
 
 -- The generation of the pause a flag of the `paused` hash holds, or nil when it holds none: no
 -- flag, or 'r' (a resume is moving the parked tasks back). A pause's flag is its generation (see
--- pause.lua); '1', written by earlier versions, and any other value read as the oldest pause, and
--- so does one more than a minute ahead of this bucket's clock, which no pause wrote (written by
--- hand or damaged, it would hold the topic against every resume).
+-- pause.lua); any other value reads as the oldest pause, and so does one more than a minute ahead
+-- of this bucket's clock, which no pause wrote (written by hand or damaged, it would hold the topic
+-- against every resume).
 local function pause_generation(flag)
   if not flag or flag == 'r' then return nil end
   local generation = int_of(flag)
@@ -262,7 +269,7 @@ end
 
 -- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
 -- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
--- for a host). A record without the field (written before it existed) was never counted in.
+-- for a host). A record without the field (a URL without an origin) is not counted.
 local PENDING = {delayed = true, running = true}
 
 local function count_host(host, delta)
@@ -586,64 +593,6 @@ local function free_slots(lp, freed, now, reach)
     end
     if removed > 0 then wake_held(lp, topic, now, reach) end
   end
-end
--- The takes of earlier versions (promote.lua): their take.lua popped ready members into the bucket's
--- `taking` zset, one member per take, for their claim.lua to start in a second call. This version's claim
--- pops and starts in one call; promote still puts back the takes an older queue process left there
--- (killed or hung between its two calls) while daemons of both versions run during an upgrade.
--- A take (hold_take of those versions): per task, in order, `<list> <length> <member>` (its list, so
--- that putting it back needs no record; the length, as a member may hold any byte), at its deadline (ms).
-
--- The entries of a take (its member of `taking`), in the order popped: {list name ('3', 'u2', ...), member}.
-local function take_entries(take)
-  local entries, at = {}, 1
-  while true do
-    local list, length, from = string.match(take, '^(u?[123]) (%d+) ()', at)
-    if not from then break end
-    at = from + tonumber(length)
-    entries[#entries + 1] = {list, string.sub(take, from, at - 1)}
-  end
-  return entries
-end
-
--- Takes of `taking` past their hold at `now` (ms): their queue process died or hung between take and
--- claim. Their members go back to the front of their lists (`lists`: list name -> key), in the order
--- they were popped, each passed to `found(list name, member)`; a claim that comes later finds its take
--- gone and starts nothing. At most `limit` members a call (whole takes, at least one), the newest takes
--- first, so that the older ones, put back by the next call, go in front of them: one call never pushes
--- 200 takes of 200 members (issue 41: 40,000 members in one call). Returns how many takes went back, and
--- whether lost takes are left (call again at once).
-local function put_back_lost(taking, now, limit, lists, found)
-  local lost = on('zset', 'ZREVRANGEBYSCORE', taking, now, '-inf', 'LIMIT', 0, limit + 1)
-  if #lost == 0 then return 0, false end
-  local chosen, size = {}, 0
-  for _, take in ipairs(lost) do
-    local entries = take_entries(take)
-    if #chosen == limit or (#chosen > 0 and size + #entries > limit) then break end
-    chosen[#chosen + 1] = {take, entries}
-    size = size + #entries
-  end
-  local back = {}  -- list -> its members to push, the last first
-  for t = 1, #chosen do  -- newest take first: pushed first, so that the older ones end up in front
-    local entries = chosen[t][2]
-    for i = #entries, 1, -1 do
-      local list = lists[entries[i][1]]
-      back[list] = back[list] or {}
-      back[list][#back[list] + 1] = entries[i][2]
-    end
-  end
-  for t = #chosen, 1, -1 do
-    for _, entry in ipairs(chosen[t][2]) do found(entry[1], entry[2]) end
-  end
-  local taken = {}
-  for t, take in ipairs(chosen) do taken[t] = take[1] end
-  for list, members in pairs(back) do
-    for i = 1, #members, UNPACK_MAX do
-      on('list', 'LPUSH', list, unpack(members, i, math.min(i + UNPACK_MAX - 1, #members)))
-    end
-  end
-  redis.call('ZREM', taking, unpack(taken))
-  return #chosen, #lost > #chosen
 end
 -- add.lua's gate of validity (docs/protocol.md, section 7), in the lib so that the function library makes its
 -- functions once, at load, not on every add. Whatever would make the daemon misread a record is refused with
@@ -1004,86 +953,69 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_25296e39173a59d7_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
--- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
--- KEYS, in one of two forms (docs/protocol.md, section 3):
---   short (version 4): the bucket's `delayed` (`P{N}:delayed`), then per task its record
---       `P{N}:t:<topic>:<id>`; the script names the bucket's other keys from its tag `P{N}:`, so a
---       call passes no key it would not read (each costs Redis on every call), and Redis Cluster routes
---       it by that tag, which all of them share;
---   long (versions 1-3): delayed, counts, recurring, leases, done:ok, done:failed, done:deleted,
---       quarantine, paused, corrupt (corrupt may be left out, as producers before it did), then per task
---       2 keys: its record and its topic's parked set `P{N}:paused:<topic>`; every key the script may
---       touch is declared, for servers that refuse undeclared keys; they are checked against those names.
--- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
--- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
--- task itself (docs/protocol.md version 2, section 7): a spec is then read only for what the scripts
--- depend on (unread_ok, _gate.lua), not held to the whole gate, and the reply is the count written
--- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
--- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
--- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
--- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
--- after the first add of the pending run (the record's `since`; docs/protocol.md).
+-- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md, section 3).
+-- KEYS[1]       delayed   P{N}:delayed      the bucket's due index; the script names the bucket's other keys
+--                                           from its tag P{N}: (all under it, which Redis Cluster routes by)
+-- KEYS[1 + n]   record    P{N}:t:<member>   task n's record
+-- ARGV[1]       flags     '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer
+--                         checked every task itself (docs/protocol.md, section 7): a spec is then read only for
+--                         what the scripts depend on (unread_ok, _gate.lua), not held to the whole gate
+-- ARGV[2]       channel   Pwake:N, the bucket's wake channel
+-- ARGV[4n - 1]  spec      task n's spec JSON
+-- ARGV[4n]      priority  '1', '2' or '3'
+-- ARGV[4n + 1]  mode      'delay' (value is relative to now) or 'at' (absolute); a recurring task's mode ends
+--                         in '*' ('delay*', 'at*'), which also puts it in the `recurring` index; 'next*'
+--                         (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
+--                         'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never
+--                         later than MOST after the first add of the pending run (the record's `since`)
+-- ARGV[4n + 2]  value     ms, as the mode says
+-- Reply: written, the number of tasks written (a task that exists is not, with nx)
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
--- Returns the number of tasks written ('c'), or one 1 (written) or 0 (exists, nx) per task (protocol 1).
 -- The task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a set-aside cannot
 -- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
 -- type is checked by reading its head with pcall, before any write.
+local delayed, flags, channel = KEYS[1], ARGV[1], ARGV[2]
+local records = KEYS  -- task n's record: records[1 + n]; its values: unpack(ARGV, 4n - 1, 4n + 2)
 local now = now_ms()
-local flags, channel = ARGV[1], ARGV[2]
 local nx, checked = flags == '1' or flags == '1c', flags == '0c' or flags == '1c'
-local delayed = KEYS[1]
 local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
 local prefix = tag .. 't:'
 local tasks = (#ARGV - 2) / 4
-local short = #KEYS == 1 + tasks
-local lead, stride = 1, 1  -- task n's record is KEYS[lead + stride * (n - 1) + 1] (and the long form's parked set next)
-local bad_keys = string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0
-if not short and not bad_keys then
-  lead, stride = KEYS[10] == tag .. 'corrupt' and 10 or 9, 2  -- (a record key is never that)
-  bad_keys = KEYS[2] ~= tag .. 'counts' or KEYS[3] ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases'
-    or KEYS[5] ~= tag .. 'done:ok' or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted'
-    or KEYS[8] ~= tag .. 'quarantine' or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + 2 * tasks
-end
-if bad_keys then
+if string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0 or #records ~= 1 + tasks then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
 
--- Every task of the call, in order: its key(s), priority, mode, value and spec. Fills `names`
+-- Every task of the call, in order: its key, priority, mode, value and spec. Fills `names`
 -- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
 -- `host`); `task` is the task being checked.
 local names, origins, task = {}, {}, 0
 local check_spec  -- spec_gate()'s, made for the first spec that needs it
 local function check_all()
-  local prefix_len, parked_prefix = #prefix, tag .. 'paused:'
-  local last_topic, last_parked  -- a topic and parked key already checked
+  local prefix_len = #prefix
+  local last_topic  -- a topic already checked
   for i = 3, #ARGV, 4 do
     task = task + 1
-    local task_key = KEYS[lead + stride * (task - 1) + 1]
-    local parked = not short and KEYS[lead + 2 * task] or nil
-    local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    local task_key = records[1 + task]
+    local spec, priority, mode, value = unpack(ARGV, i, i + 3)
     if string.sub(task_key, 1, prefix_len) ~= prefix then
       refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
     end
     local member = string.sub(task_key, prefix_len + 1)
     local topic, id = string.match(member, '^(.*):([^:]*)$')
     if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
-    local known = topic == last_topic and parked == last_parked
-    if not known then check_name('topic', topic) end
-    check_name('id', id)
-    if not known then
-      if parked and parked ~= parked_prefix .. topic then
-        refuse('key', "the task's second key must be " .. parked_prefix .. '<topic>')
-      end
-      last_topic, last_parked = topic, parked
+    if topic ~= last_topic then
+      check_name('topic', topic)
+      last_topic = topic
     end
+    check_name('id', id)
     if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
     local at, recurs = false, false
     if mode == 'delay' then
@@ -1108,7 +1040,6 @@ local function check_all()
     if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
       refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
     end
-    local spec = ARGV[i]
     local read, url = false, nil
     if checked and not recurs then read, url = unread_ok(spec) end
     if not read then
@@ -1147,11 +1078,14 @@ local function replacing()
   expect('zset', leases, done_ok, done_failed, done_deleted)
   local quarantine_key = tag .. 'quarantine'
   expect('hash', quarantine_key)
-  return function(task_key, member, topic, recurs, old)
+  -- Clears what the old record (its fields `old_*`, nil when its key is not a hash) left in the bucket's
+  -- indexes; returns the new record's claim token.
+  return function(task_key, member, topic, recurs, old_status, old_queued, old_priority, old_host, old_claim,
+                  old_created)
     -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
     -- no longer waits for its host.
-    if old[2] == '1' then count_ready(old[3], topic, -1) end
-    if PENDING[old[1]] then count_host(old[8], -1) end
+    if old_queued == '1' then count_ready(old_priority, topic, -1) end
+    if PENDING[old_status] then count_host(old_host, -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
     zrem_counted(leases, member, 'running', topic)
@@ -1165,7 +1099,7 @@ local function replacing()
       schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.remove(member)
     end
-    return claim_token(old[4], old[5]) + 1
+    return claim_token(old_claim, old_created) + 1
   end
 end
 
@@ -1174,35 +1108,32 @@ local earliest, earliest_member = math.huge, nil  -- the batch's earliest due ti
 -- Times go to Redis as text made here once: a Lua number passed to redis.call is formatted
 -- (sprintf %.17g) at every use, which costs more than the rest of a task's HSET.
 local now_text = string.format('%d', now)
-local written = not checked and {} or nil  -- protocol 1's reply: 1 or 0 per task
-local count = 0
+local written = 0
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
 for n = 1, task do
-  local i = 4 * n - 1
-  local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local value = tonumber(ARGV[i + 3])
-  local task_key, member, topic = KEYS[lead + stride * (n - 1) + 1], names[2 * n - 1], names[2 * n]
+  local spec, priority, mode, value = unpack(ARGV, 4 * n - 1, 4 * n + 2)
+  local task_key, member, topic = records[1 + n], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
-  -- a hash is no task (read_record gives nil): it is replaced, even with nx.
+  -- a hash is no task (record_fields gives false): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
-  local old  -- the old record's fields; nil when there is none, or the key is not a hash
+  -- The old record: `old` true when there is one (its key a hash), and its fields.
+  local old, old_status, old_queued, old_priority, old_claim, old_created, old_runs, old_since, old_host
   if exists then
-    old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
+    old, old_status, old_queued, old_priority, old_claim, old_created, old_runs, old_since, old_host =
+      record_fields(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
   end
   local recurs = mode == 'delay*' or mode == 'at*' or mode == 'next*'
-  if nx and old then
-    if written then written[n] = 0 end
-  else
-    local due, since = value, nil
+  if not (nx and old) then
+    local due, since = tonumber(value), nil
     if mode == 'delay' or mode == 'delay*' or mode == 'next*' then
-      due = now + value
+      due = now + due
     elseif mode == 'debounce' then
       -- Debounce: due `wait` ms from now, but never later than `most` ms after the first add of
       -- the pending run (`since`): the old record's, when it is delayed and has not run yet.
-      local wait, most = string.match(ARGV[i + 3], '^(%d+):(%d*)$')
+      local wait, most = string.match(value, '^(%d+):(%d*)$')
       since = now
-      if old and old[1] == 'delayed' and (old[6] or '0') == '0' then since = int_of(old[7] or old[5]) or now end
+      if old_status == 'delayed' and (old_runs or '0') == '0' then since = int_of(old_since or old_created) or now end
       due = now + tonumber(wait)
       if most ~= '' and since + tonumber(most) < due then due = math.max(now, since + tonumber(most)) end
     end
@@ -1213,7 +1144,8 @@ for n = 1, task do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, member, topic, recurs, old or {})
+      token = replace(task_key, member, topic, recurs, old_status, old_queued, old_priority, old_host, old_claim,
+                      old_created)
     end
     local url = is_url(spec)
     local first = mode == 'next*'
@@ -1267,8 +1199,7 @@ for n = 1, task do
       schedules.add(member)
     end
     if due < earliest then earliest, earliest_member = due, member end
-    count = count + 1
-    if written then written[n] = 1 end
+    written = written + 1
   end
 end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
@@ -1282,10 +1213,10 @@ end
 -- (the member's record for its promote call to declare).
 if earliest < head_due then redis.call('PUBLISH', channel, wake_message(earliest, earliest_member)) end
 if next(counts) then flush_counts(counts_key) end
-return written or count
+return written
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1302,7 +1233,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1379,7 +1310,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1397,8 +1328,7 @@ counts, runs = {}, {}
 --       hosts (P{hosts}:off)
 -- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       bucket id, task-key prefix (P{N}:t:), the quotas of priority 3, 2, 1, n
--- Pops as pop_ready below says. Takes an older version left in `taking` (its take.lua) are not this
--- script's: promote puts them back when their hold runs out, and that version's claim starts them.
+-- Pops as pop_ready below says.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -1420,8 +1350,8 @@ counts, runs = {}, {}
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
--- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
--- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
+-- the record's `host` (written by add), looked at only while some host is disabled: otherwise a claim
+-- pays one HKEYS of an empty key.
 -- Returns {now, members popped, then per task started 9 values: member, spec, runs, claim, due, created,
 --          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
 
@@ -1475,12 +1405,6 @@ local function paused(topic)
   if none_paused then return false end
   if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', KEYS[7], topic)) or false end
   return pauses[topic]
-end
-
--- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
-local function spec_origin(spec)
-  local ok, decoded = pcall(cjson.decode, spec)
-  if ok and type(decoded) == 'table' then return origin_of(decoded.url) end
 end
 
 -- Park a ready task (its topic paused, or its host disabled: `host`): out of the ready count, parked
@@ -1556,7 +1480,7 @@ local function claim(member, task_key)
   local reason = defect(r, task_key, member)
   local token = r and claim_token(r[4], r[7]) + 1
   local held_on_purpose = not reason and paused(topic)  -- (paused: parked; else a disabled host's park)
-  if reason or held_on_purpose or off and off[r[14] or spec_origin(r[2]) or ''] then
+  if reason or held_on_purpose or off and off[r[14] or ''] then
     if r and r[13] then unreserve(topic, member) end
     if reason then
       if r and r[1] == '1' then count_ready(r[9], topic, -1) end
@@ -1618,7 +1542,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1663,7 +1587,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1811,7 +1735,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1839,7 +1763,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1896,7 +1820,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -1923,7 +1847,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1980,7 +1904,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2004,7 +1928,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2012,7 +1936,7 @@ counts, runs = {}, {}
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
 --       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside), taking,
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
 --       then the learned keys (below)
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       limits prefix (P{limits}:, or '' on Redis Cluster)
@@ -2030,7 +1954,7 @@ counts, runs = {}, {}
 -- caller calls again at once declaring them. The reply also names the keys the next call will probably
 -- need (the records of the members due soonest and of leases about to lapse, and the parked sets of
 -- those members' topics that are paused), which the caller declares then: in the common case no call is cut.
--- Returns {moved, reaped, next due (ms or -1), next lease expiry or `taking` deadline (ms or -1),
+-- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
 --          Redis's clock (µs), 1 if a batch was full or cut (call again at once) else 0,
 --          then the keys to declare on the next call}
 --          (next due: the earlier of the head of `delayed` and of `limited`)
@@ -2093,8 +2017,6 @@ end
 local cut = false  -- work left undone for want of keys: call again at once
 
 -- The ready list of a task (by its `url` flag and priority: see is_url in _lib), and its kind.
--- A record without the flag goes to the call lists (a URL task written before the flag
--- existed is still delivered on the event loop: the queue process routes by the target).
 local function list_of(url, priority)
   if url == '1' then return ready_url[priority], 'u' end
   return ready[priority], ''
@@ -2392,13 +2314,6 @@ for k = 6, 8 do
 end
 flush_stats(KEYS[10], KEYS[11], 17, now)
 
--- Takes an earlier version's queue process never claimed (it died or hung between its take and its
--- claim): back to the front of their lists (_take.lua).
-local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
-local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list)
-  announce(string.sub(list, 1, -2))
-end)
-
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
 for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
 -- The keys the next call will probably need: the records of the members of `delayed` due within
@@ -2425,17 +2340,13 @@ end
 local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
 local next_due = head[2] and due_of_score(head[2]) or -1
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
-local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
-if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then
-  next_lease = math.ceil(tonumber(taking[2]))
-end
 local full = 0
-if #found == limit or #expired == limit or full_held or cut or lost_left then full = 1 end
+if #found == limit or #expired == limit or full_held or cut then full = 1 end
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2463,7 +2374,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2497,7 +2408,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2544,7 +2455,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2583,7 +2494,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2613,7 +2524,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fbdd905efc72eda9_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -104,6 +104,14 @@ local function read_record(task_key, ...)
   return r
 end
 
+-- The fields named of a task record (HMGET), after `true`; only `false` when the key holds something other
+-- than a hash: `local hash, status, due = record_fields(key, 'status', 'due')`.
+local function record_fields(task_key, ...)
+  local fields = redis.pcall('HMGET', task_key, ...)
+  if fields['err'] then return false end
+  return true, unpack(fields)
+end
+
 -- A bucket's wake message: the new earliest due time (ms), and the member due then, whose record
 -- the bucket process declares in its next promote call (docs/redis-layout.md, "Declared keys").
 local function wake_message(due, member)
@@ -167,8 +175,7 @@ local DEFAULT_PRIORITY = '2'
 -- A task's score in `delayed`: its due time (ms), a quarter of a ms earlier for priority 3 and later for
 -- priority 1, so that of the tasks due in one ms the higher priorities come first (then by name) in every
 -- batch promote takes, and in its ready messages (issue 41). Promote takes the scores up to now +
--- DUE_SKEW, so none moves before its ms. A score of the due time alone (priority 2, and any task an
--- earlier version wrote) reads as before; an earlier version's promote moves a priority-1 task 1 ms late.
+-- DUE_SKEW, so none moves before its ms.
 local DUE_SKEW = 0.25
 local function due_score(due, priority)
   if priority == '3' then return tonumber(due) - DUE_SKEW end
@@ -206,9 +213,9 @@ end
 
 -- The generation of the pause a flag of the `paused` hash holds, or nil when it holds none: no
 -- flag, or 'r' (a resume is moving the parked tasks back). A pause's flag is its generation (see
--- pause.lua); '1', written by earlier versions, and any other value read as the oldest pause, and
--- so does one more than a minute ahead of this bucket's clock, which no pause wrote (written by
--- hand or damaged, it would hold the topic against every resume).
+-- pause.lua); any other value reads as the oldest pause, and so does one more than a minute ahead
+-- of this bucket's clock, which no pause wrote (written by hand or damaged, it would hold the topic
+-- against every resume).
 local function pause_generation(flag)
   if not flag or flag == 'r' then return nil end
   local generation = int_of(flag)
@@ -268,7 +275,7 @@ end
 
 -- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
 -- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
--- for a host). A record without the field (written before it existed) was never counted in.
+-- for a host). A record without the field (a URL without an origin) is not counted.
 local PENDING = {delayed = true, running = true}
 
 local function count_host(host, delta)

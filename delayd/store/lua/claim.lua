@@ -12,8 +12,7 @@
 --       hosts (P{hosts}:off)
 -- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
 --       bucket id, task-key prefix (P{N}:t:), the quotas of priority 3, 2, 1, n
--- Pops as pop_ready below says. Takes an older version left in `taking` (its take.lua) are not this
--- script's: promote puts them back when their hold runs out, and that version's claim starts them.
+-- Pops as pop_ready below says.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -35,8 +34,8 @@
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
--- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
--- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
+-- the record's `host` (written by add), looked at only while some host is disabled: otherwise a claim
+-- pays one HKEYS of an empty key.
 -- Returns {now, members popped, then per task started 9 values: member, spec, runs, claim, due, created,
 --          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
 
@@ -90,12 +89,6 @@ local function paused(topic)
   if none_paused then return false end
   if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', KEYS[7], topic)) or false end
   return pauses[topic]
-end
-
--- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
-local function spec_origin(spec)
-  local ok, decoded = pcall(cjson.decode, spec)
-  if ok and type(decoded) == 'table' then return origin_of(decoded.url) end
 end
 
 -- Park a ready task (its topic paused, or its host disabled: `host`): out of the ready count, parked
@@ -171,7 +164,7 @@ local function claim(member, task_key)
   local reason = defect(r, task_key, member)
   local token = r and claim_token(r[4], r[7]) + 1
   local held_on_purpose = not reason and paused(topic)  -- (paused: parked; else a disabled host's park)
-  if reason or held_on_purpose or off and off[r[14] or spec_origin(r[2]) or ''] then
+  if reason or held_on_purpose or off and off[r[14] or ''] then
     if r and r[13] then unreserve(topic, member) end
     if reason then
       if r and r[1] == '1' then count_ready(r[9], topic, -1) end

@@ -2,7 +2,7 @@
 -- lease lapsed back at the front of them, and trims finished-task indexes.
 -- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
 --       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside), taking,
+--       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
 --       then the learned keys (below)
 -- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
 --       limits prefix (P{limits}:, or '' on Redis Cluster)
@@ -20,7 +20,7 @@
 -- caller calls again at once declaring them. The reply also names the keys the next call will probably
 -- need (the records of the members due soonest and of leases about to lapse, and the parked sets of
 -- those members' topics that are paused), which the caller declares then: in the common case no call is cut.
--- Returns {moved, reaped, next due (ms or -1), next lease expiry or `taking` deadline (ms or -1),
+-- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
 --          Redis's clock (µs), 1 if a batch was full or cut (call again at once) else 0,
 --          then the keys to declare on the next call}
 --          (next due: the earlier of the head of `delayed` and of `limited`)
@@ -83,8 +83,6 @@ end
 local cut = false  -- work left undone for want of keys: call again at once
 
 -- The ready list of a task (by its `url` flag and priority: see is_url in _lib), and its kind.
--- A record without the flag goes to the call lists (a URL task written before the flag
--- existed is still delivered on the event loop: the queue process routes by the target).
 local function list_of(url, priority)
   if url == '1' then return ready_url[priority], 'u' end
   return ready[priority], ''
@@ -382,13 +380,6 @@ for k = 6, 8 do
 end
 flush_stats(KEYS[10], KEYS[11], 17, now)
 
--- Takes an earlier version's queue process never claimed (it died or hung between its take and its
--- claim): back to the front of their lists (_take.lua).
-local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
-local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list)
-  announce(string.sub(list, 1, -2))
-end)
-
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
 for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
 -- The keys the next call will probably need: the records of the members of `delayed` due within
@@ -415,11 +406,7 @@ end
 local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
 local next_due = head[2] and due_of_score(head[2]) or -1
 if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
-local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
 local next_lease = tonumber(lease[2] or -1)
-if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then
-  next_lease = math.ceil(tonumber(taking[2]))
-end
 local full = 0
-if #found == limit or #expired == limit or full_held or cut or lost_left then full = 1 end
+if #found == limit or #expired == limit or full_held or cut then full = 1 end
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
