@@ -145,7 +145,7 @@ class BucketKeys:
 
     def minute(self, minute: int) -> str:
         """`P{N}:w:m:<minute>`: run events of that minute (Unix ms // 60000), for the dashboard's
-        charts (lua/_lib.lua, flush_stats; expires after 65 minutes)."""
+        charts (lua/_counts.lua, flush_stats; expires after 65 minutes)."""
         return f"{self.window_prefix}m:{minute}"
 
     @property

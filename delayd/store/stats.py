@@ -20,7 +20,7 @@ from delayd.store.transitions import Store
 from delayd.store.transport import Transport
 from delayd.store.windows import WINDOW_MS, recent_windows
 
-# Upper bounds (ms) of the lateness histogram; lua/_lib.lua has the same list.
+# Upper bounds (ms) of the lateness histogram; lua/_counts.lua has the same list.
 LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
 WINDOWS = 7          # "the last minute": the current window and the six before it (60-70 s)
 SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due time
@@ -32,7 +32,7 @@ SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome
 # (held back by its topic's limit); the other states are the statuses themselves
 # (delayd.model.task.STATUSES).
 STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "throttled", *STATUSES[1:])
-# Beside them, `host|<origin>`: a URL host's tasks still to be delivered (lua/_lib.lua, count_host).
+# Beside them, `host|<origin>`: a URL host's tasks still to be delivered (lua/_counts.lua, count_host).
 HOST = "host"
 
 

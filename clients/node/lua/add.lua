@@ -77,16 +77,6 @@ local function wake_message(due, member)
   return string.format('%d', due) .. ' ' .. member
 end
 
--- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
--- in these tables, by topic, and writes them once at the end with one HINCRBY per
--- field: the Redis cost is per batch and per distinct topic, not per task.
---   counts[topic][state]: change of the number of tasks in that state (a live gauge)
---   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
--- Fields in Redis are '<state or event>|<topic>'.
-local counts, runs = {}, {}
-
-local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
-
 -- URL tasks wait in ready lists of their own (ready:u3, ready:u2, ready:u1), which
 -- queue processes claim for their event loop apart from call and push tasks (for
 -- their thread pool): a backlog of one kind never holds back the other. The state
@@ -154,6 +144,16 @@ local function recurring_index(key)
     end,
   }
 end
+
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 
 local function add_to(tables, topic, name, delta)
   local t = tables[topic]
@@ -556,6 +556,17 @@ local function spec_gate()
   end
   return check_spec
 end
+-- One promote call, the bucket's tick (promote.lua), as its jobs share it (_due.lua, _release.lua, _reap.lua,
+-- _trim.lua): `tick`, the table promote.lua makes per call, holds what they read (the clock, the batch, the
+-- keys) and what they add up (`moved`, `reaped`, `kinds` of ready lists that got some, `asked`, `cut`).
+--
+-- Learned keys: a call touches no key it did not declare. The keys it can only know from what it reads
+-- (the records of due and lapsed members, a paused topic's parked set, a limited topic's held set, the
+-- limits' keys) are checked with may_touch(); where one is missing the work stops there (due order kept:
+-- nothing after it is done this call), the keys go in the reply (`tick.asked`), and `tick.cut` is set, so
+-- the caller calls again at once declaring them. The reply also names the keys the next call will probably
+-- need (look_ahead), which the caller declares then: in the common case no call is cut.
+
 
 -- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md, section 3).
 -- KEYS[1]       delayed   P{N}:delayed      the bucket's due index; the script names the bucket's other keys
@@ -706,7 +717,7 @@ local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
 
-local function count(state, topic, delta)
+local function count_state(state, topic, delta)
   add_to(counts, topic, state, delta)
 end
 
@@ -717,7 +728,7 @@ end
 
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
-  if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+  if on('zset', 'ZREM', zset, member) == 1 then count_state(state, topic or topic_of(member), -1) end
 end
 
   local leases, done_ok, done_failed, done_deleted = tag .. 'leases', tag .. 'done:ok', tag .. 'done:failed',

@@ -1,4 +1,4 @@
-#!lua name=delayd_fbdd905efc72eda9
+#!lua name=delayd_a0899db878700f70
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -120,22 +120,6 @@ local function wake_if_head(zset, member, channel, score)
   end
 end
 
--- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
--- in these tables, by topic, and writes them once at the end with one HINCRBY per
--- field: the Redis cost is per batch and per distinct topic, not per task.
---   counts[topic][state]: change of the number of tasks in that state (a live gauge)
---   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
--- Fields in Redis are '<state or event>|<topic>'.
-local counts, runs = {}, {}
-
--- Upper bounds (ms) of the lateness histogram; stats.py has the same list.
-local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
-local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
-local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
-local MINUTE_MS = 60000       -- and one per minute, `P{N}:w:m:<n>`, for the dashboard's
-local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
-local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
-
 -- URL tasks wait in ready lists of their own (ready:u3, ready:u2, ready:u1), which
 -- queue processes claim for their event loop apart from call and push tasks (for
 -- their thread pool): a backlog of one kind never holds back the other. The state
@@ -249,6 +233,30 @@ local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
 
+-- Arguments per command when a list of them is unpacked: Lua's unpack fails beyond
+-- ~8,000 values (LUAI_MAXCSTACK), and a call's batch is not bounded below that (a queue
+-- process finishes every run that ended since its last turn, thousands after an outage).
+local UNPACK_MAX = 2000
+
+-- State counts and run statistics (docs/redis-layout.md, "Counters"), read as part of the lib after _lib.lua
+-- (delayd/store/scripts.py, LIB_FILES), and the moves that keep them in step with the indexes.
+
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+-- Upper bounds (ms) of the lateness histogram; stats.py has the same list.
+local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
+local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
+local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
+local MINUTE_MS = 60000       -- and one per minute, `P{N}:w:m:<n>`, for the dashboard's
+local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
 local function add_to(tables, topic, name, delta)
   local t = tables[topic]
   if not t then
@@ -258,7 +266,7 @@ local function add_to(tables, topic, name, delta)
   t[name] = (t[name] or 0) + delta
 end
 
-local function count(state, topic, delta)
+local function count_state(state, topic, delta)
   add_to(counts, topic, state, delta)
 end
 
@@ -302,11 +310,11 @@ end
 
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
-  if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+  if on('zset', 'ZREM', zset, member) == 1 then count_state(state, topic or topic_of(member), -1) end
 end
 
 local function zadd_counted(zset, score, member, state, topic)
-  if on('zset', 'ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
+  if on('zset', 'ZADD', zset, score, member) == 1 then count_state(state, topic or topic_of(member), 1) end
 end
 
 -- The same for many members at once: one ZADD (or ZREM) per zset and topic per call instead
@@ -327,11 +335,6 @@ local function batch_add(batch, zset, topic, member, score)
   args[#args + 1] = member
 end
 
--- Arguments per command when a list of them is unpacked: Lua's unpack fails beyond
--- ~8,000 values (LUAI_MAXCSTACK), and a call's batch is not bounded below that (a queue
--- process finishes every run that ended since its last turn, thousands after an outage).
-local UNPACK_MAX = 2000
-
 -- `states[zset]`: the state counted for that zset's members; `sign` 1 to add, -1 to remove.
 local function flush_counted(batch, states, sign)
   local cmd = sign > 0 and 'ZADD' or 'ZREM'
@@ -339,7 +342,7 @@ local function flush_counted(batch, states, sign)
     for topic, args in pairs(by_key) do
       for i = 1, #args, UNPACK_MAX do  -- (even: a ZADD's score and member stay together)
         local changed = on('zset', cmd, zset, unpack(args, i, math.min(i + UNPACK_MAX - 1, #args)))
-        if changed ~= 0 then count(states[zset], topic, sign * changed) end
+        if changed ~= 0 then count_state(states[zset], topic, sign * changed) end
       end
     end
   end
@@ -378,14 +381,14 @@ local function declared_window(first, second, now, width)
   return first
 end
 
--- Write what the script counted: state counts (flush_counts); run events to the
--- lifetime totals and to the 10-second window and the minute of `now` (which expire), from
--- the declared keys KEYS[w] .. KEYS[w + 3]: windows n, n + 1 and minutes m, m + 1.
-local function flush_stats(counts_key, totals_key, w, now)
+-- Write what the script counted: state counts (flush_counts); run events to the lifetime totals and to
+-- the 10-second window and the minute of `now` (which expire), of the declared keys of windows n, n + 1
+-- (`windows`, `next_window`) and minutes m, m + 1 (`minutes`, `next_minute`).
+local function flush_stats(counts_key, totals_key, windows, next_window, minutes, next_minute, now)
   flush_counts(counts_key)
   if next(runs) then
-    local window = declared_window(KEYS[w], KEYS[w + 1], now, WINDOW_MS)
-    local minute = declared_window(KEYS[w + 2], KEYS[w + 3], now, MINUTE_MS)
+    local window = declared_window(windows, next_window, now, WINDOW_MS)
+    local minute = declared_window(minutes, next_minute, now, MINUTE_MS)
     -- The script that makes a window or minute hash sees a counter equal to its change
     -- and sets its expiry; later scripts (counters already there) leave it as it is.
     local new_window, new_minute = false, false
@@ -426,7 +429,7 @@ local function quarantine(aside, task_key, member, reason)
   on('hash', 'HSET', aside.quarantine, member, reason)
   index_finished(member, aside.failed, aside.now, task_key, aside.retention, 'failed', topic_of(member))
 end
--- The helpers of limits per topic, read as the end of _lib.lua (delayd/store/scripts.py), linked the
+-- The helpers of limits per topic, read as part of the lib (delayd/store/scripts.py, LIB_FILES), linked the
 -- same way. Limits per topic (docs/redis-layout.md, "Limits"): a rate (GCRA: one theoretical arrival time
 -- per topic, in µs) and a concurrency (the topic's runs in flight, a zset run_id -> lease expiry),
 -- kept beside the limits set under `L` = `P{limits}:` and read by the daemon's scripts on a
@@ -953,7 +956,422 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_fbdd905efc72eda9_add', flags={}, callback=function(keys, argv)
+-- One promote call, the bucket's tick (promote.lua), as its jobs share it (_due.lua, _release.lua, _reap.lua,
+-- _trim.lua): `tick`, the table promote.lua makes per call, holds what they read (the clock, the batch, the
+-- keys) and what they add up (`moved`, `reaped`, `kinds` of ready lists that got some, `asked`, `cut`).
+--
+-- Learned keys: a call touches no key it did not declare. The keys it can only know from what it reads
+-- (the records of due and lapsed members, a paused topic's parked set, a limited topic's held set, the
+-- limits' keys) are checked with may_touch(); where one is missing the work stops there (due order kept:
+-- nothing after it is done this call), the keys go in the reply (`tick.asked`), and `tick.cut` is set, so
+-- the caller calls again at once declaring them. The reply also names the keys the next call will probably
+-- need (look_ahead), which the caller declares then: in the common case no call is cut.
+
+-- Whether the call declared `key` (its KEYS made a set at the first question: an idle tick asks none).
+local function is_declared(tick, key)
+  if not tick.declared then
+    tick.declared = {}
+    for _, k in ipairs(KEYS) do tick.declared[k] = true end
+  end
+  return tick.declared[key]
+end
+
+-- Name `key` in the reply, once: the next call declares it.
+local function ask_key(tick, key)
+  if not tick.named[key] then
+    tick.named[key] = true
+    tick.asked[#tick.asked + 1] = key
+  end
+end
+
+-- Whether the call may touch `key`; if not, it is asked for.
+local function may_touch(tick, key)
+  if is_declared(tick, key) then return true end
+  ask_key(tick, key)
+  return false
+end
+
+-- Whether the call may touch all of `keys`; if not, all of them are asked for (the next call needs
+-- the whole set).
+local function may_touch_all(tick, keys)
+  local all = true
+  for _, key in ipairs(keys) do all = is_declared(tick, key) and all end
+  if not all then for _, key in ipairs(keys) do ask_key(tick, key) end end
+  return all
+end
+
+local LIMIT_KEY_KINDS = {'tat:', 'run:', 'where:'}
+
+-- `keys` and the limits' keys a release or a freed slot of `topic` touches (a single Redis only:
+-- `tick.limits_prefix` is '' on Redis Cluster).
+local function topic_limit_keys(tick, topic, keys)
+  local lp = tick.limits_prefix
+  if lp ~= '' then
+    for _, kind in ipairs(LIMIT_KEY_KINDS) do keys[#keys + 1] = lp .. kind .. topic end
+    keys[#keys + 1] = lp .. 'conf'
+    keys[#keys + 1] = lp .. 'corrupt'
+  end
+  return keys
+end
+
+-- The ready list of a task by its `url` flag and priority (see is_url), and its kind, which the ready
+-- messages name ('' call/push, 'u' URL).
+local function ready_list(tick, url, priority)
+  if url == '1' then return tick.url_lists[priority], 'u' end
+  return tick.lists[priority], ''
+end
+
+-- Why an entry of `index` cannot be handled where a `wanted` status belongs, or nil: its record (`hash`
+-- false when its key is not a hash) with `status` and `priority`.
+local function entry_defect(tick, task_key, hash, status, priority, index, wanted)
+  if not hash then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
+  if not status then return index .. ' entry without a record' end
+  if status ~= wanted then return index .. ' entry with status ' .. string.sub(status, 1, 40) end
+  if not tick.lists[priority or DEFAULT_PRIORITY] then return 'record with a bad priority' end
+end
+
+-- The pause of `topic`: false (nothing parks), or {key = its parked set, known, after}. The `paused` hash
+-- is never read whole (a call costs the same whatever the number of topics paused: issue 41); each topic
+-- of a member this call handles is looked up once (HGET). A topic being resumed ('r', see resume.lua)
+-- parks only what is due after its earliest task still parked, so that the batches of a resume keep due
+-- order. A flagged topic whose parked set this call may not touch is not `known`: its tasks are not moved
+-- this call (the set is asked for).
+local function pause_of(tick, topic)
+  local pause = tick.pauses[topic]
+  if pause ~= nil then return pause end
+  if tick.none_paused == nil then tick.none_paused = on('hash', 'HLEN', tick.paused) == 0 end
+  pause = false
+  local flag = not tick.none_paused and on('hash', 'HGET', tick.paused, topic)
+  if flag then
+    local key = parked_key(tick.paused, topic)
+    pause = {key = key, known = is_declared(tick, key), after = -math.huge}
+    if pause.known then
+      expect('zset', key)
+      if flag == 'r' then
+        pause.after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+        if not pause.after then pause = false end
+      end
+    end
+  end
+  tick.pauses[topic] = pause
+  return pause
+end
+
+-- Whether a task of `topic` due at `score` waits in its topic's parked set.
+local function parks(tick, topic, score)
+  local pause = pause_of(tick, topic)
+  return pause and score > pause.after
+end
+
+-- Whether the call may move `member` (its record `task_key` declared, its topic's pause known); if not,
+-- the call is cut there and the keys are asked for.
+local function movable(tick, member, task_key)
+  local pause = pause_of(tick, topic_of(member))
+  local known = not pause or may_touch(tick, pause.key)
+  if may_touch(tick, task_key) and known then return true end
+  tick.cut = true
+  return false
+end
+
+-- Members of a zset at scores no script writes (past 2^53 ms: inf, 1e300), with their scores: such an
+-- entry would never come due, lapse or expire, and would be counted as waiting forever.
+local function timeless(tick, key)
+  return on('zset', 'ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', '0', tick.batch_text)
+end
+
+local AHEAD_MS = 50
+
+-- When the bucket needs looking at again: the next due time (the earlier of the heads of `delayed` and of
+-- `limited`) and the next lease expiry (ms, or -1 for none). Asks for the keys the next call will probably
+-- need: the records of the members of `delayed` due within AHEAD_MS of its head or of now, whichever is
+-- later (at most a batch: a backlog's next batch), and of leases lapsing within AHEAD_MS of now (with the
+-- parked sets of their topics that are paused, and their topics' limits' keys).
+local function look_ahead(tick)
+  local now, prefix = tick.now, tick.prefix
+  local head = redis.call('ZRANGE', tick.delayed, 0, 0, 'WITHSCORES')
+  if head[2] then
+    local horizon = math.max(now, due_of_score(head[2])) + AHEAD_MS + DUE_SKEW
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', tick.delayed, '-inf', horizon, 'LIMIT', '0',
+                                       tick.batch_text)) do
+      ask_key(tick, prefix .. member)
+      local pause = pause_of(tick, topic_of(member))
+      if pause then ask_key(tick, pause.key) end
+    end
+  end
+  local lease = redis.call('ZRANGE', tick.leases, 0, 0, 'WITHSCORES')
+  if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
+    local lapsing = redis.call('ZRANGEBYSCORE', tick.leases, '-inf', now + AHEAD_MS, 'LIMIT', '0', tick.batch_text)
+    for _, member in ipairs(lapsing) do
+      ask_key(tick, prefix .. member)
+      local pause = pause_of(tick, topic_of(member))
+      if pause then ask_key(tick, pause.key) end
+      for _, key in ipairs(topic_limit_keys(tick, topic_of(member), {})) do ask_key(tick, key) end
+    end
+  end
+  local held = redis.call('ZRANGE', tick.limited, 0, 0, 'WITHSCORES')
+  local next_due = head[2] and due_of_score(head[2]) or -1
+  if held[2] and (next_due < 0 or tonumber(held[2]) < next_due) then next_due = tonumber(held[2]) end
+  return next_due, tonumber(lease[2] or -1)
+end
+-- Due tasks, the first job of a promote call (promote.lua, _tick.lua): the members of `delayed` due now, a
+-- batch at most, go to the back of their kind's and priority's ready list in due order (one RPUSH per list
+-- for the whole batch), `queued=1`. A due task of a paused topic is parked instead (with its due time), so
+-- it leaves the head of `delayed`. A member whose record is missing or corrupt (not a hash, a status or
+-- priority it cannot have there) is quarantined, and so is an entry at a score no script writes (never
+-- due). Returns how many members were due (a whole batch: the caller calls again at once).
+local function move_due(tick)
+  local now, prefix = tick.now, tick.prefix
+  local found, scores = {}, {}
+  local entries = on('zset', 'ZRANGEBYSCORE', tick.delayed, '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', '0',
+                     tick.batch_text)
+  for i = 1, #entries, 2 do
+    found[#found + 1] = entries[i]
+    scores[entries[i]] = entries[i + 1]
+  end
+  -- In due order, up to the first member the call may not move (it and the rest are asked for).
+  local moving = {}
+  for _, member in ipairs(found) do
+    if tick.cut or not movable(tick, member, prefix .. member) then
+      ask_key(tick, prefix .. member)
+    else
+      moving[#moving + 1] = member
+    end
+  end
+  local pushes = {}  -- ready list -> its members, in due order
+  for _, member in ipairs(moving) do
+    local task_key = prefix .. member
+    local hash, status, priority, url, parked_at = record_fields(task_key, 'status', 'priority', 'url', 'parked')
+    local topic = topic_of(member)
+    count_state('waiting', topic, -1)
+    local reason = entry_defect(tick, task_key, hash, status, priority, 'delayed', 'delayed')
+    if reason then
+      quarantine(tick.quarantine_to, task_key, member, reason)
+    elseif parks(tick, topic, tonumber(scores[member]) or now) then
+      mark_parked(task_key, now)
+      zadd_counted(pause_of(tick, topic).key, scores[member], member, 'parked', topic)
+    else
+      priority = priority or DEFAULT_PRIORITY
+      if parked_at then
+        redis.call('HSET', task_key, 'queued', '1', 'unparked', now)  -- set aside until now (mark_parked)
+      else
+        redis.call('HSET', task_key, 'queued', '1')
+      end
+      local list, kind = ready_list(tick, url, priority)
+      local pushed = pushes[list] or {}
+      pushes[list] = pushed
+      pushed[#pushed + 1] = member
+      tick.kinds[kind] = true
+      count_ready(priority, topic, 1)
+      tick.moved = tick.moved + 1
+    end
+  end
+  for list, members in pairs(pushes) do on('list', 'RPUSH', list, unpack(members)) end
+  if #moving > 0 then redis.call('ZREM', tick.delayed, unpack(moving)) end
+  local never = timeless(tick, tick.delayed)
+  for i = 1, #never, 2 do
+    local member, score = never[i], never[i + 1]
+    if may_touch(tick, prefix .. member) then
+      count_state('waiting', topic_of(member), -1)
+      quarantine(tick.quarantine_to, prefix .. member, member, 'delayed entry due at ' .. score .. ' ms: never due')
+      redis.call('ZREM', tick.delayed, member)
+    else
+      tick.cut = true
+    end
+  end
+  return #found
+end
+-- Held tasks, the second job of a promote call (promote.lua, _tick.lua). Tasks held back by a limit
+-- (claim.lua) are released when the topic's time in `limited` comes: as many as the limit lets start now,
+-- earliest due first, to the front of their ready lists (all of them, a batch at a time, when the topic has
+-- no limit any more), marked `released`, their starts and slots taken for them (so that buckets releasing
+-- at the same time never release more than the limit). A held entry whose record is no longer that held
+-- task (deleted, replaced, run meanwhile) is dropped; an entry of `limited` for a topic that holds nothing
+-- here any more leaves `limited` and the topic's `where`. A topic whose held set or limits' keys the call
+-- may not touch waits for the next call; so do the held members from the first whose record it may not
+-- touch (with the topic's keys asked for again).
+
+-- Release what the limit of `topic` lets start of its held set `held_set` (`topic_keys`: the keys that
+-- takes), each member pushed to the front of its list in `fronts` (list -> members, the first due first).
+-- Returns true when the topic's entry is to be looked at again at once (its limit is gone).
+local function release_topic(tick, topic, held_set, topic_keys, fronts)
+  local now, lp = tick.now, tick.limits_prefix
+  tick.limits = tick.limits or limits_of(lp) or {}
+  expect('zset', held_set)
+  local limit = tick.limits[topic]
+  local g = limit and gate(lp, topic, limit, tick.clock)
+  local room = math.min(tick.batch, g and gate_room(g) or tick.batch)
+  local stale, stopped = false, false
+  if room > 0 then
+    local entries = redis.call('ZRANGE', held_set, 0, room - 1, 'WITHSCORES')
+    for i = 1, #entries, 2 do
+      local member, due = entries[i], entries[i + 1]
+      local task_key = tick.prefix .. member
+      if stopped then
+        ask_key(tick, task_key)
+      elseif not may_touch(tick, task_key) then
+        stopped = true
+      else
+        local hash, status, queued, held_at, priority, url =
+          record_fields(task_key, 'status', 'queued', 'held', 'priority', 'url')
+        zrem_counted(held_set, member, 'throttled', topic)
+        if not (hash and status == 'delayed' and queued ~= '1' and held_at) then
+          stale = true
+        elseif parks(tick, topic, tonumber(due) or now) then
+          redis.call('HDEL', task_key, 'held')
+          mark_parked(task_key, now)
+          zadd_counted(pause_of(tick, topic).key, due, member, 'parked', topic)
+        elseif not tick.lists[priority or DEFAULT_PRIORITY] then
+          quarantine(tick.quarantine_to, task_key, member, 'record with a bad priority')
+        else
+          redis.call('HSET', task_key, 'queued', '1', 'released', now)
+          local list, kind = ready_list(tick, url, priority or DEFAULT_PRIORITY)
+          fronts[list] = fronts[list] or {}
+          table.insert(fronts[list], 1, member)
+          tick.kinds[kind] = true
+          count_ready(priority, topic, 1)
+          tick.moved = tick.moved + 1
+          if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
+        end
+      end
+    end
+  end
+  if stopped then
+    tick.cut = true
+    for _, key in ipairs(topic_keys) do ask_key(tick, key) end
+  end
+  if g then gate_close(g) end
+  local left = redis.call('ZCARD', held_set)
+  if left == 0 then
+    redis.call('ZREM', tick.limited, topic)
+    if lp ~= '' then redis.pcall('SREM', lp .. 'where:' .. topic, tick.bucket) end
+  elseif not g or stale or stopped then
+    redis.call('ZADD', tick.limited, now, topic)  -- no limit any more, stale entries, cut: again at once
+    return not g
+  else
+    redis.call('ZADD', tick.limited, gate_next(g, left), topic)
+  end
+  return false
+end
+
+-- The topics of `limited` whose time came, a batch at most: each releases what its limit lets start (LPUSH
+-- of each list's batch in reverse: the earliest first). Returns true when some topic is to be looked at
+-- again at once.
+local function release_held(tick)
+  local again = false
+  local fronts = {}  -- ready list -> its released members, the first due first
+  for _, topic in ipairs(on('zset', 'ZRANGEBYSCORE', tick.limited, '-inf', tick.now, 'LIMIT', '0', tick.batch_text)) do
+    local held_set = held_key(tick.limited, topic)
+    local topic_keys = topic_limit_keys(tick, topic, {held_set})
+    local pause = pause_of(tick, topic)
+    if pause then topic_keys[#topic_keys + 1] = pause.key end
+    if not may_touch_all(tick, topic_keys) then
+      tick.cut = true
+    elseif release_topic(tick, topic, held_set, topic_keys, fronts) then
+      again = true
+    end
+  end
+  for list, members in pairs(fronts) do on('list', 'LPUSH', list, unpack(members)) end
+  return again
+end
+-- Lapsed leases, the third job of a promote call (promote.lua, _tick.lua): the worker died, hung or lost
+-- Redis. Its run is fenced off (claim + 1) and the task runs again soon, to the front of its ready list,
+-- keeping its run number (the same idempotency key); a task of a paused topic is parked instead. A lease of
+-- a task that finished meanwhile is simply dropped; one whose record cannot be a running task is
+-- quarantined. A lapsed lease of a topic with a concurrency limit frees its slot (free_slots).
+local FINISHED = {ok = true, failed = true, deleted = true}
+
+-- The leases lapsed by now, a batch at most, and those that would never lapse (as lapsed now), in expiry
+-- order up to the first the call may not handle (with, on a single Redis, its topic's limits' keys, for the
+-- slot it frees). Returns how many leases were lapsed (a whole batch: the caller calls again at once).
+local function reap_lapsed(tick)
+  local now, prefix, lp = tick.now, tick.prefix, tick.limits_prefix
+  local expired = on('zset', 'ZRANGEBYSCORE', tick.leases, '-inf', now, 'LIMIT', '0', tick.batch_text)
+  local endless = timeless(tick, tick.leases)
+  for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
+  local lapsed, stop = {}, false
+  for _, member in ipairs(expired) do
+    local task_key = prefix .. member
+    if stop or not (movable(tick, member, task_key)
+                    and may_touch_all(tick, topic_limit_keys(tick, topic_of(member), {}))) then
+      stop, tick.cut = true, true
+      ask_key(tick, task_key)
+    else
+      lapsed[#lapsed + 1] = member
+    end
+  end
+  local backs = {}  -- ready list -> its lapsed members, the last lapsed first
+  local freed = nil  -- topic -> the lapsed runs of topics with a concurrency limit
+  for _, member in ipairs(lapsed) do
+    local task_key = prefix .. member
+    local hash, status, priority, claim, created, due, url =
+      record_fields(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
+    local topic = topic_of(member)
+    count_state('running', topic, -1)
+    if lp ~= '' and hash then  -- (the lapsed run's token is the record's; without a record its slot lapses alone)
+      freed = freed or {}
+      freed[topic] = freed[topic] or {}
+      table.insert(freed[topic], run_id(member, claim_token(claim, created)))
+    end
+    if not FINISHED[status] then
+      local reason = entry_defect(tick, task_key, hash, status, priority, 'leased', 'running')
+      local token = hash and claim_token(claim, created) + 1
+      if reason then
+        quarantine(tick.quarantine_to, task_key, member, reason)
+      elseif parks(tick, topic, int_of(due) or now) then
+        -- Its topic is paused: it waits, parked at its due time, to run again on resume.
+        redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
+        mark_parked(task_key, now)
+        zadd_counted(pause_of(tick, topic).key, int_of(due) or now, member, 'parked', topic)
+        tally('lapsed', topic)
+      else
+        redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
+        local list, kind = ready_list(tick, url, priority or DEFAULT_PRIORITY)
+        tick.kinds[kind] = true
+        backs[list] = backs[list] or {}
+        table.insert(backs[list], 1, member)
+        count_ready(priority, topic, 1)
+        tally('lapsed', topic)
+        tick.reaped = tick.reaped + 1
+      end
+    end
+  end
+  -- To the front of their lists in expiry order, the first lapsed first (one LPUSH of each list's in reverse).
+  for list, members in pairs(backs) do on('list', 'LPUSH', list, unpack(members)) end
+  if #lapsed > 0 then redis.call('ZREM', tick.leases, unpack(lapsed)) end
+  if freed then
+    local limits = limits_of(lp)
+    for topic in pairs(freed) do
+      if not (limits and limits[topic] and limits[topic].slots > 0) then freed[topic] = nil end
+    end
+    is_declared(tick, tick.delayed)  -- (other buckets' `limited` only if declared: docs/redis-layout.md)
+    free_slots(lp, freed, now, tick.declared)
+  end
+  return #expired
+end
+-- Finished-task indexes, the fourth job of a promote call (promote.lua, _tick.lua): they keep only what is
+-- inside the retention period (the records themselves expire on their own with PEXPIRE), a batch at most
+-- a call per index; an entry finished at a time that never comes (timeless) is past retention too.
+
+-- Trim the index `done_key` of tasks counted `state`, and their reasons in `reasons` (the quarantine hash,
+-- which keeps a reason for as long as its task is in done:failed), if given.
+local function trim_index(tick, done_key, state, reasons)
+  local old = on('zset', 'ZRANGEBYSCORE', done_key, '-inf', tick.now - tick.retention, 'LIMIT', '0', tick.batch_text)
+  local never = timeless(tick, done_key)
+  for i = 1, #never, 2 do old[#old + 1] = never[i] end
+  if #old > 0 then
+    redis.call('ZREM', done_key, unpack(old))
+    if reasons then on('hash', 'HDEL', reasons, unpack(old)) end
+    for _, member in ipairs(old) do count_state(state, topic_of(member), -1) end
+  end
+end
+
+-- The three finished-task indexes of the bucket, and the quarantine hash with done:failed.
+local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantine_key)
+  trim_index(tick, done_ok, 'ok')
+  trim_index(tick, done_failed, 'failed', quarantine_key)
+  trim_index(tick, done_deleted, 'deleted')
+end
+redis.register_function{function_name='delayd_a0899db878700f70_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1216,7 +1634,7 @@ if next(counts) then flush_counts(counts_key) end
 return written
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1233,7 +1651,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1310,7 +1728,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1538,11 +1956,11 @@ end
 if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
   redis.call('PUBLISH', ARGV[2], now + lease)
 end
-flush_stats(KEYS[2], KEYS[3], 9, now)
+flush_stats(KEYS[2], KEYS[3], KEYS[9], KEYS[10], KEYS[11], KEYS[12], now)
 return out
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1587,7 +2005,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1731,11 +2149,11 @@ flush_counted(indexed, index_states, 1)
 if earliest < (head_due or math.huge) then
   redis.call('PUBLISH', channel, wake_message(earliest, earliest_member))
 end
-flush_stats(KEYS[6], KEYS[7], 9, now)
+flush_stats(KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11], KEYS[12], now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1763,7 +2181,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1820,7 +2238,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -1847,7 +2265,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1904,7 +2322,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -1928,425 +2346,81 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
--- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
--- lease lapsed back at the front of them, and trims finished-task indexes.
--- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
---       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
---       then the learned keys (below)
--- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
---       limits prefix (P{limits}:, or '' on Redis Cluster)
--- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
--- as many as the limit lets start now, earliest due first, to the front of their ready lists
--- (all of them, a batch at a time, when the topic has no limit any more), their starts and slots
--- taken for them (so that buckets releasing at the same time never release more than the limit).
--- A lapsed lease of a limited topic frees its slot (free_slots).
--- A member whose record is missing or corrupt (not a hash, a status or priority it
--- cannot have there) is quarantined: set aside as a failed task with the reason.
--- Learned keys: the script touches no key its call did not declare. The keys it can only know from
--- what it reads (the records of due and lapsed members, a paused topic's parked set, a limited topic's
--- held set, the limits' keys) are checked with use(); where one is missing the work stops there (due
--- order kept: nothing after it is done this call), the keys go in the reply, and `full` is set, so the
--- caller calls again at once declaring them. The reply also names the keys the next call will probably
--- need (the records of the members due soonest and of leases about to lapse, and the parked sets of
--- those members' topics that are paused), which the caller declares then: in the common case no call is cut.
--- Returns {moved, reaped, next due (ms or -1), next lease expiry (ms or -1),
---          Redis's clock (µs), 1 if a batch was full or cut (call again at once) else 0,
---          then the keys to declare on the next call}
---          (next due: the earlier of the head of `delayed` and of `limited`)
+-- promote: the bucket's tick. Four jobs, in this order, each in a file of the lib: due tasks to the ready
+-- lists (_due.lua), held tasks their limit lets start (_release.lua), lapsed leases back to run again
+-- (_reap.lua), finished-task indexes trimmed to the retention (_trim.lua); then the ready messages, and the
+-- keys the next call will need (_tick.lua: a call touches no key it did not declare).
+-- KEYS[1]    delayed        P{N}:delayed
+-- KEYS[2]    leases         P{N}:leases
+-- KEYS[3]    ready_3        P{N}:ready:3
+-- KEYS[4]    ready_2        P{N}:ready:2
+-- KEYS[5]    ready_1        P{N}:ready:1
+-- KEYS[6]    done_ok        P{N}:done:ok
+-- KEYS[7]    done_failed    P{N}:done:failed
+-- KEYS[8]    done_deleted   P{N}:done:deleted
+-- KEYS[9]    quarantine_key P{N}:quarantine
+-- KEYS[10]   counts_key     P{N}:counts
+-- KEYS[11]   totals_key     P{N}:totals
+-- KEYS[12]   paused         P{N}:paused
+-- KEYS[13]   ready_u3       P{N}:ready:u3
+-- KEYS[14]   ready_u2       P{N}:ready:u2
+-- KEYS[15]   ready_u1       P{N}:ready:u1
+-- KEYS[16]   limited        P{N}:limited
+-- KEYS[17]   window         P{N}:w:<n>        the run-event windows of the caller's clock (flush_stats)
+-- KEYS[18]   next_window    P{N}:w:<n+1>
+-- KEYS[19]   minute         P{N}:w:m:<m>
+-- KEYS[20]   next_minute    P{N}:w:m:<m+1>
+-- KEYS[21]   corrupt        P{N}:corrupt      (declared only: set_aside names it)
+-- KEYS[22..] learned        *                 the keys the previous call's reply named, then the records of
+--                                             the members wake messages named
+-- ARGV[1]    prefix         the task-key prefix P{N}:t:
+-- ARGV[2]    batch          the most entries a job takes of one index in one call
+-- ARGV[3]    retention      ms
+-- ARGV[4]    ready_channel  Pready
+-- ARGV[5]    bucket         N
+-- ARGV[6]    limits_prefix  P{limits}:, or '' on Redis Cluster
+-- Reply: {moved, reaped, next_due, next_lease, clock_us, full, learned...}
+--   moved: tasks made ready (due or released); reaped: lapsed leases made ready again;
+--   next_due: ms, the earlier of the heads of `delayed` and of `limited`, or -1; next_lease: ms, the
+--   earliest lease expiry, or -1; clock_us: Redis's clock (µs); full: 1 if a batch was full or the call was
+--   cut for want of keys (call again at once), else 0; learned: the keys the next call is to declare.
+local delayed, leases, ready_3, ready_2, ready_1 = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local done_ok, done_failed, done_deleted, quarantine_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local counts_key, totals_key, paused = KEYS[10], KEYS[11], KEYS[12]
+local ready_u3, ready_u2, ready_u1, limited = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local window, next_window, minute, next_minute = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local prefix, batch, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ready_channel, bucket, limits_prefix = ARGV[4], ARGV[5], ARGV[6]
+
 local clock = now_us()
 local now = math.floor(clock / 1000)
-local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
--- The batch limit as text once: a Lua number given to redis.call is formatted per argument (%.17g).
-local limit_text = string.format('%d', limit)
-local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
-local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
--- Due tasks pushed per ready list (in due order), and the kinds of list that got
--- some, which the ready messages name ('' call/push, 'u' URL).
-local pushes, kinds = {}, {}
-
--- A member made ready in a list of kind `kind`: the kind's ready message goes out.
-local function announce(kind)
-  kinds[kind] = true
-end
-
--- The keys the call may touch (KEYS, made a set at the first question: an idle tick asks none), and
--- those to name in the reply: `asked` in order, once each.
-local declared, asked, named = nil, {}, {}
-local function is_declared(key)
-  if not declared then
-    declared = {}
-    for _, k in ipairs(KEYS) do declared[k] = true end
-  end
-  return declared[key]
-end
-local function ask(key)
-  if not named[key] then
-    named[key] = true
-    asked[#asked + 1] = key
-  end
-end
--- Whether the call may touch `key`; if not, it is asked for.
-local function use(key)
-  if is_declared(key) then return true end
-  ask(key)
-  return false
-end
--- Whether the call may touch all of `keys`; if not, all of them are asked for (the next call needs
--- the whole set).
-local function use_all(keys)
-  local all = true
-  for _, key in ipairs(keys) do all = is_declared(key) and all end
-  if not all then for _, key in ipairs(keys) do ask(key) end end
-  return all
-end
-local lp = ARGV[6]
--- The limits' keys a topic's release or freed slot touches (single Redis only: `lp` is '' on Cluster).
-local function limit_keys(topic, keys)
-  if lp ~= '' then
-    for _, kind in ipairs({'tat:', 'run:', 'where:'}) do keys[#keys + 1] = lp .. kind .. topic end
-    keys[#keys + 1] = lp .. 'conf'
-    keys[#keys + 1] = lp .. 'corrupt'
-  end
-  return keys
-end
-local cut = false  -- work left undone for want of keys: call again at once
-
--- The ready list of a task (by its `url` flag and priority: see is_url in _lib), and its kind.
-local function list_of(url, priority)
-  if url == '1' then return ready_url[priority], 'u' end
-  return ready[priority], ''
-end
-local aside = {failed = KEYS[7], quarantine = KEYS[9], now = now, retention = retention}
-
--- Why the record `r` (status, priority) of a member of `index` cannot be used, or nil.
-local function defect(r, task_key, index, status)
-  if not r then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
-  if not r[1] then return index .. ' entry without a record' end
-  if r[1] ~= status then return index .. ' entry with status ' .. string.sub(r[1], 1, 40) end
-  if not ready[r[2] or DEFAULT_PRIORITY] then return 'record with a bad priority' end
-end
-
--- Paused topics: the `paused` hash is never read whole (a call costs the same whatever the number of
--- topics paused: issue 41); each topic of a member this call handles is looked up once (HGET).
--- A topic being resumed ('r', see resume.lua) parks only what is due after its earliest task still
--- parked, so that the batches of a resume keep due order. A flagged topic whose parked set this call
--- may not touch is not `known`: its tasks are not moved this call (the set is asked for).
-local pauses = {}  -- topic -> false (nothing parks), or {key = its parked set, known, after}
-local none_paused = nil  -- whether the `paused` hash is empty (usually: then no topic is looked up)
-local function pause_of(topic)
-  local p = pauses[topic]
-  if p ~= nil then return p end
-  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[12]) == 0 end
-  p = false
-  local flag = not none_paused and on('hash', 'HGET', KEYS[12], topic)
-  if flag then
-    local key = parked_key(KEYS[12], topic)
-    p = {key = key, known = is_declared(key), after = -math.huge}
-    if p.known then
-      expect('zset', key)
-      if flag == 'r' then
-        p.after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
-        if not p.after then p = false end
-      end
-    end
-  end
-  pauses[topic] = p
-  return p
-end
--- Whether the call may handle tasks of `topic` (not paused, or its parked set declared); if not, the
--- parked set is asked for.
-local function pause_known(topic)
-  local p = pause_of(topic)
-  return not p or use(p.key)
-end
--- The parked set of `topic` when it is paused (for the reply: the next call will probably need it).
-local function ask_parked(topic)
-  local p = pause_of(topic)
-  if p then ask(p.key) end
-end
-
--- Whether the call may move `member` (its record declared, its topic's pause known); if not, it is cut
--- there and the record asked for.
-local function movable(member, task_key)
-  local known = pause_known(topic_of(member))
-  if use(task_key) and known then return true end
-  cut = true
-  return false
-end
-
--- Whether a task of `topic` due at `score` waits in its topic's parked set.
-local function parks(topic, score)
-  local p = pause_of(topic)
-  return p and score > p.after
-end
-
--- Members of a zset at scores no script writes (past 2^53 ms: inf, 1e300): such an entry
--- would never come due, lapse or expire, and would be counted as waiting forever.
-local function timeless(key)
-  return on('zset', 'ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', '0', limit_text)
-end
-
--- Due tasks go to the back of their kind's and priority's ready list, in due order:
--- one RPUSH per list for the whole batch. A due task of a paused topic is parked
--- instead (with its due time), so it leaves the head of `delayed`.
-local moved = 0
-local found, scores = {}, {}
-local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', '0', limit_text)
-for i = 1, #pairs_, 2 do
-  found[#found + 1] = pairs_[i]
-  scores[pairs_[i]] = pairs_[i + 1]
-end
--- In due order, up to the first member the call may not move (it and the rest are asked for).
-local due = {}
-for _, member in ipairs(found) do
-  if cut or not movable(member, prefix .. member) then
-    ask(prefix .. member)
-  else
-    due[#due + 1] = member
-  end
-end
-for _, member in ipairs(due) do
-  local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'url', 'parked')
-  local topic = topic_of(member)
-  count('waiting', topic, -1)
-  local reason = defect(r, task_key, 'delayed', 'delayed')
-  if reason then
-    quarantine(aside, task_key, member, reason)
-  elseif parks(topic, tonumber(scores[member]) or now) then
-    mark_parked(task_key, now)
-    zadd_counted(pause_of(topic).key, scores[member], member, 'parked', topic)
-  else
-    local priority = r[2] or DEFAULT_PRIORITY
-    if r[4] then
-      redis.call('HSET', task_key, 'queued', '1', 'unparked', now)  -- set aside until now (mark_parked)
-    else
-      redis.call('HSET', task_key, 'queued', '1')
-    end
-    local list, kind = list_of(r[3], priority)
-    local batch = pushes[list] or {}
-    pushes[list] = batch
-    batch[#batch + 1] = member
-    announce(kind)
-    count_ready(priority, topic, 1)
-    moved = moved + 1
-  end
-end
-for _, list in ipairs({KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15]}) do
-  if pushes[list] then on('list', 'RPUSH', list, unpack(pushes[list])) end
-end
-
--- Held tasks whose limit may let them start: the earliest the limit lets through go to the front
--- of their ready lists (LPUSH of the batch in reverse: the earliest first), marked `released`.
--- A held entry whose record is no longer that held task (deleted, replaced, run meanwhile) is
--- dropped. An entry for a topic that holds nothing here any more leaves `limited` and `where`.
--- A topic whose held set or limits' keys the call may not touch waits for the next call; so do the
--- held members from the first whose record it may not touch (with the topic's keys asked for again).
-local limited = on('zset', 'ZRANGEBYSCORE', KEYS[16], '-inf', now, 'LIMIT', '0', limit_text)
-local limits = nil
-local fronts, full_held = {}, false
-local function release(topic, held, topic_keys)
-  limits = limits or limits_of(lp) or {}
-  expect('zset', held)
-  local l = limits[topic]
-  local g = l and gate(lp, topic, l, clock)
-  local room = math.min(limit, g and gate_room(g) or limit)
-  local stale, stopped = false, false
-  if room > 0 then
-    local members = redis.call('ZRANGE', held, 0, room - 1, 'WITHSCORES')
-    for i = 1, #members, 2 do
-      local member = members[i]
-      local task_key = prefix .. member
-      local r = nil
-      if stopped then
-        ask(task_key)
-      elseif not use(task_key) then
-        stopped = true
-      else
-        r = read_record(task_key, 'status', 'queued', 'held', 'priority', 'url')
-        zrem_counted(held, member, 'throttled', topic)
-        if not (r and r[1] == 'delayed' and r[2] ~= '1' and r[3]) then
-          stale = true
-        elseif parks(topic, tonumber(members[i + 1]) or now) then
-          redis.call('HDEL', task_key, 'held')
-          mark_parked(task_key, now)
-          zadd_counted(pause_of(topic).key, members[i + 1], member, 'parked', topic)
-        elseif not ready[r[4] or DEFAULT_PRIORITY] then
-          quarantine(aside, task_key, member, 'record with a bad priority')
-        else
-          redis.call('HSET', task_key, 'queued', '1', 'released', now)
-          local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
-          fronts[list] = fronts[list] or {}
-          table.insert(fronts[list], 1, member)
-          announce(kind)
-          count_ready(r[4], topic, 1)
-          moved = moved + 1
-          if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
-        end
-      end
-    end
-  end
-  if stopped then
-    cut = true
-    for _, key in ipairs(topic_keys) do ask(key) end
-  end
-  if g then gate_close(g) end
-  local left = redis.call('ZCARD', held)
-  if left == 0 then
-    redis.call('ZREM', KEYS[16], topic)
-    if lp ~= '' then redis.pcall('SREM', lp .. 'where:' .. topic, ARGV[5]) end
-  elseif not g or stale or stopped then
-    redis.call('ZADD', KEYS[16], now, topic)  -- no limit any more, stale entries, cut: again at once
-    full_held = full_held or not g
-  else
-    redis.call('ZADD', KEYS[16], gate_next(g, left), topic)
-  end
-end
-for _, topic in ipairs(limited) do
-  local held = held_key(KEYS[16], topic)
-  local topic_keys = limit_keys(topic, {held})
-  local p = pause_of(topic)
-  if p then topic_keys[#topic_keys + 1] = p.key end
-  if not use_all(topic_keys) then
-    cut = true
-  else
-    release(topic, held, topic_keys)
-  end
-end
-for list, members in pairs(fronts) do on('list', 'LPUSH', list, unpack(members)) end
-if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
-local never = timeless(KEYS[1])
-for i = 1, #never, 2 do
-  if use(prefix .. never[i]) then
-    count('waiting', topic_of(never[i]), -1)
-    quarantine(aside, prefix .. never[i], never[i], 'delayed entry due at ' .. never[i + 1] .. ' ms: never due')
-    redis.call('ZREM', KEYS[1], never[i])
-  else
-    cut = true
-  end
-end
-
--- Lapsed leases: the worker died, hung or lost Redis. Fence it off (claim + 1)
--- and run the task again soon, keeping its run number (same idempotency key).
--- A lease of a task that finished meanwhile is simply dropped.
-local finished = {ok = true, failed = true, deleted = true}
-local reaped = 0
-local freed = nil  -- lapsed runs of topics with a concurrency limit: topic -> members
-local expired = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', '0', limit_text)
-local endless = timeless(KEYS[2])  -- a lease that would never lapse: as lapsed now
-for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
--- In expiry order, up to the first the call may not handle (with, on a single Redis, its topic's limits'
--- keys, for the slot it frees).
-local lapsed, stop = {}, false
-local backs = {}  -- ready list -> its lapsed members, the last lapsed first
-for _, member in ipairs(expired) do
-  local task_key = prefix .. member
-  if stop or not (movable(member, task_key) and use_all(limit_keys(topic_of(member), {}))) then
-    stop, cut = true, true
-    ask(task_key)
-  else
-    lapsed[#lapsed + 1] = member
-  end
-end
-for _, member in ipairs(lapsed) do
-  local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
-  local topic = topic_of(member)
-  count('running', topic, -1)
-  if lp ~= '' and r then  -- (the lapsed run's token is the record's; without a record its slot lapses alone)
-    freed = freed or {}
-    freed[topic] = freed[topic] or {}
-    table.insert(freed[topic], run_id(member, claim_token(r[3], r[4])))
-  end
-  if not (r and finished[r[1]]) then
-    local reason = defect(r, task_key, 'leased', 'running')
-    local token = r and claim_token(r[3], r[4]) + 1
-    if reason then
-      quarantine(aside, task_key, member, reason)
-    elseif parks(topic, int_of(r[5]) or now) then
-      -- Its topic is paused: it waits, parked at its due time, to run again on resume.
-      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
-      mark_parked(task_key, now)
-      zadd_counted(pause_of(topic).key, int_of(r[5]) or now, member, 'parked', topic)
-      tally('lapsed', topic)
-    else
-      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
-      local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
-      announce(kind)
-      backs[list] = backs[list] or {}
-      table.insert(backs[list], 1, member)
-      count_ready(r[2], topic, 1)
-      tally('lapsed', topic)
-      reaped = reaped + 1
-    end
-  end
-end
--- To the front of their lists in expiry order, the first lapsed first (one LPUSH of each list's in reverse).
-for list, members in pairs(backs) do on('list', 'LPUSH', list, unpack(members)) end
-if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
-if freed then
-  local set = limits_of(lp)
-  for topic in pairs(freed) do
-    if not (set and set[topic] and set[topic].slots > 0) then freed[topic] = nil end
-  end
-  is_declared(KEYS[1])
-  free_slots(lp, freed, now, declared)  -- (other buckets' `limited` only if declared: docs/redis-layout.md)
-end
-
--- Finished-task indexes keep only what is inside the retention period (the
--- records themselves expire on their own with PEXPIRE). The quarantine hash
--- keeps a reason for as long as its task is in done:failed.
-local states = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
-for k = 6, 8 do
-  local old = on('zset', 'ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', '0', limit_text)
-  local kept = timeless(KEYS[k])  -- finished at a time that never comes: past retention too
-  for i = 1, #kept, 2 do old[#old + 1] = kept[i] end
-  if #old > 0 then
-    redis.call('ZREM', KEYS[k], unpack(old))
-    if k == 7 then on('hash', 'HDEL', KEYS[9], unpack(old)) end
-    for _, member in ipairs(old) do count(states[k], topic_of(member), -1) end
-  end
-end
-flush_stats(KEYS[10], KEYS[11], 17, now)
-
+local tick = {
+  now = now, clock = clock, prefix = prefix, batch = batch, retention = retention, bucket = bucket,
+  limits_prefix = limits_prefix, delayed = delayed, leases = leases, paused = paused, limited = limited,
+  -- The batch as text once: a Lua number given to redis.call is formatted per argument (%.17g).
+  batch_text = string.format('%d', batch),
+  lists = {['3'] = ready_3, ['2'] = ready_2, ['1'] = ready_1},
+  url_lists = {['3'] = ready_u3, ['2'] = ready_u2, ['1'] = ready_u1},
+  quarantine_to = {failed = done_failed, quarantine = quarantine_key, now = now, retention = retention},
+  moved = 0, reaped = 0, kinds = {}, cut = false, asked = {}, named = {}, pauses = {},
+}
+local due_found = move_due(tick)
+local release_again = release_held(tick)
+local leases_found = reap_lapsed(tick)
+trim_finished(tick, done_ok, done_failed, done_deleted, quarantine_key)
+flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, now)
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
-for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
--- The keys the next call will probably need: the records of the members of `delayed` due within
--- AHEAD_MS of its head or of now, whichever is later (at most a batch: a backlog's next batch), and of
--- leases lapsing within AHEAD_MS of now (with their topics' limits' keys).
-local AHEAD_MS = 50
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[2] then
-  local horizon = math.max(now, due_of_score(head[2])) + AHEAD_MS + DUE_SKEW
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', '0', limit_text)) do
-    ask(prefix .. member)
-    ask_parked(topic_of(member))
-  end
-end
-local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
-  local lapsing = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now + AHEAD_MS, 'LIMIT', '0', limit_text)
-  for _, member in ipairs(lapsing) do
-    ask(prefix .. member)
-    ask_parked(topic_of(member))
-    for _, key in ipairs(limit_keys(topic_of(member), {})) do ask(key) end
-  end
-end
-local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
-local next_due = head[2] and due_of_score(head[2]) or -1
-if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
-local next_lease = tonumber(lease[2] or -1)
-local full = 0
-if #found == limit or #expired == limit or full_held or cut then full = 1 end
-return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
+for kind in pairs(tick.kinds) do redis.call('PUBLISH', ready_channel, kind .. bucket) end
+local next_due, next_lease = look_ahead(tick)
+local full = (due_found == batch or leases_found == batch or release_again or tick.cut) and 1 or 0
+return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2374,7 +2448,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2408,7 +2482,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2441,8 +2515,8 @@ if moved > 0 then
     args[#args + 1] = batch[i + 1]
     args[#args + 1] = batch[i]
   end
-  count('waiting', topic, redis.call('ZADD', KEYS[2], unpack(args)))
-  count('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
+  count_state('waiting', topic, redis.call('ZADD', KEYS[2], unpack(args)))
+  count_state('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
   redis.call('PUBLISH', channel, batch[2])
 end
 local left = redis.call('ZCARD', parked)
@@ -2455,7 +2529,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2494,7 +2568,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2524,7 +2598,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_fbdd905efc72eda9_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a0899db878700f70_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -222,5 +222,5 @@ end
 if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
   redis.call('PUBLISH', ARGV[2], now + lease)
 end
-flush_stats(KEYS[2], KEYS[3], 9, now)
+flush_stats(KEYS[2], KEYS[3], KEYS[9], KEYS[10], KEYS[11], KEYS[12], now)
 return out

@@ -138,5 +138,5 @@ flush_counted(indexed, index_states, 1)
 if earliest < (head_due or math.huge) then
   redis.call('PUBLISH', channel, wake_message(earliest, earliest_member))
 end
-flush_stats(KEYS[6], KEYS[7], 9, now)
+flush_stats(KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11], KEYS[12], now)
 return applied

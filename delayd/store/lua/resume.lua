@@ -27,8 +27,8 @@ if moved > 0 then
     args[#args + 1] = batch[i + 1]
     args[#args + 1] = batch[i]
   end
-  count('waiting', topic, redis.call('ZADD', KEYS[2], unpack(args)))
-  count('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
+  count_state('waiting', topic, redis.call('ZADD', KEYS[2], unpack(args)))
+  count_state('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
   redis.call('PUBLISH', channel, batch[2])
 end
 local left = redis.call('ZCARD', parked)
