@@ -1,4 +1,4 @@
-#!lua name=delayd_e611d56bcfe3afd4
+#!lua name=delayd_14cabbeba81392b0
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -422,8 +422,8 @@ local function quarantine(aside, task_key, member, reason)
   if key_type(task_key) ~= 'hash' then
     redis.call('DEL', task_key)
   else
-    local r = redis.call('HMGET', task_key, 'status', 'host')
-    if PENDING[r[1]] then count_host(r[2], -1) end
+    local _, status, host = record_fields(task_key, 'status', 'host')
+    if PENDING[status] then count_host(host, -1) end
   end
   redis.call('HSET', task_key, 'status', 'failed', 'queued', '0', 'error', 'quarantined: ' .. reason)
   on('hash', 'HSET', aside.quarantine, member, reason)
@@ -1371,7 +1371,7 @@ local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantin
   trim_index(tick, done_failed, 'failed', quarantine_key)
   trim_index(tick, done_deleted, 'deleted')
 end
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1634,57 +1634,67 @@ if next(counts) then flush_counts(counts_key) end
 return written
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
 -- forgetting those of the given topics whose parked set is empty now (a resume moved their tasks back).
--- KEYS: aside (set of topics), corrupt (set_aside), then the parked set (paused:<topic>) of each given topic
--- ARGV: the topics to look at (Store.enable_steps: none on its first call, which only lists them)
--- Returns the topics kept. O(topics in the set).
-expect('set', KEYS[1])
-for i, topic in ipairs(ARGV) do
-  local parked = KEYS[i + 2]
+-- KEYS[1]      aside     P{N}:aside            set of topics
+-- KEYS[2]      corrupt   P{N}:corrupt          (declared only: set_aside names it)
+-- KEYS[2 + t]  parked    P{N}:paused:<topic>   topic t's parked set
+-- ARGV[t]      topic     topic t to look at (Store.enable_steps: none on its first call, which only lists them)
+-- Reply: {topics...}, the topics kept. O(topics in the set).
+local aside = KEYS[1]
+local parked_sets = KEYS  -- topic t's parked set: parked_sets[2 + t]
+
+expect('set', aside)
+for t, topic in ipairs(ARGV) do
+  local parked = parked_sets[2 + t]
   expect('zset', parked)
-  if redis.call('ZCARD', parked) == 0 then redis.call('SREM', KEYS[1], topic) end
+  if redis.call('ZCARD', parked) == 0 then redis.call('SREM', aside, topic) end
 end
-return redis.call('SMEMBERS', KEYS[1])
+return redis.call('SMEMBERS', aside)
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
 -- members that match, with bounded work (the dashboard's task list; changes nothing).
--- KEYS: the index (delayed, leases or done:<status>)
--- ARGV: order ('asc' or 'desc'), cursor score ('' = from the start), cursor member,
---       topic ('' = any), id prefix ('' = any), limit (matches), budget (entries examined)
+-- KEYS[1]  index          P{N}:delayed|P{N}:leases|P{N}:done:<status>
+-- ARGV[1]  order          'asc' or 'desc'
+-- ARGV[2]  cursor_score   '' = from the start
+-- ARGV[3]  cursor_member
+-- ARGV[4]  topic          '' = any
+-- ARGV[5]  id_prefix      '' = any
+-- ARGV[6]  limit          matches
+-- ARGV[7]  budget         entries examined
+-- Reply: {matches, examined, stop_score, stop_member, size, kind}
+--   matches: {member, score, ...}; examined: index entries looked at; stop_score, stop_member: the last entry
+--   examined (false when the index was read to its end); size: the index's; kind, only when the index is not
+--   a sorted set, the key's type (then nothing was read: this script only reads, so it leaves the key for
+--   the writers' `expect` to set aside)
 -- Order is (score, member) ascending, or its reverse. The cursor is the last entry the
 -- caller has seen; the page starts right after it, found with ZRANK when the member is
 -- still in this index at that score, else by ZCOUNT and a skip over equal scores.
--- Returns {{member, score, ...} of matches, examined, stop score or false, stop member
---          (false when the index was read to its end), size of the index}, and a sixth
--- value, the key's type, when the index is not a sorted set (then nothing was read:
--- this script only reads, so it leaves the key for the writers' `expect` to set aside).
-local key, order = KEYS[1], ARGV[1]
-local cursor_score, cursor_member = ARGV[2], ARGV[3]
-local topic, prefix = ARGV[4], ARGV[5]
+local index = KEYS[1]
+local order, cursor_score, cursor_member, topic, id_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local limit, budget = tonumber(ARGV[6]), tonumber(ARGV[7])
 local desc = order == 'desc'
-local kind = key_type(key)
+local kind = key_type(index)
 if kind ~= 'zset' and kind ~= 'none' then return {{}, 0, false, false, 0, kind} end
 local range = desc and 'ZREVRANGE' or 'ZRANGE'
 
 local start, skip_ties = 0, false
 if cursor_score ~= '' then
-  local score = redis.call('ZSCORE', key, cursor_member)
+  local score = redis.call('ZSCORE', index, cursor_member)
   if score and tonumber(score) == tonumber(cursor_score) then
-    start = redis.call(desc and 'ZREVRANK' or 'ZRANK', key, cursor_member) + 1
+    start = redis.call(desc and 'ZREVRANK' or 'ZRANK', index, cursor_member) + 1
   else
     if desc then
-      start = redis.call('ZCOUNT', key, '(' .. cursor_score, '+inf')
+      start = redis.call('ZCOUNT', index, '(' .. cursor_score, '+inf')
     else
-      start = redis.call('ZCOUNT', key, '-inf', '(' .. cursor_score)
+      start = redis.call('ZCOUNT', index, '-inf', '(' .. cursor_score)
     end
     skip_ties = true
   end
@@ -1692,20 +1702,20 @@ end
 
 -- A member is topic:id and an id holds no ':', so with a topic the test is a plain prefix
 -- compare plus "no ':' after the topic"; a scan stays cheap per entry.
-local head = topic ~= '' and (topic .. ':' .. prefix) or nil
+local head = topic ~= '' and (topic .. ':' .. id_prefix) or nil
 local function matches(member)
   if head then
     return string.sub(member, 1, #head) == head and not string.find(member, ':', #topic + 2, true)
   end
-  return prefix == '' or string.sub(string.match(member, '[^:]*$'), 1, #prefix) == prefix
+  return id_prefix == '' or string.sub(string.match(member, '[^:]*$'), 1, #id_prefix) == id_prefix
 end
 
 local found, examined, last_score, last_member = {}, 0, false, false
 local target = tonumber(cursor_score)
-local size = redis.call('ZCARD', key)
+local size = redis.call('ZCARD', index)
 local pos = start  -- index of the next entry not examined
 while #found < 2 * limit and examined < budget and pos < size do
-  local page = redis.call(range, key, pos, pos + math.min(200, budget - examined) - 1, 'WITHSCORES')
+  local page = redis.call(range, index, pos, pos + math.min(200, budget - examined) - 1, 'WITHSCORES')
   if #page == 0 then break end
   for i = 1, #page, 2 do
     local member, score = page[i], page[i + 1]
@@ -1728,7 +1738,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1992,7 +2002,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return out
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2037,7 +2047,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2206,43 +2216,57 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return applied
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
--- KEYS: off (hash origin -> when disabled, ms), events (hash disabled|enabled -> times), corrupt
---       (set_aside), then to enable
---       each origin's health hash (`P{hosts}:h:<origin>`)
--- ARGV: 'disable' or 'enable', then the origins (scheme://host:port)
+-- KEYS[1]      off        P{hosts}:off             hash origin -> when disabled (ms)
+-- KEYS[2]      events     P{hosts}:events          hash disabled|enabled -> times
+-- KEYS[3]      corrupt    P{hosts}:corrupt         (declared only: set_aside names it)
+-- KEYS[3 + o]  health     P{hosts}:h:<origin>      to enable, origin o's health hash
+-- ARGV[1]      action     'disable' or 'enable'
+-- ARGV[1 + o]  origin     origin o (scheme://host:port)
+-- Reply: changed, how many origins changed
 -- Disabling flags the origins: from then on claim.lua sets their due URL tasks aside (runs in flight
 -- finish). Enabling unflags them, and forgets since when they had been failing (`P{hosts}:h:<origin>`),
 -- so that url_disable_after counts afresh; Store.enable_steps then resumes the topics holding tasks set aside.
 -- An origin already in the asked state is left as it is and not counted. O(origins).
--- Returns how many origins changed.
+local off, events = KEYS[1], KEYS[2]
+local health = KEYS  -- origin o's health hash: health[3 + o]
 local action = ARGV[1]
-expect('hash', KEYS[1], KEYS[2])
+local origins = ARGV  -- origin o: origins[1 + o]
+
+expect('hash', off, events)
 local changed = 0
-for i = 2, #ARGV do
+for o = 1, #origins - 1 do
   if action == 'disable' then
-    changed = changed + redis.call('HSETNX', KEYS[1], ARGV[i], now_ms())
+    changed = changed + redis.call('HSETNX', off, origins[1 + o], now_ms())
   else
-    changed = changed + redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.pcall('HDEL', KEYS[i + 2], 'failing_since')
+    changed = changed + redis.call('HDEL', off, origins[1 + o])
+    redis.pcall('HDEL', health[3 + o], 'failing_since')
   end
 end
-if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
+if changed > 0 then redis.call('HINCRBY', events, action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
--- KEYS: seen (zset: origin -> last report, ms), off, events, corrupt (set_aside), then one hash per host,
---       `P{hosts}:h:<origin>`
--- ARGV: per host 5 values: deliveries, failures, last outcome ('ok' or 'fail'), last error
---       ('' when none failed), ms the host's circuit stays open from now (0: closed); then the ms of
---       continuous failure after which a host is disabled (url_disable_after; 0: never)
+-- KEYS[1]          seen           P{hosts}:seen           zset: origin -> last report (ms)
+-- KEYS[2]          off            P{hosts}:off
+-- KEYS[3]          events         P{hosts}:events
+-- KEYS[4]          corrupt        P{hosts}:corrupt        (declared only: set_aside names it)
+-- KEYS[4 + h]      health         P{hosts}:h:<origin>     host h's hash
+-- ARGV[5h - 4]     deliveries     to host h
+-- ARGV[5h - 3]     failures
+-- ARGV[5h - 2]     last           the last outcome, 'ok' or 'fail'
+-- ARGV[5h - 1]     err            the last error ('' when none failed)
+-- ARGV[5h]         open_ms        ms the host's circuit stays open from now (0: closed)
+-- ARGV[5hosts + 1] disable_after  ms of continuous failure after which a host is disabled (url_disable_after;
+--                                 0: never)
+-- Reply: now, Redis's clock (ms)
 -- A host's hash: `m<minute % 60>` = '<minute>,<deliveries>,<failures>' (a ring: the last hour,
 -- minute by minute), `error` and `error_at` (the last failure), `ok_at` (the last success),
 -- `failing_since` (the first failure after the last success; removed by a success), `open_until`.
@@ -2250,17 +2274,20 @@ local KEYS, ARGV = keys, argv
 -- the event counted in `P{hosts}:events`).
 -- Bounded: a hash expires a day after its last report, and the index forgets hosts not reported
 -- for a day (at most 100 per call). Times are Redis's clock.
+local seen, off, events = KEYS[1], KEYS[2], KEYS[3]
+local health = KEYS  -- host h's hash: health[4 + h]; its values: unpack(ARGV, 5h - 4, 5h)
+local hosts = #health - 4
+local disable_after = tonumber(ARGV[5 * hosts + 1]) or 0
+
 local now = now_ms()
 local DAY = 86400000
-local seen, off, events = KEYS[1], KEYS[2], KEYS[3]
 local host_prefix = string.sub(seen, 1, -5) .. 'h:'  -- `P{hosts}:h:` of `P{hosts}:seen`
-local disable_after = tonumber(ARGV[(#KEYS - 4) * 5 + 1]) or 0
 local minute = math.floor(now / 60000)
 local slot = 'm' .. (minute % 60)
-for i = 5, #KEYS do
-  local key, j = KEYS[i], (i - 5) * 5
-  local deliveries, failures = tonumber(ARGV[j + 1]) or 0, tonumber(ARGV[j + 2]) or 0
-  local last, err, open_ms = ARGV[j + 3], ARGV[j + 4], tonumber(ARGV[j + 5]) or 0
+for h = 1, hosts do
+  local key = health[4 + h]
+  local deliveries, failures, last, err, open_ms = unpack(ARGV, 5 * h - 4, 5 * h)
+  deliveries, failures, open_ms = tonumber(deliveries) or 0, tonumber(failures) or 0, tonumber(open_ms) or 0
   local ring = on('hash', 'HGET', key, slot)
   local at, d, f = string.match(ring or '', '^(%d+),(%d+),(%d+)$')
   if tonumber(at) ~= minute then d, f = 0, 0 end
@@ -2291,43 +2318,64 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
 -- the buckets holding the topic's tasks are told, in their own slots.
--- KEYS: conf, tat:<topic>, run:<topic>, where:<topic>, corrupt (set_aside; all under P{limits}:),
---       every bucket's limited
--- ARGV: topic, the limit as 'N PERIOD_MS K' (N starts per PERIOD_MS, 0 = no rate; K runs in
---       flight, 0 = no cap) or '' to clear it, the limits prefix P{limits}:
+-- KEYS[1]      conf           P{limits}:conf
+-- KEYS[2]      tat            P{limits}:tat:<topic>
+-- KEYS[3]      run            P{limits}:run:<topic>
+-- KEYS[4]      where          P{limits}:where:<topic>   (declared only: wake_held names it)
+-- KEYS[5]      corrupt        P{limits}:corrupt         (declared only: set_aside names it)
+-- KEYS[5 + b]  limited        P{N}:limited              every bucket's (declared only: wake_held names them)
+-- ARGV[1]      topic
+-- ARGV[2]      limit          'N PERIOD_MS K' (N starts per PERIOD_MS, 0 = no rate; K runs in flight, 0 = no
+--                             cap), or '' to clear it
+-- ARGV[3]      limits_prefix  P{limits}:
+-- Reply: had, 1 if the topic had a limit, else 0
 -- A new limit holds from the next claim (runs already in flight are not counted against it); the
 -- buckets holding tasks of the topic look at them again at once, so a higher limit lets more start
 -- and a cleared one releases them all, in due order. Clearing forgets the rate state and the runs
--- in flight. Returns 1 if the topic had a limit, else 0.
+-- in flight.
+local conf, tat, run = KEYS[1], KEYS[2], KEYS[3]
+local topic, limit, limits_prefix = ARGV[1], ARGV[2], ARGV[3]
+
 local now = now_ms()
-local topic, value, lp = ARGV[1], ARGV[2], ARGV[3]
-expect('hash', KEYS[1])
-local had = redis.call('HEXISTS', KEYS[1], topic)
-if value == '' then
-  redis.call('HDEL', KEYS[1], topic)
-  redis.call('DEL', KEYS[2], KEYS[3])
+expect('hash', conf)
+local had = redis.call('HEXISTS', conf, topic)
+if limit == '' then
+  redis.call('HDEL', conf, topic)
+  redis.call('DEL', tat, run)
 else
-  redis.call('HSET', KEYS[1], topic, value)
+  redis.call('HSET', conf, topic, limit)
 end
-wake_held(lp, topic, now)
+wake_held(limits_prefix, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- park: set aside the tasks of a paused topic that were in one ready list when it was paused,
 -- a bounded chunk per call (Client.pause walks each ready list of each bucket after pause.lua).
--- KEYS: paused, ready list, counts, the topic's parked set (paused:<topic>), corrupt (set_aside), then
---       the records (`<task-key prefix><member>`) of the members the previous call returned
--- ARGV: task-key prefix, topic, the pause's generation, position (entries counted from the
---       list's tail that earlier calls looked at; -1: none left to look at), chunk
+-- KEYS[1]      paused        P{N}:paused
+-- KEYS[2]      ready         P{N}:ready:*         one ready list
+-- KEYS[3]      counts_key    P{N}:counts
+-- KEYS[4]      parked        P{N}:paused:<topic>  the topic's parked set
+-- KEYS[5]      corrupt       P{N}:corrupt         (declared only: set_aside names it)
+-- KEYS[5 + m]  record        P{N}:t:<member>      the records of the members the previous call returned
+-- ARGV[1]      prefix        the task-key prefix P{N}:t:
+-- ARGV[2]      topic
+-- ARGV[3]      generation    the pause's
+-- ARGV[4]      position      entries counted from the list's tail that earlier calls looked at (-1: none
+--                            left to look at)
+-- ARGV[5]      chunk         entries to look at
+-- Reply: {parked, next_position, members...}
+--   parked: tasks parked; next_position: -1 at the head, or -2 (and nothing else) when the bucket no longer
+--   holds this pause or a later one (a resume that began after it has resumed the topic here); members:
+--   the topic's members looked at, for the next call
 -- A script touches only the records its call declares, so each chunk takes two calls: one
 -- looks at the `chunk` entries before `position` from the tail and returns the topic's members
 -- among them, the next parks those whose record is still live (`queued=1`: `queued=0`, into
@@ -2338,36 +2386,35 @@ counts, runs = {}, {}
 -- are pushed there, which moves no entry's distance from the tail, and what promote appends at
 -- the tail while the topic is paused is of other topics (it only moves the walk's window back
 -- over entries already seen). Costs O(chunk), whatever the list's length.
--- Returns {parked, next position (-1 at the head), the topic's members looked at}, or {0, -2}
--- when the bucket no longer holds this pause or a later one (a resume that began after it has
--- resumed the topic here).
+local paused, ready, counts_key, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local records = KEYS  -- the m-th member's record: records[5 + m]
 local prefix, topic, generation = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local position, chunk = tonumber(ARGV[4]), tonumber(ARGV[5])
-local parked = KEYS[4]
-expect('hash', KEYS[1])
-local held = pause_generation(redis.call('HGET', KEYS[1], topic))
-if not held or held < generation then return {0, -2} end
-expect('list', KEYS[2])
+
+expect('hash', paused)
+local flagged = pause_generation(redis.call('HGET', paused, topic))  -- the pause the bucket holds
+if not flagged or flagged < generation then return {0, -2} end
+expect('list', ready)
 expect('zset', parked)
 local now = now_ms()
 local moved = 0
-for i = 6, #KEYS do
-  local task_key = KEYS[i]
+for m = 1, #records - 5 do
+  local task_key = records[5 + m]
   local member = string.sub(task_key, #prefix + 1)
   if string.sub(task_key, 1, #prefix) == prefix and topic_of(member) == topic then
-    local r = read_record(task_key, 'queued', 'due', 'priority')
-    if r and r[1] == '1' then
+    local hash, queued, due, priority = record_fields(task_key, 'queued', 'due', 'priority')
+    if hash and queued == '1' then
       redis.call('HSET', task_key, 'queued', '0')
       mark_parked(task_key, now)
-      count_ready(r[3], topic, -1)
-      zadd_counted(parked, int_of(r[2]) or now, member, 'parked', topic)
+      count_ready(priority, topic, -1)
+      zadd_counted(parked, int_of(due) or now, member, 'parked', topic)
       moved = moved + 1
     end
   end
 end
-flush_counts(KEYS[3])
+flush_counts(counts_key)
 if position < 0 then return {moved, -1} end
-local entries = redis.call('LRANGE', KEYS[2], -(position + chunk), -(position + 1))
+local entries = redis.call('LRANGE', ready, -(position + chunk), -(position + 1))
 local reply = {moved, #entries < chunk and -1 or position + chunk}
 for _, member in ipairs(entries) do
   if topic_of(member) == topic then reply[#reply + 1] = member end
@@ -2375,31 +2422,36 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
 -- park.lua on their ready lists).
--- KEYS: paused, corrupt (set_aside)
--- ARGV: topic, generation ('' on the first bucket: it is taken there)
+-- KEYS[1]  paused      P{N}:paused
+-- KEYS[2]  corrupt     P{N}:corrupt   (declared only: set_aside names it)
+-- ARGV[1]  topic
+-- ARGV[2]  generation  '' on the first bucket: it is taken there
+-- Reply: generation, the pause's
 -- Promote reads the flag: from now on the topic's due tasks (and lapsed leases) are parked in
 -- `paused:<topic>` instead of made ready. The flag's value is the pause's generation: Redis's
 -- clock in µs when the pause reached its first bucket, and later than the generation held there
 -- before, so a pause's generation is later than that of every resume that began before it
 -- (resume.lua takes its own on the same bucket). A resume acts only on pauses of earlier
 -- generations: a pause wins, on every bucket, over a resume that began before it. A bucket keeps
--- the latest generation it is given. O(1). Returns the generation.
-local topic = ARGV[1]
-expect('hash', KEYS[1])
-local held = pause_generation(redis.call('HGET', KEYS[1], topic))
-local generation = int_of(ARGV[2]) or math.max(now_us(), (held or 0) + 1)
-if not held or held < generation then
-  redis.call('HSET', KEYS[1], topic, string.format('%d', generation))
+-- the latest generation it is given. O(1).
+local paused = KEYS[1]
+local topic, given_generation = ARGV[1], ARGV[2]
+
+expect('hash', paused)
+local flagged = pause_generation(redis.call('HGET', paused, topic))  -- the pause the bucket holds
+local generation = int_of(given_generation) or math.max(now_us(), (flagged or 0) + 1)
+if not flagged or flagged < generation then
+  redis.call('HSET', paused, topic, string.format('%d', generation))
 end
 return generation
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2473,76 +2525,100 @@ local full = (due_found == batch or leases_found == batch or release_again or ti
 return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
--- KEYS: info (hash: daemon id -> JSON entry), expires (sorted set: daemon id -> expiry ms), corrupt (set_aside)
--- ARGV: daemon id, JSON entry ('' removes the entry: a graceful stop), ttl (ms)
+-- KEYS[1]  info      P{daemons}:info      hash: daemon id -> JSON entry
+-- KEYS[2]  expires   P{daemons}:expires   sorted set: daemon id -> expiry (ms)
+-- KEYS[3]  corrupt   P{daemons}:corrupt   (declared only: set_aside names it)
+-- ARGV[1]  id        the daemon's id
+-- ARGV[2]  entry     its JSON entry ('' removes the entry: a graceful stop)
+-- ARGV[3]  ttl       ms
+-- Reply: now, the Redis time (ms) of the call
 -- Entries whose expiry has passed (a daemon that died without a stop) are dropped
 -- on every call, so the registry never grows with dead daemons.
--- Returns the Redis time (ms) of the call.
-local now = now_ms()
+local info, expires = KEYS[1], KEYS[2]
 local id, entry, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-expect('hash', KEYS[1])
-expect('zset', KEYS[2])
-local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+
+local now = now_ms()
+expect('hash', info)
+expect('zset', expires)
+local dead = redis.call('ZRANGEBYSCORE', expires, '-inf', now)
 for _, gone in ipairs(dead) do
-  redis.call('HDEL', KEYS[1], gone)
-  redis.call('ZREM', KEYS[2], gone)
+  redis.call('HDEL', info, gone)
+  redis.call('ZREM', expires, gone)
 end
 if entry == '' then
-  redis.call('HDEL', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', info, id)
+  redis.call('ZREM', expires, id)
 else
-  redis.call('HSET', KEYS[1], id, entry)
-  redis.call('ZADD', KEYS[2], now + ttl, id)
+  redis.call('HSET', info, id, entry)
+  redis.call('ZADD', expires, now + ttl, id)
 end
 return now
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
--- KEYS: leases, corrupt (set_aside), then each run's record, then on a single Redis the limits' keys of their topics
--- ARGV: lease (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       then per run: member, claim token
+-- KEYS[1]          leases         P{N}:leases
+-- KEYS[2]          corrupt        P{N}:corrupt      (declared only: set_aside names it)
+-- KEYS[2 + r]      record         P{N}:t:<member>   run r's record
+-- KEYS[3 + runs..] limit_keys     P{limits}:*       on a single Redis, the limits' keys of the runs' topics
+-- ARGV[1]          lease_ms       the new lease, from now
+-- ARGV[2]          limits_prefix  P{limits}:, or '' on Redis Cluster
+-- ARGV[1 + 2r]     member         run r's task
+-- ARGV[2 + 2r]     claim          its claim token
+-- Reply: {renewed...}, per run 1 (renewed) or 0 (lost: the run was fenced off)
 -- A run of a topic with a concurrency limit holds its slot as long as its lease: renewed with it, and
 -- renewed alone while the run goes on fenced off (SPEC 9: its slot is the run's until the run ends).
--- Returns one 1 (renewed) or 0 (lost: the run was fenced off) per run.
+local leases = KEYS[1]
+local records = KEYS  -- run r's record: records[2 + r]; its values: unpack(ARGV, 1 + 2r, 2 + 2r)
+local lease_ms, limits_prefix = tonumber(ARGV[1]), ARGV[2]
+
 local now = now_ms()
-local lease, lp = tonumber(ARGV[1]), ARGV[2]
-local limits = limits_of(lp)
-expect('zset', KEYS[1])
+local limits = limits_of(limits_prefix)
+expect('zset', leases)
 local renewed = {}
-for i = 3, #ARGV, 2 do
-  local member, claim = ARGV[i], ARGV[i + 1]
-  local r = read_record(KEYS[2 + (i - 1) / 2], 'claim', 'status')
-  local l = limits and limits[topic_of(member)]
-  local slot = l and l.slots > 0 and lp .. 'run:' .. topic_of(member)
-  if r and r[1] == claim and r[2] == 'running' and redis.call('ZSCORE', KEYS[1], member) then
-    redis.call('ZADD', KEYS[1], 'XX', now + lease, member)
+for r = 1, (#ARGV - 2) / 2 do
+  local member, claim = unpack(ARGV, 1 + 2 * r, 2 + 2 * r)
+  local hash, stored_claim, status = record_fields(records[2 + r], 'claim', 'status')
+  local limit = limits and limits[topic_of(member)]
+  local slot = limit and limit.slots > 0 and limits_prefix .. 'run:' .. topic_of(member)
+  if hash and stored_claim == claim and status == 'running' and redis.call('ZSCORE', leases, member) then
+    redis.call('ZADD', leases, 'XX', now + lease_ms, member)
     -- (not XX: a run renewed after its lease expired, before promote reaped it, takes its slot back)
-    if slot then redis.pcall('ZADD', slot, now + lease, run_id(member, claim)) end
+    if slot then redis.pcall('ZADD', slot, now + lease_ms, run_id(member, claim)) end
     renewed[#renewed + 1] = 1
   else
     -- Fenced off (its record deleted or replaced), the run goes on: it keeps the slot it still has.
-    if slot then redis.pcall('ZADD', slot, 'XX', now + lease, run_id(member, claim)) end
+    if slot then redis.pcall('ZADD', slot, 'XX', now + lease_ms, run_id(member, claim)) end
     renewed[#renewed + 1] = 0
   end
 end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- resume: start the tasks of one topic in one bucket again, a batch at a time.
--- KEYS: paused, delayed, counts, the topic's parked set (paused:<topic>), corrupt (set_aside)
--- ARGV: topic, wake channel, batch size, the resume's generation ('' on its first call, on the
---       first bucket: it is taken there, later than the pause flagged there)
+-- KEYS[1]  paused         P{N}:paused
+-- KEYS[2]  delayed        P{N}:delayed
+-- KEYS[3]  counts_key     P{N}:counts
+-- KEYS[4]  parked         P{N}:paused:<topic>  the topic's parked set
+-- KEYS[5]  corrupt        P{N}:corrupt         (declared only: set_aside names it)
+-- ARGV[1]  topic
+-- ARGV[2]  wake_channel   Pwake:N
+-- ARGV[3]  batch_size     the most tasks moved back
+-- ARGV[4]  generation     the resume's ('' on its first call, on the first bucket: it is taken there, later
+--                         than the pause flagged there)
+-- Reply: {moved, left, generation, overtaken}
+--   moved: tasks moved back; left: tasks still parked; generation: the resume's; overtaken: 1 if a later
+--   pause holds the bucket, else 0
 -- Moves the earliest `batch` parked tasks back into `delayed` at their due times, so
 -- promote makes them ready in due order, and wakes the bucket. While some stay parked
 -- the flag reads 'r' (resuming): promote then makes ready only the topic's due tasks
@@ -2550,14 +2626,14 @@ counts, runs = {}, {}
 -- due order holds across batches. The last batch clears the flag.
 -- A bucket flagged by a pause of this generation or a later one (a pause that began after this
 -- resume: see pause.lua) is left as it is, and the call says so: the pause wins.
--- Returns {moved, still parked, the resume's generation, 1 if a later pause holds the bucket else 0}.
-local topic, channel, batch_size = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local parked = KEYS[4]
-expect('hash', KEYS[1])
-expect('zset', KEYS[2], parked)
-local held = pause_generation(redis.call('HGET', KEYS[1], topic))
-local generation = int_of(ARGV[4]) or math.max(now_us(), (held or 0) + 1)
-if held and held >= generation then
+local paused, delayed, counts_key, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local topic, wake_channel, batch_size, given_generation = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+
+expect('hash', paused)
+expect('zset', delayed, parked)
+local flagged = pause_generation(redis.call('HGET', paused, topic))  -- the pause the bucket holds
+local generation = int_of(given_generation) or math.max(now_us(), (flagged or 0) + 1)
+if flagged and flagged >= generation then
   return {0, redis.call('ZCARD', parked), generation, 1}
 end
 local batch = redis.call('ZRANGE', parked, 0, batch_size - 1, 'WITHSCORES')
@@ -2568,108 +2644,140 @@ if moved > 0 then
     args[#args + 1] = batch[i + 1]
     args[#args + 1] = batch[i]
   end
-  count_state('waiting', topic, redis.call('ZADD', KEYS[2], unpack(args)))
+  count_state('waiting', topic, redis.call('ZADD', delayed, unpack(args)))
   count_state('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
-  redis.call('PUBLISH', channel, batch[2])
+  redis.call('PUBLISH', wake_channel, batch[2])
 end
 local left = redis.call('ZCARD', parked)
 if left == 0 then
-  redis.call('HDEL', KEYS[1], topic)
+  redis.call('HDEL', paused, topic)
 else
-  redis.call('HSET', KEYS[1], topic, 'r')
+  redis.call('HSET', paused, topic, 'r')
 end
-flush_counts(KEYS[3])
+flush_counts(counts_key)
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- retry: put a finished task back to run now (one more run by its schedule): a failed one (retry), or
 -- a failed or ok one finished inside a time span (replay: the same task, so the same webhook-id).
--- KEYS: task, delayed, done:<status>, counts, quarantine, corrupt (set_aside), recurring
--- ARGV: member, wake channel, status ('failed' when left out; or 'ok'), and for a replay the span
---       (ms) its finish time (its score in done:<status>) must be in: from, to
+-- KEYS[1]  task_key        P{N}:t:<member>
+-- KEYS[2]  delayed         P{N}:delayed
+-- KEYS[3]  done            P{N}:done:<status>   the index of `status`
+-- KEYS[4]  counts_key      P{N}:counts
+-- KEYS[5]  quarantine_key  P{N}:quarantine
+-- KEYS[6]  corrupt         P{N}:corrupt         (declared only: set_aside names it)
+-- KEYS[7]  recurring       P{N}:recurring
+-- ARGV[1]  member          topic:id
+-- ARGV[2]  wake_channel    Pwake:N
+-- ARGV[3]  status          'failed' (also when left out) or 'ok'
+-- ARGV[4]  span_from       for a replay, the span (ms) its finish time (its score in done:<status>) must be
+-- ARGV[5]  span_to         in (both left out for a retry)
+-- Reply: code, 1 if the task was of that status (and finished in the span) and is now delayed, 0 if
+--   missing (or its key is not a hash), -1 if not
 -- A recurring task (every, cron) recurs again: back in the `recurring` index its last run took it out of.
--- Returns 1 if the task was of that status (and finished in the span) and is now delayed, 0 if
--- missing (or its key is not a hash), -1 if not.
+local task_key, delayed, done, counts_key, quarantine_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local recurring = KEYS[7]
+local member, wake_channel, status = ARGV[1], ARGV[2], ARGV[3] or 'failed'
+local span_from, span_to = ARGV[4], ARGV[5]
+
 local now = now_ms()
-local member, status = ARGV[1], ARGV[3] or 'failed'
-expect('zset', KEYS[2], KEYS[3])
-expect('hash', KEYS[5])
-local r = read_record(KEYS[1], 'status', 'host', 'priority', 'spec')
-if not (r and r[1]) then return 0 end
-if r[1] ~= status then return -1 end
-if ARGV[4] then
-  local finished = tonumber(redis.call('ZSCORE', KEYS[3], member))
-  if not (finished and finished >= tonumber(ARGV[4]) and finished <= tonumber(ARGV[5])) then return -1 end
+expect('zset', delayed, done)
+expect('hash', quarantine_key)
+local hash, stored_status, host, priority, spec = record_fields(task_key, 'status', 'host', 'priority', 'spec')
+if not (hash and stored_status) then return 0 end
+if stored_status ~= status then return -1 end
+if span_from then
+  local finished = tonumber(redis.call('ZSCORE', done, member))
+  if not (finished and finished >= tonumber(span_from) and finished <= tonumber(span_to)) then return -1 end
 end
-redis.call('HSET', KEYS[1], 'status', 'delayed', 'due', now)
-redis.call('PERSIST', KEYS[1])
-redis.call('HDEL', KEYS[5], member)  -- no longer in done:failed
+redis.call('HSET', task_key, 'status', 'delayed', 'due', now)
+redis.call('PERSIST', task_key)
+redis.call('HDEL', quarantine_key, member)  -- no longer in done:failed
 local topic = topic_of(member)
-zrem_counted(KEYS[3], member, status, topic)
-zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
-count_host(r[2], 1)  -- a URL task waits for its host again
-local ok, spec = pcall(cjson.decode, r[4] or '')
-if ok and type(spec) == 'table' and (spec.every ~= nil or spec.cron ~= nil) then
-  recurring_index(KEYS[7]).add(member)
+zrem_counted(done, member, status, topic)
+zadd_counted(delayed, due_score(now, priority), member, 'waiting', topic)
+count_host(host, 1)  -- a URL task waits for its host again
+local ok, decoded = pcall(cjson.decode, spec or '')
+if ok and type(decoded) == 'table' and (decoded.every ~= nil or decoded.cron ~= nil) then
+  recurring_index(recurring).add(member)
 end
-wake_if_head(KEYS[2], member, ARGV[2], now)
-flush_counts(KEYS[4])
+wake_if_head(delayed, member, wake_channel, now)
+flush_counts(counts_key)
 return 1
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- run_now: make a waiting task due now (a recurring one then continues on its schedule).
--- KEYS: task, delayed, paused, counts, the topic's parked set (paused:<topic>), corrupt (set_aside)
--- ARGV: member, wake channel
--- Returns {code, status}: 1 due now; 2 due now but its topic is paused (it runs first
--- on resume); 3 already due (in a ready list, waiting for a worker: nothing changed);
--- 0 no such task; -1 not delayed (running or finished: nothing changed).
+-- KEYS[1]  task_key      P{N}:t:<member>
+-- KEYS[2]  delayed       P{N}:delayed
+-- KEYS[3]  paused        P{N}:paused         (declared only: the topic's parked set is KEYS[5])
+-- KEYS[4]  counts_key    P{N}:counts
+-- KEYS[5]  parked        P{N}:paused:<topic>
+-- KEYS[6]  corrupt       P{N}:corrupt        (declared only: set_aside names it)
+-- ARGV[1]  member        topic:id
+-- ARGV[2]  wake_channel  Pwake:N
+-- Reply: {code, status}
+--   code: 1 due now; 2 due now but its topic is paused (it runs first on resume); 3 already due (in a ready
+--   list, waiting for a worker: nothing changed); 0 no such task; -1 not delayed (running or finished:
+--   nothing changed); status: the task's, '' when there is none
+local task_key, delayed, counts_key, parked = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local member, wake_channel = ARGV[1], ARGV[2]
+
 local now = now_ms()
-local member, channel = ARGV[1], ARGV[2]
-local r = read_record(KEYS[1], 'status', 'queued', 'priority')
-if not (r and r[1]) then return {0, ''} end
-if r[1] ~= 'delayed' then return {-1, r[1]} end
-if r[2] == '1' then return {3, r[1]} end
+local hash, status, queued, priority = record_fields(task_key, 'status', 'queued', 'priority')
+if not (hash and status) then return {0, ''} end
+if status ~= 'delayed' then return {-1, status} end
+if queued == '1' then return {3, status} end
 local topic = topic_of(member)
-local parked = KEYS[5]
-expect('zset', KEYS[2], parked)
-redis.call('HSET', KEYS[1], 'due', now)
+expect('zset', delayed, parked)
+redis.call('HSET', task_key, 'due', now)
 if redis.call('ZSCORE', parked, member) then
   redis.call('ZADD', parked, now, member)
-  return {2, r[1]}
+  return {2, status}
 end
-zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
-wake_if_head(KEYS[2], member, channel, now)
-flush_counts(KEYS[4])
-return {1, r[1]}
+zadd_counted(delayed, due_score(now, priority), member, 'waiting', topic)
+wake_if_head(delayed, member, wake_channel, now)
+flush_counts(counts_key)
+return {1, status}
 
 end}
-redis.register_function{function_name='delayd_e611d56bcfe3afd4_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_14cabbeba81392b0_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
 -- number of topics. The per-topic hashes (counts, totals, the windows, paused) are read by the caller a
 -- page at a time (HSCAN), so that no call blocks Redis in proportion to the topics (issue 41).
--- KEYS: delayed, quarantine, then the run-event windows w:<n-k+1> ... w:<n+1> (only their names are read)
---       (the k windows the caller expects to be the last, and the next one: delayd.store.windows),
---       then the records (`<task-key prefix><member>`) of the members the caller found at the heads
---       of the bucket's ready lists (a peek first: a script reads only the records its call declares)
--- ARGV: task-key prefix, number of windows k, scan limit, 1 if a ready list held more entries than
---       the peek looked at else 0
--- Returns {now, first window number (the caller reads windows first ... first + k - 1), due time of
---          the delayed head (or false), quarantined, {topic, earliest due, ...} of tasks due but not
---          started, 1 if a scan hit the limit (the per-topic due times may then be late ones) else 0}
+-- KEYS[1]          delayed         P{N}:delayed
+-- KEYS[2]          quarantine_key  P{N}:quarantine
+-- KEYS[3..3 + k]   windows         P{N}:w:<n>   the run-event windows w:<n-k+1> ... w:<n+1> (only their names
+--                                               are read): the k windows the caller expects to be the last,
+--                                               and the next one (delayd.store.windows)
+-- KEYS[4 + k..]    heads           P{N}:t:<member>   the records of the members the caller found at the heads
+--                                               of the bucket's ready lists (a peek first: a script reads only
+--                                               the records its call declares)
+-- ARGV[1]          prefix          the task-key prefix P{N}:t:
+-- ARGV[2]          windows_count   k
+-- ARGV[3]          scan_limit      the most overdue entries of `delayed` looked at
+-- ARGV[4]          truncated       1 if a ready list held more entries than the peek looked at, else 0
+-- Reply: {now, first_window, head_due, quarantined, lag, truncated}
+--   now: Redis's clock (ms); first_window: the first window's number (the caller reads windows first ...
+--   first + k - 1); head_due: the due time of the delayed head (or false); quarantined: how many; lag:
+--   {topic, earliest due, ...} of tasks due but not started; truncated: 1 if a scan hit the limit (the
+--   per-topic due times may then be late ones), else 0
 -- It writes nothing, not even to set a corrupt key aside: a key of the wrong type
 -- reads as empty, an unreadable due time is not seen.
+local delayed, quarantine_key, first_window_key = KEYS[1], KEYS[2], KEYS[3]
+local heads = KEYS  -- the h-th head's record: heads[3 + k + h]
+local prefix, windows_count, scan_limit, truncated = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
 local now = now_ms()
-local prefix = ARGV[1]
 
 -- The reply of a read, or `default` when it fails on stored data (WRONGTYPE).
 local function read(default, ...)
@@ -2677,13 +2785,11 @@ local function read(default, ...)
   if type(reply) == 'table' and reply['err'] then return default end
   return reply
 end
-local windows, limit, truncated = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local WINDOW_KEYS, RECORD_KEYS = 3, 3 + windows + 1  -- where the windows and the records start in KEYS
 
 -- The last `windows` windows of Redis's clock, among the declared ones; if the caller's clock was
 -- off by more than half a window, the declared ones nearest to them (the reply's `first` says which).
-local declared = tonumber(string.match(KEYS[WINDOW_KEYS], '(%d+)$'))
-local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows + 1, declared), declared + 1)
+local declared = tonumber(string.match(first_window_key, '(%d+)$'))
+local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows_count + 1, declared), declared + 1)
 
 -- The due time (ms) a score of `delayed` stands for (due_of_score: a priority's skew removed). One below
 -- any time a script writes (-inf, -1e300: written by someone else) counts as due now, since promote moves
@@ -2704,12 +2810,13 @@ local function seen(member, due)
   local topic = topic_of(member)
   if earliest[topic] == nil or due < earliest[topic] then earliest[topic] = due end
 end
-local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, limit)
+local overdue = read({}, 'ZRANGEBYSCORE', delayed, '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, scan_limit)
 for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_time(overdue[i + 1]))) end
-if #overdue == 2 * limit then truncated = 1 end
-for i = RECORD_KEYS, #KEYS do
-  local r = read({}, 'HMGET', KEYS[i], 'queued', 'due')
-  if r[1] == '1' and r[2] then seen(string.sub(KEYS[i], #prefix + 1), int_of(r[2])) end
+if #overdue == 2 * scan_limit then truncated = 1 end
+for h = 1, #heads - (3 + windows_count) do
+  local task_key = heads[3 + windows_count + h]
+  local hash, queued, due = record_fields(task_key, 'queued', 'due')
+  if hash and queued == '1' and due then seen(string.sub(task_key, #prefix + 1), int_of(due)) end
 end
 local lag = {}
 for topic, due in pairs(earliest) do
@@ -2717,7 +2824,7 @@ for topic, due in pairs(earliest) do
   lag[#lag + 1] = due
 end
 
-local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {now, first, head[2] and due_time(head[2]) or false, read(0, 'HLEN', KEYS[2]), lag, truncated}
+local head = read({}, 'ZRANGE', delayed, 0, 0, 'WITHSCORES')
+return {now, first, head[2] and due_time(head[2]) or false, read(0, 'HLEN', quarantine_key), lag, truncated}
 
 end}

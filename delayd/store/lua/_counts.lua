@@ -182,8 +182,8 @@ local function quarantine(aside, task_key, member, reason)
   if key_type(task_key) ~= 'hash' then
     redis.call('DEL', task_key)
   else
-    local r = redis.call('HMGET', task_key, 'status', 'host')
-    if PENDING[r[1]] then count_host(r[2], -1) end
+    local _, status, host = record_fields(task_key, 'status', 'host')
+    if PENDING[status] then count_host(host, -1) end
   end
   redis.call('HSET', task_key, 'status', 'failed', 'queued', '0', 'error', 'quarantined: ' .. reason)
   on('hash', 'HSET', aside.quarantine, member, reason)
