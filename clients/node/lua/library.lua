@@ -1,4 +1,4 @@
-#!lua name=delayd_14cabbeba81392b0
+#!lua name=delayd_e9c349732c4ba1ae
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -1371,7 +1371,7 @@ local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantin
   trim_index(tick, done_failed, 'failed', quarantine_key)
   trim_index(tick, done_deleted, 'deleted')
 end
-redis.register_function{function_name='delayd_14cabbeba81392b0_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1634,7 +1634,7 @@ if next(counts) then flush_counts(counts_key) end
 return written
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1656,7 +1656,7 @@ end
 return redis.call('SMEMBERS', aside)
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1738,7 +1738,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1778,8 +1778,8 @@ counts, runs = {}, {}
 -- ARGV[9]   quota_1
 -- ARGV[10]  n               the most members popped
 -- Reply: {now, popped, tasks...}
---   now: Redis's clock (ms); popped: members popped (started, or held, parked, skipped, quarantined); then
---   per task started 9 values: member, spec, runs, claim, due, created, error, priority, first ('cron': a
+--   now: Redis's clock (ms); popped: members popped (started, or held, parked, skipped, quarantined); tasks:
+--   per task started {member, spec, runs, claim, due, created, error, priority, first} (first: 'cron', a
 --   first due time to resolve, see add.lua; or '')
 -- Pops as pop_ready below says.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
@@ -2002,7 +2002,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return out
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2047,7 +2047,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2216,7 +2216,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return applied
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -2250,7 +2250,7 @@ if changed > 0 then redis.call('HINCRBY', events, action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -2275,8 +2275,7 @@ local KEYS, ARGV = keys, argv
 -- Bounded: a hash expires a day after its last report, and the index forgets hosts not reported
 -- for a day (at most 100 per call). Times are Redis's clock.
 local seen, off, events = KEYS[1], KEYS[2], KEYS[3]
-local health = KEYS  -- host h's hash: health[4 + h]; its values: unpack(ARGV, 5h - 4, 5h)
-local hosts = #health - 4
+local health, hosts = KEYS, #KEYS - 4  -- host h's hash: health[4 + h]; its values: unpack(ARGV, 5h - 4, 5h)
 local disable_after = tonumber(ARGV[5 * hosts + 1]) or 0
 
 local now = now_ms()
@@ -2318,7 +2317,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2354,7 +2353,7 @@ wake_held(limits_prefix, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2372,8 +2371,8 @@ counts, runs = {}, {}
 -- ARGV[4]      position      entries counted from the list's tail that earlier calls looked at (-1: none
 --                            left to look at)
 -- ARGV[5]      chunk         entries to look at
--- Reply: {parked, next_position, members...}
---   parked: tasks parked; next_position: -1 at the head, or -2 (and nothing else) when the bucket no longer
+-- Reply: {parked, position, members...}
+--   parked: tasks parked; position: the next call's, -1 at the head, or -2 (and nothing else) when the bucket no longer
 --   holds this pause or a later one (a resume that began after it has resumed the topic here); members:
 --   the topic's members looked at, for the next call
 -- A script touches only the records its call declares, so each chunk takes two calls: one
@@ -2422,15 +2421,15 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
 -- park.lua on their ready lists).
--- KEYS[1]  paused      P{N}:paused
--- KEYS[2]  corrupt     P{N}:corrupt   (declared only: set_aside names it)
+-- KEYS[1]  paused            P{N}:paused
+-- KEYS[2]  corrupt           P{N}:corrupt   (declared only: set_aside names it)
 -- ARGV[1]  topic
--- ARGV[2]  generation  '' on the first bucket: it is taken there
+-- ARGV[2]  given_generation  the pause's, '' on the first bucket: it is taken there
 -- Reply: generation, the pause's
 -- Promote reads the flag: from now on the topic's due tasks (and lapsed leases) are parked in
 -- `paused:<topic>` instead of made ready. The flag's value is the pause's generation: Redis's
@@ -2451,7 +2450,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2525,7 +2524,7 @@ local full = (due_found == batch or leases_found == batch or release_again or ti
 return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2559,7 +2558,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2601,7 +2600,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2614,8 +2613,8 @@ counts, runs = {}, {}
 -- ARGV[1]  topic
 -- ARGV[2]  wake_channel   Pwake:N
 -- ARGV[3]  batch_size     the most tasks moved back
--- ARGV[4]  generation     the resume's ('' on its first call, on the first bucket: it is taken there, later
---                         than the pause flagged there)
+-- ARGV[4]  given_generation  the resume's ('' on its first call, on the first bucket: it is taken there,
+--                            later than the pause flagged there)
 -- Reply: {moved, left, generation, overtaken}
 --   moved: tasks moved back; left: tasks still parked; generation: the resume's; overtaken: 1 if a later
 --   pause holds the bucket, else 0
@@ -2658,7 +2657,7 @@ flush_counts(counts_key)
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2710,7 +2709,7 @@ flush_counts(counts_key)
 return 1
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2748,20 +2747,21 @@ flush_counts(counts_key)
 return {1, status}
 
 end}
-redis.register_function{function_name='delayd_14cabbeba81392b0_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_e9c349732c4ba1ae_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
 -- number of topics. The per-topic hashes (counts, totals, the windows, paused) are read by the caller a
 -- page at a time (HSCAN), so that no call blocks Redis in proportion to the topics (issue 41).
--- KEYS[1]          delayed         P{N}:delayed
--- KEYS[2]          quarantine_key  P{N}:quarantine
--- KEYS[3..3 + k]   windows         P{N}:w:<n>   the run-event windows w:<n-k+1> ... w:<n+1> (only their names
---                                               are read): the k windows the caller expects to be the last,
---                                               and the next one (delayd.store.windows)
--- KEYS[4 + k..]    heads           P{N}:t:<member>   the records of the members the caller found at the heads
---                                               of the bucket's ready lists (a peek first: a script reads only
---                                               the records its call declares)
+-- KEYS[1]          delayed           P{N}:delayed
+-- KEYS[2]          quarantine_key    P{N}:quarantine
+-- KEYS[3]          first_window_key  P{N}:w:<n>   the first of the run-event windows w:<n-k+1> ... w:<n+1>
+--                                               (only their names are read): the k windows the caller expects
+--                                               to be the last, and the next one (delayd.store.windows)
+-- KEYS[4..3 + k]   windows           P{N}:w:<n>   (declared only) the others
+-- KEYS[4 + k..]    heads             P{N}:t:<member>   the records of the members the caller found at the heads
+--                                               of the bucket's ready lists (a peek first: a script reads
+--                                               only the records its call declares)
 -- ARGV[1]          prefix          the task-key prefix P{N}:t:
 -- ARGV[2]          windows_count   k
 -- ARGV[3]          scan_limit      the most overdue entries of `delayed` looked at

@@ -34,8 +34,8 @@
 -- ARGV[9]   quota_1
 -- ARGV[10]  n               the most members popped
 -- Reply: {now, popped, tasks...}
---   now: Redis's clock (ms); popped: members popped (started, or held, parked, skipped, quarantined); then
---   per task started 9 values: member, spec, runs, claim, due, created, error, priority, first ('cron': a
+--   now: Redis's clock (ms); popped: members popped (started, or held, parked, skipped, quarantined); tasks:
+--   per task started {member, spec, runs, claim, due, created, error, priority, first} (first: 'cron', a
 --   first due time to resolve, see add.lua; or '')
 -- Pops as pop_ready below says.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per

@@ -20,8 +20,7 @@
 -- Bounded: a hash expires a day after its last report, and the index forgets hosts not reported
 -- for a day (at most 100 per call). Times are Redis's clock.
 local seen, off, events = KEYS[1], KEYS[2], KEYS[3]
-local health = KEYS  -- host h's hash: health[4 + h]; its values: unpack(ARGV, 5h - 4, 5h)
-local hosts = #health - 4
+local health, hosts = KEYS, #KEYS - 4  -- host h's hash: health[4 + h]; its values: unpack(ARGV, 5h - 4, 5h)
 local disable_after = tonumber(ARGV[5 * hosts + 1]) or 0
 
 local now = now_ms()

@@ -12,8 +12,8 @@
 -- ARGV[4]      position      entries counted from the list's tail that earlier calls looked at (-1: none
 --                            left to look at)
 -- ARGV[5]      chunk         entries to look at
--- Reply: {parked, next_position, members...}
---   parked: tasks parked; next_position: -1 at the head, or -2 (and nothing else) when the bucket no longer
+-- Reply: {parked, position, members...}
+--   parked: tasks parked; position: the next call's, -1 at the head, or -2 (and nothing else) when the bucket no longer
 --   holds this pause or a later one (a resume that began after it has resumed the topic here); members:
 --   the topic's members looked at, for the next call
 -- A script touches only the records its call declares, so each chunk takes two calls: one

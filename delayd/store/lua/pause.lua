@@ -1,9 +1,9 @@
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
 -- park.lua on their ready lists).
--- KEYS[1]  paused      P{N}:paused
--- KEYS[2]  corrupt     P{N}:corrupt   (declared only: set_aside names it)
+-- KEYS[1]  paused            P{N}:paused
+-- KEYS[2]  corrupt           P{N}:corrupt   (declared only: set_aside names it)
 -- ARGV[1]  topic
--- ARGV[2]  generation  '' on the first bucket: it is taken there
+-- ARGV[2]  given_generation  the pause's, '' on the first bucket: it is taken there
 -- Reply: generation, the pause's
 -- Promote reads the flag: from now on the topic's due tasks (and lapsed leases) are parked in
 -- `paused:<topic>` instead of made ready. The flag's value is the pause's generation: Redis's

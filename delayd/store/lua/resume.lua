@@ -7,8 +7,8 @@
 -- ARGV[1]  topic
 -- ARGV[2]  wake_channel   Pwake:N
 -- ARGV[3]  batch_size     the most tasks moved back
--- ARGV[4]  generation     the resume's ('' on its first call, on the first bucket: it is taken there, later
---                         than the pause flagged there)
+-- ARGV[4]  given_generation  the resume's ('' on its first call, on the first bucket: it is taken there,
+--                            later than the pause flagged there)
 -- Reply: {moved, left, generation, overtaken}
 --   moved: tasks moved back; left: tasks still parked; generation: the resume's; overtaken: 1 if a later
 --   pause holds the bucket, else 0

@@ -1,14 +1,15 @@
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
 -- number of topics. The per-topic hashes (counts, totals, the windows, paused) are read by the caller a
 -- page at a time (HSCAN), so that no call blocks Redis in proportion to the topics (issue 41).
--- KEYS[1]          delayed         P{N}:delayed
--- KEYS[2]          quarantine_key  P{N}:quarantine
--- KEYS[3..3 + k]   windows         P{N}:w:<n>   the run-event windows w:<n-k+1> ... w:<n+1> (only their names
---                                               are read): the k windows the caller expects to be the last,
---                                               and the next one (delayd.store.windows)
--- KEYS[4 + k..]    heads           P{N}:t:<member>   the records of the members the caller found at the heads
---                                               of the bucket's ready lists (a peek first: a script reads only
---                                               the records its call declares)
+-- KEYS[1]          delayed           P{N}:delayed
+-- KEYS[2]          quarantine_key    P{N}:quarantine
+-- KEYS[3]          first_window_key  P{N}:w:<n>   the first of the run-event windows w:<n-k+1> ... w:<n+1>
+--                                               (only their names are read): the k windows the caller expects
+--                                               to be the last, and the next one (delayd.store.windows)
+-- KEYS[4..3 + k]   windows           P{N}:w:<n>   (declared only) the others
+-- KEYS[4 + k..]    heads             P{N}:t:<member>   the records of the members the caller found at the heads
+--                                               of the bucket's ready lists (a peek first: a script reads
+--                                               only the records its call declares)
 -- ARGV[1]          prefix          the task-key prefix P{N}:t:
 -- ARGV[2]          windows_count   k
 -- ARGV[3]          scan_limit      the most overdue entries of `delayed` looked at
