@@ -1,4 +1,4 @@
-#!lua name=delayd_e9c349732c4ba1ae
+#!lua name=delayd_a61c5dfe974ea0a9
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -1098,8 +1098,8 @@ local function look_ahead(tick)
       if pause then ask_key(tick, pause.key) end
     end
   end
-  local lease = redis.call('ZRANGE', tick.leases, 0, 0, 'WITHSCORES')
-  if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
+  local lease_head = redis.call('ZRANGE', tick.leases, 0, 0, 'WITHSCORES')
+  if lease_head[2] and tonumber(lease_head[2]) <= now + AHEAD_MS then
     local lapsing = redis.call('ZRANGEBYSCORE', tick.leases, '-inf', now + AHEAD_MS, 'LIMIT', '0', tick.batch_text)
     for _, member in ipairs(lapsing) do
       ask_key(tick, prefix .. member)
@@ -1108,10 +1108,12 @@ local function look_ahead(tick)
       for _, key in ipairs(topic_limit_keys(tick, topic_of(member), {})) do ask_key(tick, key) end
     end
   end
-  local held = redis.call('ZRANGE', tick.limited, 0, 0, 'WITHSCORES')
+  local limited_head = redis.call('ZRANGE', tick.limited, 0, 0, 'WITHSCORES')
   local next_due = head[2] and due_of_score(head[2]) or -1
-  if held[2] and (next_due < 0 or tonumber(held[2]) < next_due) then next_due = tonumber(held[2]) end
-  return next_due, tonumber(lease[2] or -1)
+  if limited_head[2] and (next_due < 0 or tonumber(limited_head[2]) < next_due) then
+    next_due = tonumber(limited_head[2])
+  end
+  return next_due, tonumber(lease_head[2] or -1)
 end
 -- Due tasks, the first job of a promote call (promote.lua, _tick.lua): the members of `delayed` due now, a
 -- batch at most, go to the back of their kind's and priority's ready list in due order (one RPUSH per list
@@ -1371,7 +1373,7 @@ local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantin
   trim_index(tick, done_failed, 'failed', quarantine_key)
   trim_index(tick, done_deleted, 'deleted')
 end
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1634,7 +1636,7 @@ if next(counts) then flush_counts(counts_key) end
 return written
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1656,7 +1658,7 @@ end
 return redis.call('SMEMBERS', aside)
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1738,7 +1740,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2002,7 +2004,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return out
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2047,7 +2049,7 @@ flush_counts(KEYS[8])
 return 1
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2216,7 +2218,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return applied
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -2250,7 +2252,7 @@ if changed > 0 then redis.call('HINCRBY', events, action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -2317,7 +2319,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2353,7 +2355,7 @@ wake_held(limits_prefix, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2421,7 +2423,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2450,7 +2452,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2524,7 +2526,7 @@ local full = (due_found == batch or leases_found == batch or release_again or ti
 return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2558,7 +2560,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2600,7 +2602,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2657,7 +2659,7 @@ flush_counts(counts_key)
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2709,7 +2711,7 @@ flush_counts(counts_key)
 return 1
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2747,7 +2749,7 @@ flush_counts(counts_key)
 return {1, status}
 
 end}
-redis.register_function{function_name='delayd_e9c349732c4ba1ae_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_a61c5dfe974ea0a9_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -140,8 +140,8 @@ local function look_ahead(tick)
       if pause then ask_key(tick, pause.key) end
     end
   end
-  local lease = redis.call('ZRANGE', tick.leases, 0, 0, 'WITHSCORES')
-  if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
+  local lease_head = redis.call('ZRANGE', tick.leases, 0, 0, 'WITHSCORES')
+  if lease_head[2] and tonumber(lease_head[2]) <= now + AHEAD_MS then
     local lapsing = redis.call('ZRANGEBYSCORE', tick.leases, '-inf', now + AHEAD_MS, 'LIMIT', '0', tick.batch_text)
     for _, member in ipairs(lapsing) do
       ask_key(tick, prefix .. member)
@@ -150,8 +150,10 @@ local function look_ahead(tick)
       for _, key in ipairs(topic_limit_keys(tick, topic_of(member), {})) do ask_key(tick, key) end
     end
   end
-  local held = redis.call('ZRANGE', tick.limited, 0, 0, 'WITHSCORES')
+  local limited_head = redis.call('ZRANGE', tick.limited, 0, 0, 'WITHSCORES')
   local next_due = head[2] and due_of_score(head[2]) or -1
-  if held[2] and (next_due < 0 or tonumber(held[2]) < next_due) then next_due = tonumber(held[2]) end
-  return next_due, tonumber(lease[2] or -1)
+  if limited_head[2] and (next_due < 0 or tonumber(limited_head[2]) < next_due) then
+    next_due = tonumber(limited_head[2])
+  end
+  return next_due, tonumber(lease_head[2] or -1)
 end
