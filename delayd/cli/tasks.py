@@ -24,6 +24,7 @@ from delayd.cli.common import (
 from delayd.model import attempts
 from delayd.model.clock import local_time as fmt_time
 from delayd.model.clock import time_parts
+from delayd.model.deletion import CLAIMED
 from delayd.model.task import STATUSES, TaskError
 
 if TYPE_CHECKING:
@@ -155,13 +156,19 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+TOO_LATE = 3  # `del`'s exit code for a task deleted after a run of it was claimed
+
+
 def cmd_del(args: argparse.Namespace) -> int:
-    found = client_for(args).delete(args.topic, args.id, hard=args.hard)
-    if not found:
+    """Exit 0: deleted, no run of it starts; 1: no such task; 3: deleted, but a run was already claimed."""
+    answer = client_for(args).delete(args.topic, args.id, hard=args.hard)
+    if answer is False:
         return fail(f"not found: {args.topic}:{args.id}")
-    emit(args, {"result": "deleted", "hard": args.hard},
-         f"{'removed' if args.hard else 'deleted'} {args.topic}:{args.id}")
-    return 0
+    claimed = answer is CLAIMED
+    done = f"{'removed' if args.hard else 'deleted'} {args.topic}:{args.id}"
+    emit(args, {"result": "deleted", "hard": args.hard, "claimed": claimed},
+         f"{done}, too late: a run had already been claimed and may be starting or running" if claimed else done)
+    return TOO_LATE if claimed else 0
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -267,15 +274,18 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--nx", action="store_true", help="only add if the task does not exist")
 
     task_verb(sub, common, "get", "show a task")
-    p = task_verb(sub, common, "del", "delete a task (it never runs again)")
+    p = task_verb(sub, common, "del", "delete a task (it never runs again; exit 3: too late for a run already "
+                                      "claimed, which may be starting or running)")
     p.add_argument("--hard", action="store_true", help="remove every trace instead of marking it deleted")
     task_verb(sub, common, "retry", "run a failed task again now")
 
-    p = verb_parser(sub, common, "ls", "list tasks")
+    p = verb_parser(sub, common, "ls", "list tasks, bucket by bucket and by key within a bucket (an order that "
+                                       "--offset pages keep while tasks change state)")
     p.add_argument("--topic")
     p.add_argument("--status", choices=STATUSES)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--limit", type=positive_int, default=100, metavar="N",
                       help="show at most N tasks (default 100); stderr says how many more there are")
     size.add_argument("--all", action="store_true", help="show every task, streamed as it is read")
-    p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N", help="skip the first N tasks")
+    p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N",
+                   help="skip the first N tasks of that order")

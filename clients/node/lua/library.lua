@@ -1,4 +1,4 @@
-#!lua name=delayd_a61c5dfe974ea0a9
+#!lua name=delayd_ef84080d6bca7831
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -310,7 +310,9 @@ end
 
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
-  if on('zset', 'ZREM', zset, member) == 1 then count_state(state, topic or topic_of(member), -1) end
+  local removed = on('zset', 'ZREM', zset, member) == 1
+  if removed then count_state(state, topic or topic_of(member), -1) end
+  return removed
 end
 
 local function zadd_counted(zset, score, member, state, topic)
@@ -1373,7 +1375,7 @@ local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantin
   trim_index(tick, done_failed, 'failed', quarantine_key)
   trim_index(tick, done_deleted, 'deleted')
 end
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1636,7 +1638,7 @@ if next(counts) then flush_counts(counts_key) end
 return written
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1658,7 +1660,7 @@ end
 return redis.call('SMEMBERS', aside)
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1740,7 +1742,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2004,7 +2006,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return out
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2017,8 +2019,11 @@ counts, runs = {}, {}
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
 -- kept only for tasks in done:failed). A task key that is not a hash is removed,
 -- and a soft delete leaves a record that says `deleted`. Either ends a recurring task:
--- it leaves the `recurring` index (also when its record is already gone). Returns 1 if
--- the task existed, else 0.
+-- it leaves the `recurring` index (also when its record is already gone).
+-- Returns 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed, ready,
+-- parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts after
+-- this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting or
+-- running (its finish is fenced off as above).
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
@@ -2037,7 +2042,8 @@ end
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 if PENDING[old[5]] then count_host(old[6], -1) end  -- a URL task no longer waits for its host
-for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
+local claimed = zrem_counted(KEYS[3], member, 'running', topic)  -- a run of it was claimed (leased)
+for _, k in ipairs({2, 4, 5, 6}) do zrem_counted(KEYS[k], member, states[k], topic) end
 zrem_counted(parked, member, 'parked', topic)
 if hard then
   redis.call('DEL', KEYS[1])
@@ -2046,10 +2052,10 @@ else
   index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
 end
 flush_counts(KEYS[8])
-return 1
+return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2218,7 +2224,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return applied
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -2252,7 +2258,7 @@ if changed > 0 then redis.call('HINCRBY', events, action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -2319,7 +2325,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2355,7 +2361,7 @@ wake_held(limits_prefix, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2423,7 +2429,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2452,7 +2458,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2526,7 +2532,7 @@ local full = (due_found == batch or leases_found == batch or release_again or ti
 return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2560,7 +2566,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2602,7 +2608,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2659,7 +2665,7 @@ flush_counts(counts_key)
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2711,7 +2717,7 @@ flush_counts(counts_key)
 return 1
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2749,7 +2755,7 @@ flush_counts(counts_key)
 return {1, status}
 
 end}
-redis.register_function{function_name='delayd_a61c5dfe974ea0a9_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_ef84080d6bca7831_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
