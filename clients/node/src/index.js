@@ -106,7 +106,7 @@ export class Client {
     try {
       [stored, ...versions] = await this.redis.hmget(key, ...fields);
       refuseOtherVersions(key, versions, true); // before writing anything into another version's store
-      if (stored === null || versions.includes(null)) { // first use (or a store from before a field)
+      if (stored === null || versions.includes(null)) { // first use
         if (stored === null) await this.redis.hsetnx(key, 'buckets', this.defaultBuckets);
         if (versions[0] === null) await this.redis.hsetnx(key, 'layout', VERSIONS.layout);
         await this.redis.hsetnx(key, 'protocol', VERSIONS.protocol);

@@ -83,16 +83,6 @@ local function read_record(task_key, ...)
   return r
 end
 
--- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
--- in these tables, by topic, and writes them once at the end with one HINCRBY per
--- field: the Redis cost is per batch and per distinct topic, not per task.
---   counts[topic][state]: change of the number of tasks in that state (a live gauge)
---   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
--- Fields in Redis are '<state or event>|<topic>'.
-local counts, runs = {}, {}
-
-local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
-
 -- Record fields left out when they hold their default (docs/redis-layout.md):
 -- priority 2, runs 0, and claim, whose default is the record's `created` time.
 -- Every pending task saves their bytes.
@@ -147,6 +137,16 @@ local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
 
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
 local function add_to(tables, topic, name, delta)
   local t = tables[topic]
   if not t then
@@ -156,7 +156,7 @@ local function add_to(tables, topic, name, delta)
   t[name] = (t[name] or 0) + delta
 end
 
-local function count(state, topic, delta)
+local function count_state(state, topic, delta)
   add_to(counts, topic, state, delta)
 end
 
@@ -167,7 +167,7 @@ end
 
 -- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
 -- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
--- for a host). A record without the field (written before it existed) was never counted in.
+-- for a host). A record without the field (a URL without an origin) is not counted.
 local PENDING = {delayed = true, running = true}
 
 local function count_host(host, delta)
@@ -177,12 +177,12 @@ end
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
   local removed = on('zset', 'ZREM', zset, member) == 1
-  if removed then count(state, topic or topic_of(member), -1) end
+  if removed then count_state(state, topic or topic_of(member), -1) end
   return removed
 end
 
 local function zadd_counted(zset, score, member, state, topic)
-  if on('zset', 'ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
+  if on('zset', 'ZADD', zset, score, member) == 1 then count_state(state, topic or topic_of(member), 1) end
 end
 
 -- HINCRBY that cannot fail on stored data: a counter that is not an integer starts
