@@ -118,7 +118,7 @@ class Store:
         return deleted((yield ScriptCall(
             SCRIPTS["delete"],
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member)), keys.corrupt],
+             keys.quarantine, keys.counts, keys.recurring, keys.parked(topic_of(member)), keys.corrupt],
             [wire(member), int(hard), retention_ms],
         )))
 

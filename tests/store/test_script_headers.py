@@ -33,9 +33,7 @@ from delayd.store.transitions import Store
 from delayd.store.transport import Transport
 
 LUA = resources.files("delayd.store").joinpath("lua")
-# Scripts whose header keeps the earlier prose form until their own rewrite lands (issue 47).
-PROSE_HEADERS = frozenset({"delete"})
-NAMED = sorted(set(SCRIPTS) - PROSE_HEADERS)
+NAMED = sorted(SCRIPTS)
 ENTRY = re.compile(r"^-- (KEYS|ARGV)\[([^\]]+)\]\s+(\w+)(?:\s+(\S+))?(.*)$")
 INDEXED = re.compile(r"\b(KEYS|ARGV)\[")
 # The tuple of delayd.store.replies that reads each script's reply, and the names its header gives it.
@@ -177,8 +175,6 @@ def test_the_keys_python_passes_are_those_the_headers_name(r):
     calls = sample_calls(r, store)
     assert {call.script.name for call in calls} == set(SCRIPTS)
     for call in calls:
-        if call.script.name in PROSE_HEADERS:
-            continue
         entries = [entry for entry in header(call.script.name).entries if entry[0] == "KEYS"]
         numbered = {int(index): pattern(p, "delayd:") for _, index, _, p, _ in entries if index.isdigit()}
         tails = [pattern(p, "delayd:") for _, index, _, p, _ in entries if not index.isdigit()]

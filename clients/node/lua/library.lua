@@ -1,4 +1,4 @@
-#!lua name=delayd_d9645ee1c8e26eb5
+#!lua name=delayd_6cef70898463ec2e
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -15,7 +15,7 @@ end
 -- Stored data is not under our control: anyone with access to Redis can write
 -- it, and Redis does not roll a script back when it fails half-way. So nothing a
 -- script reads may make it fail: numbers are read with `int_of(x) or default`,
--- records through `read_record` (a key that is not a hash reads as nil), and the
+-- records through `record_fields` (a key that is not a hash reads as `false`), and the
 -- bucket's own keys are checked with `expect` before anything is written, or each
 -- command on them is sent through `on`.
 
@@ -89,13 +89,6 @@ local function on(kind, cmd, key, ...)
     reply = redis.call(cmd, key, ...)
   end
   return reply
-end
-
--- HMGET of a task record; nil when the key holds something other than a hash.
-local function read_record(task_key, ...)
-  local r = redis.pcall('HMGET', task_key, ...)
-  if r['err'] then return nil end
-  return r
 end
 
 -- The fields named of a task record (HMGET), after `true`; only `false` when the key holds something other
@@ -1462,7 +1455,7 @@ local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantin
   trim_index(tick, done_failed, 'failed', quarantine_key)
   trim_index(tick, done_deleted, 'deleted')
 end
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1725,7 +1718,7 @@ if next(counts) then flush_counts(counts_key) end
 return written
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1747,7 +1740,7 @@ end
 return redis.call('SMEMBERS', aside)
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1829,7 +1822,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2093,56 +2086,67 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return out
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring,
---       the topic's parked set (paused:<topic>; named here from `paused` when a producer leaves it out),
---       corrupt (where a key of the wrong type is set aside; named the same way when left out)
--- ARGV: member, hard (1/0), retention (ms)
+-- KEYS[1]   task_key        P{N}:t:<member>
+-- KEYS[2]   delayed         P{N}:delayed
+-- KEYS[3]   leases          P{N}:leases
+-- KEYS[4]   done_ok         P{N}:done:ok
+-- KEYS[5]   done_failed     P{N}:done:failed
+-- KEYS[6]   done_deleted    P{N}:done:deleted
+-- KEYS[7]   quarantine_key  P{N}:quarantine
+-- KEYS[8]   counts_key      P{N}:counts
+-- KEYS[9]   recurring       P{N}:recurring
+-- KEYS[10]  parked          P{N}:paused:<topic>   the topic's parked set
+-- KEYS[11]  corrupt         P{N}:corrupt          (declared only: set_aside names it)
+-- ARGV[1]   member          topic:id
+-- ARGV[2]   hard            '1' (every trace removed) or '0' (soft)
+-- ARGV[3]   retention       ms
+-- Reply: code, 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed,
+--   ready, parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts
+--   after this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting
+--   or running (its finish is fenced off as below)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
 -- kept only for tasks in done:failed). A task key that is not a hash is removed,
 -- and a soft delete leaves a record that says `deleted`. Either ends a recurring task:
 -- it leaves the `recurring` index (also when its record is already gone).
--- Returns 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed, ready,
--- parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts after
--- this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting or
--- running (its finish is fenced off as above).
-local now = now_ms()
+local task_key, delayed, leases, done_ok, done_failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local done_deleted, quarantine_key, counts_key, recurring, parked = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
-local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
-local parked = KEYS[11] or parked_key(KEYS[9], topic_of(member))
-expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-expect('hash', KEYS[7])
-expect('zset', parked)
-redis.call('HDEL', KEYS[7], member)
-recurring_index(KEYS[10]).remove(member)
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local old = read_record(KEYS[1], 'queued', 'priority', 'claim', 'created', 'status', 'host')
-if not old then
-  redis.call('DEL', KEYS[1])
-  old = {}
-end
+
+local now = now_ms()
+expect('zset', delayed, leases, done_ok, done_failed, done_deleted, parked)
+expect('hash', quarantine_key)
+redis.call('HDEL', quarantine_key, member)
+recurring_index(recurring).remove(member)
+if redis.call('EXISTS', task_key) == 0 then return 0 end
+local hash, queued, priority, claim, created, status, host =
+  record_fields(task_key, 'queued', 'priority', 'claim', 'created', 'status', 'host')
+if not hash then redis.call('DEL', task_key) end  -- read as a record of no fields
 local topic = topic_of(member)
-if old[1] == '1' then count_ready(old[2], topic, -1) end
-if PENDING[old[5]] then count_host(old[6], -1) end  -- a URL task no longer waits for its host
-local claimed = zrem_counted(KEYS[3], member, 'running', topic)  -- a run of it was claimed (leased)
-for _, k in ipairs({2, 4, 5, 6}) do zrem_counted(KEYS[k], member, states[k], topic) end
+if queued == '1' then count_ready(priority, topic, -1) end
+if PENDING[status] then count_host(host, -1) end  -- a URL task no longer waits for its host
+local claimed = zrem_counted(leases, member, 'running', topic)  -- a run of it was claimed (leased)
+zrem_counted(delayed, member, 'waiting', topic)
+zrem_counted(done_ok, member, 'ok', topic)
+zrem_counted(done_failed, member, 'failed', topic)
+zrem_counted(done_deleted, member, 'deleted', topic)
 zrem_counted(parked, member, 'parked', topic)
 if hard then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', task_key)
 else
-  redis.call('HSET', KEYS[1], 'status', 'deleted', 'queued', '0', 'claim', claim_token(old[3], old[4]) + 1)
-  index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
+  redis.call('HSET', task_key, 'status', 'deleted', 'queued', '0', 'claim', claim_token(claim, created) + 1)
+  index_finished(member, done_deleted, now, task_key, retention, 'deleted', topic)
 end
-flush_counts(KEYS[8])
+flush_counts(counts_key)
 return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2311,7 +2315,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return applied
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -2345,7 +2349,7 @@ if changed > 0 then redis.call('HINCRBY', events, action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -2412,7 +2416,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2448,7 +2452,7 @@ wake_held(limits_prefix, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2516,7 +2520,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2545,7 +2549,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2619,7 +2623,7 @@ local full = (due_found == batch or leases_found == batch or release_again or ti
 return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2653,7 +2657,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2695,7 +2699,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2752,7 +2756,7 @@ flush_counts(counts_key)
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2805,7 +2809,7 @@ flush_counts(counts_key)
 return 1
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2843,7 +2847,7 @@ flush_counts(counts_key)
 return {1, status}
 
 end}
-redis.register_function{function_name='delayd_d9645ee1c8e26eb5_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_6cef70898463ec2e_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -266,7 +266,7 @@ export class Client {
     const tag = this.tag(bucketOf(member, await this.store()));
     const parked = member.slice(0, member.lastIndexOf(':')); // the topic as the scripts read it: up to the last ':'
     const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-      'counts', 'paused', 'recurring', `paused:${parked}`, 'corrupt'].map((k) => tag + k)];
+      'counts', 'recurring', `paused:${parked}`, 'corrupt'].map((k) => tag + k)];
     const answer = await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs]);
     return answer === 2 ? CLAIMED : answer === 1;
   }

@@ -21,7 +21,7 @@ end
 -- Stored data is not under our control: anyone with access to Redis can write
 -- it, and Redis does not roll a script back when it fails half-way. So nothing a
 -- script reads may make it fail: numbers are read with `int_of(x) or default`,
--- records through `read_record` (a key that is not a hash reads as nil), and the
+-- records through `record_fields` (a key that is not a hash reads as `false`), and the
 -- bucket's own keys are checked with `expect` before anything is written, or each
 -- command on them is sent through `on`.
 
@@ -95,13 +95,6 @@ local function on(kind, cmd, key, ...)
     reply = redis.call(cmd, key, ...)
   end
   return reply
-end
-
--- HMGET of a task record; nil when the key holds something other than a hash.
-local function read_record(task_key, ...)
-  local r = redis.pcall('HMGET', task_key, ...)
-  if r['err'] then return nil end
-  return r
 end
 
 -- The fields named of a task record (HMGET), after `true`; only `false` when the key holds something other
