@@ -452,4 +452,4 @@ def test_a_url_spec_naming_url_in_its_params_is_written_for_its_own_url(r, store
     args = [flags, *args[1:]]
     args[2] = '{"url":"http://a.example/1","params":{"url":"http://b.example:70000/2","every":1,"url":3}}'
     assert add(r, keys, args) in (1, [1])
-    assert r.hmget(keys[10], "url", "host") == ["1", "http://a.example:80"]
+    assert r.hmget(keys[1], "url", "host") == ["1", "http://a.example:80"]
