@@ -6,7 +6,7 @@ namespace Delayd;
 
 final class Version
 {
-    public const VERSION = '0.1.0';
+    public const VERSION = '1.0.0';
     public const PROTOCOL = 1;
     public const LAYOUT = 1;
 }
