@@ -41,6 +41,12 @@ def runs(server, topic: str, run: int) -> set[str]:
             and key.endswith(f":{run}")}
 
 
+def clock_past(r, ms: int) -> int:
+    """The Redis clock (ms) once it is past `ms`. Finish times are whole milliseconds and a replay's span
+    includes its `since`: a `since` read in the millisecond of a finish would count that task as finished since."""
+    return wait_for(lambda: (now := now_ms(r)) > ms and now, 5, message=f"the Redis clock past {ms} ms")
+
+
 def test_replay_of_10000_finished_tasks_resends_exactly_those_in_flat_memory(redis_url, daemon_factory, client,
                                                                                http, r):
     daemon_factory(redis_url, buckets=2, queues=1, DELAYD_URL_SIGNING_SECRET=SECRET)
@@ -52,7 +58,7 @@ def test_replay_of_10000_finished_tasks_resends_exactly_those_in_flat_memory(red
         wait_for(lambda: len(runs(http, "small", 2)) == 1_000 and client.count("small", "ok") == 1_000, 60,
                  message="1,000 sent again")
 
-        since = now_ms(r) / 1000
+        since = clock_past(r, now_ms(r)) / 1000  # after every small task's (second) finish, before any shop task's
         deliver(client, http, "shop", 10_000)
         deliver(client, other, "other", 200)
         line, dry_peak = replay(redis_url, "--host", http.base, "--since", str(since), "--status", "ok", "--dry-run")
