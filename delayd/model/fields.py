@@ -85,6 +85,7 @@ class Field:
     schema: dict | None = None  # OpenAPI: the add argument's schema (its description: `doc`)
     output: dict = field(default_factory=lambda: dict(_TEXT_OR_NULL))  # OpenAPI: the schema of what get shows
     page: bool = False  # the dashboard's task page shows it among its plain rows
+    column: int = 0  # `delayd ls` shows it in a column this wide
 
 
 def _f(name: str, doc: str, check: Check | None = None, *, shown: str | None = "=", **rest: Any) -> Field:
