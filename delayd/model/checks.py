@@ -13,7 +13,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from delayd.model import schedule
-from delayd.model.fields import BY_NAME, MAX_NAME, TARGET, TEN_YEARS, Field, message, text_pattern
+from delayd.model.fields import BY_NAME, MAX_NAME, TARGET, TEN_YEARS, TRACEPARENT, Field, message, text_pattern
 
 DEFAULT_PARAMS_LIMIT = 64 * 1024
 DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
@@ -29,7 +29,7 @@ _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control
 _HOST_PORT_RE = re.compile(r"(\[[^\]]+\]|[^:\[\]]*)(?::([0-9]*))?")
 # A W3C traceparent of version 00 (lowercase hex, ids not all zero) and a tracestate kept with it (printable ASCII,
 # at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
-TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+TRACEPARENT_RE = re.compile(TRACEPARENT)
 _TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
 # A number written as text (intervals '0,30,60', at given as seconds): ASCII only, as JSON and the PHP and Node
 # clients read one (float() also takes '٣', '1_0' and 'infinity').
@@ -176,11 +176,10 @@ def check_key_name(value: Any) -> str:
 
 
 def trace_of(traceparent: Any, tracestate: Any = None) -> str | None:
-    """A task's `trace`: `traceparent`, then a space and `tracestate` when that is well formed (W3C: a bad
-    tracestate is dropped); None without a traceparent. A bad traceparent is refused."""
+    """A task's `trace`: `traceparent` (checked), then a space and `tracestate` when that is well formed (W3C: a
+    bad tracestate is dropped); None without a traceparent."""
     if traceparent is None:
         return None
-    check_traceparent(traceparent)
     state = tracestate.strip() if isinstance(tracestate, str) else ""
     return f"{traceparent} {state}" if _TRACESTATE_RE.fullmatch(state) else traceparent
 
@@ -299,21 +298,13 @@ def check_zone(value: Any) -> str:
     return value
 
 
-def check_traceparent(value: Any) -> str:
-    """A W3C traceparent of version 00 (trace_of's)."""
-    if not isinstance(value, str) or not TRACEPARENT_RE.fullmatch(value):
-        raise TaskError(f"traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero), "
-                        f"got {value!r}")
-    return value
-
-
 # The checks of names and targets: (the field's label, value) -> the value kept.
 LABELLED: dict[str, Callable[[str, Any], Any]] = {"name": check_name, "target": check_target}
 # The checks of the kinds each language writes by hand: (value, the add's params_limit or None) -> the value kept.
 CUSTOM: dict[str, Callable[[Any, int | None], Any]] = {
     "url": check_url, "params": check_params, "intervals": lambda value, _: parse_intervals(value),
     "cron": lambda value, _: check_cron(value), "zone": lambda value, _: check_zone(value),
-    "traceparent": lambda value, _: check_traceparent(value), "tracestate": lambda value, _: value,
+    "tracestate": lambda value, _: value,
 }
 
 

@@ -13,7 +13,8 @@ intervals, cron and zones, and when a task first runs (delay, at, debounce).
 A field's checks are one of a few kinds, each checked alike by every producer with the same message:
 - `name`: a topic, id or push list: a string or an integer, 1-512 characters, no space or control character;
 - `text`: a string of `low` to `high` characters, all of `chars` (ASCII), or with `chars` empty any character
-  but a control character (Unicode's Cc); refused with `message`;
+  but a control character (Unicode's Cc); or one that `pattern` matches; refused with `message`;
+- `target`: `package.module:function` (text of the pattern TARGET);
 - `enum`: one of `values` (compared in upper case, and kept so, with `fold`);
 - `bool`, `int` (`low` to `high`, no bool), `number` (finite, `low` to `high`, above `low` with `low_open`;
   a whole number kept as an integer);
@@ -28,6 +29,8 @@ TEN_YEARS = 10 * 365 * 86400  # seconds: the longest interval, every, delay, deb
 MAX_NAME = 512  # characters of a topic, id or push list
 TARGET = r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$"
 NO_CONTROLS = "^\\x00-\\x1f\\x7f-\\x9f"  # a text check's class of any character but a control character (Cc)
+# A W3C traceparent of version 00: lowercase hex, ids not all zero.
+TRACEPARENT = "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"
 TARGETS = ("call", "url", "push")  # a task has exactly one (a rule between fields)
 # OpenAPI's schemas that several fields share.
 _NAME_SCHEMA = {"type": "string", "pattern": "^[^\\x00-\\x20\\x7f]+$", "maxLength": MAX_NAME}
@@ -49,6 +52,7 @@ class Check:
     values: tuple = ()
     fold: bool = False
     chars: str = ""
+    pattern: str = ""  # text: a regular expression (that Python, PCRE and JavaScript read alike) in place of chars
     label: str = ""  # a name's word in its messages ("push list"), else the field's name
     type_message: str = ""  # number: the message for a value that is no number (else `message`)
 
@@ -177,7 +181,8 @@ FIELDS: tuple[Field, ...] = (
              chars="A-Za-z0-9_.:-"), spec=14, targets=("url",), why="only URL requests are signed",
        schema={"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
        flag=Flag("the url_signing_keys entry that signs a url task's requests (default: url_signing_secret)", "NAME")),
-    _f("traceparent", "W3C trace context of the add (else the request's own).", Check("traceparent"),
+    _f("traceparent", "W3C trace context of the add (else the request's own).",
+       Check("text", "must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero)", pattern=TRACEPARENT),
        schema={"type": "string", "pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"},
        flag=Flag("the W3C trace context its runs link to (default: $TRACEPARENT, with $TRACESTATE)", "TP")),
     _f("tracestate", "the W3C tracestate that goes with `traceparent` (kept with it in the task's trace context)",
@@ -219,6 +224,8 @@ SHOWN = tuple(f for f in FIELDS if f.shown)  # what get shows (Task.to_dict), in
 
 def text_pattern(check: Check) -> str:
     """A `text` check as a regular expression that Python, PCRE (with /u) and JavaScript (with u) read alike."""
+    if check.pattern:
+        return check.pattern
     chars = check.chars or NO_CONTROLS
     return f"^[{chars}]{{{int(check.low)},{int(check.high)}}}$"
 
