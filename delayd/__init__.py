@@ -14,15 +14,17 @@ if TYPE_CHECKING:
     from delayd.client.async_client import AsyncClient
     from delayd.client.errors import Overtaken
     from delayd.client.sync_client import AddInterrupted, Client, DelaydError, DurabilityError, RedisUnavailable
+    from delayd.model.deletion import CLAIMED
     from delayd.model.task import Task, TaskError
 
 _HOMES = {"Client": "delayd.client.sync_client", "AsyncClient": "delayd.client.async_client",
           "Task": "delayd.model.task", "TaskError": "delayd.model.task", "DelaydError": "delayd.client.sync_client",
           "DurabilityError": "delayd.client.sync_client", "RedisUnavailable": "delayd.client.sync_client",
-          "AddInterrupted": "delayd.client.sync_client", "Overtaken": "delayd.client.errors"}
+          "AddInterrupted": "delayd.client.sync_client", "Overtaken": "delayd.client.errors",
+          "CLAIMED": "delayd.model.deletion"}
 
 __all__ = ["Client", "AsyncClient", "Task", "TaskError", "DelaydError", "DurabilityError", "RedisUnavailable",
-           "AddInterrupted", "Overtaken", "__version__"]
+           "AddInterrupted", "Overtaken", "CLAIMED", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

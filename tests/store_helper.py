@@ -35,6 +35,15 @@ def promote_all(store: Store, bucket=0, retention_ms=DAY_MS, limit=1000) -> Prom
     raise AssertionError("promote still wants another call after 10")
 
 
+def claim_due(store: Store, member: str) -> dict:
+    """Claim the due task `member` as a daemon's bucket and queue processes would (promote, then claim its
+    bucket), its handler not started: a run in `leases`. Returns the run."""
+    bucket = store.keys_for(member).bucket
+    promote_all(store, bucket)
+    [run] = [run for run in claim(store, bucket) if run["member"] == member]
+    return run
+
+
 def old_take(r, keys, members: list[str], deadline_ms: int) -> str:
     """What an earlier version's take.lua did (its hold_take), the first of its two claim calls: pop `members`
     (priority 2, call lists) from the front of their ready list into `taking` as one take, `<list> <length>

@@ -24,6 +24,7 @@ from delayd.cli.common import (
 from delayd.model import attempts
 from delayd.model.clock import local_time as fmt_time
 from delayd.model.clock import time_parts
+from delayd.model.deletion import CLAIMED
 from delayd.model.fields import FIELDS, SHOWN, Field
 from delayd.model.task import STATUSES, TaskError
 
@@ -170,13 +171,19 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+TOO_LATE = 3  # `del`'s exit code for a task deleted after a run of it was claimed
+
+
 def cmd_del(args: argparse.Namespace) -> int:
-    found = client_for(args).delete(args.topic, args.id, hard=args.hard)
-    if not found:
+    """Exit 0: deleted, no run of it starts; 1: no such task; 3: deleted, but a run was already claimed."""
+    answer = client_for(args).delete(args.topic, args.id, hard=args.hard)
+    if answer is False:
         return fail(f"not found: {args.topic}:{args.id}")
-    emit(args, {"result": "deleted", "hard": args.hard},
-         f"{'removed' if args.hard else 'deleted'} {args.topic}:{args.id}")
-    return 0
+    claimed = answer is CLAIMED
+    done = f"{'removed' if args.hard else 'deleted'} {args.topic}:{args.id}"
+    emit(args, {"result": "deleted", "hard": args.hard, "claimed": claimed},
+         f"{done}, too late: a run had already been claimed and may be starting or running" if claimed else done)
+    return TOO_LATE if claimed else 0
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -256,7 +263,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         where.add_argument(flag_of(f), dest=f.name, help=flag.help, **options)
 
     task_verb(sub, common, "get", "show a task")
-    p = task_verb(sub, common, "del", "delete a task (it never runs again)")
+    p = task_verb(sub, common, "del", "delete a task (it never runs again; exit 3: too late for a run already "
+                                      "claimed, which may be starting or running)")
     p.add_argument("--hard", action="store_true", help="remove every trace instead of marking it deleted")
     task_verb(sub, common, "retry", "run a failed task again now")
 

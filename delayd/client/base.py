@@ -27,6 +27,7 @@ from delayd.client.limits import LimitSteps
 from delayd.client.reads import Reads
 from delayd.model import schedule
 from delayd.model.checks import DECIMAL_RE, checker, remember
+from delayd.model.deletion import Deleted
 from delayd.model.fields import ARGUMENTS, BY_NAME
 from delayd.model.origin import origins
 from delayd.model.task import Task, TaskError, check_topic, module_allowed
@@ -304,8 +305,13 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
             self._durable_plan = kept
         return wait
 
-    def delete_steps(self, topic: Any, id: Any, hard: bool = False) -> Steps[bool]:
-        """Mark a task deleted (it never runs again); hard=True removes every trace."""
+    def delete_steps(self, topic: Any, id: Any, hard: bool = False) -> Steps[Deleted]:
+        """Mark a task deleted (it never runs again); hard=True removes every trace.
+
+        True: deleted in time, no run of it starts after this returned. False: there was no such task.
+        `delayd.CLAIMED` (false as a bool): deleted, but too late for a run already claimed, whose handler
+        may be starting or running; its result changes nothing. `if client.delete(...)` means "cancelled
+        in time"."""
         store = yield from self.store_steps()
         return (yield from store.delete_steps(f"{topic}:{id}", hard, self.config.retention_ms))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Iterable, Sequence
 
+from delayd.model.deletion import Deleted, deleted
 from delayd.model.record import spec_json
 from delayd.model.task import Task
 from delayd.store.keys import (
@@ -111,9 +112,11 @@ class Store:
         """Write tasks of one bucket in one script call; returns how many were written."""
         return self.transport.call(self.add_call(keys, tasks, nx))
 
-    def delete_steps(self, member: str, hard: bool, retention_ms: int) -> Steps[bool]:
+    def delete_steps(self, member: str, hard: bool, retention_ms: int) -> Steps[Deleted]:
+        """delete.lua for `member`: True (deleted, no run of it starts), False (none) or CLAIMED (deleted,
+        a run already claimed)."""
         keys = self.keys_for(member)
-        return bool((yield ScriptCall(
+        return deleted((yield ScriptCall(
             SCRIPTS["delete"],
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
              keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member)), keys.corrupt],

@@ -10,6 +10,7 @@ from typing import Any
 from delayd.client.async_client import AsyncClient
 from delayd.client.browse import BadCursor
 from delayd.client.errors import DelaydError, Overtaken, RedisUnavailable
+from delayd.model.deletion import CLAIMED
 from delayd.model.task import TaskError
 
 
@@ -27,10 +28,13 @@ async def task_action(client: AsyncClient, topic: str, id: str, action: str, har
                 raise ActionError(404, f"not found: {key}")
             return {"result": "retrying", "message": f"{key} will run again now"}
         if action == "delete":
-            if not await client.delete(topic, id, hard=hard):
+            answer = await client.delete(topic, id, hard=hard)
+            if answer is False:
                 raise ActionError(404, f"not found: {key}")
-            return {"result": "removed" if hard else "deleted", "hard": hard,
-                    "message": f"{key} {'removed with every trace' if hard else 'deleted: it never runs again'}"}
+            done = f"{key} {'removed with every trace' if hard else 'deleted: it never runs again'}"
+            return {"result": "removed" if hard else "deleted", "hard": hard, "claimed": answer is CLAIMED,
+                    "message": f"{done}, but too late for the run already claimed, which may be starting or running"
+                    if answer is CLAIMED else done}
         if action == "run":
             if not await client.run_now(topic, id):
                 raise ActionError(404, f"not found: {key}")

@@ -27,6 +27,7 @@ from delayd.client.async_client import AsyncClient
 from delayd.client.base import NEXT_CRON, Built, ItemError
 from delayd.client.errors import AddInterrupted
 from delayd.model.checks import TRACEPARENT_RE
+from delayd.model.deletion import CLAIMED
 from delayd.model.task import TaskError
 from delayd.web import views
 
@@ -204,10 +205,12 @@ async def add(client: AsyncClient, body: bytes, commit: GroupCommit | None = Non
 
 
 async def delete(client: AsyncClient, topic: str, id: str, hard: bool) -> tuple[dict[str, Any], int]:
-    """DELETE /api/tasks/TOPIC/ID: ({"deleted": true}, 200), or 404."""
-    if await client.delete(topic, id, hard=hard):
-        return {"deleted": True}, 200
-    return {"error": f"not found: {topic}:{id}"}, 404
+    """DELETE /api/tasks/TOPIC/ID: ({"deleted": true, "claimed": false}, 200), "claimed": true when a run of
+    it had already been claimed (too late: its handler may be starting or running), or 404."""
+    answer = await client.delete(topic, id, hard=hard)
+    if answer is False:
+        return {"error": f"not found: {topic}:{id}"}, 404
+    return {"deleted": True, "claimed": answer is CLAIMED}, 200
 
 
 async def get(client: AsyncClient, topic: str, id: str) -> tuple[dict[str, Any], int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from daemon_helper import DELAYD, delayd, one_line_error
 from redis_server import free_port
-from store_helper import promote_all
+from store_helper import claim_due, promote_all
 
 from delayd import Client
 from delayd.cli import build_parser
@@ -209,10 +209,28 @@ def test_del_soft_then_hard(redis_url, r):
     delayd("add", "t", "1", "--call", "x:y", "--delay", "60")
     assert delayd("del", "t", "1").stdout.strip() == "deleted t:1"
     assert json.loads(delayd("get", "t", "1", "--json").stdout)["status"] == "deleted"
-    assert json.loads(delayd("del", "t", "1", "--hard", "--json").stdout) == {"result": "deleted", "hard": True}
+    assert json.loads(delayd("del", "t", "1", "--hard", "--json").stdout) == {"result": "deleted", "hard": True,
+                                                                              "claimed": False}
     delayd("get", "t", "1", check=1)
     assert [k for k in r.keys("*") if ":t:" in k] == []
     assert "not found" in one_line_error(delayd("del", "t", "1", check=1))
+
+
+@pytest.mark.parametrize("json_", [False, True], ids=["text", "json"])
+def test_del_of_a_claimed_task_says_too_late_and_exits_3(redis_url, json_):
+    """SPEC section 10: deleted, but a run was already claimed (a daemon's claim, here the script's own):
+    exit 3, not 0, so a script can tell "cancelled in time" from "too late"."""
+    client = Client.from_url(redis_url)
+    client.add("t", 1, call="x:y")
+    claim_due(client.store, "t:1")
+    proc = delayd("del", "t", "1", *(["--json"] if json_ else []), check=3)
+    if json_:
+        assert json.loads(proc.stdout) == {"result": "deleted", "hard": False, "claimed": True}
+    else:
+        assert proc.stdout == "deleted t:1, too late: a run had already been claimed and may be starting or running\n"
+    assert proc.stderr == "" and client.get("t", 1).status == "deleted"
+    assert delayd("del", "t", "1").stdout == "deleted t:1\n"  # deleted already: no run claimed now
+    client.close()
 
 
 def test_retry(redis_url):

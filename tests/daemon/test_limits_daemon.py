@@ -14,7 +14,7 @@ from daemon_helper import Daemon, delayd, one_line_error
 from redis_server import free_port, wait_for
 from test_observability import samples, scrape, value
 
-from delayd import Client
+from delayd import CLAIMED, Client
 from delayd.client.errors import DelaydError
 
 pytestmark = pytest.mark.system
@@ -162,7 +162,7 @@ def test_a_deleted_running_task_frees_its_slot_when_its_handler_returns(tmp_path
         client.add_many([{"topic": "one", "id": i, "call": "limit_handlers:occupy", "at": now - 10 + i,
                           "params": {"path": str(path), "seconds": 2 if i == 0 else 0.1}} for i in range(2)])
         wait_for(lambda: starts(path), 10, message="the first run")
-        assert client.delete("one", 0)
+        assert client.delete("one", 0) is CLAIMED  # (its run goes on)
         wait_for(lambda: len(starts(path)) == 2, 10, message="the held task, after the deleted one's run")
         ended = next(at for kind, at, key, _ in events(path) if kind == "end" and key == "one:0")
         second = starts(path)[1]

@@ -1,7 +1,9 @@
 """One conformance table (tests/producers/conformance/cases.json) pushed through every producer.
 
 A case is an add (the keyword arguments of Client.add, `nx` apart) or a delete, maybe after some
-tasks added first (`before`), and its expected outcome: `added` or `deleted` (true/false), the
+tasks added first (`before`; `claim`: the deleted one then claimed, as a daemon claims a due task), and its
+expected outcome: `added` (true/false) or `deleted` (true, false, or "claimed": what every producer answers
+for a task deleted after a run of it was claimed, each in its own way), the
 task as `delayd get --json` prints it afterwards (minus the times, which vary), or the kind of
 error (`invalid`: the producer's validation error, writing nothing). A producer is a small
 adapter (add, delete); one for another language plugs in beside these, and every case is then
@@ -23,9 +25,10 @@ from daemon_helper import delayd
 from node_helper import NodeError, NodeProducer
 from packages_helper import php_app
 from php_helper import require_php
+from store_helper import claim_due
 from web_helper import Web
 
-from delayd import AsyncClient, Client, DelaydError
+from delayd import CLAIMED, AsyncClient, Client, DelaydError
 from delayd.model.record import spec_json
 from delayd.model.task import Task, TaskError, is_utf8
 from delayd.store.keys import bucket_of, meta_key, topic_of
@@ -54,6 +57,14 @@ def expand(value: Any) -> Any:
     return value
 
 
+def answer_of(deleted: Any) -> bool | str:
+    """A Python delete's answer as the table writes it: True, False or "claimed" (delayd.CLAIMED)."""
+    if deleted is CLAIMED:
+        return "claimed"
+    assert isinstance(deleted, bool), deleted
+    return deleted
+
+
 class PythonClient:
     name = "Client"
 
@@ -68,8 +79,8 @@ class PythonClient:
         except DelaydError as exc:
             raise Refused(str(exc)) from None
 
-    def delete(self, topic: str, id: Any, hard: bool) -> bool:
-        return self.client.delete(topic, id, hard=hard)
+    def delete(self, topic: str, id: Any, hard: bool) -> bool | str:
+        return answer_of(self.client.delete(topic, id, hard=hard))
 
 
 class PythonAsyncClient:
@@ -90,8 +101,8 @@ class PythonAsyncClient:
         except TaskError as exc:
             raise Invalid(str(exc)) from None
 
-    def delete(self, topic: str, id: Any, hard: bool) -> bool:
-        return self.run("delete", topic, id, hard=hard)
+    def delete(self, topic: str, id: Any, hard: bool) -> bool | str:
+        return answer_of(self.run("delete", topic, id, hard=hard))
 
 
 class Cli:
@@ -121,9 +132,14 @@ class Cli:
             raise Invalid(lines[-1])
         return json.loads(proc.stdout)["result"] == "added"
 
-    def delete(self, topic: str, id: Any, hard: bool) -> bool:
-        proc = delayd("del", topic, str(id), *(["--hard"] if hard else []), check=(0, 1), DELAYD_REDIS_URL=self.url)
-        return proc.returncode == 0
+    def delete(self, topic: str, id: Any, hard: bool) -> bool | str:
+        """Exit 0 deleted (True), 1 not found (False), 3 deleted too late ("claimed", as --json says)."""
+        proc = delayd("del", topic, str(id), "--json", *(["--hard"] if hard else []), check=(0, 1, 3),
+                      DELAYD_REDIS_URL=self.url)
+        if proc.returncode == 1:
+            return False
+        assert json.loads(proc.stdout)["claimed"] == (proc.returncode == 3), proc.stdout
+        return "claimed" if proc.returncode == 3 else True
 
 
 def wrapped(value: Any) -> Any:
@@ -159,8 +175,8 @@ class Php:
     def add(self, task: dict, nx: bool) -> bool:
         return self.run({"op": "add", "task": {**task, **({"nx": True} if nx else {})}})
 
-    def delete(self, topic: str, id: Any, hard: bool) -> bool:
-        return self.run({"op": "delete", "topic": topic, "id": str(id), "hard": hard})
+    def delete(self, topic: str, id: Any, hard: bool) -> bool | str:
+        return self.run({"op": "delete", "topic": topic, "id": str(id), "hard": hard})  # true, false, 'claimed'
 
     def get(self, topic: str, id: Any) -> dict | None:
         task = self.run({"op": "get", "topic": topic, "id": str(id)})
@@ -182,8 +198,8 @@ class Node:
                 raise
             raise (Invalid if exc.name == "TaskError" else Refused)(str(exc)) from None
 
-    def delete(self, topic: str, id: Any, hard: bool) -> bool:
-        return self.producer.delete(topic, id, hard)
+    def delete(self, topic: str, id: Any, hard: bool) -> bool | str:
+        return self.producer.delete(topic, id, hard)  # true, false, 'claimed'
 
     def get(self, topic: str, id: Any) -> dict | None:
         task = self.producer.get(topic, id)
@@ -211,10 +227,10 @@ class Http:
         assert answer.status_code in (200, 201), answer.text
         return answer.json()["added"]
 
-    def delete(self, topic: str, id: Any, hard: bool) -> bool:
+    def delete(self, topic: str, id: Any, hard: bool) -> bool | str:
         answer = self.http.delete(self.path(topic, id) + ("?hard=true" if hard else ""))
         assert answer.status_code in (200, 404), answer.text
-        return answer.status_code == 200
+        return answer.status_code == 200 and ("claimed" if answer.json()["claimed"] else True)
 
     def get(self, topic: str, id: Any) -> dict | None:
         answer = self.http.get(self.path(topic, id))
@@ -256,6 +272,8 @@ def check_case(producer: Any, url: str, r: Any, case: dict) -> None:
     expect = case["expect"]
     if "delete" in case:
         target = case["delete"]
+        if case.get("claim"):
+            claim_due(setup.store, f"{target['topic']}:{target['id']}")
         assert producer.delete(target["topic"], target["id"], target.get("hard", False)) == expect["deleted"]
         if "parked" in expect:  # the `before` tasks a paused topic still holds back
             members = [f"{task['topic']}:{task['id']}" for task in case["before"]]

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from node_helper import NODE_DIR, NodeError, NodeProducer, need_node
+from store_helper import claim_due
 
 from delayd import Client, TaskError
 from delayd.store.keys import bucket_of
@@ -241,6 +242,9 @@ def test_nx_replace_delete_and_get(node, client):
     assert node.get("t", 1) is None and client.get("t", 1) is None
     assert node.delete("t", 1) is False
     assert node.delete("missing", "x", True) is False
+    node.add({"topic": "t", "id": 2, "push": "q"})
+    claim_due(client.store, "t:2")
+    assert node.delete("t", 2) == "claimed"  # too late: a run already claimed (SPEC section 10)
 
 
 def test_a_cron_task_without_delay_or_at_leaves_its_first_due_time_to_the_daemon(node, r):

@@ -77,13 +77,15 @@ def test_the_node_package_from_its_tarball_works_alone():
     installed = app / "node_modules" / "delayd-client"
     assert not installed.is_symlink() and (installed / "lua" / "add.lua").is_file()
     assert not (installed / "node_modules").exists()
-    probe = ("import { Client, PROTOCOL, VERSION } from 'delayd-client'; import Redis from 'ioredis';"
+    probe = ("import { CLAIMED, Client, PROTOCOL, VERSION } from 'delayd-client'; import Redis from 'ioredis';"
              "import { library, script } from './node_modules/delayd-client/src/lua.js';"
              "new Client(new Redis({ lazyConnect: true }));"
-             "console.log(VERSION, PROTOCOL, script('add').sha, library().functions.add, library().code.length);")
+             "console.log(VERSION, PROTOCOL, script('add').sha, library().functions.add, library().code.length,"
+             " CLAIMED);")
     out = subprocess.run([need_node(), "--input-type=module", "-e", probe], cwd=app, capture_output=True, text=True,
                          timeout=30, check=True).stdout.split()
-    assert out == [__version__, str(PROTOCOL), SCRIPTS["add"].sha, SCRIPTS["add"].function, str(len(LIBRARY.code))]
+    assert out == [__version__, str(PROTOCOL), SCRIPTS["add"].sha, SCRIPTS["add"].function, str(len(LIBRARY.code)),
+                   "claimed"]
 
 
 @pytest.mark.system
@@ -95,10 +97,10 @@ def test_the_php_package_from_composer_works_alone(tmp_path):
     assert not (app / "vendor" / "delayd" / "client").is_symlink()
     probe = ("require 'vendor/autoload.php'; echo Delayd\\Version::VERSION, ' ', Delayd\\Client::PROTOCOL, ' ',"
              " Delayd\\Lua::script('add')[1], ' ', Delayd\\Lua::library()['functions']['add'], ' ',"
-             " strlen(Delayd\\Lua::library()['code']);")
+             " strlen(Delayd\\Lua::library()['code']), ' ', Delayd\\Client::CLAIMED;")
     out = subprocess.run(["php", "-r", probe], cwd=app, capture_output=True, text=True, timeout=30, check=True)
     assert out.stdout.split() == [__version__, str(PROTOCOL), SCRIPTS["add"].sha, SCRIPTS["add"].function,
-                                  str(len(LIBRARY.code.encode()))] and not out.stderr
+                                  str(len(LIBRARY.code.encode())), "claimed"] and not out.stderr
     assert str(ROOT) not in (app / "vendor" / "composer" / "autoload_psr4.php").read_text()
 
 

@@ -10,6 +10,7 @@ import re
 import pytest
 from php_helper import php, require_php
 from redis_server import wait_for
+from store_helper import claim_due
 
 from delayd.model import schedule
 from delayd.store.keys import bucket_of, meta_key
@@ -63,6 +64,19 @@ def test_add_many_delete_and_get(redis_url, r, client):
     assert out == "450 0 2 truetrue false null deleted"  # (each add.lua call sent once: a second would write 0)
     assert client.count("bulk") == 449 and client.get("bulk", 2) is None
     assert client.get("bulk", 3).due_at == pytest.approx(client.get("bulk", 3).created_at + 60, abs=0.01)
+
+
+def test_a_delete_too_late_answers_the_claimed_constant(redis_url, client):
+    """SPEC section 10: a run already claimed (its handler may be starting): 'claimed', which is truthy in PHP,
+    so a shop compares with === true."""
+    client.add("t", 1, call="a.b:c")
+    claim_due(client.store, "t:1")
+    out = php("""
+        $answer = $client->delete('t', 1);
+        echo json_encode([$answer, $answer === Delayd\\Client::CLAIMED, $answer === true, $client->delete('t', 1)]);
+    """, redis_url).stdout
+    assert json.loads(out) == ["claimed", True, False, True]
+    assert client.get("t", 1).status == "deleted"
 
 
 def test_the_seed_keys_and_a_bad_item_of_add_many(redis_url, r, client):

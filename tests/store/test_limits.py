@@ -11,6 +11,7 @@ from redis_server import now_ms, wait_for
 from store_helper import DAY_MS, claim, promote_all, record
 from test_store import PREFIX, add
 
+from delayd import CLAIMED
 from delayd.client.errors import DelaydError
 from delayd.model.limit import Limit, decode, encode, parse_rate
 from delayd.model.task import TaskError
@@ -240,7 +241,7 @@ def test_a_run_holds_its_slot_until_it_ends_whatever_happened_to_its_record(r, s
     [run] = claim_all(store, lease_ms=5_000)
     topic, tid = run["member"].split(":")
     if change in ("soft delete", "hard delete"):
-        assert client.delete(topic, tid, hard=change == "hard delete")
+        assert client.delete(topic, tid, hard=change == "hard delete") is CLAIMED  # (its run goes on)
     elif change == "replace":
         client.add(topic, tid, call="delayd.examples:noop")
     else:

@@ -24,7 +24,7 @@ from redis_server import (
 )
 from store_helper import DAY_MS, claim, promote_all, record
 
-from delayd import Client
+from delayd import CLAIMED, Client
 from delayd import config as config_mod
 from delayd.model import attempts
 from delayd.model.record import from_record
@@ -439,7 +439,7 @@ def test_a_running_task_with_a_live_lease_is_not_reaped(r, store, keys):
 # -- delete ------------------------------------------------------------------------
 def test_soft_delete_fences_a_running_task(r, store, keys, client):
     run = claimed(r, store)
-    assert client.delete("t", 1) is True
+    assert client.delete("t", 1) is CLAIMED
     rec = record(r, store, "t:1")
     assert rec["status"] == "deleted" and int(rec["claim"]) == run["claim"] + 1
     assert r.zscore(keys.leases, "t:1") is None and r.zscore(keys.done("deleted"), "t:1") is not None
@@ -447,6 +447,52 @@ def test_soft_delete_fences_a_running_task(r, store, keys, client):
     assert store.finish(0, [("t:1", run["claim"], "retry", 1000, "")], DAY_MS) == [0]
     assert store.renew(0, [("t:1", run["claim"])], 60_000) == [0]
     assert record(r, store, "t:1")["status"] == "deleted" and r.zcard(keys.delayed) == 0
+
+
+def in_state(r, store, client, state: str) -> None:
+    """Task t:1 (beside t:0, due before it) in `state`, as the daemon's scripts leave it."""
+    if state == "delayed":
+        add(store, "t", 1, delay_ms=60_000)
+        return
+    if state == "parked":
+        client.pause("t")
+    if state == "held":
+        client.set_limit("t", concurrency=1)
+    add(store, "t", 0, at_ms=now_ms(r) - 10)
+    add(store, "t", 1)
+    promote_all(store)
+    if state in ("ready", "parked"):
+        assert (r.zscore(store.keys[0].parked("t"), "t:1") is not None) == (state == "parked")
+        return
+    runs = claim(store, lease_ms=1 if state == "lapsed" else 60_000)
+    assert (r.zscore(store.keys[0].held("t"), "t:1") is not None) == (state == "held")
+    if state == "lapsed":  # its lease ran out and promote put it back, ready: its worker's run is fenced off
+        wait_for(lambda: now_ms(r) > runs[0]["now"] + 1, 1, message="the leases to lapse")
+        assert promote_all(store).reaped == 2 and record(r, store, "t:1")["queued"] == "1"
+    if state in ("ok", "failed"):
+        [run] = [run for run in runs if run["member"] == "t:1"]
+        assert store.finish(0, [("t:1", run["claim"], state if state == "ok" else "quarantine", 0, "x")],
+                            DAY_MS) == [1]
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["soft", "hard"])
+@pytest.mark.parametrize("state, answer", [
+    ("delayed", True), ("ready", True), ("parked", True), ("held", True), ("lapsed", True), ("ok", True),
+    ("failed", True), ("running", CLAIMED)])
+def test_a_delete_answers_true_unless_a_run_was_already_claimed(r, store, keys, client, state, answer, hard):
+    """SPEC section 10: True (1) when no run of the task is claimed, so none starts after it; CLAIMED (2) for a
+    task in `leases`, whose handler may be starting. Either way it never runs again, and claim skips it."""
+    in_state(r, store, client, state)
+    assert record(r, store, "t:1")["status"] == {"ok": "ok", "failed": "failed", "running": "running"}.get(
+        state, "delayed")
+    assert client.delete("t", 1, hard=hard) is answer
+    assert r.zscore(keys.leases, "t:1") is None
+    if state == "held":  # the limit gone, promote releases what it holds: t:1's entry is dropped
+        client.clear_limit("t")
+    promote_all(store)
+    assert "t:1" not in [run["member"] for run in claim(store)]
+    assert client.delete("t", 1, hard=hard) is (False if hard else True)  # soft: a deleted task, no run claimed
+    assert client.delete("t", 2, hard=hard) is False
 
 
 def test_soft_delete_makes_a_ready_entry_stale(r, store, keys, client):

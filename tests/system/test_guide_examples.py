@@ -141,5 +141,5 @@ def test_the_http_example_works_as_written(scripts_run, tmp_path):
     out = (tmp_path / "out").read_text()
     assert code == 0, (tmp_path / "err").read_text()
     assert '{"added":true}' in out and '{"added":2}' in out and '"key":"order:cancel:42"' in out, out
-    assert '{"deleted":true}' in out
+    assert '{"deleted":true,"claimed":false}' in out
 

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from docs_examples import example
 from redis_server import free_port, wait_for
+from store_helper import claim_due
 from test_web_hardening import MiB, post_unread
 from web_helper import TOKEN, Web, logged_in
 
@@ -182,13 +183,24 @@ def test_a_body_over_1_mib_answers_413_unread(server, r, chunked):
 
 def test_delete_soft_hard_missing_and_encoded_names(producer, client):
     client.add("shop/eu", "id%1", call="delayd.examples:echo")
-    assert producer.delete("/api/tasks/shop%2Feu/id%251").json() == {"deleted": True}
+    assert producer.delete("/api/tasks/shop%2Feu/id%251").json() == {"deleted": True, "claimed": False}
     assert client.get("shop/eu", "id%1").status == "deleted"
-    assert producer.delete("/api/tasks/shop%2Feu/id%251?hard=true").json() == {"deleted": True}
+    assert producer.delete("/api/tasks/shop%2Feu/id%251?hard=true").json() == {"deleted": True, "claimed": False}
     assert client.get("shop/eu", "id%1") is None
     missing = producer.delete("/api/tasks/shop%2Feu/id%251")
     assert missing.status_code == 404 and "not found" in missing.json()["error"]
     assert producer.delete("/api/tasks/t/1?hard=yes").status_code == 400
+
+
+@pytest.mark.parametrize("hard", ["false", "true"])
+def test_delete_of_a_claimed_task_says_claimed(producer, client, hard):
+    """SPEC section 10: deleted, but too late for the run already claimed (its handler may be starting)."""
+    client.add("t", 1, call="delayd.examples:echo")
+    claim_due(client.store, "t:1")
+    answer = producer.delete(f"/api/tasks/t/1?hard={hard}")
+    assert (answer.status_code, answer.json()) == (200, {"deleted": True, "claimed": True})
+    task = client.get("t", 1)
+    assert (task is None) if hard == "true" else task.status == "deleted"
 
 
 def test_the_producer_get_is_what_get_json_prints(producer, admin, client):
@@ -226,7 +238,7 @@ def test_a_wrong_producer_token_counts_against_the_address(server, r):
 def test_the_web_token_may_do_everything(admin, client):
     assert admin.post("/api/tasks", json=TASK).status_code == 201
     assert admin.get("/api/tasks?topic=order:cancel").json()["tasks"][0]["id"] == "42"
-    assert admin.delete("/api/tasks/order:cancel/42").json() == {"deleted": True}
+    assert admin.delete("/api/tasks/order:cancel/42").json() == {"deleted": True, "claimed": False}
 
 
 def test_a_cookie_session_needs_the_csrf_token(server, client):
@@ -321,7 +333,7 @@ def test_the_guides_curl_examples_work_as_written(server, client):
         answer, end = decoder.raw_decode(text)
         answers.append(answer)
         text = text[end:].strip()
-    assert answers[:2] == [{"added": True}, {"added": 2}] and answers[3:] == [{"deleted": True}]
+    assert answers[:2] == [{"added": True}, {"added": 2}] and answers[3:] == [{"deleted": True, "claimed": False}]
     assert answers[2]["key"] == "order:cancel:42" and answers[2]["call"] == "delayd.examples:cancel_order"
     assert client.get("order:cancel", 42) is None and client.get("order:notify", 5).intervals == [0, 30, 60, 150]
 

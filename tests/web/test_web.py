@@ -13,6 +13,7 @@ import psutil
 import pytest
 from daemon_helper import Daemon, delayd
 from redis_server import free_port, lose_scripts, wait_for
+from store_helper import claim_due
 from web_helper import TOKEN, Web, answers, logged_in
 
 pytestmark = pytest.mark.system
@@ -84,6 +85,17 @@ def test_form_post_redirects_back_with_the_outcome(web, client):
     assert "deleted: it never runs again" in page.text
 
 
+def test_the_dashboards_delete_of_a_claimed_task_says_too_late(web, api, client):
+    client.add("t", 1, call="delayd.examples:echo")
+    claim_due(client.store, "t:1")
+    answer = api.post("/api/tasks/t/1/delete").json()
+    assert answer["result"] == "deleted" and answer["claimed"] is True
+    assert answer["message"] == ("t:1 deleted: it never runs again, but too late for the run already claimed, "
+                                 "which may be starting or running")
+    client.add("t", 2, call="delayd.examples:echo", delay=600)
+    assert api.post("/api/tasks/t/2/delete").json()["claimed"] is False
+
+
 def test_every_page_renders(api, client):
     client.add("order:cancel", 42, call="delayd.examples:echo", delay=600, params={"order": 42})
     for path in ("/", "/tasks", "/tasks?status=delayed&topic=order:cancel&q=4", "/tasks/order:cancel/42"):
@@ -146,7 +158,7 @@ def test_actions_on_a_running_daemon(redis_url, tmp_path, api, client):
         client.add("d", 1, call="delayd.examples:echo", delay=600)
         assert api.post("/api/tasks/d/1/retry").status_code == 409, "only a failed task can be retried"
         assert api.post("/api/tasks/d/1/delete?hard=1").json() == {
-            "result": "removed", "hard": True, "message": "d:1 removed with every trace"}
+            "result": "removed", "hard": True, "claimed": False, "message": "d:1 removed with every trace"}
         assert client.get("d", 1) is None
         answer = api.post("/api/topics/f/retry-failed")
         assert answer.json()["retried"] == 5

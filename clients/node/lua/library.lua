@@ -1,4 +1,4 @@
-#!lua name=delayd_25296e39173a59d7
+#!lua name=delayd_533cc2b835c7203c
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -295,7 +295,9 @@ end
 
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
-  if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+  local removed = on('zset', 'ZREM', zset, member) == 1
+  if removed then count(state, topic or topic_of(member), -1) end
+  return removed
 end
 
 local function zadd_counted(zset, score, member, state, topic)
@@ -1004,7 +1006,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_25296e39173a59d7_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1285,7 +1287,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1302,7 +1304,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1379,7 +1381,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1618,7 +1620,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1631,8 +1633,11 @@ counts, runs = {}, {}
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
 -- kept only for tasks in done:failed). A task key that is not a hash is removed,
 -- and a soft delete leaves a record that says `deleted`. Either ends a recurring task:
--- it leaves the `recurring` index (also when its record is already gone). Returns 1 if
--- the task existed, else 0.
+-- it leaves the `recurring` index (also when its record is already gone).
+-- Returns 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed, ready,
+-- parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts after
+-- this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting or
+-- running (its finish is fenced off as above).
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
@@ -1651,7 +1656,8 @@ end
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 if PENDING[old[5]] then count_host(old[6], -1) end  -- a URL task no longer waits for its host
-for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
+local claimed = zrem_counted(KEYS[3], member, 'running', topic)  -- a run of it was claimed (leased)
+for _, k in ipairs({2, 4, 5, 6}) do zrem_counted(KEYS[k], member, states[k], topic) end
 zrem_counted(parked, member, 'parked', topic)
 if hard then
   redis.call('DEL', KEYS[1])
@@ -1660,10 +1666,10 @@ else
   index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
 end
 flush_counts(KEYS[8])
-return 1
+return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1811,7 +1817,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1839,7 +1845,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1896,7 +1902,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -1923,7 +1929,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1980,7 +1986,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2004,7 +2010,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2435,7 +2441,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2463,7 +2469,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2497,7 +2503,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2544,7 +2550,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2583,7 +2589,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2613,7 +2619,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_25296e39173a59d7_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_533cc2b835c7203c_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

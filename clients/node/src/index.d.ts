@@ -105,6 +105,8 @@ export class StoreError extends Error {}
 /** This package's version (delayd's), and the protocol (docs/protocol.md) it speaks. */
 export const VERSION: string;
 export const PROTOCOL: number;
+/** What delete() resolves to for a task deleted after a run of it was claimed. */
+export const CLAIMED: 'claimed';
 
 export function bucketOf(member: string, buckets: number): number;
 
@@ -114,7 +116,10 @@ export class Client {
   add(task: Task, options?: { nx?: boolean }): Promise<boolean>;
   /** how many were written; every task is validated before anything is written */
   addMany(tasks: Task[], options?: { nx?: boolean }): Promise<number>;
-  /** true if the task existed */
-  delete(topic: string | number, id: string | number, hard?: boolean): Promise<boolean>;
+  /**
+   * true: deleted in time, no run of it starts after this resolved; false: no such task; CLAIMED: deleted, but
+   * too late for a run already claimed (its handler may be starting or running). Compare with `=== true`.
+   */
+  delete(topic: string | number, id: string | number, hard?: boolean): Promise<boolean | typeof CLAIMED>;
   get(topic: string | number, id: string | number): Promise<StoredTask | null>;
 }

@@ -22,6 +22,9 @@ export class StoreError extends Error {
   }
 }
 
+/** What delete() resolves to for a task deleted too late: a run of it had already been claimed. */
+export const CLAIMED = 'claimed';
+
 // The meta hash's versions this client follows (delayd.store.keys.LAYOUT and PROTOCOL; docs/protocol.md).
 const VERSIONS = { layout: String(LAYOUT), protocol: String(PROTOCOL) };
 const MAX_BUCKETS = 1024;
@@ -253,14 +256,20 @@ export class Client {
     return written;
   }
 
-  /** Mark a task deleted (it never runs again); hard=true removes every trace. Resolves whether it existed. */
+  /**
+   * Mark a task deleted (it never runs again); hard=true removes every trace. Resolves true: deleted in time, no
+   * run of it starts after this resolved; false: there was no such task; CLAIMED ('claimed'): deleted, but too
+   * late for a run already claimed, whose handler may be starting or running. 'claimed' is truthy: compare with
+   * `=== true` to know it was cancelled in time.
+   */
   async delete(topic, id, hard = false) {
     const member = `${topic}:${id}`;
     const tag = this.tag(bucketOf(member, await this.store()));
     const parked = member.slice(0, member.lastIndexOf(':')); // the topic as the scripts read it: up to the last ':'
     const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
       'counts', 'paused', 'recurring', `paused:${parked}`, 'corrupt'].map((k) => tag + k)];
-    return (await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs])) === 1;
+    const answer = await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs]);
+    return answer === 2 ? CLAIMED : answer === 1;
   }
 
   /** The task as `delayd get --json` prints it, or null; rejects with TaskError if its record is corrupt. */

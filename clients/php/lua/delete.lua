@@ -176,7 +176,9 @@ end
 
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
-  if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+  local removed = on('zset', 'ZREM', zset, member) == 1
+  if removed then count(state, topic or topic_of(member), -1) end
+  return removed
 end
 
 local function zadd_counted(zset, score, member, state, topic)
@@ -223,8 +225,11 @@ end
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
 -- kept only for tasks in done:failed). A task key that is not a hash is removed,
 -- and a soft delete leaves a record that says `deleted`. Either ends a recurring task:
--- it leaves the `recurring` index (also when its record is already gone). Returns 1 if
--- the task existed, else 0.
+-- it leaves the `recurring` index (also when its record is already gone).
+-- Returns 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed, ready,
+-- parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts after
+-- this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting or
+-- running (its finish is fenced off as above).
 local now = now_ms()
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
@@ -243,7 +248,8 @@ end
 local topic = topic_of(member)
 if old[1] == '1' then count_ready(old[2], topic, -1) end
 if PENDING[old[5]] then count_host(old[6], -1) end  -- a URL task no longer waits for its host
-for k = 2, 6 do zrem_counted(KEYS[k], member, states[k], topic) end
+local claimed = zrem_counted(KEYS[3], member, 'running', topic)  -- a run of it was claimed (leased)
+for _, k in ipairs({2, 4, 5, 6}) do zrem_counted(KEYS[k], member, states[k], topic) end
 zrem_counted(parked, member, 'parked', topic)
 if hard then
   redis.call('DEL', KEYS[1])
@@ -252,4 +258,4 @@ else
   index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
 end
 flush_counts(KEYS[8])
-return 1
+return claimed and 2 or 1

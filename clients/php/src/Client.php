@@ -11,6 +11,8 @@ final class Client
 {
     public const PROTOCOL = Version::PROTOCOL;
     public const LAYOUT = Version::LAYOUT;
+    /** What delete() answers for a task deleted too late: a run of it had already been claimed. */
+    public const CLAIMED = 'claimed';
     private const MAX_BUCKETS = 1024;
     private const ADD_BATCH = 200;  // tasks per add.lua call, as the Python client sends them
 
@@ -98,8 +100,13 @@ final class Client
         return $written;
     }
 
-    /** Mark a task deleted (it never runs again); $hard removes every trace. False if there was none. */
-    public function delete(string $topic, string|int $id, bool $hard = false): bool
+    /**
+     * Mark a task deleted (it never runs again); $hard removes every trace. True: deleted in time, no run of
+     * it starts after this returned; false: there was no such task; Client::CLAIMED ('claimed'): deleted, but
+     * too late for a run already claimed, whose handler may be starting or running. A non-empty string is
+     * truthy in PHP: compare with `=== true` to know it was cancelled in time.
+     */
+    public function delete(string $topic, string|int $id, bool $hard = false): bool|string
     {
         $member = "$topic:$id";
         $tag = $this->tag($member);
@@ -107,7 +114,8 @@ final class Client
         $keys = ["{$tag}t:$member", "{$tag}delayed", "{$tag}leases", "{$tag}done:ok", "{$tag}done:failed",
             "{$tag}done:deleted", "{$tag}quarantine", "{$tag}counts", "{$tag}paused", "{$tag}recurring",
             "{$tag}paused:$parked", "{$tag}corrupt"];
-        return $this->scripts->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]) === 1;
+        $answer = $this->scripts->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]);
+        return $answer === 2 ? self::CLAIMED : $answer === 1;
     }
 
     /** The task as `delayd get --json` prints it (docs/protocol.md, section 5), or null. */

@@ -301,7 +301,9 @@ end
 
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
-  if on('zset', 'ZREM', zset, member) == 1 then count(state, topic or topic_of(member), -1) end
+  local removed = on('zset', 'ZREM', zset, member) == 1
+  if removed then count(state, topic or topic_of(member), -1) end
+  return removed
 end
 
 local function zadd_counted(zset, score, member, state, topic)
