@@ -110,6 +110,19 @@ def field_files() -> dict[Path, str]:
     return {ROOT / "clients/node/src/fields.js": node, ROOT / "clients/php/src/Fields.php": php}
 
 
+OPENAPI = ROOT / "delayd/web/openapi.json"  # (docs/openapi.json links to it)
+
+
+def openapi_file() -> dict[Path, str]:
+    """docs/openapi.json with its task schemas' properties made from the table of fields: TaskInput's (each add
+    argument's schema and its doc) and Task's (what get shows); the rules between fields are the document's own."""
+    doc = json.loads(OPENAPI.read_text())
+    schemas = doc["components"]["schemas"]
+    schemas["TaskInput"]["properties"] = {f.name: {**f.schema, "description": f.doc} for f in FIELDS if f.schema}
+    schemas["Task"]["properties"] = {f.name: f.output for f in SHOWN}
+    return {OPENAPI: json.dumps(doc, indent=2) + "\n"}
+
+
 def manifests() -> dict[Path, str]:
     """package.json, its lock file and composer.json with the version and protocol stamped in."""
     out = {}
@@ -139,7 +152,7 @@ def _stamp_composer(data: dict) -> None:
 def wanted() -> dict[Path, str]:
     """Every file the build writes, with its content."""
     return {**lua_files(ROOT / "clients/php"), **lua_files(ROOT / "clients/node"), **version_files(), **manifests(),
-            **field_files()}
+            **field_files(), **openapi_file()}
 
 
 def main() -> int:
