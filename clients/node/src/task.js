@@ -77,11 +77,15 @@ function checkUrl(url, stored) {
   if (stored) return url;
   const authority = (/^[A-Za-z][A-Za-z0-9+.-]*:\/\/([^/?#]*)/.exec(url) || ['', ''])[1];
   const a = /^(\[[^\]]+\]|[^:[\]]*)(?::([0-9]*))?$/.exec(authority.slice(authority.lastIndexOf('@') + 1));
-  const why = !a ? 'has a port that is not a number from 1 to 65535' : a[1] === '' ? 'has no host'
-    : a[2] && (a[2].length > 5 || !(Number(a[2]) >= 1 && Number(a[2]) <= 65535)) ? `has the port ${a[2]}, not a number from 1 to 65535`
-      : /[^\x00-\x7f]/.test(a[1]) ? 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)' : null;
+  const port = a ? a[2] ?? '' : '';
+  let why = null;
+  if (!a) why = 'has a port that is not a number from 1 to 65535';
+  else if (a[1] === '') why = 'has no host';
+  else if (port && (port.length > 5 || !(Number(port) >= 1 && Number(port) <= 65535))) {
+    why = `has the port ${port}, not a number from 1 to 65535`;
+  } else if (/[^\x00-\x7f]/.test(a[1])) why = 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)';
+  else if (BAD_URL_CHARS.test(url)) why = 'must not contain spaces or control characters (percent-encode them)';
   if (why !== null) fail(`url ${why}, got ${pyRepr(url)}`);
-  if (BAD_URL_CHARS.test(url)) fail(`url must not contain spaces or control characters (percent-encode them), got ${pyRepr(url)}`);
   return isUtf8(url) ? url : fail('url is not valid UTF-8 text');
 }
 
@@ -121,7 +125,9 @@ function checkZone(name) {
 function checkCron(expr) {
   if (typeof expr !== 'string') fail(`cron must be a string like '0 3 * * *', got ${pyRepr(expr)}`);
   const fields = expr.split(/\s+/).filter(Boolean);
-  if (fields.length !== 5) fail(`cron needs five fields (minute hour day-of-month month day-of-week), got ${pyRepr(expr)}`);
+  if (fields.length !== 5) {
+    fail(`cron needs five fields (minute hour day-of-month month day-of-week), got ${pyRepr(expr)}`);
+  }
   const problem = cronProblem(expr);
   return problem ? fail(`invalid cron expression ${pyRepr(expr)}: ${problem}`) : fields.join(' ');
 }
@@ -171,32 +177,42 @@ export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = fals
   const given = ['intervals', 'every', 'cron'].filter((name) => t[name] !== null); // the rules between fields
   if (given.length > 1) fail(`give one of intervals, every or cron, not ${given.join(' and ')}`);
   if (t.cron === null && t.tz !== null) fail('tz is the zone of a cron schedule: give it with cron');
-  if (t.retries !== null && given.length) fail(`retries is for a task without a schedule: give retries or ${given[0]}, not both`);
+  if (t.retries !== null && given.length) {
+    fail(`retries is for a task without a schedule: give retries or ${given[0]}, not both`);
+  }
   if (t.retries !== null && !t.persistent) fail('give retries or persistent=False (one run, no retries), not both');
   const state = typeof t.tracestate === 'string' ? t.tracestate.trim() : '';
   Object.assign(t, { tz: t.cron === null ? null : t.tz ?? 'UTC', backoff: !given.length, intervals: t.intervals ?? [0],
     recurring: t.every !== null || t.cron !== null, trace: stored || t.traceparent === null ? null
       : t.traceparent + (TRACESTATE.test(state) ? ` ${state}` : '') });
-  const spec = SPEC.filter(([name, written, omit]) => (written === 'set' ? t[name] !== null
-    : written === 'scheduled' ? !t.backoff && !t.recurring : !omit.includes(t[name]) || (written === 'with-url' && t.url !== null)));
+  const spec = SPEC.filter(([name, written, omit]) => { // as Python's spec_json writes it: order, rules, JSON text
+    if (written === 'set') return t[name] !== null;
+    if (written === 'scheduled') return !t.backoff && !t.recurring;
+    return !omit.includes(t[name]) || (written === 'with-url' && t.url !== null);
+  });
   t.spec = `{${spec.map(([name]) => `"${name}":${name === 'params' ? t.params : compactJson(t[name])}`).join(',')}}`;
   return t;
 }
 
 const AT_ERROR = 'at must be Unix seconds or an ISO 8601 time';
+const ISO_TIME = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})(?:[.,](\d{1,6}))?)?)?)?(Z|[+-]\d{2}(?::?\d{2})?)?$/;
 
 /** An absolute time (Unix seconds, a Date, or an ISO 8601 string) in ms (base.to_ms). */
 export function toMs(at) {
-  if (typeof at === 'number') return at >= 0 && at < 1e11 ? Math.trunc(at * 1000) : fail(`at must be Unix seconds, got ${pyRepr(at)}`);
+  if (typeof at === 'number') {
+    return at >= 0 && at < 1e11 ? Math.trunc(at * 1000) : fail(`at must be Unix seconds, got ${pyRepr(at)}`);
+  }
   if (at instanceof Date) return Number.isNaN(at.getTime()) ? fail(`${AT_ERROR}, got ${pyRepr(String(at))}`) : at.getTime();
   if (typeof at !== 'string') fail(typeof at === 'boolean' ? AT_ERROR : `${AT_ERROR}, got ${pyRepr(at)}`);
   const number = parseFloatPy(at);
   if (number !== undefined) return toMs(number);
   // ISO 8601 as datetime.fromisoformat reads it; without an offset it is local time.
-  const m = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})(?:[.,](\d{1,6}))?)?)?)?(Z|[+-]\d{2}(?::?\d{2})?)?$/.exec(at);
+  const m = ISO_TIME.exec(at);
   const [y, mo, d, h, mi, s] = (m || []).slice(1, 7).map((part) => Number(part ?? 0));
   const ms = m && Number((m[7] ?? '').padEnd(3, '0').slice(0, 3));
-  if (!m || new Date(y, mo - 1, d).getMonth() !== mo - 1 || h > 23 || mi > 59 || s > 59) fail(`${AT_ERROR}, got ${pyRepr(at)}`);
+  if (!m || new Date(y, mo - 1, d).getMonth() !== mo - 1 || h > 23 || mi > 59 || s > 59) {
+    fail(`${AT_ERROR}, got ${pyRepr(at)}`);
+  }
   if (!m[8]) return toMs(new Date(y, mo - 1, d, h, mi, s, ms).getTime() / 1000);
   const digits = m[8] === 'Z' ? '0000' : m[8].slice(1).replace(':', '').padEnd(4, '0');
   const offset = (m[8][0] === '-' ? -1 : 1) * (Number(digits.slice(0, 2)) * 60 + Number(digits.slice(2))) * 60000;
@@ -217,7 +233,9 @@ function snake(name) {
 /** One add's task object validated (BaseClient.build): { task, mode: 'delay'|'at'|'next'|'debounce', value (ms,
  * or a debounce's 'WAIT:MOST'), nx }. camelCase names (maxWait) are read as the Python ones (max_wait). */
 export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModules = null } = {}) {
-  if (input === null || typeof input !== 'object' || Array.isArray(input)) fail('a task is an object of add() arguments');
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
+    fail('a task is an object of add() arguments');
+  }
   const fields = {}; // (one pass, no object rest or spread: build runs per task of an addMany)
   let unknown = null;
   for (const name of Object.keys(input)) {
@@ -246,10 +264,12 @@ export function build(input, { paramsLimit = DEFAULT_PARAMS_LIMIT, allowedModule
       const g = (n) => String(Number(n.toPrecision(6))); // Python's {:g} for the usual values
       fail(`max_wait (${g(maxWait)} s) must be at least debounce (${g(debounce)} s)`);
     }
-    return { task, mode: 'debounce', value: `${Math.trunc(debounce * 1000)}:${maxWait === null ? '' : Math.trunc(maxWait * 1000)}`, nx };
+    const most = maxWait === null ? '' : Math.trunc(maxWait * 1000);
+    return { task, mode: 'debounce', value: `${Math.trunc(debounce * 1000)}:${most}`, nx };
   }
   if (at !== null) return { task, mode: 'at', value: toMs(at), nx };
   // A cron task's first due time comes from delayd's one cron implementation: the daemon resolves `next`.
   if (delay === null && task.cron !== null) return { task, mode: 'next', value: 0, nx };
-  return { task, mode: 'delay', value: Math.trunc(checked('delay', delay ?? task.every ?? task.intervals[0]) * 1000), nx };
+  const seconds = checked('delay', delay ?? task.every ?? task.intervals[0]);
+  return { task, mode: 'delay', value: Math.trunc(seconds * 1000), nx };
 }

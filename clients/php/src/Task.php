@@ -55,7 +55,8 @@ final class Task
             $t[$name] = $given ? self::checked($name, $task[$name], $paramsLimit) : $absent;
         }
         foreach (Fields::CHECKS as $name => $check) {
-            if (isset($check['targets']) && $t[$name] !== null && !array_filter($check['targets'], fn ($k) => $t[$k] !== null)) {
+            $targets = $check['targets'] ?? [];
+            if ($targets && $t[$name] !== null && !array_filter($targets, static fn ($k) => $t[$k] !== null)) {
                 throw new TaskError("$name is for a " . implode(' or ', $check['targets']) . " task: {$check['why']}");
             }
         }
@@ -92,14 +93,15 @@ final class Task
     private static function checked(string $name, mixed $value, int $limit = 0): mixed
     {
         $c = Fields::CHECKS[$name];
+        $number = is_int($value) || is_float($value);
+        $folded = ($c['fold'] ?? false) && is_string($value) ? strtoupper($value) : $value;
         $ok = match ($c['kind']) {
             'name' => self::name($c['label'] ?? $name, $value),
             'text' => is_string($value) && preg_match('/' . str_replace('/', '\/', $c['pattern']) . '/Du', $value),
-            'enum' => in_array(($c['fold'] ?? false) && is_string($value) ? strtoupper($value) : $value, $c['values'], true),
+            'enum' => in_array($folded, $c['values'], true),
             'bool' => is_bool($value),
             'int' => is_int($value) && $value >= $c['low'] && $value <= $c['high'],
-            'number' => (is_int($value) || is_float($value)) && ($c['lowOpen'] ?? false ? $value > $c['low'] : $value >= $c['low'])
-                && $value <= $c['high'],
+            'number' => $number && $value <= $c['high'] && ($c['lowOpen'] ?? false ? $value > $c['low'] : $value >= $c['low']),
             'url' => self::url($value),
             'params' => self::params($value, $limit),
             'intervals' => self::intervals($value),
@@ -108,12 +110,12 @@ final class Task
             default => true,
         };
         if ($ok === false) {
-            $message = $c['kind'] === 'number' && !is_int($value) && !is_float($value) ? $c['typeMessage'] ?? $c['message'] : $c['message'];
+            $message = $c['kind'] === 'number' && !$number ? $c['typeMessage'] ?? $c['message'] : $c['message'];
             throw new TaskError("$name $message" . (($c['got'] ?? true) ? ', got ' . self::shown($value) : ''));
         }
         return match ($c['kind']) {
             'name', 'url', 'params', 'intervals', 'cron', 'zone' => $ok,
-            'enum' => ($c['fold'] ?? false) ? strtoupper($value) : $value,
+            'enum' => $folded,
             'number' => self::whole($value),
             default => $value,
         };
@@ -140,7 +142,8 @@ final class Task
     private static function url(mixed $url): string
     {
         $parts = is_string($url) ? parse_url($url) : false;
-        if (!is_array($parts) || !in_array(strtolower($parts['scheme'] ?? ''), ['http', 'https'], true) || ($parts['host'] ?? '') === '') {
+        $scheme = strtolower($parts['scheme'] ?? '');
+        if (!is_array($parts) || !in_array($scheme, ['http', 'https'], true) || ($parts['host'] ?? '') === '') {
             throw new TaskError('url must be an http:// or https:// URL with a host, got ' . self::shown($url));
         }
         preg_match('~^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#]*@)?([^/?#]*)~', $url, $found);  // (past the last '@')
@@ -149,13 +152,16 @@ final class Task
         $why = match (true) {
             !$ok => 'has a port that is not a number from 1 to 65535',
             $m[1] === '' => 'has no host',
-            $port !== '' && (strlen($port) > 5 || (int) $port < 1 || (int) $port > 65535) => "has the port $port, not a number from 1 to 65535",
-            (bool) preg_match('/[\x80-\xff]/', $m[1]) => 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)',
-            !preg_match('//u', $url) => 'is not valid UTF-8 text',
-            (bool) preg_match('/[\x00-\x20\x7f]|[\x{80}-\x{9f}]|\s/u', $url) => 'must not contain spaces or control characters (percent-encode them)',
+            $port !== '' && (strlen($port) > 5 || (int) $port < 1 || (int) $port > 65535)
+                => "has the port $port, not a number from 1 to 65535",
+            (bool) preg_match('/[\x80-\xff]/', $m[1])
+                => 'has a host that is not ASCII: give an international name in its xn-- form (IDNA)',
+            !preg_match('//u', $url) => throw new TaskError('url is not valid UTF-8 text'),
+            (bool) preg_match('/[\x00-\x20\x7f]|[\x{80}-\x{9f}]|\s/u', $url)
+                => 'must not contain spaces or control characters (percent-encode them)',
             default => null,
         };
-        return $why === null ? $url : throw new TaskError("url $why" . ($why === 'is not valid UTF-8 text' ? '' : ', got ' . self::shown($url)));
+        return $why === null ? $url : throw new TaskError("url $why, got " . self::shown($url));
     }
 
     /** The params as compact JSON, or null when there are none. */
@@ -175,7 +181,10 @@ final class Task
                 default => 'params are not JSON-serialisable: ' . $e->getMessage(),
             });
         }
-        return strlen($json ?? '') > $limit ? throw new TaskError('params are ' . strlen($json) . " bytes, more than the limit of $limit") : $json;
+        if (strlen($json ?? '') > $limit) {
+            throw new TaskError('params are ' . strlen($json) . " bytes, more than the limit of $limit");
+        }
+        return $json;
     }
 
     /** `10`, `[0, 30, 60]` or `"0,30,60"` as a list of seconds. */
@@ -218,13 +227,15 @@ final class Task
         }
         $fields = preg_split('/\s+/', trim($expr));
         if (count($fields) !== 5) {
-            throw new TaskError('cron needs five fields (minute hour day-of-month month day-of-week), got ' . self::shown($expr));
+            throw new TaskError('cron needs five fields (minute hour day-of-month month day-of-week), got '
+                . self::shown($expr));
         }
         foreach ($fields as $i => $field) {
             [$what, $low, $high] = self::CRON[$i];
             foreach (explode(',', strtoupper($field)) as $part) {
                 if (!self::cronPart($part, $i, $low, $high)) {
-                    throw new TaskError('invalid cron expression ' . self::shown($expr) . ": bad $what field " . self::shown($part));
+                    throw new TaskError('invalid cron expression ' . self::shown($expr) . ": bad $what field "
+                        . self::shown($part));
                 }
             }
         }
@@ -240,8 +251,8 @@ final class Task
             }
             return ctype_digit($text) && (int) $text >= $low && (int) $text <= $high ? (int) $text : null;
         };
-        if (!preg_match('~^(\*|\?|L|LW|[0-9A-Z]+W?|[0-9A-Z]+#[1-5]|[0-9A-Z]+L|[0-9A-Z]+-[0-9A-Z]+)(?:/([0-9]+))?$~D', $part, $m)
-            || (isset($m[2]) && ((int) $m[2] < 1 || (int) $m[2] > $high))) {
+        $shape = '~^(\*|\?|L|LW|[0-9A-Z]+W?|[0-9A-Z]+#[1-5]|[0-9A-Z]+L|[0-9A-Z]+-[0-9A-Z]+)(?:/([0-9]+))?$~D';
+        if (!preg_match($shape, $part, $m) || (isset($m[2]) && ((int) $m[2] < 1 || (int) $m[2] > $high))) {
             return false;
         }
         $range = rtrim(preg_replace('~#[1-5]$~', '', $m[1]), 'WL');
@@ -256,7 +267,8 @@ final class Task
     private static function when(array $task, array $t): array
     {
         $recurs = ($t['every'] !== null || $t['cron'] !== null) ? '*' : '';
-        [$delay, $at, $debounce, $maxWait] = [$task['delay'] ?? null, $task['at'] ?? null, $task['debounce'] ?? null, $task['max_wait'] ?? null];
+        [$delay, $at] = [$task['delay'] ?? null, $task['at'] ?? null];
+        [$debounce, $maxWait] = [$task['debounce'] ?? null, $task['max_wait'] ?? null];
         if ($delay !== null && $at !== null) {
             throw new TaskError('give delay or at, not both');
         }
@@ -269,8 +281,10 @@ final class Task
                     => sprintf('max_wait (%g s) must be at least debounce (%g s)', $maxWait, $debounce),
                 default => null,
             };
-            return $why === null ? ['debounce', (int) ($debounce * 1000) . ':' . ($maxWait === null ? '' : (int) ($maxWait * 1000))]
-                : throw new TaskError($why);
+            if ($why !== null) {
+                throw new TaskError($why);
+            }
+            return ['debounce', (int) ($debounce * 1000) . ':' . ($maxWait === null ? '' : (int) ($maxWait * 1000))];
         }
         if ($at !== null) {
             return ['at' . $recurs, self::atMs($at)];
@@ -290,7 +304,10 @@ final class Task
             $at = (float) $at;
         }
         if (is_int($at) || (is_float($at) && is_finite($at))) {
-            return $at >= 0 && $at < 1e11 ? (int) ($at * 1000) : throw new TaskError('at must be Unix seconds, got ' . self::shown($at));
+            if ($at < 0 || $at >= 1e11) {
+                throw new TaskError('at must be Unix seconds, got ' . self::shown($at));
+            }
+            return (int) ($at * 1000);
         }
         try {
             return is_string($at) ? self::atMs(new \DateTimeImmutable($at)) : throw new \Exception();
