@@ -44,7 +44,7 @@ FIELDS_HEADER = "Written by scripts/build-clients from delayd/model/fields.py (t
 _UNSET = Check("")
 
 
-def _check(check: Check, targets: tuple[str, ...], why: str) -> dict[str, Any]:
+def _check(check: Check, requires: tuple[str, ...], alone: str) -> dict[str, Any]:
     """A field's check as the clients read it: its kind (a target is text of a pattern, text is its pattern),
     and what differs from a check's defaults, in camelCase."""
     kind = "text" if check.kind == "target" else check.kind
@@ -55,13 +55,13 @@ def _check(check: Check, targets: tuple[str, ...], why: str) -> dict[str, Any]:
         if name not in ("kind", "chars", "pattern", *(("low", "high") if kind == "text" else ())) \
                 and value != getattr(_UNSET, name):
             out[re.sub(r"_(\w)", lambda m: m[1].upper(), name)] = list(value) if isinstance(value, tuple) else value
-    return {**out, **({"targets": list(targets), "why": why} if targets else {})}
+    return {**out, **({"requires": list(requires), "alone": alone} if requires else {})}
 
 
 def field_tables() -> dict[str, Any]:
     """The table of fields as the clients read it."""
     return {
-        "CHECKS": {f.name: _check(f.check, f.targets, f.why) for f in FIELDS if f.check},
+        "CHECKS": {f.name: _check(f.check, f.requires, f.alone) for f in FIELDS if f.check},
         "ARGUMENTS": {f.name: f.default if isinstance(f.default, (str, int, bool)) else None for f in ARGUMENTS},
         "SPEC": [[f.name, "set" if f.name == "params" else f.written,
                   list(f.omit) if f.written in ("changed", "with-url") and f.name != "params" else []] for f in SPEC],
@@ -69,7 +69,8 @@ def field_tables() -> dict[str, Any]:
     }
 
 
-FIELDS_DOC = ("CHECKS: each add argument's check (its kind; text: its pattern, refused with its message), by name.",
+FIELDS_DOC = ("CHECKS: each add argument's check (its kind; text: its pattern, refused with its message; refused "
+              "unless a field it requires is given, saying `alone`), by name.",
               "ARGUMENTS: a task's own add arguments, in the order they are checked, each with its default.",
               "SPEC: [field, when it is written, the values it is not written for], in the spec's order (params: their "
               "JSON, or null).", "SHOWN: what get shows, each with its default.")

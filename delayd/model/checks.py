@@ -344,8 +344,8 @@ def checker(f: Field) -> Callable[[Any], Any]:
 
 def between(intervals: Any, every: Any, cron: Any, tz: Any, retries: Any, persistent: Any, traceparent: Any,
             tracestate: Any) -> tuple[Any, bool, str | None]:
-    """The rules between fields (each checked alone before): one schedule of intervals, every or cron, tz only
-    with cron (UTC by default), retries only without a schedule and not with persistent=False. Returns
+    """The rules between fields (each checked alone before, and what it requires): one schedule of intervals,
+    every or cron (tz UTC by default), retries only without a schedule and not with persistent=False. Returns
     (tz, backoff: no schedule given, the task's `trace`)."""
     if every is None and cron is None and tz is None and retries is None:  # (the usual: no rule to apply)
         return None, intervals is None, None if traceparent is None else trace_of(traceparent, tracestate)
@@ -353,8 +353,6 @@ def between(intervals: Any, every: Any, cron: Any, tz: Any, retries: Any, persis
              if value is not None]
     if len(given) > 1:
         raise TaskError(f"give one of intervals, every or cron, not {' and '.join(given)}")
-    if cron is None and tz is not None:
-        raise TaskError("tz is the zone of a cron schedule: give it with cron")
     if retries is not None:
         if given:
             raise TaskError(f"retries is for a task without a schedule: give retries or {given[0]}, not both")

@@ -81,8 +81,8 @@ class Field:
     spec: int | None = None  # its place in the spec JSON (None: not stored there)
     written: str = "set"  # when the spec holds it: set (not None), changed (not in `omit`), with-url (url task,
     omit: tuple = (None,)  # or not in `omit`), scheduled (given intervals, no every or cron)
-    targets: tuple[str, ...] = ()  # the targets it is for; refused on others, saying `why`
-    why: str = ""
+    requires: tuple[str, ...] = ()  # refused unless one of these fields is given too, saying `alone` after its name
+    alone: str = ""
     shown: str | None = None  # what get shows: the Task's attribute of that name (None: not shown)
     option: bool = False  # an add option (when, how), not a field of the task
     flag: Flag | None = None
@@ -158,6 +158,7 @@ FIELDS: tuple[Field, ...] = (
     _f("cron", "Recurring on `m h dom mon dow`.", Check("cron"), spec=6, schema={"type": "string"},
        flag=Flag("recurring: at the times of 'm h dom mon dow' in --tz", "EXPR", group="schedule")),
     _f("tz", "IANA zone of `cron` (default UTC).", Check("zone"), spec=13, written="changed", omit=(None, "UTC"),
+       requires=("cron",), alone="is the zone of a cron schedule: give it with cron",
        schema={"type": "string"}, flag=Flag("IANA time zone of --cron, e.g. Europe/Berlin (default UTC)", "ZONE")),
     _f("retries", "Retries with backoff (a task without a schedule).",
        Check("int", f"must be an integer from 0 to {10_000}", low=0, high=10_000), spec=12, shown="retry_limit",
@@ -178,7 +179,8 @@ FIELDS: tuple[Field, ...] = (
            "status": {"type": ["integer", "null"]}, "error": _TEXT_OR_NULL}}}),
     _f("signing_key", "A name of url_signing_keys (url tasks).",
        Check("text", "must be 1-128 letters, digits, '_', '.', ':' or '-'", low=1, high=128,
-             chars="A-Za-z0-9_.:-"), spec=14, targets=("url",), why="only URL requests are signed",
+             chars="A-Za-z0-9_.:-"), spec=14, requires=("url",),
+       alone="is for a url task: only URL requests are signed",
        schema={"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
        flag=Flag("the url_signing_keys entry that signs a url task's requests (default: url_signing_secret)", "NAME")),
     _f("traceparent", "W3C trace context of the add (else the request's own).",

@@ -3,7 +3,7 @@ compiled once (the way dataclasses makes __init__): a straight line of checks wi
 the task built by position, the cost of the hand-written code they replace (every add pays for both).
 
 Task.new checks topic and id, then that the task has exactly one target, then each add argument by its kind in
-the table's order (delayd.model.checks.checker; the kinds written by hand: checks.CUSTOM), then the targets a
+the table's order (delayd.model.checks.checker; the kinds written by hand: checks.CUSTOM), then the fields a
 field is for, then the rules between fields (checks.between). spec_json writes the spec's fields in their
 place, each when its `written` rule says. The made source is kept (`SOURCE`) and shown in tracebacks.
 """
@@ -66,9 +66,9 @@ def task_new(task: type, default_params_limit: int) -> Callable:
             test = "is not None" if default is None else f"is not default_{f.name}"  # (the default is a good value)
             lines.append(f"    if {f.name} {test}: {f.name} = {call}")
     for f in ARGUMENTS:
-        if f.targets:
-            absent = " and ".join(f"{target} is None" for target in f.targets)
-            refusal = f"{f.name} is for a {' or '.join(f.targets)} task: {f.why}"
+        if f.requires:
+            absent = " and ".join(f"{name} is None" for name in f.requires)
+            refusal = f"{f.name} {f.alone}"
             lines += [f"    if {f.name} is not None and {absent}:", f"        raise TaskError({refusal!r})"]
     lines.append("    tz, backoff, trace = checks.between(intervals, every, cron, tz, retries, persistent, "
                  "traceparent, tracestate)")

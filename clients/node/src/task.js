@@ -169,14 +169,11 @@ export function newTask(input, paramsLimit = DEFAULT_PARAMS_LIMIT, stored = fals
     t[name] = value === undefined || (value === null && absent === null) ? absent
       : checked(name, value, stored ? Infinity : paramsLimit, stored);
   }
-  for (const [name, { targets, why }] of Object.entries(CHECKS)) {
-    if (targets && t[name] !== null && targets.every((target) => t[target] === null)) {
-      fail(`${name} is for a ${targets.join(' or ')} task: ${why}`);
-    }
+  for (const [name, { requires, alone }] of Object.entries(CHECKS)) {
+    if (requires && t[name] !== null && requires.every((other) => t[other] === null)) fail(`${name} ${alone}`);
   }
   const given = ['intervals', 'every', 'cron'].filter((name) => t[name] !== null); // the rules between fields
   if (given.length > 1) fail(`give one of intervals, every or cron, not ${given.join(' and ')}`);
-  if (t.cron === null && t.tz !== null) fail('tz is the zone of a cron schedule: give it with cron');
   if (t.retries !== null && given.length) {
     fail(`retries is for a task without a schedule: give retries or ${given[0]}, not both`);
   }

@@ -4,7 +4,7 @@ declare(strict_types=1);
 
 namespace Delayd;
 
-// CHECKS: each add argument's check (its kind; text: its pattern, refused with its message), by name.
+// CHECKS: each add argument's check (its kind; text: its pattern, refused with its message; refused unless a field it requires is given, saying `alone`), by name.
 // ARGUMENTS: a task's own add arguments, in the order they are checked, each with its default.
 // SPEC: [field, when it is written, the values it is not written for], in the spec's order (params: their JSON, or null).
 // SHOWN: what get shows, each with its default.
@@ -26,9 +26,9 @@ final class Fields
         'timeout' => ['kind' => 'number', 'message' => 'must be a number of seconds in (0, 86400]', 'low' => 0, 'high' => 86400, 'lowOpen' => true],
         'every' => ['kind' => 'number', 'message' => 'must be between 1 s and ten years', 'low' => 1, 'high' => 315360000, 'typeMessage' => 'must be a number of seconds'],
         'cron' => ['kind' => 'cron'],
-        'tz' => ['kind' => 'zone'],
+        'tz' => ['kind' => 'zone', 'requires' => ['cron'], 'alone' => 'is the zone of a cron schedule: give it with cron'],
         'retries' => ['kind' => 'int', 'message' => 'must be an integer from 0 to 10000', 'low' => 0, 'high' => 10000],
-        'signing_key' => ['kind' => 'text', 'pattern' => '^[A-Za-z0-9_.:-]{1,128}$', 'message' => 'must be 1-128 letters, digits, \'_\', \'.\', \':\' or \'-\'', 'targets' => ['url'], 'why' => 'only URL requests are signed'],
+        'signing_key' => ['kind' => 'text', 'pattern' => '^[A-Za-z0-9_.:-]{1,128}$', 'message' => 'must be 1-128 letters, digits, \'_\', \'.\', \':\' or \'-\'', 'requires' => ['url'], 'alone' => 'is for a url task: only URL requests are signed'],
         'traceparent' => ['kind' => 'text', 'pattern' => '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$', 'message' => 'must be W3C\'s 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero)'],
         'tracestate' => ['kind' => 'tracestate'],
         'delay' => ['kind' => 'number', 'message' => 'must be a number of seconds >= 0', 'low' => 0, 'high' => 315360000],

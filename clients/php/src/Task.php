@@ -55,17 +55,14 @@ final class Task
             $t[$name] = $given ? self::checked($name, $task[$name], $paramsLimit) : $absent;
         }
         foreach (Fields::CHECKS as $name => $check) {
-            $targets = $check['targets'] ?? [];
-            if ($targets && $t[$name] !== null && !array_filter($targets, static fn ($k) => $t[$k] !== null)) {
-                throw new TaskError("$name is for a " . implode(' or ', $check['targets']) . " task: {$check['why']}");
+            $requires = $check['requires'] ?? [];
+            if ($requires && $t[$name] !== null && !array_filter($requires, static fn ($k) => $t[$k] !== null)) {
+                throw new TaskError("$name {$check['alone']}");
             }
         }
         $given = array_values(array_filter(['intervals', 'every', 'cron'], static fn ($k) => $t[$k] !== null));
         if (count($given) > 1) {
             throw new TaskError('give one of intervals, every or cron, not ' . implode(' and ', $given));
-        }
-        if ($t['cron'] === null && $t['tz'] !== null) {
-            throw new TaskError('tz is the zone of a cron schedule: give it with cron');
         }
         if ($t['retries'] !== null && $given) {
             throw new TaskError("retries is for a task without a schedule: give retries or {$given[0]}, not both");
