@@ -52,7 +52,7 @@ def _check(check: Check, requires: tuple[str, ...], alone: str) -> dict[str, Any
     if kind == "text":
         out["pattern"] = TARGET if check.kind == "target" else text_pattern(check)
     for name, value in vars(check).items():
-        if name not in ("kind", "chars", "pattern", *(("low", "high") if kind == "text" else ())) \
+        if name not in ("kind", "chars", *(("pattern", "low", "high") if kind == "text" else ())) \
                 and value != getattr(_UNSET, name):
             out[re.sub(r"_(\w)", lambda m: m[1].upper(), name)] = list(value) if isinstance(value, tuple) else value
     return {**out, **({"requires": list(requires), "alone": alone} if requires else {})}

@@ -13,7 +13,17 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from delayd.model import schedule
-from delayd.model.fields import BY_NAME, MAX_NAME, TARGET, TEN_YEARS, TRACEPARENT, Field, message, text_pattern
+from delayd.model.fields import (
+    BY_NAME,
+    DECIMAL,
+    MAX_NAME,
+    TARGET,
+    TEN_YEARS,
+    TRACEPARENT,
+    Field,
+    message,
+    text_pattern,
+)
 
 DEFAULT_PARAMS_LIMIT = 64 * 1024
 DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
@@ -31,9 +41,7 @@ _HOST_PORT_RE = re.compile(r"(\[[^\]]+\]|[^:\[\]]*)(?::([0-9]*))?")
 # at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
 TRACEPARENT_RE = re.compile(TRACEPARENT)
 _TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
-# A number written as text (intervals '0,30,60', at given as seconds): ASCII only, as JSON and the PHP and Node
-# clients read one (float() also takes '٣', '1_0' and 'infinity').
-DECIMAL_RE = re.compile(r"\s*-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
+DECIMAL_RE = re.compile(DECIMAL)  # a number written as text
 _ESCAPE_RE, _STRING_RE, _BRACKET_RE = re.compile(r"\\."), re.compile(r'"[^"]*"'), re.compile(r"[\[\]{}]")
 # Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
 _encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode

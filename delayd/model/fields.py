@@ -29,6 +29,9 @@ TEN_YEARS = 10 * 365 * 86400  # seconds: the longest interval, every, delay, deb
 MAX_NAME = 512  # characters of a topic, id or push list
 TARGET = r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$"
 NO_CONTROLS = "^\\x00-\\x1f\\x7f-\\x9f"  # a text check's class of any character but a control character (Cc)
+# A number written as text (intervals '0,30,60', at given as seconds): ASCII only, as JSON reads one (Python's
+# float() also takes '٣', '1_0' and 'infinity', JavaScript's Number() '0x1f', PHP's is_numeric() '+1').
+DECIMAL = r"^\s*-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*$"
 # A W3C traceparent of version 00: lowercase hex, ids not all zero.
 TRACEPARENT = "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"
 TARGETS = ("call", "url", "push")  # a task has exactly one (a rule between fields)
@@ -52,7 +55,8 @@ class Check:
     values: tuple = ()
     fold: bool = False
     chars: str = ""
-    pattern: str = ""  # text: a regular expression (that Python, PCRE and JavaScript read alike) in place of chars
+    pattern: str = ""  # text: a regular expression (Python, PCRE and JavaScript read it alike) in place of chars;
+    # intervals, at: how a number written as text looks
     label: str = ""  # a name's word in its messages ("push list"), else the field's name
     type_message: str = ""  # number: the message for a value that is no number (else `message`)
 
@@ -126,7 +130,7 @@ FIELDS: tuple[Field, ...] = (
        output={"type": ["object", "null"]},
        flag=Flag("JSON object handed to the handler or sent to the URL", "JSON")),
     _f("intervals", "The seed's schedule: gaps in seconds, e.g. `[0, 30, 60]` or `\"0,30,60\"`.",
-       Check("intervals"), default=[0], spec=10, written="scheduled",
+       Check("intervals", pattern=DECIMAL), default=[0], spec=10, written="scheduled",
        schema={"oneOf": [{"type": "number", "minimum": 0, "maximum": TEN_YEARS},
                          {"type": "array", "minItems": 1, "maxItems": 1000,
                           "items": {"type": "number", "minimum": 0, "maximum": TEN_YEARS}},
@@ -196,7 +200,7 @@ FIELDS: tuple[Field, ...] = (
                                                             high=TEN_YEARS),
        option=True, shown=None, schema=_SECONDS,
        flag=Flag("first run S seconds from now", "S", type="non_negative", group="when")),
-    _f("at", "The first run's time: Unix seconds or ISO 8601.", Check("at"), option=True, shown=None,
+    _f("at", "The first run's time: Unix seconds or ISO 8601.", Check("at", pattern=DECIMAL), option=True, shown=None,
        schema={"oneOf": [{"type": "number"}, {"type": "string"}]},
        flag=Flag("first run at Unix seconds or an ISO 8601 time", "TIME", group="when")),
     _f("debounce", "Replace a pending run and move it to now + S.",

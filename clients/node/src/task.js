@@ -31,12 +31,8 @@ const wellFormed = (value) => (typeof value === 'string' ? isUtf8(value) : value
   || Object.entries(value).every(([k, v]) => isUtf8(k) && wellFormed(v)));
 const fail = (message) => { throw new TaskError(message); };
 
-/** Python's float() of a string: surrounding whitespace allowed, `inf`/`nan` and `1_000` too. */
-function parseFloatPy(text) {
-  const t = text.trim().replace(/(?<=\d)_(?=\d)/g, '');
-  if (/^[+-]?(inf|infinity|nan)$/i.test(t)) return /nan/i.test(t) ? NaN : t.startsWith('-') ? -Infinity : Infinity;
-  return /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(t) ? Number(t) : undefined;
-}
+const DECIMAL = new RegExp(CHECKS.intervals.pattern); // a number written as text (as Python reads one)
+const decimal = (text) => (DECIMAL.test(text) ? Number(text) : undefined);
 
 function parseIntervals(value) {
   const items = typeof value === 'number' ? [value] : typeof value === 'string' ? value.split(',').map((p) => p.trim())
@@ -44,7 +40,7 @@ function parseIntervals(value) {
   if (!items.length) fail('intervals must not be empty');
   if (items.length > 1000) fail('intervals may hold at most 1000 entries');
   return items.map((item) => {
-    const number = typeof item === 'number' ? item : typeof item === 'string' ? parseFloatPy(item) : undefined;
+    const number = typeof item === 'number' ? item : typeof item === 'string' ? decimal(item) : undefined;
     if (number === undefined) fail(`interval ${pyRepr(item)} is not a number of seconds`);
     if (!Number.isFinite(number) || number < 0) fail(`interval ${pyRepr(item)} must be a finite number >= 0`);
     return number > TEN_YEARS ? fail(`interval ${pyRepr(item)} is longer than ten years`) : number;
@@ -201,7 +197,7 @@ export function toMs(at) {
   }
   if (at instanceof Date) return Number.isNaN(at.getTime()) ? fail(`${AT_ERROR}, got ${pyRepr(String(at))}`) : at.getTime();
   if (typeof at !== 'string') fail(typeof at === 'boolean' ? AT_ERROR : `${AT_ERROR}, got ${pyRepr(at)}`);
-  const number = parseFloatPy(at);
+  const number = decimal(at);
   if (number !== undefined) return toMs(number);
   // ISO 8601 as datetime.fromisoformat reads it; without an offset it is local time.
   const m = ISO_TIME.exec(at);

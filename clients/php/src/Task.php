@@ -199,7 +199,7 @@ final class Task
         $out = [];
         foreach ($items as $item) {
             $why = match (true) {
-                is_bool($item) || !is_numeric($item) => 'is not a number of seconds',
+                !is_int($item) && !is_float($item) && !self::decimal($item) => 'is not a number of seconds',
                 !is_finite((float) $item) || $item < 0 => 'must be a finite number >= 0',
                 $item > Fields::CHECKS['delay']['high'] => 'is longer than ten years',
                 default => null,
@@ -297,7 +297,7 @@ final class Task
         if ($at instanceof \DateTimeInterface) {
             return intdiv((int) $at->format('Uu'), 1000);
         }
-        if (is_string($at) && is_numeric($at)) {
+        if (self::decimal($at)) {
             $at = (float) $at;
         }
         if (is_int($at) || (is_float($at) && is_finite($at))) {
@@ -311,6 +311,12 @@ final class Task
         } catch (\Exception) {
             throw new TaskError('at must be Unix seconds or an ISO 8601 time, got ' . self::shown($at));
         }
+    }
+
+    /** Whether `$text` is a number written as text, as Python reads one (the table's pattern of intervals). */
+    private static function decimal(mixed $text): bool
+    {
+        return is_string($text) && preg_match('/' . Fields::CHECKS['intervals']['pattern'] . '/D', $text) === 1;
     }
 
     /** A whole number of seconds as an int (JSON `30`, not `30.0`), as Python writes it. */
