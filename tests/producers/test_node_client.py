@@ -80,6 +80,9 @@ REFUSED = [
     {"topic": "t", "id": 1, "call": "a:b", "intervals": [0, -1]},
     {"topic": "t", "id": 1, "call": "a:b", "intervals": [0, 400000000]},
     {"topic": "t", "id": 1, "call": "a:b", "intervals": True},
+    {"topic": "t", "id": 1, "call": "a:b", "intervals": "0,inf"},  # (a number as JSON writes it: fields.DECIMAL)
+    {"topic": "t", "id": 1, "call": "a:b", "intervals": "1_0"},
+    {"topic": "t", "id": 1, "call": "a:b", "at": "Infinity"},
     {"topic": "t", "id": 1, "call": "a:b", "every": 0.5},
     {"topic": "t", "id": 1, "call": "a:b", "every": "10"},
     {"topic": "t", "id": 1, "call": "a:b", "every": 10, "intervals": [1]},
