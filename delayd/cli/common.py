@@ -23,7 +23,7 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
-def config_loader(args: argparse.Namespace) -> Callable[[], config_mod.Config]:
+def config_loader(args: argparse.Namespace) -> config_mod.Recipe:
     """Builds the config from the file, the environment of now and the flags (again on each reload)."""
     return config_mod.loader(args.config, redis_url=args.redis, prefix=args.prefix)
 

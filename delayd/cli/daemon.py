@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -34,10 +35,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    from delayd.daemon import control, launch
-    config = load_config(args)
-    code = control.stop(config, args.timeout)
-    return code or launch.start(config, config_loader(args), foreground=False)
+    """Stop, then start on the running daemon's recipe (its file, variables, flags and start directory,
+    as a reload rereads them) under this command's own -c, flags and DELAYD_* variables. The new
+    config is built before anything is stopped: one that cannot be used leaves the daemon running."""
+    from delayd.daemon import control, launch, start_record
+    from delayd.daemon.pidfile import running_master
+    here = load_config(args)
+    recipe = config_loader(args)
+    if running_master(here.pid_path):
+        running = start_record.read(here)
+        if running is None:
+            print("delayd: warning: the running daemon left no record of its start's config "
+                  f"({start_record.record_path(here)}); restarting on this command's", file=sys.stderr)
+        else:
+            recipe = recipe.over(running)
+    config = recipe()
+    code = control.stop(here, args.timeout)
+    return code or launch.start(config, recipe, foreground=False)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
@@ -109,13 +123,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(state, separators=(",", ":")))
         return code
     print(f"delayd is running (pid {state['pid']}, redis {state['redis']})")
-    print(f"{'PID':>7} {'TITLE':28} {'STATE':9} {'UPTIME':>9} {'CPU%':>6} {'RSS':>8} RESTARTS")
+    waiting = ["delayd: " + name for name in state["waiting_to_restart"]]
+    width = max(28, *(len(p["title"]) for p in state["processes"]), *map(len, waiting))  # (titles whole)
+    print(f"{'PID':>7} {'TITLE':{width}} {'STATE':9} {'UPTIME':>9} {'CPU%':>6} {'RSS':>8} RESTARTS")
     for p in state["processes"]:
         flag = "  CRASH-LOOPING" if p["crash_looping"] else ""
-        print(f"{p['pid']:>7} {p['title'][:28]:28} {p['state']:9} {p['uptime']:>8.0f}s {p['cpu_percent']:>6.2f} "
+        print(f"{p['pid']:>7} {p['title']:{width}} {p['state']:9} {p['uptime']:>8.0f}s {p['cpu_percent']:>6.2f} "
               f"{p['rss'] // 1024:>6}Ki {p['restarts']}{flag}")
-    for name in state["waiting_to_restart"]:
-        print(f"{'-':>7} {'delayd: ' + name:28} waiting to restart")
+    for title in waiting:
+        print(f"{'-':>7} {title:{width}} waiting to restart")
     for line in state["problems"]:
         print(f"DEGRADED: {line}")
     return code
@@ -130,7 +146,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--foreground", action="store_true", help="do not detach (systemd, containers, tests)")
     stop_help = "stop the daemon (a starting one once it is up) and wait until it is gone"
     for name, help, make in (("stop", stop_help, verb_parser),
-                             ("restart", "stop, then start the daemon", with_options)):
+                             ("restart", "stop, then start the daemon on the running one's config file, variables and "
+                                         "flags, under this command's own", with_options)):
         p = make(sub, common, name, help)
         p.add_argument("--timeout", type=non_negative, metavar="S",
                        help="seconds to wait in all, for a starting master too (default graceful_timeout + 15)")

@@ -268,11 +268,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--hard", action="store_true", help="remove every trace instead of marking it deleted")
     task_verb(sub, common, "retry", "run a failed task again now")
 
-    p = verb_parser(sub, common, "ls", "list tasks")
+    p = verb_parser(sub, common, "ls", "list tasks, bucket by bucket and by key within a bucket (an order that "
+                                       "--offset pages keep while tasks change state)")
     p.add_argument("--topic")
     p.add_argument("--status", choices=STATUSES)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--limit", type=positive_int, default=100, metavar="N",
                       help="show at most N tasks (default 100); stderr says how many more there are")
     size.add_argument("--all", action="store_true", help="show every task, streamed as it is read")
-    p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N", help="skip the first N tasks")
+    p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N",
+                   help="skip the first N tasks of that order")

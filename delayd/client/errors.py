@@ -67,6 +67,8 @@ def unavailable(client: Any, exc: Exception) -> RedisUnavailable | None:
                                     f"{exc} It runs only while the daemon does: start the daemon (delayd start) "
                                     "or set DELAYD_REDIS_URL")
         return RedisUnavailable(f"cannot reach Redis at {connection.where(client.url)}: {exc}")
+    if (other := connection.not_redis(client.url, exc)) is not None:
+        return RedisUnavailable(other)
     if isinstance(exc, redis.exceptions.ResponseError):
         if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
             return RedisUnavailable(f"Redis at {connection.where(client.url)} refused the credentials")

@@ -1,11 +1,15 @@
 """A walk over every task (of a topic, with a status), written once as steps
 (delayd.store.steps) for Client.iter_tasks and AsyncClient.iter_tasks.
 
-The walk goes bucket by bucket through each bucket's own indexes (ready lists, the
-delayed zset, parked tasks, tasks held back by a limit, leases, the finished zsets), a page of at
-most PAGE members at a time; a member seen twice in a bucket (a ready list may hold a stale
-entry) is listed once. Each page's records are read in one round trip. A corrupt
-record is listed too, as `Read.unreadable` (delayd.model.record), with what is wrong in its
+The order is defined, whatever state each task is in: bucket by bucket (a task's bucket is fixed by
+its key: delayd.store.keys.bucket_of), and by key within a bucket. A bucket's members are gathered
+from its own indexes first (ready lists, the delayed zset, parked tasks, tasks held back by a limit,
+leases, the finished zsets: NAMES at a time), each once, then sorted; their records are read a page
+of at most PAGE per round trip. So a page taken by offset (`delayd ls --offset N`, `Client.list`)
+follows the one before it even when tasks started, finished or were deleted in between (a task then
+moves to another index, which listed index by index was shown twice or not at all); only a task added
+or removed for good in between shifts the ones after it. The cost: one bucket's names held at a time.
+A corrupt record is listed too, as `Read.unreadable` (delayd.model.record), with what is wrong in its
 last_error. `records_steps` is the one read of task records (the dashboard's pages use it too).
 """
 from __future__ import annotations
@@ -20,7 +24,8 @@ from delayd.store.keys import BucketKeys
 from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
 
-PAGE = 500  # members of one index read per round trip
+PAGE = 500      # records read per round trip
+NAMES = 10_000  # members of one index read per round trip
 
 
 class Walk:
@@ -34,9 +39,8 @@ class Walk:
         self.bucket = 0
         self.read = 0                 # records read so far (for a progress report)
         self.done = store.buckets == 0
-        self._sources: list[tuple[str, Any]] | None = None  # the bucket's indexes still to read
-        self._offset = 0
-        self._seen: set[str] = set()
+        self._members: list[str] | None = None  # the bucket's members, by key; None: not gathered yet
+        self._at = 0                            # how many of them were read
 
     def _sources_steps(self, keys: BucketKeys) -> Steps[list[tuple[str, Any]]]:
         """The indexes of a bucket that hold tasks with the walk's status, as (list|zset, key)."""
@@ -49,29 +53,34 @@ class Walk:
             sources.append(("zset", keys.leases))
         return sources + [("zset", keys.done(s)) for s in FINISHED if self.status in (None, s)]
 
+    def _members_steps(self, keys: BucketKeys) -> Steps[list[str]]:
+        """The members of the bucket's indexes (of the walk's topic), each once (a ready list may hold
+        a stale entry), by key."""
+        members: set[str] = set()
+        for kind, key in (yield from self._sources_steps(keys)):
+            start = 0
+            while True:
+                try:
+                    page = yield command("LRANGE" if kind == "list" else "ZRANGE", key, start, start + NAMES - 1)
+                except redis.exceptions.ResponseError:  # WRONGTYPE: the scripts set it aside
+                    page = []
+                members.update(m for m in page if self.topic is None or m.rpartition(":")[0] == self.topic)
+                if len(page) < NAMES:
+                    break
+                start += NAMES
+        return sorted(members)
+
     def page_steps(self) -> Steps[list[Task]]:
-        """The tasks of the next page of one index (possibly none); sets `done` after the last."""
+        """The tasks of the next page of the bucket's members (possibly none); sets `done` after the last."""
         keys = self.store.keys[self.bucket]
-        if self._sources is None:
-            self._sources, self._offset, self._seen = (yield from self._sources_steps(keys)), 0, set()
-        if not self._sources:
+        if self._members is None:
+            self._members, self._at = (yield from self._members_steps(keys)), 0
+        members = self._members[self._at:self._at + PAGE]
+        self._at += PAGE
+        if self._at >= len(self._members):
             self.bucket += 1
-            self._sources = None
+            self._members = None
             self.done = self.bucket >= self.store.buckets
-            return []
-        kind, key = self._sources[0]
-        try:
-            page = yield command("LRANGE" if kind == "list" else "ZRANGE", key, self._offset, self._offset + PAGE - 1)
-        except redis.exceptions.ResponseError:  # WRONGTYPE: the scripts set it aside
-            page = []
-        if len(page) < PAGE:
-            self._sources.pop(0)
-            self._offset = 0
-        else:
-            self._offset += PAGE
-        members = [m for m in page
-                   if m not in self._seen and (self.topic is None or m.rpartition(":")[0] == self.topic)]
-        self._seen.update(members)
         if not members:
             return []
         self.read += len(members)

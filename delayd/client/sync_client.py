@@ -130,7 +130,8 @@ class Client(BaseClient):
     @redis_errors
     def iter_tasks(self, topic: str | None = None, status: str | None = None,
                    progress: Callable[[int, int, int], None] | None = None) -> Iterator[Task]:
-        """Every task (of a topic, with a status), bucket by bucket (delayd.client.listing).
+        """Every task (of a topic, with a status), bucket by bucket and by key within a bucket
+        (delayd.client.listing: an order that offsets keep while tasks change state).
 
         A corrupt record is listed too, as `Task.unreadable`: no target, and a last_error
         that says what is wrong (quarantined ones: the quarantine reason).

@@ -8,12 +8,11 @@ import select
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import daemon
 
 from delayd import log as log_mod
-from delayd.config import Config
+from delayd.config import Config, Recipe
 from delayd.daemon.master import Master
 from delayd.daemon.pidfile import AlreadyRunning, PidFile, read_pid
 from delayd.daemon.preflight import StartError, preflight
@@ -21,7 +20,7 @@ from delayd.daemon.preflight import StartError, preflight
 START_TIMEOUT = 60.0
 
 
-def start(config: Config, reread: Callable[[], Config], foreground: bool) -> int:
+def start(config: Config, reread: Recipe, foreground: bool) -> int:
     """Start the master; `reread` builds the config again on reload (the same file, flags, environment)."""
     log_mod.setup(config.log_level, config.log_format, None)  # pre-flight warnings go to the terminal
     try:

@@ -26,7 +26,7 @@ from setproctitle import setproctitle
 from delayd import config as config_mod
 from delayd import log as log_mod
 from delayd.config import Config
-from delayd.daemon import embedded, notify
+from delayd.daemon import embedded, notify, start_record
 from delayd.daemon.pidfile import PidFile
 from delayd.daemon.preflight import StartError, check_redis
 from delayd.daemon.registrar import Registrar
@@ -56,9 +56,10 @@ UP = "up"  # an event beside the signals: a child's first heartbeat (the wake-up
 
 
 class Master(Reloading, Reports):
-    def __init__(self, config: Config, pidfile: PidFile, reread: Callable[[], Config] = config_mod.load,
+    def __init__(self, config: Config, pidfile: PidFile, reread: config_mod.Recipe,
                  ready: Callable[[str], None] | None = None):
-        """`reread` builds the config again on SIGHUP, with the start's flags and environment."""
+        """`reread` builds the config again on SIGHUP, with the start's file, flags and environment
+        (and `delayd restart` starts on it: start_record)."""
         self.config = config
         self.reread = reread
         self.pidfile = pidfile
@@ -103,6 +104,10 @@ class Master(Reloading, Reports):
         self.install_signals()
         self.watch_ups()
         self.pidfile.write()
+        try:
+            start_record.save(self.config, self.reread)
+        except OSError as exc:  # `delayd restart` then starts on its own config, and says so
+            event(log, "start_record_not_written", logging.WARNING, error=str(exc))
         event(log, "master_started", redis=connection.redact(self.config.redis_url), buckets=self.config.buckets,
               queues=self.config.queues, lease_s=self.config.lease,
               lease_from="task_timeout + max(30 s, 20 %)" if self.config.lease_derived else "config")
@@ -143,8 +148,8 @@ class Master(Reloading, Reports):
         notify.notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=running")
         self.ready("ok")
         event(log, "master_ready", children=len(self.by_pid))
-        self.registrar = Registrar(self.config, registry.daemon_id(self.config, os.getpid()),
-                                            self.registry_entry)
+        self.registrar = Registrar(lambda: self.config, registry.daemon_id(self.config, os.getpid()),
+                                   self.registry_entry)
         self.registrar.start()
         return True
 
@@ -407,6 +412,7 @@ class Master(Reloading, Reports):
             self.web_socket.close()
         self.pidfile.release()
         status_path(self.config).unlink(missing_ok=True)
+        start_record.remove(self.config)
 
     def stop_children(self, kinds: tuple[str, ...]) -> None:
         """SIGTERM to the children of these kinds, wait up to graceful_timeout, SIGKILL the rest."""

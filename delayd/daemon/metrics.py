@@ -34,6 +34,7 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from delayd.client.hosts import hosts_steps
 from delayd.config import Config
+from delayd.daemon.current_redis import CurrentRedis
 from delayd.log import event
 from delayd.model.limit import per_second
 from delayd.model.task import STATUSES
@@ -63,26 +64,27 @@ def _le(bound: float) -> str:
 
 class Collector:
     """Reads the store's counters at each scrape and turns them into metric families. Every scrape uses
-    one client (made at the first; its pool reconnects after a failed one): a client per scrape left the
-    master's RSS growing at the scrape rate, as the registrar's did (tests/daemon/test_registrar.py)."""
+    one client (CurrentRedis: made at the first, again when a reload changes redis_url; its pool
+    reconnects after a failed one): a client per scrape left the master's RSS growing at the scrape
+    rate, as the registrar's did (tests/daemon/test_registrar.py)."""
 
-    def __init__(self, config: Config, slots: Slots):
-        self.config = config
+    def __init__(self, current: Callable[[], Config], slots: Slots):
+        """`current` is the master's config as it is now (it follows reloads)."""
+        self.current = current
         self.slots = slots
-        self.client: Any = None
+        self.redis = CurrentRedis(current, socket_connect_timeout=2.0, socket_timeout=5.0)
 
     def read(self) -> dict[str, Any] | None:
-        if self.client is None:
-            self.client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
-        client = self.client
+        config = self.current()
         try:
-            buckets = recorded_buckets(client, self.config.prefix, self.config.buckets)
-            store = Store(client, self.config.prefix, buckets)
+            client = self.redis.get()
+            buckets = recorded_buckets(client, config.prefix, config.buckets)
+            store = Store(client, config.prefix, buckets)
             stats = stats_mod.collect(client, store)
             stats["host_health"] = Transport(client).run(hosts_steps(store, METRICS_HOSTS))
             return stats
         except REDIS_ERRORS as exc:
-            event(log, "metrics_redis_unavailable", logging.WARNING, redis=connection.where(self.config.redis_url),
+            event(log, "metrics_redis_unavailable", logging.WARNING, redis=connection.where(config.redis_url),
                   error=str(exc))
             return None
 
@@ -261,9 +263,12 @@ class MetricsServer:
     """/metrics: prometheus_client's WSGI app (content negotiation, OpenMetrics, gzip) on its threaded
     server, accepting in one thread of the master (see the module docstring)."""
 
-    def __init__(self, config: Config, slots: Slots):
+    def __init__(self, current: Callable[[], Config], slots: Slots):
+        """`current` is the master's config as it is now: the port and address are the start's, the
+        Redis read at each scrape follows reloads."""
+        config = current()
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(Collector(config, slots))
+        registry.register(Collector(current, slots))
         family = socket.AF_INET6 if ":" in config.metrics_bind else socket.AF_INET
         server_class = type("Server", (_Server,), {"address_family": family})
         self.server = make_server(config.metrics_bind, config.metrics_port, _at_metrics(make_wsgi_app(registry)),

@@ -56,7 +56,8 @@ def check_redis(config: Config) -> None:
     except ResponseError as exc:
         raise StartError(f"Redis at {connection.where(config.redis_url)}: {exc}") from None
     except REDIS_ERRORS as exc:
-        raise StartError(f"cannot reach Redis at {connection.where(config.redis_url)}: {exc}") from None
+        raise StartError(connection.not_redis(config.redis_url, exc)
+                         or f"cannot reach Redis at {connection.where(config.redis_url)}: {exc}") from None
     except StoreError as exc:
         raise StartError(str(exc)) from None
     finally:

@@ -9,6 +9,7 @@ import threading
 from typing import Any, Callable
 
 from delayd.config import Config
+from delayd.daemon.current_redis import CurrentRedis
 from delayd.log import event
 from delayd.store import connection
 from delayd.store.connection import REDIS_ERRORS
@@ -26,19 +27,21 @@ class Registrar(threading.Thread):
 
     It blocks the master's signals; a child forked while it has a connection open
     closes its copy at once (worker.close_inherited), so it needs no lock. Every beat
-    uses one client: a client per beat left the master's RSS growing for hours (each
-    one's reply buffers wait for a full garbage collection and fragment the heap).
+    uses one client (CurrentRedis, made again when a reload changes redis_url): a client
+    per beat left the master's RSS growing for hours (each one's reply buffers wait for a
+    full garbage collection and fragment the heap).
     """
 
-    def __init__(self, config: Config, ident: str, entry: Callable[[], dict[str, Any]]):
+    def __init__(self, current: Callable[[], Config], ident: str, entry: Callable[[], dict[str, Any]]):
+        """`current` is the master's config as it is now (it follows reloads)."""
         super().__init__(name="delayd-registry", daemon=True)
-        self.config = config
+        self.current = current
         self.daemon_id = ident
         self.entry = entry
         self.stopped = threading.Event()
-        self.failing = False
+        self.failing: set[str] = set()  # the calls (register, watch_hosts) failing now: each logs its own outage
         self.disabled: dict[str, str] | None = None  # origin -> when (ms), as last seen; None: not read yet
-        self.client: Any = None  # made at the first call; its pool reconnects after a failed one
+        self.redis = CurrentRedis(current, socket_connect_timeout=2.0, socket_timeout=2.0)
 
     def run(self) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
@@ -51,7 +54,7 @@ class Registrar(threading.Thread):
         self.stopped.set()
         self.join(timeout=10)
         self.call(unregister)
-        connection.close(self.client)
+        self.redis.close()
 
     def watch_hosts(self, client: Any, prefix: str, _daemon_id: str) -> None:
         """Log the hosts disabled and enabled since the last look (at start: those disabled)."""
@@ -67,15 +70,17 @@ class Registrar(threading.Thread):
         self.disabled = now
 
     def call(self, func: Callable[..., Any], *args: Any) -> None:
-        if self.client is None:
-            self.client = connection.connect(self.config.redis_url, socket_connect_timeout=2.0, socket_timeout=2.0)
+        """func(client, prefix, daemon id, *args); a Redis error is logged once per outage of that call
+        (the children say more about it), and never ends the thread."""
+        config, name = self.current(), func.__name__
         try:
-            func(self.client, self.config.prefix, self.daemon_id, *args)
-            if self.failing:
-                event(log, "registry_back")
-            self.failing = False
+            func(self.redis.get(), config.prefix, self.daemon_id, *args)
         except REDIS_ERRORS as exc:
-            if not self.failing:  # once per outage: the children say more about it
-                event(log, "registry_unavailable", logging.WARNING,
-                      redis=connection.where(self.config.redis_url), error=str(exc))
-            self.failing = True
+            if name not in self.failing:
+                self.failing.add(name)
+                event(log, "registry_unavailable", logging.WARNING, call=name,
+                      redis=connection.where(config.redis_url), error=str(exc))
+            return
+        if name in self.failing:
+            self.failing.discard(name)
+            event(log, "registry_back", call=name)

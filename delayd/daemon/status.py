@@ -43,7 +43,7 @@ class Reports:
             return
         from delayd.daemon.metrics import MetricsServer
         try:
-            self.metrics = MetricsServer(self.config, self.slot_states).start()
+            self.metrics = MetricsServer(lambda: self.config, self.slot_states).start()
         except OSError as exc:
             raise StartError(f"cannot serve metrics on {self.config.metrics_bind}:{self.config.metrics_port}: "
                              f"{exc.strerror or exc}") from None

@@ -38,6 +38,15 @@ REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterExcept
 ResponseError = redis.exceptions.ResponseError  # an error reply (WRONGTYPE, a renamed command...)
 
 
+def not_redis(url: str, exc: Exception) -> str | None:
+    """One line for a reply that is not Redis's protocol at all (an HTTP server, say, on the URL's
+    port: redis-py raises InvalidResponse, a RedisError the callers would not recognise), naming
+    the URL's host and port; None for any other error."""
+    if isinstance(exc, redis.exceptions.InvalidResponse):
+        return f"the server at {where(url)} did not answer as Redis: {exc}"
+    return None
+
+
 def embedded_socket(state_dir: str | os.PathLike) -> Path:
     """The unix socket of the embedded Redis of `state_dir` (the daemon starts it there)."""
     return Path(state_dir) / "redis.sock"

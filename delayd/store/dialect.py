@@ -1,6 +1,7 @@
 """How a script call is spelled on the server at hand: EVALSHA of the script (Redis 6.2), or FCALL of
 its function in delayd's library (Redis >= 7.0 and Valkey: delayd.store.scripts.Library), chosen once
-per redis-py client from INFO.
+per redis-py client from INFO, and again when a call finds its verb unknown (the server changed kind
+under a running process: `forget`).
 
 Functions are why: a script cache is lost when Redis restarts, fails over to a replica or runs
 SCRIPT FLUSH, and every process then meets NOSCRIPT; a function library is replicated and persisted
@@ -11,6 +12,7 @@ every Cluster master) and sends the call again, once (delayd.store.transport).
 """
 from __future__ import annotations
 
+import re
 import weakref
 from typing import Any
 
@@ -38,6 +40,11 @@ class Dialect:
     def missing(self, exc: Exception) -> bool:
         """Whether the error reply `exc` says the server does not have the called script."""
         raise NotImplementedError
+
+    def unknown(self, exc: Exception) -> bool:
+        """Whether the error reply `exc` says the server does not know this dialect's verbs: another
+        kind of server answers now (see `forget`)."""
+        return False
 
     def load_command(self, script: Script) -> bytes:
         """The command, in RESP, that gives the server `script`."""
@@ -96,6 +103,7 @@ class Fcall(Dialect):
     """FCALL (FCALL_RO for the read-only scripts); a missing function loads the whole library."""
 
     _MISSING = "Function not found"  # (redis-py strips the ERR code)
+    _UNKNOWN = re.compile(r"unknown command [`']FCALL", re.IGNORECASE)
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,6 +114,10 @@ class Fcall(Dialect):
 
     def missing(self, exc: Exception) -> bool:
         return type(exc) is redis.exceptions.ResponseError and str(exc).startswith(self._MISSING)
+
+    def unknown(self, exc: Exception) -> bool:
+        """`unknown command 'FCALL'` (6.2 quotes it `FCALL`): a server without functions."""
+        return type(exc) is redis.exceptions.ResponseError and self._UNKNOWN.match(str(exc)) is not None
 
     def load_command(self, script: Script) -> bytes:
         return self._load
@@ -126,6 +138,12 @@ def choose(info: dict[str, Any]) -> Dialect:
     if infos and all(version(i) >= FUNCTIONS_SINCE for i in infos):
         return FCALL
     return EVALSHA
+
+
+def forget(client: Any) -> None:
+    """Choose `client`'s dialect again at its next call: the server behind it changed kind (Redis 7
+    replaced by 6.2 on the same address, after an outage), as a call refused as `unknown` says."""
+    _chosen.pop(client, None)
 
 
 PROBE = "delayd_probe"  # a function no library defines: FCALL of it answers "Function not found"

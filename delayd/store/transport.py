@@ -15,7 +15,9 @@ client, an AsyncTransport on a redis.asyncio one. Here, and nowhere else:
 - a Client's single script calls go on a connection it keeps aside (delayd.store.held), the
   fast path of a single add; a queue process's main thread keeps one for its streams (`Link`);
 - a call or command that a Cluster in motion refused without running it is sent again, with a
-  bounded backoff (delayd.store.motion).
+  bounded backoff (delayd.store.motion);
+- a call refused because the server does not know its verb (FCALL on a Redis 6.2 that replaced a 7
+  on the same address) makes the dialect be chosen again (_chosen_again).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from redis.exceptions import MovedError
 
 from delayd.store import held as held_mod
 from delayd.store import resp
-from delayd.store.dialect import Dialect, choose_steps
+from delayd.store.dialect import Dialect, choose_steps, forget
 from delayd.store.motion import REFUSALS, patiently, patiently_async
 from delayd.store.steps import Batch, Command, EachCall, Request, ScriptCall, Steps, Stream, Streamed
 
@@ -86,6 +88,8 @@ class Transport:
         try:
             return self.held.request(packed)
         except redis.exceptions.ResponseError as exc:
+            if _chosen_again(self, exc):
+                return self.call(call)
             if not dialect.missing(exc):
                 raise
         self.held.request(dialect.load_command(call.script))
@@ -95,6 +99,8 @@ class Transport:
         try:
             return self.client.execute_command(*dialect.command(call))
         except redis.exceptions.ResponseError as exc:
+            if _chosen_again(self, exc):
+                return self._through_redis_py(call, self.dialect())
             if not dialect.missing(exc):
                 raise
         for command in dialect.recovery(call):
@@ -108,8 +114,12 @@ class Transport:
         if self.cluster:
             return self._one_by_one(stream)
         dialect = self.dialect()
-        with held_mod.checked_out(self.client) as conn:
-            return _on_connection(conn, stream, dialect)
+        try:
+            with held_mod.checked_out(self.client) as conn:
+                return _on_connection(conn, stream, dialect)
+        except redis.exceptions.ResponseError as exc:
+            _chosen_again(self, exc)
+            raise
 
     def _one_by_one(self, stream: Stream) -> Streamed:
         replies = _one_by_one_replies(stream)
@@ -166,15 +176,20 @@ class Link:
         if self.transport.cluster:
             self.transport._one_by_one(stream)
             return
-        dialect = self.transport.dialect()
+        dialect, answered = self.transport.dialect(), len(replies)
         if self.conn is None:
             self.conn = self.transport.client.connection_pool.get_connection()  # the thread's alone
         held_mod.drop_if_stale(self.conn)
         try:
             _on_connection(self.conn, stream, dialect)
-        except BaseException:
+        except BaseException as exc:
             self.conn.disconnect()  # a half-read reply must never be read as the next call's
-            raise
+            if not _chosen_again(self.transport, exc):
+                raise
+        else:
+            return
+        del replies[answered:]  # (every call was refused: none ran)
+        self.run(calls, replies)
 
 
 class AsyncTransport:
@@ -210,6 +225,8 @@ class AsyncTransport:
         try:
             return await self.client.execute_command(*dialect.command(call))
         except redis.exceptions.ResponseError as exc:
+            if _chosen_again(self, exc):
+                return await self._through_redis_py(call, await self.dialect())
             if not dialect.missing(exc):
                 raise
         for command in dialect.recovery(call):
@@ -229,8 +246,9 @@ class AsyncTransport:
         conn = await pool.get_connection()
         try:
             return await _drive(_stream_steps(stream, dialect), lambda request: request(conn))
-        except BaseException:
+        except BaseException as exc:
             await conn.disconnect()  # dropped rather than returned with replies in flight
+            _chosen_again(self, exc)
             raise
         finally:
             await pool.release(conn)
@@ -269,6 +287,20 @@ class AsyncTransport:
             raise
         finally:
             node.release(conn)
+
+
+# -- a server that changed kind under a running process (Redis 7 replaced by 6.2 on one address) --
+def _chosen_again(transport: "Transport | AsyncTransport", exc: BaseException) -> bool:
+    """Whether `exc` refused a script call's verb as unknown (FCALL on a server without functions
+    now); if so, the transport's dialect is chosen again at its next call (delayd.store.dialect.forget).
+    No call ran then: a single call and a Link's calls are sent again here, once; a Stream's error is
+    raised (its calls may be made as they are sent), and its caller's next try goes in the new dialect."""
+    dialect = transport._dialect
+    if dialect is None or not dialect.unknown(exc):
+        return False
+    forget(transport.client)
+    transport._dialect = None
+    return True
 
 
 def _one_by_one_replies(stream: Stream) -> list[Any]:

@@ -15,6 +15,7 @@ from store_helper import claim_due, promote_all
 
 from delayd import Client
 from delayd.cli import build_parser
+from delayd.store.keys import bucket_of
 
 pytestmark = pytest.mark.system
 
@@ -157,6 +158,29 @@ def test_ls_says_on_stderr_how_many_more_and_how_to_page(redis_url, client):
     last = delayd("ls", "--topic", "b", "--limit", "10")
     assert len(last.stdout.splitlines()) == 11 and last.stderr == ""
     assert delayd("ls", "--json", "--limit", "9", "--topic", "b").stderr.startswith("delayd: 9 tasks shown, 1 more: ")
+
+
+def test_ls_order_is_bucket_then_key_and_pages_hold_while_tasks_change_state(redis_url, client):
+    """`ls` listed each bucket index by index (ready, delayed by due time, running, finished), an order
+    neither of due time nor of key: a task that started or finished between two `--offset` pages moved
+    to another index, and was listed twice or not at all. Now: bucket by bucket, by key within a bucket,
+    whatever a task's state (docs/guides/running.md, Operations)."""
+    client.add_many([{"topic": "o", "id": i, "push": "out", "delay": 0 if i % 3 else 600} for i in range(60)])
+    store = client.store
+    for bucket in range(store.buckets):
+        promote_all(store, bucket)  # two thirds ready, the rest delayed
+    keys = [f"o:{i}" for i in range(60)]
+    expected = sorted(keys, key=lambda key: (bucket_of(key, store.buckets), key))
+    listed = [json.loads(line)["key"] for line in delayd("ls", "--json", "--all").stdout.splitlines()]
+    assert listed == expected
+    first = [json.loads(line)["key"] for line in delayd("ls", "--json", "--limit", "30").stdout.splitlines()]
+    for i in range(0, 60, 2):  # between the pages, half the tasks change state
+        if i % 3:
+            client.delete("o", i)
+        else:
+            client.run_now("o", i)
+    second = [json.loads(line)["key"] for line in delayd("ls", "--json", "--offset", "30", "--all").stdout.splitlines()]
+    assert first + second == expected
 
 
 def test_stats(redis_url):
@@ -327,6 +351,18 @@ def test_redis_down_exits_1_with_one_line():
         assert f"127.0.0.1:{port}" in line, line
         assert "pa55word" not in proc.stderr + proc.stdout
         assert proc.stdout == ""
+
+
+def test_a_server_that_is_not_redis_exits_1_with_one_line(http, tmp_path):
+    """`--redis` at an HTTP server: add and stats printed a 96-line traceback (redis-py's InvalidResponse)."""
+    where = f"127.0.0.1:{http.server_address[1]}"
+    cases = [["add", "t", "1", "--call", "a:b"], ["get", "t", "1"], ["del", "t", "1"], ["ls"], ["stats"],
+             ["status", "--cluster"], ["limits"], ["hosts"]]
+    for proc in delayd_many(cases, env={"DELAYD_REDIS_URL": f"redis://{where}/0"}):
+        assert proc.returncode == 1, (proc.args, proc.returncode, proc.stderr)
+        assert one_line_error(proc).startswith(f"delayd: error: the server at {where} did not answer as Redis: ")
+    proc = delayd("start", "--redis", f"redis://{where}/0", check=1, DELAYD_STATE_DIR=str(tmp_path))
+    assert proc.stderr.strip().startswith(f"delayd: error: the server at {where} did not answer as Redis: ")
 
 
 def test_redis_flag_overrides_environment(redis_url, r):

@@ -1,6 +1,7 @@
 """The Client: connecting, adding (one and many), reading, listing, counting."""
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import threading
 from datetime import datetime, timedelta, timezone
@@ -13,6 +14,7 @@ from store_helper import promote_all
 
 from delayd import (
     AddInterrupted,
+    AsyncClient,
     Client,
     DelaydError,
     RedisUnavailable,
@@ -87,6 +89,28 @@ def test_unreachable_redis_names_host_and_port_never_the_password():
         message = str(info.value)
         assert f"127.0.0.1:{port}" in message and "hunter2" not in message and "\n" not in message
     assert "hunter2" not in repr(client)
+
+
+def test_a_server_that_is_not_redis_is_redis_unavailable(http):
+    """An HTTP server on the URL's port: add() raised redis-py's InvalidResponse (and the CLI printed
+    its traceback); now every method and the AsyncClient's raise RedisUnavailable saying so."""
+    url = f"redis://127.0.0.1:{http.server_address[1]}/0"
+    words = f"the server at 127.0.0.1:{http.server_address[1]} did not answer as Redis: "
+    client = Client.from_url(url)
+    calls = [lambda: client.add("t", 1, call="a:b"), lambda: client.get("t", 1), lambda: client.stats(),
+             lambda: client.add_many([{"topic": "t", "id": 1, "call": "a:b"}]), lambda: client.delete("t", 1)]
+    for call in calls:
+        with pytest.raises(RedisUnavailable) as info:
+            call()
+        assert str(info.value).startswith(words) and "\n" not in str(info.value), info.value
+    client.close()
+
+    async def asynchronous() -> str:
+        async with AsyncClient.from_url(url) as c:
+            with pytest.raises(RedisUnavailable) as info:
+                await c.add("t", 1, call="a:b")
+            return str(info.value)
+    assert asyncio.run(asynchronous()).startswith(words)
 
 
 def test_invalid_task_is_rejected_before_connecting():

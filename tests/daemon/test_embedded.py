@@ -1,6 +1,7 @@
 """The embedded Redis: started and supervised by the master, persistent, stopped last."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -40,6 +41,22 @@ def test_embedded_redis_persists_a_task_across_stop_and_start(tmp_path, monkeypa
         assert client.get("e", 1) is not None  # the task added before the stop is still there
         wait_for(lambda: client.get("e", 1).status == "ok", 15, message="task ran after the restart")
         client.close()
+
+
+def test_status_shows_every_title_whole(tmp_path):
+    """`delayd status` cut TITLE at 28 characters: the embedded Redis (its title names its socket) read
+    "delayd: redis unixsocket:/tm". The column is as wide as the longest title."""
+    with Daemon(None, tmp_path / "state", buckets=1, queues=1) as d:
+        processes = json.loads(delayd("status", "--json", env=d.env).stdout)["processes"]
+        lines = delayd("status", env=d.env).stdout.splitlines()
+        redis_title = next(p["title"] for p in processes if p["title"].startswith("delayd: redis"))
+        assert str(embedded_socket(tmp_path / "state")) in redis_title
+        header = lines[1]
+        for p in processes:
+            line = next(line for line in lines if line.lstrip().startswith(f"{p['pid']} "))
+            assert f" {p['title']} " in line, (line, p["title"])
+            assert line.index(" " + p["title"]) + 1 == header.index("TITLE")  # the column stays aligned
+            assert line.index(p["state"], len(p["title"])) == header.index("STATE"), (line, header)
 
 
 def test_without_the_daemon_a_command_says_the_embedded_redis_needs_it(tmp_path):

@@ -10,9 +10,11 @@ import signal
 
 import pytest
 from daemon_helper import Daemon, delayd
-from redis_server import wait_for
+from redis_server import RedisServer, free_port, wait_for
+from test_observability import scrape
 
 from delayd import Client
+from delayd.store.registry import live
 
 pytestmark = pytest.mark.system
 
@@ -140,3 +142,74 @@ def test_the_master_wakes_a_waiting_reload_on_the_embedded_redis_and_removes_a_d
         assert not list(d.state_dir.glob("reload-*"))  # the CLI's own removed, the test's (now closed) too
     finally:
         d.stop()
+
+
+def registered(env: dict, prefix: str) -> dict | None:
+    """The one live daemon's registry entry under `prefix` (None: none yet)."""
+    out = delayd("status", "--cluster", "--json", "--prefix", prefix, env=env, check=None)
+    daemons = json.loads(out.stdout)["daemons"] if out.stdout else []
+    return daemons[0] if len(daemons) == 1 else None
+
+
+def test_a_background_start_with_a_relative_config_reloads_and_restarts_on_it(redis_url, tmp_path):
+    """`cd app && delayd start -c delayd.toml && delayd reload` failed ("cannot read config file
+    delayd.toml": the daemonized master works in its state directory, a relative one too), and
+    `delayd restart` without -c started on the defaults. Now both use the start's file, flags,
+    variables and directory; restart's own -c, flags and variables win."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "delayd.toml").write_text("buckets = 1\nqueues = 1\nconcurrency = 3\n")
+    (app / "other.toml").write_text("buckets = 1\nqueues = 1\nconcurrency = 5\n")
+    shell = {**os.environ, "DELAYD_REDIS_URL": redis_url, "DELAYD_STATE_DIR": "state",
+             "DELAYD_GRACEFUL_TIMEOUT": "5"}
+    started = delayd("start", "-c", "delayd.toml", "--prefix", "app:", env=shell, cwd=app, DELAYD_NAME="app")
+    try:
+        assert started.stdout.startswith("delayd started"), started.stderr
+        assert (app / "state" / "delayd.pid").exists()
+        wait_for(lambda: registered(shell, "app:"), 30, message="the daemon in the registry")
+        out = delayd("reload", env=shell, cwd=app, check=None)
+        assert out.returncode == 0 and out.stdout.startswith("reloaded (pid"), (out.stdout, out.stderr)
+
+        out = delayd("restart", env=shell, cwd=app, check=None)  # no -c, no --prefix, no DELAYD_NAME
+        assert out.returncode == 0 and "delayd started" in out.stdout, (out.stdout, out.stderr)
+        entry = wait_for(lambda: registered(shell, "app:"), 30, message="the restarted daemon in the registry")
+        assert (entry["concurrency"], entry["name"]) == (3, "app")
+        out = delayd("reload", env=shell, cwd=app, check=None)
+        assert out.returncode == 0, (out.stdout, out.stderr)
+
+        out = delayd("restart", "-c", "other.toml", env=shell, cwd=app, check=None, DELAYD_NAME="again")
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        entry = wait_for(lambda: registered(shell, "app:"), 30, message="the daemon of other.toml")
+        assert (entry["concurrency"], entry["name"]) == (5, "again")
+    finally:
+        delayd("stop", env=shell, cwd=app, check=None)
+        pid = app / "state" / "delayd.pid"
+        if pid.exists() and delayd("status", env=shell, cwd=app, check=None).returncode != 3:
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+
+
+def test_the_registry_and_the_metrics_follow_a_reload_to_another_redis(redis_url, r, tmp_path):
+    """The master's registry thread and /metrics kept the start's Redis after a reload that moved the
+    daemon to another one (or changed its password): the entry stayed on the old store, and the
+    scrapes counted its tasks, while the new children worked on the new one."""
+    port = free_port()
+    path = tmp_path / "delayd.toml"
+    path.write_text(f'redis_url = "{redis_url}"\nbuckets = 1\nqueues = 1\nmetrics_port = {port}\n')
+    with RedisServer(str(tmp_path / "other"), password="new-pw") as other:
+        d = Daemon(redis_url, tmp_path / "d", buckets=1, queues=1, DELAYD_CONFIG=str(path))
+        for name in ("DELAYD_REDIS_URL", "DELAYD_BUCKETS", "DELAYD_QUEUES"):  # the file decides
+            del d.env[name]
+        d.start(wait=False)
+        try:
+            wait_for(d.ready, 30, message="the daemon up")
+            Client.from_url(other.url).add("moved", 1, call="delayd.examples:noop", delay=600)
+            path.write_text(f'redis_url = "{other.url}"\nbuckets = 1\nqueues = 1\nmetrics_port = {port}\n')
+            out = delayd("reload", env=d.env, check=None)
+            assert out.returncode == 0, (out.stdout, out.stderr)
+            theirs = other.client()
+            wait_for(lambda: live(theirs, "delayd:"), 15, message="the daemon's entry in the new Redis")
+            text = scrape(port)
+            assert 'topic="moved"' in text and "delayd_redis_up 1.0" in text, text
+            theirs.close()
+        finally:
+            d.stop()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 from node_helper import NODE_DIR, need_node
 from php_helper import ROOT, require_php
-from redis_server import wait_for
+from redis_server import RedisServer, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -42,6 +44,28 @@ def test_what_a_stopped_consumer_left_is_handled_first(consumer, r, redis_url):
     r.rpush("q", json.dumps({"key": "t:2", "params": {}}), json.dumps({"key": "t:3", "params": {"é": "/"}}))
     assert consume(consumer(), redis_url, "q", 3) == ['t:1 {"left":true}', "t:2 {}", 't:3 {"é":"/"}']
     assert r.llen("q") == 0 and r.llen("q:processing") == 0
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_a_consumer_reads_a_unix_socket_and_a_password_url(consumer):
+    """The PHP consumer read only host, port and db: the README's daemon (a unix socket, `unix:///…/redis.sock`)
+    gave it a warning, then a fatal error, and a password was never sent. Node's (ioredis) read both."""
+    command = consumer()
+    directory = Path(tempfile.mkdtemp(prefix="dd-"))  # short: socket paths are limited to ~100 bytes
+    sock = directory / "redis.sock"
+    server = RedisServer(str(directory), password="pa:ss@word",
+                         extra=["--unixsocket", str(sock), "--unixsocketperm", "700"]).start()
+    try:
+        r = server.client(db=2)
+        r.rpush("q", json.dumps({"key": "t:1", "params": {}}), json.dumps({"key": "t:2", "params": {}}))
+        r.config_set("requirepass", "")  # (the socket's turn: no password, only the db)
+        assert consume(command, f"unix://{sock}?db=2", "q", 1) == ["t:1 {}"]
+        r.config_set("requirepass", "pa:ss@word")
+        assert consume(command, f"redis://:pa%3Ass%40word@127.0.0.1:{server.port}/2", "q", 1) == ["t:2 {}"]
+        assert r.llen("q") == 0 and r.llen("q:processing") == 0
+        r.close()
+    finally:
+        server.kill()
 
 
 @pytest.mark.parametrize("consumer", CONSUMERS)

@@ -30,6 +30,19 @@ def test_the_dialect_follows_the_server_version():
     assert dialect.choose({}) is dialect.EVALSHA
 
 
+def test_fcall_refused_as_an_unknown_command_says_the_server_changed_kind():
+    """Redis 6.2 quotes the command with backquotes, 7 with quotes; another refusal is not one
+    (tests/daemon/test_server_change.py swaps the servers under a daemon)."""
+    import redis
+    for text in ("unknown command `FCALL`, with args beginning with: `delayd_x_add`, ",
+                 "unknown command 'FCALL_RO', with args beginning with: 'delayd_x_stats' "):
+        assert dialect.FCALL.unknown(redis.exceptions.ResponseError(text))
+        assert not dialect.EVALSHA.unknown(redis.exceptions.ResponseError(text))
+    for text in ("Function not found", "unknown command `EVALSHA`, with args beginning with: "):
+        assert not dialect.FCALL.unknown(redis.exceptions.ResponseError(text))
+    assert not dialect.FCALL.unknown(redis.exceptions.NoPermissionError("unknown command 'FCALL'"))
+
+
 def test_calls_go_as_functions_where_the_server_has_them_else_by_evalsha(client, r):
     """On Redis 7+ and Valkey the library is loaded (FUNCTION LIST: every script, the read-only ones
     flagged no-writes) and called with FCALL / FCALL_RO; on 6.2 every call is an EVALSHA."""

@@ -218,7 +218,8 @@ def test_deferred_runs_are_shown_by_stats_text_json_and_metrics(client, r):
     assert json.loads(delayd("stats", "--json").stdout)["runs_last_minute"]["defer"] == 2
     assert "retry=1 quarantine=0 defer=2" in delayd("stats").stdout
     registry = CollectorRegistry()
-    registry.register(metrics.Collector(config_mod.load(), lambda: []))
+    config = config_mod.load()
+    registry.register(metrics.Collector(lambda: config, lambda: []))
     text = generate_latest(registry).decode()
     assert 'delayd_runs_total{outcome="defer",topic="hook"} 2.0' in text
     assert 'delayd_runs_total{outcome="retry",topic="hook"} 1.0' in text

@@ -6,6 +6,9 @@
 //
 //   php examples/consumer.php REDIS_URL LIST [--count N]
 //
+// REDIS_URL: redis://[[user]:password@]host[:port][/db], or unix:///path/to/redis.sock[?db=N] (the
+// embedded Redis of `./scripts/run` is one: `delayd status --json` shows it as "redis").
+//
 // handle() prints `topic:id params` per task; --count N stops after N tasks (for tests).
 // (phpredis 5 has no blmove() method: rawCommand sends it as it is. Redis >= 6.2.)
 
@@ -13,12 +16,24 @@
 $count = ($argv[3] ?? '') === '--count' ? (int) $argv[4] : PHP_INT_MAX;
 $processing = "$list:processing"; // one per consumer if several run: e.g. "$list:processing:" . gethostname()
 
-$where = parse_url($url);
 $redis = new Redis();
-$redis->connect($where['host'], $where['port'] ?? 6379);
+if (str_starts_with($url, 'unix://')) { // (parse_url() refuses a URL with no host)
+    [$socket, $query] = array_pad(explode('?', substr($url, strlen('unix://')), 2), 2, '');
+    parse_str($query, $options);
+    $redis->connect($socket); // a socket, by its path
+    $db = (int) ($options['db'] ?? 0);
+} else {
+    $where = parse_url($url);
+    $redis->connect($where['host'], $where['port'] ?? 6379);
+    if (isset($where['pass'])) {
+        $redis->auth(($where['user'] ?? '') !== '' ? [urldecode($where['user']), urldecode($where['pass'])]
+            : urldecode($where['pass']));
+    }
+    $db = (int) ltrim($where['path'] ?? '', '/');
+}
 $redis->setOption(Redis::OPT_READ_TIMEOUT, -1); // BLMOVE with timeout 0 blocks until a task comes
-if (isset($where['path']) && $where['path'] !== '/') {
-    $redis->select((int) ltrim($where['path'], '/'));
+if ($db) {
+    $redis->select($db);
 }
 
 function handle(object $task): void
