@@ -3,7 +3,7 @@ the spec JSON stores it, what `get` shows, its flag of `delayd add`, its OpenAPI
 reference page.
 
 Everything else is made from it: the Python checks and spec encoder (delayd.model.make, at import), the
-add script's gate (delayd/store/lua/_fields.lua), the PHP and Node field tables (clients/php/src/Fields.php,
+add script's gate's part (delayd.store.lua_fields, linked into _gate.lua), the PHP and Node field tables (clients/php/src/Fields.php,
 clients/node/src/fields.js), the add verb's flags (delayd.cli.tasks), docs/openapi.json's task schemas (those
 written by scripts/build-clients, which tests/producers/test_packages.py holds to this table) and the
 reference page (scripts/docs_reference.py). What no table can say stays code in each language: the rules
@@ -19,6 +19,10 @@ A field's checks are one of a few kinds, each checked alike by every producer wi
 - `bool`, `int` (`low` to `high`, no bool), `number` (finite, `low` to `high`, above `low` with `low_open`;
   a whole number kept as an integer);
 - any other kind is a check each language writes once by hand (delayd.model.checks.CUSTOM names them).
+
+When the spec holds a field (`written`): `set`, when it is not null; `changed`, when it is none of `omit`;
+`with-url`, for a URL task, else when it is none of `omit`; `scheduled`, when the task has intervals (given, and
+no every or cron). A field is refused unless one of the fields it `requires` is given too, saying `alone`.
 """
 from __future__ import annotations
 
@@ -83,10 +87,10 @@ class Field:
     check: Check | None = None  # None: not an add argument
     default: Any = None  # what an add without it means (never written to the spec)
     spec: int | None = None  # its place in the spec JSON (None: not stored there)
-    written: str = "set"  # when the spec holds it: set (not None), changed (not in `omit`), with-url (url task,
-    omit: tuple = (None,)  # or not in `omit`), scheduled (given intervals, no every or cron)
-    requires: tuple[str, ...] = ()  # refused unless one of these fields is given too, saying `alone` after its name
-    alone: str = ""
+    written: str = "set"  # when the spec holds it (the module's docstring)
+    omit: tuple = (None,)  # the values `changed` and `with-url` leave out
+    requires: tuple[str, ...] = ()  # refused unless one of these is given too ...
+    alone: str = ""  # ... saying this after its name
     shown: str | None = None  # what get shows: the Task's attribute of that name (None: not shown)
     option: bool = False  # an add option (when, how), not a field of the task
     flag: Flag | None = None
