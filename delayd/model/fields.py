@@ -3,10 +3,11 @@ the spec JSON stores it, what `get` shows, its flag of `delayd add`, its OpenAPI
 reference page.
 
 Everything else is made from it: the Python checks and spec encoder (delayd.model.make, at import), the
-add script's gate's part (delayd.store.lua_fields, linked into _gate.lua), the PHP and Node field tables (clients/php/src/Fields.php,
-clients/node/src/fields.js), the add verb's flags (delayd.cli.tasks), docs/openapi.json's task schemas (those
-written by scripts/build-clients, which tests/producers/test_packages.py holds to this table) and the
-reference page (scripts/docs_reference.py). What no table can say stays code in each language: the rules
+add script's gate's part (delayd.store.lua_fields, linked into _gate.lua), the PHP and Node field tables
+(clients/php/src/Fields.php, clients/node/src/fields.js) and docs/openapi.json's task schemas (written by
+scripts/build-clients, which tests/producers/test_packages.py holds to this table), the add verb's flags
+(delayd.cli.tasks), ls's columns, the dashboard's plain task rows and the reference page
+(scripts/docs_reference.py). What no table can say stays code in each language: the rules
 between fields (one target, one schedule, retries without a schedule, the trace context), URLs, params,
 intervals, cron and zones, and when a task first runs (delay, at, debounce).
 
