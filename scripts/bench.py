@@ -33,6 +33,7 @@ from delayd import Client  # noqa: E402
 from delayd.daemon.embedded import RECORD_SETTINGS, find_redis_server  # noqa: E402
 
 N = 20_000
+TABLE_SECTION = "## The full table"  # the section of BENCHMARKS.md a whole run (no --only) rewrites
 REDIS7 = "/usr/bin/redis-server"  # where the PHP and Node rows run when present (producers_server)
 NOOP, RPUSH = "delayd.examples:noop", "bench_handlers:rpush"  # RPUSH: one Redis round trip per run
 MOVE_LUA = """
@@ -657,7 +658,7 @@ def main() -> None:
         model = cpu
     ceiling_tool = "redis-benchmark" if redis_tool("redis-benchmark") else "redis-cli (--pipe / -r)"
     lines = [
-        "# delayd benchmarks",
+        TABLE_SECTION,
         "",
         f"Written by `./scripts/bench{' --big' if args.big else ''}` on {datetime.date.today()} — "
         f"{model}, {psutil.cpu_count()} cores, Python {platform.python_version()}, Redis {version} "
@@ -673,18 +674,19 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.only is None:
-        write_table(Path(args.out), text)
+        write_section(Path(args.out), TABLE_SECTION, text)
 
 
-def write_table(out: Path, table: str) -> None:
-    """The run's table replaces the file's first section (up to its first `## ` heading); the sections
-    below it, written by hand (A/B runs, the huge run, notes), stay."""
-    kept = ""
-    if out.exists():
-        old = out.read_text()
-        at = old.find("\n## ")
-        kept = old[at:] if at >= 0 else ""
-    out.write_text(table.rstrip("\n") + "\n" + kept)
+def write_section(out: Path, heading: str, text: str) -> None:
+    """`text` replaces the section of `out` under the line `heading` (up to the next `## ` heading), or is
+    appended: the rest of the page (the summary at its top, the sections written by hand) stays."""
+    old = out.read_text() if out.exists() else ""
+    start = ("\n" + old).find("\n" + heading + "\n")
+    if start < 0:
+        out.write_text(old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n")
+        return
+    end = old.find("\n## ", start + len(heading))
+    out.write_text(old[:start] + text.rstrip("\n") + "\n" + ("\n" + old[end + 1:] if end >= 0 else ""))
 
 
 if __name__ == "__main__":

@@ -317,17 +317,6 @@ def section(results: dict[str, dict[str, object]], count: int, rounds: int, page
     ])
 
 
-def write(out: Path, text: str) -> None:
-    """Replace the section in `out` (up to the next `## ` heading), or append it."""
-    old = out.read_text() if out.exists() else ""
-    start = old.find(SECTION + "\n")
-    if start < 0:
-        out.write_text(old.rstrip("\n") + "\n\n\n" + text)
-        return
-    end = old.find("\n## ", start + len(SECTION))
-    out.write_text(old[:start] + text + ("\n" + old[end + 1:] if end >= 0 else ""))
-
-
 def main(servers: list[str], count: int, out: Path | None) -> None:
     """The figures on each server in turn; the section is printed, and written into `out` if given."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -342,4 +331,4 @@ def main(servers: list[str], count: int, out: Path | None) -> None:
     text = section(results, count, ROUNDS, PAGE_RUNS, commit)
     print(text)
     if out is not None:
-        write(out, text)
+        bench.write_section(out, SECTION, text)

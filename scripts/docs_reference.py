@@ -9,7 +9,7 @@ import ast
 import json
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -163,29 +163,35 @@ def http_page() -> str:
     return "\n".join(lines)
 
 
-def model_defaults() -> dict[str, str]:
-    """Each Task field's default, as the model sets it."""
-    made = {}
-    for f in fields(Task):
-        if f.default is not MISSING:
-            made[f.name] = json.dumps(f.default)
-        elif f.default_factory is not MISSING:
-            made[f.name] = json.dumps(f.default_factory())
-    return made
+# What the default column cannot say of a field (its meaning comes first, from the table of fields).
+DEFAULT_NOTES = {
+    "intervals": "A task added without `intervals`, `every` or `cron` shows `[0]`: its first run is due at once "
+                 "(or at its `delay` or `at`), and a run that neither succeeds nor fails is retried with "
+                 "exponential backoff, `retries` times, not every 0 s.",
+    "retries": "Not given, the daemon's `retries` option (`DELAYD_RETRIES`, default 20); null for a task with "
+               "`intervals`, `every` or `cron`, which follows its schedule instead; 0 when `persistent` is false.",
+}
+
+
+def shown_defaults(shown: dict[str, Any]) -> dict[str, str]:
+    """Each field's value as `delayd get --json` prints it for a task added with only its target."""
+    return {name: json.dumps(value) for name, value in shown.items() if name not in ("topic", "id", "key", "call")}
 
 
 def tasks_page() -> str:
     """Every field of a task as `delayd get --json` prints it (Task.to_dict), and the add arguments, from the
     table of fields."""
-    defaults = model_defaults()
-    stored = [(f"`{f.name}`", f"`{defaults[f.name]}`" if f.name in defaults else "", f.doc) for f in SHOWN]
+    defaults = shown_defaults(Task(topic="t", id="1", call="m:f").to_dict())
+    stored = [(f"`{f.name}`", f"`{defaults[f.name]}`" if f.name in defaults else "",
+               " ".join(filter(None, (f.doc, DEFAULT_NOTES.get(f.name))))) for f in SHOWN]
     add_only = [(f"`{f.name}`", f.doc) for f in FIELDS if f.check and not f.shown]
     return "\n".join([
         "# Task fields", "", GENERATED.format(source="delayd/model/fields.py (the table of task fields)"), "",
         " ".join(Task.__doc__.split()), "",
         "## What a task holds", "",
         "As `delayd get --json`, `Client.get(...).to_dict()`, `GET /api/tasks/TOPIC/ID` and the PHP and Node "
-        "clients' `get` show it.", "",
+        "clients' `get` show it. The default is what a task added with only its target (`call`, `url` or "
+        "`push`) shows.", "",
         *table(("field", "default", "meaning"), stored),
         "## What an add takes besides", "",
         "Arguments of `Client.add` (and of `delayd add`, `POST /api/tasks`, PHP and Node) that are not stored "

@@ -1,6 +1,7 @@
 """Shared fixtures: a real redis-server per test session, flushed before every test."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -82,9 +83,66 @@ def daemon(request, redis_url, daemon_factory):
     return daemon_factory(redis_url, **(options.kwargs if options else {}))
 
 
-def pytest_collection_modifyitems(items):
+# The test files that take longest (seconds, measured by `--record-durations`; only those of SLOW_FILE seconds
+# or more are kept). Under pytest-xdist the workers hand the files out in collection order: these go first,
+# longest first, so that no long file starts near the end while the other worker has run out of files.
+DURATIONS = Path(__file__).parent / "durations.json"
+SLOW_FILE = 10.0
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write the time of each test file run that took {SLOW_FILE:g} s or more into "
+                          "tests/durations.json (the files run and faster are dropped from it, the others kept)")
+
+
+def pytest_configure(config):
+    # xdist's own order of files (most tests first) would undo the longest-first order given below.
+    if getattr(config.option, "dist", "no") in ("loadfile", "loadscope") and DURATIONS.exists():
+        config.option.loadscopereorder = False
+    if config.getoption("record_durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(), "delayd-durations")
+
+
+def pytest_collection_modifyitems(config, items):
     """A test that asks for a daemon is a system test even where its mark was forgotten, so that
-    `-m "not system"` stays the fast tier as tests are added."""
+    `-m "not system"` stays the fast tier as tests are added. In an xdist worker (whose collection the
+    controller hands out in order) the files of tests/durations.json come first, longest first, then the
+    others by their number of tests, as xdist would order them."""
     for item in items:
         if {"daemon", "daemon_factory"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.system)
+    if hasattr(config, "workerinput") and DURATIONS.exists():
+        longest_first(items, json.loads(DURATIONS.read_text()))
+
+
+def longest_first(items: list, seconds: dict[str, float]) -> None:
+    """Sorts `items` (anything with a nodeid) file by file: the files of `seconds` first, longest first, then the
+    others, most tests first; each file's items stay together and in their order."""
+    tests: dict[str, int] = {}
+    for item in items:
+        tests[_file_of(item.nodeid)] = tests.get(_file_of(item.nodeid), 0) + 1
+    items.sort(key=lambda item: (-seconds.get(_file_of(item.nodeid), 0.0), -tests[_file_of(item.nodeid)]))
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+class DurationRecorder:
+    """--record-durations: adds up each file's setup, call and teardown times (the reports reach the
+    controller from xdist's workers too) and merges the slow ones into tests/durations.json at the end."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        self.seconds[_file_of(report.nodeid)] = self.seconds.get(_file_of(report.nodeid), 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session) -> None:
+        known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+        for path, seconds in self.seconds.items():
+            known.pop(path, None)
+            if seconds >= SLOW_FILE:
+                known[path] = round(seconds, 1)
+        DURATIONS.write_text(json.dumps(dict(sorted(known.items(), key=lambda kv: -kv[1])), indent=1) + "\n")

@@ -133,7 +133,7 @@ def library_top(defs: list[Definition], prelude: str = "") -> str:
 def callback(defs: list[Definition], body: str) -> str:
     """`body` as the code of a library function called with (keys, argv), under library_top(defs): the call's
     KEYS and ARGV set for the helpers (flush_stats reads KEYS) and as the body's own locals (read faster than
-    the library's: measured, BENCHMARKS.md), the lib's per-call state the body uses made afresh
+    the library's: measured, `git show 8564d90:BENCHMARKS.md`), the lib's per-call state the body uses made afresh
     (`counts, runs = {}, {}`), then the body."""
     state = [d for d in _needed(defs, body) if _per_call(d)]
     upvalues = names_in(body) & frozenset().union(*(d.names for d in defs)) | {"KEYS", "ARGV"}

@@ -5,6 +5,7 @@ marked runnable is run by a test."""
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import re
@@ -100,6 +101,23 @@ def test_the_task_fields_page_has_every_field_a_task_shows(site):
     text = page(site, "reference/task-fields")
     missing = [name for name in Task(topic="t", id="1", call="m:f").to_dict() if f"<code>{name}</code>" not in text]
     assert not missing, missing
+
+
+def test_the_task_fields_page_gives_the_defaults_a_task_shows(site):
+    """The default column is what `delayd get --json` prints for a task added with only its target (retries 20,
+    not the model's unset None), and a task without a schedule's `intervals` of [0] is explained."""
+    text = page(site, "reference/task-fields")
+    shown = Task(topic="t", id="1", call="m:f").to_dict()
+    wrong = {}
+    for name, value in shown.items():
+        if name in ("topic", "id", "key", "call"):
+            continue
+        cell = re.search(rf"<td><code>{name}</code></td>\s*<td>(.*?)</td>", text, re.S)
+        if cell is None or html.unescape(cell.group(1)) != f"<code>{json.dumps(value)}</code>":
+            wrong[name] = cell and cell.group(1)
+    assert not wrong, wrong
+    intervals = re.search(r"<td><code>intervals</code></td>\s*<td>.*?</td>\s*<td>(.*?)</td>", text, re.S).group(1)
+    assert "without" in intervals and "<code>[0]</code>" in intervals, intervals
 
 
 ITEM = re.compile(r"(- |\* |\d+\. )")

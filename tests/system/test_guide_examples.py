@@ -1,6 +1,6 @@
 """The producer examples of the guide docs/guides/adding-tasks.md run as written against `./scripts/run`'s
 daemon (its embedded Redis, on its socket only), from applications that installed the clients as the guide
-says: the Python example, Node's install line and example, the PHP example, the HTTP one (blocks marked
+says: the Python example, Node's install line and example, PHP's install lines and example, the HTTP one (blocks marked
 `<!-- runnable: ... -->`, tests/docs_examples.py; the webhooks guide's Node receiver is run by
 tests/targets/test_delivery.py)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from docs_examples import example
 from node_helper import need_node
-from packages_helper import NODE_DIR, ioredis_version, php_app
+from packages_helper import NODE_DIR, ROOT, ioredis_version, need_composer
 from php_helper import require_php
 from redis_server import free_port, wait_for
 from test_tour import VENV, clone, plain_env, with_group_gone
@@ -106,12 +106,19 @@ def test_the_node_install_line_and_example_work_as_written(scripts_run, tmp_path
     the_same_tasks_were_added(proc, client)
 
 
-def test_the_php_example_works_as_written(scripts_run, tmp_path):
+def test_the_php_install_lines_and_example_work_as_written(scripts_run, tmp_path):
+    """In a new, empty folder, as the guide says (Composer's network off: the path repository is all it needs)."""
     place, env = scripts_run
     require_php()
+    need_composer()
     client = store(place)
     app = tmp_path / "app"
-    shutil.copytree(php_app(), app)  # an application with delayd/client in vendor/ (Composer's)
+    app.mkdir()
+    composer = {**os.environ, "COMPOSER_HOME": str(tmp_path / "composer"), "COMPOSER_DISABLE_NETWORK": "1"}
+    done = subprocess.run(["bash", "-ec", example("php-install").replace("/path/to/delayd", str(ROOT))], cwd=app,
+                          env=composer, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not (app / "vendor" / "delayd" / "client").is_symlink()
     (app / "example.php").write_text(example("add-php"))
     proc = run_in_shell(place, env, "php example.php", app)
     assert proc.returncode == 0 and not proc.stderr, (proc.stdout, proc.stderr)

@@ -1,4 +1,4 @@
-// delayd-client's throughput beside its ceiling, in one run (BENCHMARKS.md "Node producer"):
+// delayd-client's throughput beside its ceiling, in one run (the Node rows of BENCHMARKS.md):
 // single adds awaited one at a time vs the same ioredis connection's round trip for a trivial
 // EVALSHA (`return 1`), in alternating rounds; then addMany in batches.
 //

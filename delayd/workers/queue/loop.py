@@ -41,9 +41,9 @@ WAIT_CAP = 5.0  # seconds: the longest sleep, and how often every bucket is look
 REPORT_EVERY = 1.0  # seconds: at most one host-health report (hosts.lua) per interval, riding a turn's round trip
 # The cyclic garbage collector's thresholds in a queue process (Python's: 700, 10, 10). A URL request allocates
 # hundreds of objects that live for its second in flight, freed by their reference counts: at 700 the collector
-# ran ~500 young and ~50 middle collections in a 10,000-delivery run, ~1/5 of the process's CPU (BENCHMARKS.md,
-# "The queue process's CPU per URL delivery"); at 50,000 it runs a few. What the process holds once started
-# (modules, the engine) is frozen: never traversed again.
+# ran ~500 young and ~50 middle collections in a 10,000-delivery run, ~1/5 of the process's CPU (the profile:
+# `git show 8564d90:BENCHMARKS.md`, "The queue process's CPU per URL delivery"); at 50,000 it runs a few. What the
+# process holds once started (modules, the engine) is frozen: never traversed again.
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
