@@ -134,7 +134,8 @@ FIELDS: tuple[Field, ...] = (
        default={}, spec=9, written="changed", omit=({},), schema={"type": "object"},
        output={"type": ["object", "null"]},
        flag=Flag("JSON object handed to the handler or sent to the URL", "JSON")),
-    _f("intervals", "The seed's schedule: gaps in seconds, e.g. `[0, 30, 60]` or `\"0,30,60\"`.",
+    _f("intervals", "The schedule: the gaps in seconds before each run until success, e.g. `[0, 30, 60]` or "
+       "`\"0,30,60\"`.",
        Check("intervals", pattern=DECIMAL), default=[0], spec=10, written="scheduled",
        schema={"oneOf": [{"type": "number", "minimum": 0, "maximum": TEN_YEARS},
                          {"type": "array", "minItems": 1, "maxItems": 1000,
