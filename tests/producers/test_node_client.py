@@ -63,6 +63,8 @@ REFUSED = [
     {"topic": "t", "id": 1, "url": "ftp://x.example/"},
     {"topic": "t", "id": 1, "url": "https:///path"},
     {"topic": "t", "id": 1, "url": "https://x.example/a b"},
+    {"topic": "t", "id": 1, "url": "https://x.example/a\x85\xa0\u2028b"},  # (shown as Python's repr escapes them)
+    {"topic": "t", "id": 1, "call": "a:b\xad"},
     {"topic": "t", "id": 1, "url": "https://[::1/"},
     {"topic": "t", "id": 1, "push": "a list"},
     {"topic": "t", "id": 1, "url": "https://x.example/", "method": "PUT"},
