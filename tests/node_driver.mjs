@@ -1,6 +1,7 @@
 // The tests' way into delayd-client (tests/node_helper.py): one JSON request per stdin line,
 // `{"op": "add"|"addMany"|"delete"|"get", "args": [...]}`, answered by one JSON line on stdout,
-// `{"ok": result}` or `{"error": {"name": ..., "message": ...}}`, in order.
+// `{"ok": result}` or `{"error": {"name": ..., "message": ...}}`, in order. A number JSON's values cannot
+// carry (NaN, Infinity, 1e400) comes as `{"$number": "<its JSON text>"}`: JavaScript's Number of it.
 // Usage: node test/driver.mjs REDIS_URL PREFIX [CLIENT_OPTIONS_JSON] (REDIS_URL: redis:// or redis+cluster://)
 import { createInterface } from 'node:readline';
 import Redis from 'ioredis';
@@ -16,7 +17,9 @@ const redis = seeds
 const client = new Client(redis, { ...JSON.parse(options), prefix });
 
 for await (const line of createInterface({ input: process.stdin })) {
-  const { op, args } = JSON.parse(line);
+  const { op, args } = JSON.parse(line, (key, value) => (
+    value !== null && typeof value === 'object' && Object.keys(value).length === 1 && '$number' in value
+      ? Number(value.$number) : value));
   let answer;
   try {
     answer = { ok: await client[op](...args) };

@@ -24,6 +24,7 @@ from delayd.model.fields import (
     message,
     text_pattern,
 )
+from delayd.model.json_rules import beyond_double
 
 DEFAULT_PARAMS_LIMIT = 64 * 1024
 DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
@@ -234,6 +235,8 @@ def check_params(params: Any, limit: int | None) -> tuple[dict, str | None]:
         raise TaskError(f"params are not JSON-serialisable: {exc}") from None
     if len(encoded) > limit:  # (ASCII: the encoder escapes every other character)
         raise TaskError(f"params are {len(encoded)} bytes, more than the limit of {limit}")
+    if beyond_double(encoded):  # (the add script's cjson would read it as infinite: docs/protocol.md section 7)
+        raise TaskError("params hold an integer beyond a double's range (about 1.8e308)")
     if not flat and nested_deeper(encoded, MAX_PARAMS_DEPTH):
         raise TaskError(TOO_DEEP)
     # A lone surrogate (a byte that was not UTF-8, decoded with surrogateescape) is escaped as

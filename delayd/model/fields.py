@@ -106,6 +106,7 @@ def _f(name: str, doc: str, check: Check | None = None, *, shown: str | None = "
     return Field(name, doc, check, shown=name if shown == "=" else shown, **rest)
 
 
+_SECONDS_CHECK = Check("number", "must be a number of seconds from 0 to ten years", low=0, high=TEN_YEARS)
 FIELDS: tuple[Field, ...] = (
     _f("topic", "Task type, e.g. `order:cancel`: no spaces or control characters.", Check("name"),
        schema=_NAME_SCHEMA, output={"type": "string"}),
@@ -202,20 +203,18 @@ FIELDS: tuple[Field, ...] = (
        flag=Flag("the W3C tracestate going with --traceparent", "TS")),
     _f("trace", "the W3C trace context of the add: its traceparent, then a space and its tracestate (made of them)",
        spec=15, shown=None),
-    _f("delay", "Seconds from now to the first run.", Check("number", "must be a number of seconds >= 0", low=0,
-                                                            high=TEN_YEARS),
-       option=True, shown=None, schema=_SECONDS,
+    _f("delay", "Seconds from now to the first run.", _SECONDS_CHECK, option=True, shown=None, schema=_SECONDS,
        flag=Flag("first run S seconds from now", "S", type="non_negative", group="when")),
     _f("at", "The first run's time: Unix seconds or ISO 8601.", Check("at", pattern=DECIMAL), option=True, shown=None,
        schema={"oneOf": [{"type": "number"}, {"type": "string"}]},
        flag=Flag("first run at Unix seconds or an ISO 8601 time", "TIME", group="when")),
     _f("debounce", "Replace a pending run and move it to now + S.",
-       Check("number", "must be a number of seconds >= 0", low=0, high=TEN_YEARS), option=True, shown=None,
+       _SECONDS_CHECK, option=True, shown=None,
        schema=_SECONDS, flag=Flag("run S seconds after the last such add: a task that has not started yet gets "
                                   "these arguments and is put off to now + S (see --max-wait)", "S",
                                   type="non_negative", group="when")),
     _f("max_wait", "Debounce: never later than this after the first add (>= debounce).",
-       Check("number", "must be a number of seconds >= 0", low=0, high=TEN_YEARS), option=True, shown=None,
+       _SECONDS_CHECK, option=True, shown=None,
        schema=_SECONDS, flag=Flag("with --debounce: never put the run off more than M seconds after its first add",
                                   "M", type="non_negative")),
     _f("nx", "Add only if the task does not exist.", Check("bool", "must be true or false", got=False),

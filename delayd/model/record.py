@@ -14,7 +14,8 @@ from typing import Any, Callable, NamedTuple
 from delayd.model import attempts as attempts_mod
 from delayd.model import make
 from delayd.model.checks import MAX_PARAMS_DEPTH, nested_deeper, stored_trace_ok
-from delayd.model.fields import SPEC_NAMES
+from delayd.model.fields import SPEC, SPEC_NAMES
+from delayd.model.json_rules import loads_spec
 from delayd.model.task import DEFAULT_RETRIES, STATUSES, Task, TaskError, is_utf8, printable
 
 NOT_A_HASH = "its key is not a hash"
@@ -44,8 +45,9 @@ _value_json = _value_encoder()
 # separators; every add pays for it), in the order of the table of fields (the target first: add.lua flags a URL
 # task by its spec starting `{"url":`), each when its rule says (delayd.model.fields; made by delayd.model.make).
 spec_json: Callable[[Task], str] = make.spec_json(_json_text, _value_json)
-# The fields a spec may have (docs/protocol.md, section 3).
+# The fields a spec may have (docs/protocol.md, section 3), and those that must be integers.
 SPEC_FIELDS = SPEC_NAMES
+_INTEGERS = frozenset(f.name for f in SPEC if f.check and f.check.kind == "int")
 
 
 def _check_read_as_written(spec: dict[str, Any], text: str) -> None:
@@ -83,12 +85,12 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
         if nested_deeper(record["spec"], MAX_PARAMS_DEPTH + 1):  # (written past the add script's gate)
             raise TaskError(f"spec is nested more than {MAX_PARAMS_DEPTH + 1} levels deep (an add refuses params "
                             f"nested more than {MAX_PARAMS_DEPTH})")
-        spec = json.loads(record["spec"])
-        if not isinstance(spec, dict):
-            raise TaskError("spec is not a JSON object")
+        spec = loads_spec(record["spec"])  # (as the add script reads it, or TaskError)
         _check_read_as_written(spec, record["spec"])
         topic, _, id = member.rpartition(":")
         trace = spec.pop("trace", None)  # (the spec's own fields are Task.new's arguments, but its trace)
+        for name in _INTEGERS.intersection(spec):
+            spec[name] = _integer(spec[name])
         task = Task.new(topic, id, priority=int(record.get("priority", 2)), params_limit=None, **spec)
         task.default_retries = default_retries
         task.trace = trace
@@ -153,6 +155,12 @@ def read(member: str, reply: dict[str, Any] | Exception, default_retries: int = 
         return Read(member, from_record(member, reply, default_retries), None, reply)
     except TaskError as exc:
         return Read(member, None, str(exc), reply)
+
+
+def _integer(value: Any) -> Any:
+    """A number read as the add script reads one that must be an integer: by its value (3.0 and 1e3 are 3 and
+    1000; cjson gives every number as a double)."""
+    return int(value) if type(value) is float and value.is_integer() else value
 
 
 def _seconds(ms: str | None) -> float | None:

@@ -61,8 +61,8 @@ def test_a_task_that_has_started_gets_a_new_pending_run(client, r, state):
     ({"debounce": 30, "at": 5}, "give debounce or delay/at, not both"),
     ({"max_wait": 30}, "max_wait is the most a debounce may put a task off: give debounce too"),
     ({"debounce": 30, "max_wait": 10}, "max_wait (10 s) must be at least debounce (30 s)"),
-    ({"debounce": -1}, "debounce must be a number of seconds >= 0, got -1"),
-    ({"debounce": "30"}, "debounce must be a number of seconds >= 0, got '30'"),
+    ({"debounce": -1}, "debounce must be a number of seconds from 0 to ten years, got -1"),
+    ({"debounce": "30"}, "debounce must be a number of seconds from 0 to ten years, got '30'"),
     ({"debounce": 30, "every": 60}, "debounce is for a task without every or cron"),
 ])
 def test_what_debounce_cannot_be_given_with(client, r, fields, message):

@@ -5,7 +5,9 @@ tasks added first (`before`; `claim`: the deleted one then claimed, as a daemon 
 expected outcome: `added` (true/false) or `deleted` (true, false, or "claimed": what every producer answers
 for a task deleted after a run of it was claimed, each in its own way), the
 task as `delayd get --json` prints it afterwards (minus the times, which vary), or the kind of
-error (`invalid`: the producer's validation error, writing nothing). A producer is a small
+error (`invalid`: the producer's validation error, writing nothing; `message`: words it must hold).
+A number JSON's own values cannot carry to every producer (NaN, Infinity, 1e400, 400 digits) is
+`{"$number": text}`: each producer gets its language's reading of it. A producer is a small
 adapter (add, delete); one for another language plugs in beside these, and every case is then
 checked through it with the same expectations.
 """
@@ -48,16 +50,56 @@ class Refused(Exception):
     """A producer refused the store (StoreError: its meta hash is another version's)."""
 
 
+class JsonNumber:
+    """A number as JSON text spells it (`{"$number": text}` in the table: NaN, Infinity, 1e400, 400 digits),
+    which JSON's own values cannot carry to every producer: each adapter gives its language's reading of it."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def value(self) -> Any:
+        """Python's reading (json.loads: nan, inf, or an int of any size)."""
+        return json.loads(self.text)
+
+
 def expand(value: Any) -> Any:
-    """A case's value with `{"$repeat": [text, n]}` (a long string, kept short in the table) spelled out."""
+    """A case's value with `{"$repeat": [text, n]}` (a long string, kept short in the table) spelled out, and
+    `{"$number": text}` as a JsonNumber."""
     if isinstance(value, dict):
         if set(value) == {"$repeat"}:
             text, times = value["$repeat"]
             return text * times
+        if set(value) == {"$number"}:
+            return JsonNumber(expand(value["$number"]))
         return {k: expand(v) for k, v in value.items()}
     if isinstance(value, list):
         return [expand(v) for v in value]
     return value
+
+
+def native(value: Any) -> Any:
+    """A case's value for a Python producer: a JsonNumber as Python reads it."""
+    if isinstance(value, JsonNumber):
+        return value.value()
+    if isinstance(value, dict):
+        return {k: native(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [native(v) for v in value]
+    return value
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON text, a JsonNumber spelled as it is (what the HTTP body and `--params` carry)."""
+    numbers: list[str] = []
+
+    def placeholder(number: Any) -> str:
+        numbers.append(number.text)
+        return f"\0{len(numbers) - 1}\0"
+
+    text = json.dumps(value, default=placeholder)
+    for n, number in enumerate(numbers):
+        text = text.replace(json.dumps(f"\0{n}\0"), number)
+    return text
 
 
 def answer_of(deleted: Any) -> bool | str:
@@ -76,7 +118,7 @@ class PythonClient:
 
     def add(self, task: dict, nx: bool) -> bool:
         try:
-            return self.client.add(nx=nx, **task)
+            return self.client.add(nx=nx, **native(task))
         except TaskError as exc:
             raise Invalid(str(exc)) from None
         except DelaydError as exc:
@@ -100,7 +142,7 @@ class PythonAsyncClient:
 
     def add(self, task: dict, nx: bool) -> bool:
         try:
-            return self.run("add", nx=nx, **task)
+            return self.run("add", nx=nx, **native(task))
         except TaskError as exc:
             raise Invalid(str(exc)) from None
 
@@ -120,14 +162,16 @@ class Cli:
         task = dict(task)
         args = ["add", str(task.pop("topic")), str(task.pop("id")), "--json", *(["--nx"] if nx else [])]
         for name, value in task.items():
+            if value is None:  # (no option given: as a Python producer's None)
+                continue
             if name == "persistent":
                 args += [] if value else ["--once"]
             elif name == "params":
-                args += ["--params", json.dumps(value)]
+                args += ["--params", json_text(value)]
             elif name == "intervals" and isinstance(value, list):
                 args += ["--intervals", ",".join(str(v) for v in value)]
             else:
-                args += [f"--{name.replace('_', '-')}", str(value)]
+                args += [f"--{name.replace('_', '-')}", value.text if isinstance(value, JsonNumber) else str(value)]
         proc = delayd(*args, check=(0, 1, 2), DELAYD_REDIS_URL=self.url)
         if proc.returncode:
             lines = proc.stderr.strip().splitlines()
@@ -145,14 +189,16 @@ class Cli:
         return "claimed" if proc.returncode == 3 else True
 
 
-def wrapped(value: Any) -> Any:
-    """A value for another language's adapter: a str holding bytes that are not UTF-8 (lone
-    surrogates) travels as {"$bytes": base64}, which JSON can carry."""
+def wrapped(value: Any, text: bool = True) -> Any:
+    """A value for another language's adapter: a JsonNumber travels as {"$number": text}, and (if `text`) a
+    str holding bytes that are not UTF-8 (lone surrogates) as {"$bytes": base64}, which JSON can carry."""
     if isinstance(value, dict):
-        return {k: wrapped(v) for k, v in value.items()}
+        return {k: wrapped(v, text) for k, v in value.items()}
     if isinstance(value, list):
-        return [wrapped(v) for v in value]
-    if isinstance(value, str) and not is_utf8(value):
+        return [wrapped(v, text) for v in value]
+    if isinstance(value, JsonNumber):
+        return {"$number": value.text}
+    if text and isinstance(value, str) and not is_utf8(value):
         return {"$bytes": base64.b64encode(value.encode("utf-8", "surrogateescape")).decode()}
     return value
 
@@ -195,7 +241,7 @@ class Node:
 
     def add(self, task: dict, nx: bool) -> bool:
         try:
-            return self.producer.add(task, nx)
+            return self.producer.add(wrapped(task, text=False), nx)  # (a lone surrogate: JSON's escape)
         except NodeError as exc:
             if exc.name not in ("TaskError", "StoreError"):
                 raise
@@ -223,7 +269,7 @@ class Http:
         return f"/api/tasks/{urllib.parse.quote(topic, safe='')}/{urllib.parse.quote(str(id), safe='')}"
 
     def add(self, task: dict, nx: bool) -> bool:
-        body = json.dumps({**task, **({"nx": True} if nx else {})})  # (\udcff escapes for lone surrogates)
+        body = json_text({**task, **({"nx": True} if nx else {})})  # (\udcff escapes for lone surrogates)
         answer = self.http.post("/api/tasks", content=body, headers={"Content-Type": "application/json"})
         if answer.status_code == 400:
             raise Invalid(answer.json()["error"])
@@ -294,7 +340,7 @@ def check_case(producer: Any, url: str, r: Any, case: dict) -> None:
     if "error" in expect:
         with pytest.raises(Invalid) as refused:
             producer.add(task, case.get("nx", False))
-        assert "\n" not in str(refused.value)
+        assert "\n" not in str(refused.value) and expect.get("message", "") in str(refused.value)
         assert sorted(r.keys("*")) == before, "an invalid task wrote something"
         return
     assert producer.add(task, case.get("nx", False)) == expect["added"]

@@ -128,6 +128,18 @@ BAD_SPECS = [
         '7', f'"{TRACEPARENT.upper()}"', f'"01{TRACEPARENT[2:]}"', f'"00-{"0" * 32}{TRACEPARENT[35:]}"',
         f'"{TRACEPARENT[:36]}{"0" * 16}{TRACEPARENT[52:]}"', f'"{TRACEPARENT[:-1]}"', f'"{TRACEPARENT}x"',
         f'"{TRACEPARENT} "', f'"{TRACEPARENT} k=\\tv"', f'"{TRACEPARENT} {"k" * 513}"')),
+    # what cjson reads otherwise than the daemon's reader (tests/store/test_json_agreement.py)
+    ('{"call":"a:b","call":"c:d"}', 'spec: names the field "call" twice'),
+    ('{"call":"a:b","c\\u0061ll":"c:d"}', 'spec: names the field "call" twice'),
+    ('{"url":"http://a.example/x","url":"http://b.example/y"}', 'spec: names the field "url" twice'),
+    ('{"url":"http://a.example/x","url":null,"call":"a:b"}', "url: must be an http"),
+    *((f'{{"call":"a:b","params":{{"x":{number}}}}}', "spec: holds a number JSON does not have") for number in (
+        "0x10", "NaN", "Infinity", "-Infinity", "nan", "inf", "+1", "01", "1.")),
+    ('{"url":"http://h/","params":{"x":[1,NaN]}}', "spec: holds a number JSON does not have"),
+    *((f'{{"call":"a:b","params":{{"x":{number}}}}}', "spec: holds a number beyond a double's range") for number in (
+        "1e400", "-1e400", "1" + "0" * 400, "1" + "0" * 5000)),
+    ('{"call":"a:b","params":{"x":"a\nb"}}', "spec: holds a control character in a string"),
+    ('{"call":"a:b"}\x00', "spec: holds a control character"),
 ]
 TRACES = [TRACEPARENT, f"{TRACEPARENT} k=v", f"{TRACEPARENT} congo=t61rcWkgMzE, rojo=00f067aa0ba902b7",
           f"{TRACEPARENT} {'k' * 512}"]
@@ -139,6 +151,7 @@ BAD_RECURRING_SPECS = [
     ('{"call":"a:b","cron":"* * * * $"}', "cron: must be five fields"),
     ('{"call":"a:b","cron":"0 3 * * *","tz":"Europe/Ber lin"}', "tz: must be an IANA zone name"),
     ('{"call":"a:b","cron":"0 3 * * *","every":60}', "schedule: give one of intervals, every or cron"),
+    ('{"call":"a:b","every":null}', "every: must be a number"), ('{"call":"a:b","cron":null}', "cron: must be five"),
 ]
 
 
@@ -438,11 +451,25 @@ def test_a_checked_spec_that_spells_a_schedule_with_escapes_is_still_read(r, sto
 
 
 @pytest.mark.parametrize("spec", ['{"method":"GET","url":"http://h:0/"}', '{"call":"a:b","url":"http://:80/"}',
-                                  '{"url":"http:\\/\\/h:99999\\/"}'])
+                                  '{"url":"http:\\/\\/h:99999\\/"}', '{"url":"http://a.example/1","url":"http://b.example/2"}',
+                                  '{"url":"http://a.example/1","url":"http://b.example:70000/2"}',
+                                  '{"url":"http://a.example/1","url":null,"call":"a:b"}',
+                                  '{"url":"http://a.example/1","\\u0075rl":"http://b.example/2"}'])
 def test_a_checked_url_spec_is_refused_its_bad_port_or_host_wherever_its_url_stands(r, store, spec):
     """SPEC section 9: the add script refuses a URL whose port is not 1-65535 or whose host is empty, also from a
-    call flagged 'c' whose spec does not start with its URL or escapes it (read by decoding, not by pattern)."""
+    call flagged 'c' whose spec does not start with its URL or escapes it (read by decoding, not by pattern).
+    A spec naming `url` twice is refused: its pattern would check (and store as the task's host, which `delayd
+    hosts disable` stops) the first URL, where the daemon reads the last."""
     keys, args = good_call(store, 1)
     args = ["0c", *args[1:]]
     args[2] = spec.replace('"a:b"', '"shop.tasks:run"')
     refused(r, keys, args, "delayd:bad-task")
+
+
+@pytest.mark.parametrize("flags", ["0", "0c"])
+def test_a_url_spec_naming_url_in_its_params_is_written_for_its_own_url(r, store, flags):
+    keys, args = good_call(store, 1)
+    args = [flags, *args[1:]]
+    args[2] = '{"url":"http://a.example/1","params":{"url":"http://b.example:70000/2","every":1,"url":3}}'
+    assert add(r, keys, args) in (1, [1])
+    assert r.hmget(keys[10], "url", "host") == ["1", "http://a.example:80"]

@@ -24,7 +24,15 @@ CASES = [*((spec, "delay") for spec, _ in BAD_SPECS), *((spec, "delay*") for spe
          ('{"call":"a:b"}', "delay*"), ('{"call":"a:b","every":60}', "delay"), ('{"call":"a:b","every":60}', "next*"),
          ('{"call":"a:b","callback":"c:d","params":{"x":1},"bogus":1}', "delay"),
          ('{"call":"a:b","params":{"x":1},"params":[1]}', "delay"), ('{"call":"a:b","params":[ ]}', "delay"),
-         ('{"call":"a:b","params":{"x":"\xff"}}'.encode("latin-1"), "delay")]
+         ('{"call":"a:b","params":{"x":"\xff"}}'.encode("latin-1"), "delay"),
+         # a null schedule (not recurring to the daemon), a field named twice, numbers and text the daemon reads
+         # otherwise than the add script's cjson (tests/store/test_json_agreement.py)
+         ('{"call":"a:b","every":null}', "delay*"), ('{"call":"a:b","cron":null}', "delay*"),
+         ('{"call":"a:b","cron":null}', "next*"), ('{"call":"a:b","call":"a:b"}', "delay"),
+         ('{"url":"http://127.0.0.1:9/1","url":"http://127.0.0.1:9/2"}', "delay"),
+         ('{"url":"http://127.0.0.1:9/1","params":{"url":1},"url":"http://127.0.0.1:9/1"}', "delay"),
+         *((f'{{"call":"a:b","params":{{"x":{value}}}}}', "delay") for value in (
+             "NaN", "-Infinity", "1e400", "1" + "0" * 400, '"\\ud800"', '"\\udc00\\ud800"'))]
 
 
 def test_a_bad_task_sent_as_checked_is_refused_or_set_aside_at_claim_never_run(daemon, client, r):

@@ -1069,3 +1069,16 @@ def test_a_retried_or_replayed_recurring_task_is_back_in_the_recurring_index(r, 
         assert Transport(r).call(store.retry_call("t:1", "ok", (0, now_ms(r)))) == 1
     assert r.zrange(keys.recurring, 0, -1) == ["t:1"]
     assert [row.member for row in client.schedules().rows] == ["t:1"]
+
+
+@pytest.mark.parametrize("schedule", ['"every":null', '"cron":null'])
+def test_a_retried_task_with_a_null_schedule_does_not_go_in_the_recurring_index(r, store, keys, client, schedule):
+    """A null every/cron is no schedule (docs/protocol.md section 7): a record an earlier gate let through with
+    one, set aside at its claim, is not listed as a schedule when retried."""
+    client.add("t", 1, call="shop.tasks:run", delay=0)
+    promote_all(store)
+    [run] = [x for x in claim(store) if x["member"] == "t:1"]
+    store.finish(0, [("t:1", run["claim"], "failed", 0, "")], DAY_MS)
+    r.hset(keys.task("t:1"), "spec", f'{{"call":"shop.tasks:run",{schedule}}}')
+    assert client.retry("t", 1) is True
+    assert r.zrange(keys.recurring, 0, -1) == []

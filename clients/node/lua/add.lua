@@ -293,8 +293,9 @@ local function trace_ok(trace)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
 
--- True if every field of decoded spec `t` is a known one: the known ones present are all there are (counted
--- without a table of names, which would be made on every call).
+-- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
+-- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
+-- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
 local function only_known(t)
   local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0)
     + (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0)
@@ -302,14 +303,21 @@ local function only_known(t)
     + (t.body ~= nil and 1 or 0) + (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0)
     + (t.persistent ~= nil and 1 or 0) + (t.retries ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0)
     + (t.trace ~= nil and 1 or 0)
-  for _ in pairs(t) do known = known - 1 end
+  for _, value in pairs(t) do
+    if value == cjson.null then return false end
+    known = known - 1
+  end
   return known == 0
 end
 
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
--- otherwise than it was written is checked here: an unknown field, a `push` that is no string or `intervals`
--- that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad trace, and a
--- URL task's URL (SPEC section 9). False: the whole gate decides, and names what it refuses.
+-- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
+-- `intervals` that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad
+-- trace, and a URL task's URL (SPEC section 9), which must be the one its pattern reads first: a spec naming
+-- `"url"` again, or escaping a lowercase letter (which could spell it), whose decoded URL is another (cjson keeps
+-- the last of a name given twice) goes to the whole gate, which refuses a field named twice. (`"url"` in params
+-- is no field; a URL named twice alike is written, and set aside by the reader.) False: the whole gate decides,
+-- and names what it refuses.
 local function plain_ok(t, spec, mode, recurs)
   if type(t) ~= 'table' or t[1] ~= nil or not only_known(t) then return false end
   if t.trace ~= nil and not trace_ok(t.trace) then return false end
@@ -324,6 +332,11 @@ local function plain_ok(t, spec, mode, recurs)
   if recurs ~= (t.every ~= nil or t.cron ~= nil) or mode == 'next*' and t.cron == nil then return false end
   if t.url ~= nil then
     if not is_url(spec) then return false end
+    local escape = string.find(spec, '\\u', 1, true)
+    if (string.find(spec, '"url"', 8, true) or escape and string.find(spec, '\\u00[67]', escape))
+        and t.url ~= string.match(spec, '^{"url":"([^"\\]*)"') then
+      return false  -- (named twice: cjson kept another than the first)
+    end
     check_url(t.url)
   end
   return true
@@ -333,11 +346,11 @@ end
 -- schedule, which it cannot have without naming `every` or `cron` (or holding a \u escape of a lowercase ASCII
 -- letter, `\u006x` or `\u007x`: JSON's one way to spell such a name otherwise; the escapes of other text, which
 -- producers write for what is not ASCII, are looked for only once one is found), and, for a URL task, when its
--- URL (written first, without escapes; a spec naming `"url"` elsewhere is decoded) passes
--- check_url (SPEC section 9); then also the URL. Such a spec is written as it is: what else is wrong with
--- it the daemon finds when it reads the record, and sets the record aside at its first claim with the
--- reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py). False: the
--- spec is decoded (plain_ok) and, if that leaves doubt, held to the whole gate.
+-- URL (written first, without escapes; a spec naming `"url"` elsewhere, or again, is decoded: the daemon reads a
+-- field named twice by its last) passes check_url (SPEC section 9); then also the URL. Such a spec is written as
+-- it is: what else is wrong with it the daemon finds when it reads the record, and sets the record aside at its
+-- first claim with the reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py).
+-- False: the spec is decoded (plain_ok) and, if that leaves doubt, held to the whole gate.
 local function unread_ok(spec)
   if #spec > MAX_SPEC or string.find(spec, '"every"', 1, true) or string.find(spec, '"cron"', 1, true) then
     return false
@@ -346,7 +359,7 @@ local function unread_ok(spec)
   if escape and string.find(spec, '\\u00[67]', escape) then return false end
   if not is_url(spec) then return not string.find(spec, '"url"', 1, true) end  -- (a url elsewhere: decoded)
   local url = string.match(spec, '^{"url":"([^"\\]*)"')
-  if not url then return false end
+  if not url or string.find(spec, '"url"', 8, true) then return false end
   check_url(url)
   return true, url
 end
@@ -420,6 +433,75 @@ local function spec_gate()
     end
   end
 
+  -- The first name that JSON object `text` gives twice at its top (each key decoded by cjson, escapes and all),
+  -- for the refusal's message: escapes masked (positions kept), then strings and brackets walked.
+  local function named_twice(text)
+    local masked, depth, seen, at = string.gsub(text, '\\.', '\1\1'), 0, {}, 1
+    while true do
+      local from, _, c = string.find(masked, '([{}%[%]"])', at)
+      if not from then return '?' end
+      at = from + 1
+      if c == '"' then
+        at = string.find(masked, '"', at, true) + 1
+        if depth == 1 and string.find(masked, '^%s*:', at) then
+          local name = cjson.decode(string.sub(text, from, at - 1))
+          if seen[name] then return name end
+          seen[name] = true
+        end
+      else
+        depth = depth + ((c == '{' or c == '[') and 1 or -1)
+      end
+    end
+  end
+
+  -- What cjson decodes (as it did `text`) but the daemon's reader, Python's json, reads otherwise or refuses
+  -- (docs/protocol.md section 7; tests/store/test_json_agreement.py): a number JSON does not have (hex, `+1`,
+  -- `01`, `1.`, `.5`, nan and inf, which cjson takes; NaN and Infinity, which both do) or beyond a double's
+  -- range (cjson's infinity, Python's exact integer), a control character in a string or after the object
+  -- (unless `ascii`: printable ASCII has none), and, for a spec whose fields passed their checks (`t`, its
+  -- decoding), a field named twice (both keep the last; add.lua's pattern of a checked spec reads the first).
+  -- Read in `text` less its strings: numbers, words, brackets, ',' and ':'. (Each pattern searched costs
+  -- per byte: most are tried only once a plain search found the character they are about.)
+  local function check_json(text, ascii, t)
+    local bare = string.find(text, '\\', 1, true) and string.gsub(text, '\\.', '') or text
+    local strings = string.gsub(bare, '"[^"]*"', '')
+    if not ascii and string.find(text, '[%z\1-\31]') and (string.find(text, '[%z\1-\8\11\12\14-\31]')
+        or select(2, string.gsub(bare, '[\t\n\r]', '')) > select(2, string.gsub(strings, '[\t\n\r]', ''))) then
+      refuse('spec', 'holds a control character in a string (JSON escapes it) or after the object')
+    end
+    bare = strings
+    -- (cjson's numbers beyond JSON's spell nan, inf or hex with one of these letters, which true, false and
+    -- null have not, or 'na'; or have a '+' not after an exponent's e, a '.' not followed by a digit, or after
+    -- '-' (cjson refuses one after anything else), a leading 0)
+    local letter = string.find(bare, '%a')
+    if letter and (string.find(bare, '[iIxXNA]', letter) or string.find(bare, 'na', letter, true))
+        or string.find(bare, '+', 1, true) and string.find(bare, '[^eE]%+')
+        or string.find(bare, '.', 1, true) and (string.find(bare, '%.%D') or string.find(bare, '-.', 1, true))
+        or string.find(bare, '0', 1, true) and string.find(bare, '[%s:,%[]%-?0%d') then
+      refuse('spec', 'holds a number JSON does not have (NaN, Infinity, hex, +1, 01, 1.)')
+    end
+    if #bare > 309 or letter and string.find(bare, '[eE][+-]?%d%d%d', letter) then  -- (what may be past 1.8e308)
+      for number in string.gmatch(bare, '[%d.eE+-]+') do
+        local value = tonumber(number)
+        if value == math.huge or value == -math.huge then
+          refuse('spec', "holds a number beyond a double's range (about 1.8e308)")
+        end
+      end
+    end
+    if t then  -- a ':' for each member at its top, once params go (its other fields hold no object)
+      local fields, colons = 0, 0
+      for _ in pairs(t) do fields = fields + 1 end
+      local top = string.sub(bare, string.find(bare, '{', 1, true) + 1)
+      if t.params then top = string.gsub(top, '%b{}', '') end
+      local at = string.find(top, ':', 1, true)
+      while at do
+        colons = colons + 1
+        at = string.find(top, ':', at + 1, true)
+      end
+      if colons ~= fields then refuse('spec', 'names the field ' .. cjson.encode(named_twice(text)) .. ' twice') end
+    end
+  end
+
   -- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
   -- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
   -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
@@ -465,7 +547,10 @@ local function spec_gate()
     if params then
       local decoded, t = pcall(cjson.decode, params)
       fits = decoded and type(t) == 'table' and t[1] == nil
-      if fits then check_depth(t, params, MAX_DEPTH) end
+      if fits then
+        check_depth(t, params, MAX_DEPTH)
+        check_json(params, true)
+      end
     end
     if fits then
       check_target('call', call)
@@ -473,7 +558,8 @@ local function spec_gate()
       if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
       return
     end
-    if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
+    local ascii = string.find(spec, '^[ -~]*$')
+    if not ascii and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
     local decoded, t = pcall(cjson.decode, spec)
     if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
     -- No unknown field (the table of names is made only to name one).
@@ -556,6 +642,7 @@ local function spec_gate()
       refuse('mode', "ends in '*' for a task with every or cron, and only then")
     end
     if mode == 'next*' and cron == nil then refuse('mode', 'next* is for a cron task') end
+    check_json(spec, ascii, t)
     return url
   end
   return check_spec

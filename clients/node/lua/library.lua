@@ -1,4 +1,4 @@
-#!lua name=delayd_533cc2b835c7203c
+#!lua name=delayd_70164a8fd28a2c62
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -739,8 +739,9 @@ local function trace_ok(trace)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
 
--- True if every field of decoded spec `t` is a known one: the known ones present are all there are (counted
--- without a table of names, which would be made on every call).
+-- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
+-- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
+-- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
 local function only_known(t)
   local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0)
     + (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0)
@@ -748,14 +749,21 @@ local function only_known(t)
     + (t.body ~= nil and 1 or 0) + (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0)
     + (t.persistent ~= nil and 1 or 0) + (t.retries ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0)
     + (t.trace ~= nil and 1 or 0)
-  for _ in pairs(t) do known = known - 1 end
+  for _, value in pairs(t) do
+    if value == cjson.null then return false end
+    known = known - 1
+  end
   return known == 0
 end
 
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
--- otherwise than it was written is checked here: an unknown field, a `push` that is no string or `intervals`
--- that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad trace, and a
--- URL task's URL (SPEC section 9). False: the whole gate decides, and names what it refuses.
+-- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
+-- `intervals` that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad
+-- trace, and a URL task's URL (SPEC section 9), which must be the one its pattern reads first: a spec naming
+-- `"url"` again, or escaping a lowercase letter (which could spell it), whose decoded URL is another (cjson keeps
+-- the last of a name given twice) goes to the whole gate, which refuses a field named twice. (`"url"` in params
+-- is no field; a URL named twice alike is written, and set aside by the reader.) False: the whole gate decides,
+-- and names what it refuses.
 local function plain_ok(t, spec, mode, recurs)
   if type(t) ~= 'table' or t[1] ~= nil or not only_known(t) then return false end
   if t.trace ~= nil and not trace_ok(t.trace) then return false end
@@ -770,6 +778,11 @@ local function plain_ok(t, spec, mode, recurs)
   if recurs ~= (t.every ~= nil or t.cron ~= nil) or mode == 'next*' and t.cron == nil then return false end
   if t.url ~= nil then
     if not is_url(spec) then return false end
+    local escape = string.find(spec, '\\u', 1, true)
+    if (string.find(spec, '"url"', 8, true) or escape and string.find(spec, '\\u00[67]', escape))
+        and t.url ~= string.match(spec, '^{"url":"([^"\\]*)"') then
+      return false  -- (named twice: cjson kept another than the first)
+    end
     check_url(t.url)
   end
   return true
@@ -779,11 +792,11 @@ end
 -- schedule, which it cannot have without naming `every` or `cron` (or holding a \u escape of a lowercase ASCII
 -- letter, `\u006x` or `\u007x`: JSON's one way to spell such a name otherwise; the escapes of other text, which
 -- producers write for what is not ASCII, are looked for only once one is found), and, for a URL task, when its
--- URL (written first, without escapes; a spec naming `"url"` elsewhere is decoded) passes
--- check_url (SPEC section 9); then also the URL. Such a spec is written as it is: what else is wrong with
--- it the daemon finds when it reads the record, and sets the record aside at its first claim with the
--- reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py). False: the
--- spec is decoded (plain_ok) and, if that leaves doubt, held to the whole gate.
+-- URL (written first, without escapes; a spec naming `"url"` elsewhere, or again, is decoded: the daemon reads a
+-- field named twice by its last) passes check_url (SPEC section 9); then also the URL. Such a spec is written as
+-- it is: what else is wrong with it the daemon finds when it reads the record, and sets the record aside at its
+-- first claim with the reason, never runs it (delayd.model.record.from_record; tests/store/test_checked_adds.py).
+-- False: the spec is decoded (plain_ok) and, if that leaves doubt, held to the whole gate.
 local function unread_ok(spec)
   if #spec > MAX_SPEC or string.find(spec, '"every"', 1, true) or string.find(spec, '"cron"', 1, true) then
     return false
@@ -792,7 +805,7 @@ local function unread_ok(spec)
   if escape and string.find(spec, '\\u00[67]', escape) then return false end
   if not is_url(spec) then return not string.find(spec, '"url"', 1, true) end  -- (a url elsewhere: decoded)
   local url = string.match(spec, '^{"url":"([^"\\]*)"')
-  if not url then return false end
+  if not url or string.find(spec, '"url"', 8, true) then return false end
   check_url(url)
   return true, url
 end
@@ -866,6 +879,75 @@ local function spec_gate()
     end
   end
 
+  -- The first name that JSON object `text` gives twice at its top (each key decoded by cjson, escapes and all),
+  -- for the refusal's message: escapes masked (positions kept), then strings and brackets walked.
+  local function named_twice(text)
+    local masked, depth, seen, at = string.gsub(text, '\\.', '\1\1'), 0, {}, 1
+    while true do
+      local from, _, c = string.find(masked, '([{}%[%]"])', at)
+      if not from then return '?' end
+      at = from + 1
+      if c == '"' then
+        at = string.find(masked, '"', at, true) + 1
+        if depth == 1 and string.find(masked, '^%s*:', at) then
+          local name = cjson.decode(string.sub(text, from, at - 1))
+          if seen[name] then return name end
+          seen[name] = true
+        end
+      else
+        depth = depth + ((c == '{' or c == '[') and 1 or -1)
+      end
+    end
+  end
+
+  -- What cjson decodes (as it did `text`) but the daemon's reader, Python's json, reads otherwise or refuses
+  -- (docs/protocol.md section 7; tests/store/test_json_agreement.py): a number JSON does not have (hex, `+1`,
+  -- `01`, `1.`, `.5`, nan and inf, which cjson takes; NaN and Infinity, which both do) or beyond a double's
+  -- range (cjson's infinity, Python's exact integer), a control character in a string or after the object
+  -- (unless `ascii`: printable ASCII has none), and, for a spec whose fields passed their checks (`t`, its
+  -- decoding), a field named twice (both keep the last; add.lua's pattern of a checked spec reads the first).
+  -- Read in `text` less its strings: numbers, words, brackets, ',' and ':'. (Each pattern searched costs
+  -- per byte: most are tried only once a plain search found the character they are about.)
+  local function check_json(text, ascii, t)
+    local bare = string.find(text, '\\', 1, true) and string.gsub(text, '\\.', '') or text
+    local strings = string.gsub(bare, '"[^"]*"', '')
+    if not ascii and string.find(text, '[%z\1-\31]') and (string.find(text, '[%z\1-\8\11\12\14-\31]')
+        or select(2, string.gsub(bare, '[\t\n\r]', '')) > select(2, string.gsub(strings, '[\t\n\r]', ''))) then
+      refuse('spec', 'holds a control character in a string (JSON escapes it) or after the object')
+    end
+    bare = strings
+    -- (cjson's numbers beyond JSON's spell nan, inf or hex with one of these letters, which true, false and
+    -- null have not, or 'na'; or have a '+' not after an exponent's e, a '.' not followed by a digit, or after
+    -- '-' (cjson refuses one after anything else), a leading 0)
+    local letter = string.find(bare, '%a')
+    if letter and (string.find(bare, '[iIxXNA]', letter) or string.find(bare, 'na', letter, true))
+        or string.find(bare, '+', 1, true) and string.find(bare, '[^eE]%+')
+        or string.find(bare, '.', 1, true) and (string.find(bare, '%.%D') or string.find(bare, '-.', 1, true))
+        or string.find(bare, '0', 1, true) and string.find(bare, '[%s:,%[]%-?0%d') then
+      refuse('spec', 'holds a number JSON does not have (NaN, Infinity, hex, +1, 01, 1.)')
+    end
+    if #bare > 309 or letter and string.find(bare, '[eE][+-]?%d%d%d', letter) then  -- (what may be past 1.8e308)
+      for number in string.gmatch(bare, '[%d.eE+-]+') do
+        local value = tonumber(number)
+        if value == math.huge or value == -math.huge then
+          refuse('spec', "holds a number beyond a double's range (about 1.8e308)")
+        end
+      end
+    end
+    if t then  -- a ':' for each member at its top, once params go (its other fields hold no object)
+      local fields, colons = 0, 0
+      for _ in pairs(t) do fields = fields + 1 end
+      local top = string.sub(bare, string.find(bare, '{', 1, true) + 1)
+      if t.params then top = string.gsub(top, '%b{}', '') end
+      local at = string.find(top, ':', 1, true)
+      while at do
+        colons = colons + 1
+        at = string.find(top, ':', at + 1, true)
+      end
+      if colons ~= fields then refuse('spec', 'names the field ' .. cjson.encode(named_twice(text)) .. ' twice') end
+    end
+  end
+
   -- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
   -- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
   -- cjson.null, an object's keys are strings; [] and {} both decode to an empty table.)
@@ -911,7 +993,10 @@ local function spec_gate()
     if params then
       local decoded, t = pcall(cjson.decode, params)
       fits = decoded and type(t) == 'table' and t[1] == nil
-      if fits then check_depth(t, params, MAX_DEPTH) end
+      if fits then
+        check_depth(t, params, MAX_DEPTH)
+        check_json(params, true)
+      end
     end
     if fits then
       check_target('call', call)
@@ -919,7 +1004,8 @@ local function spec_gate()
       if recurs then refuse('mode', "ends in '*' for a task with every or cron, and only then") end
       return
     end
-    if not string.find(spec, '^[ -~]*$') and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
+    local ascii = string.find(spec, '^[ -~]*$')
+    if not ascii and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
     local decoded, t = pcall(cjson.decode, spec)
     if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
     -- No unknown field (the table of names is made only to name one).
@@ -1002,11 +1088,12 @@ local function spec_gate()
       refuse('mode', "ends in '*' for a task with every or cron, and only then")
     end
     if mode == 'next*' and cron == nil then refuse('mode', 'next* is for a cron task') end
+    check_json(spec, ascii, t)
     return url
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_533cc2b835c7203c_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1287,7 +1374,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1304,7 +1391,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1381,7 +1468,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1620,7 +1707,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1669,7 +1756,7 @@ flush_counts(KEYS[8])
 return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1817,7 +1904,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1845,7 +1932,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1902,7 +1989,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -1929,7 +2016,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1986,7 +2073,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2010,7 +2097,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2441,7 +2528,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2469,7 +2556,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2503,7 +2590,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2550,7 +2637,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2581,7 +2668,8 @@ zrem_counted(KEYS[3], member, status, topic)
 zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
 count_host(r[2], 1)  -- a URL task waits for its host again
 local ok, spec = pcall(cjson.decode, r[4] or '')
-if ok and type(spec) == 'table' and (spec.every ~= nil or spec.cron ~= nil) then
+local null = cjson.null  -- a null every/cron is no schedule (docs/protocol.md section 7)
+if ok and type(spec) == 'table' and ((spec.every or null) ~= null or (spec.cron or null) ~= null) then
   recurring_index(KEYS[7]).add(member)
 end
 wake_if_head(KEYS[2], member, ARGV[2], now)
@@ -2589,7 +2677,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2619,7 +2707,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_533cc2b835c7203c_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_70164a8fd28a2c62_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -24,10 +24,10 @@ export const CHECKS = {
   "signing_key": {"kind": "text", "pattern": "^[A-Za-z0-9_.:-]{1,128}$", "message": "must be 1-128 letters, digits, '_', '.', ':' or '-'", "requires": ["url"], "alone": "is for a url task: only URL requests are signed"},
   "traceparent": {"kind": "text", "pattern": "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$", "message": "must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero)"},
   "tracestate": {"kind": "tracestate"},
-  "delay": {"kind": "number", "message": "must be a number of seconds >= 0", "low": 0, "high": 315360000},
+  "delay": {"kind": "number", "message": "must be a number of seconds from 0 to ten years", "low": 0, "high": 315360000},
   "at": {"kind": "at", "pattern": "^\\s*-?(?:[0-9]+\\.?[0-9]*|\\.[0-9]+)(?:[eE][+-]?[0-9]+)?\\s*$"},
-  "debounce": {"kind": "number", "message": "must be a number of seconds >= 0", "low": 0, "high": 315360000},
-  "max_wait": {"kind": "number", "message": "must be a number of seconds >= 0", "low": 0, "high": 315360000},
+  "debounce": {"kind": "number", "message": "must be a number of seconds from 0 to ten years", "low": 0, "high": 315360000},
+  "max_wait": {"kind": "number", "message": "must be a number of seconds from 0 to ten years", "low": 0, "high": 315360000},
   "nx": {"kind": "bool", "message": "must be true or false", "got": false},
   "durable": {"kind": "bool", "message": "must be true or false", "got": false},
 };

@@ -25,7 +25,8 @@ zrem_counted(KEYS[3], member, status, topic)
 zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
 count_host(r[2], 1)  -- a URL task waits for its host again
 local ok, spec = pcall(cjson.decode, r[4] or '')
-if ok and type(spec) == 'table' and (spec.every ~= nil or spec.cron ~= nil) then
+local null = cjson.null  -- a null every/cron is no schedule (docs/protocol.md section 7)
+if ok and type(spec) == 'table' and ((spec.every or null) ~= null or (spec.cron or null) ~= null) then
   recurring_index(KEYS[7]).add(member)
 end
 wake_if_head(KEYS[2], member, ARGV[2], now)

@@ -5,7 +5,8 @@
 // URL), loaded by the autoloader argv[2] names (an application's vendor/autoload.php, Composer's);
 // its answer written as JSON: {"result": ...}, {"error": "invalid", "message": "..."} (a TaskError)
 // or {"error": "store", "message": "..."} (a StoreError).
-// A string that is not UTF-8 travels as {"$bytes": "<base64>"}.
+// A string that is not UTF-8 travels as {"$bytes": "<base64>"}, a number JSON's values cannot carry (NaN,
+// Infinity, 1e400) as {"$number": "<its JSON text>"}: PHP's float of it.
 declare(strict_types=1);
 
 require $argv[2];
@@ -15,6 +16,14 @@ function unwrap(mixed $value): mixed
     if (is_array($value)) {
         if (array_keys($value) === ['$bytes']) {
             return base64_decode($value['$bytes']);
+        }
+        if (array_keys($value) === ['$number']) {
+            return match ($value['$number']) {
+                'NaN' => NAN,
+                'Infinity' => INF,
+                '-Infinity' => -INF,
+                default => (float) $value['$number'],
+            };
         }
         return array_map('unwrap', $value);
     }
