@@ -1,8 +1,11 @@
-"""What scripts/build-clients writes into clients/php and clients/node: the scripts each client calls,
-linked exactly as the Python client sends them (delayd.store.scripts), and the version files."""
+"""What scripts/build-clients writes: into clients/php and clients/node the scripts each client calls, linked
+exactly as the Python client sends them (delayd.store.scripts), the version files and the table of task fields
+as each client reads it; the table's part of the add script's gate (delayd/store/lua/_fields.lua) and
+docs/openapi.json's task schemas."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -10,6 +13,7 @@ from typing import Any
 
 from delayd import __version__
 from delayd.model.fields import ARGUMENTS, FIELDS, SHOWN, SPEC, TARGET, Check, text_pattern
+from delayd.store import lua_fields
 from delayd.store.dialect import FUNCTIONS_SINCE, PROBE
 from delayd.store.keys import LAYOUT, PROTOCOL
 from delayd.store.scripts import LIBRARY, SCRIPTS
@@ -152,11 +156,16 @@ def _stamp_composer(data: dict) -> None:
 
 def wanted() -> dict[Path, str]:
     """Every file the build writes, with its content."""
-    return {**lua_files(ROOT / "clients/php"), **lua_files(ROOT / "clients/node"), **version_files(), **manifests(),
-            **field_files(), **openapi_file()}
+    return {ROOT / "delayd/store/lua" / lua_fields.FILE: lua_fields.source(), **lua_files(ROOT / "clients/php"),
+            **lua_files(ROOT / "clients/node"), **version_files(), **manifests(), **field_files(), **openapi_file()}
 
 
 def main() -> int:
+    made = ROOT / "delayd/store/lua" / lua_fields.FILE  # (first: the scripts below are linked with it)
+    if made.read_text() != lua_fields.source():
+        made.write_text(lua_fields.source())
+        print(f"wrote {made.relative_to(ROOT)}")
+        os.execv(sys.executable, [sys.executable, *sys.argv])  # (the linker read the file before it changed)
     for path, text in wanted().items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)

@@ -20,13 +20,15 @@ READ_ONLY = frozenset({"browse", "stats"})
 ALLOW_OOM = frozenset({"delete"})
 
 
+# The helpers, as one lib: _lib.lua, the limits' (_limits.lua), those of earlier versions' takes (_take.lua:
+# promote puts them back), the table of fields' (_fields.lua, made from delayd/model/fields.py) and add's gate.
+LIB = ("_lib.lua", "_limits.lua", "_take.lua", "_fields.lua", "_gate.lua")
+
+
 class Script:
     """One Lua script from `delayd/store/lua/NAME.lua`."""
 
-    # The helpers: _lib.lua, then the limits' (_limits.lua), those of earlier versions' takes (_take.lua:
-    # promote puts them back) and add's gate (_gate.lua), as one lib.
-    _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text()
-                   for name in ("_lib.lua", "_limits.lua", "_take.lua", "_gate.lua"))
+    _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text() for name in LIB)
 
     def __init__(self, name: str):
         self.name = name

@@ -1,4 +1,4 @@
-#!lua name=delayd_70164a8fd28a2c62
+#!lua name=delayd_d5a8a2fc61ed8f30
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -647,6 +647,81 @@ local function put_back_lost(taking, now, limit, lists, found)
   redis.call('ZREM', taking, unpack(taken))
   return #chosen, #lost > #chosen
 end
+-- Written by scripts/build-clients (delayd/store/lua_fields.py) from delayd/model/fields.py, the table of task
+-- fields: do not edit. add.lua's gate (_gate.lua) reads a decoded spec's fields with these: which it may have,
+-- and the check of each field of a kind the table says (the gate checks the others, and the rules between
+-- fields, itself). A string cjson decoded from a spec of UTF-8 text is UTF-8 text (it refuses a lone surrogate).
+
+-- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
+-- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
+-- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
+local function only_known(t)
+  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0) +
+    (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0) +
+    (t.cron ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0) + (t.body ~= nil and 1 or 0) +
+    (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0) + (t.persistent ~= nil and 1 or 0) +
+    (t.retries ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0) +
+    (t.trace ~= nil and 1 or 0)
+  for _, value in pairs(t) do
+    if value == cjson.null then return false end
+    known = known - 1
+  end
+  return known == 0
+end
+
+-- For the whole gate (spec_gate, made only for a call that decodes specs in full): unknown_field(t), a field of
+-- decoded spec `t` the table does not know, or nil; refused_field(t), the first field of `t` the check of its kind
+-- refuses and why, or nil.
+local function spec_fields()
+  local function unknown_field(t)
+    local known = {call = true, url = true, push = true, callback = true, timeout = true, every = true, cron = true,
+      method = true, body = true, params = true, intervals = true, persistent = true, retries = true,
+      tz = true, signing_key = true, trace = true}
+    for name in pairs(t) do
+      if not known[name] then return name end
+    end
+  end
+
+  local function refused_field(t)
+    local v
+    v = t.timeout
+    if v ~= nil and (type(v) ~= 'number' or not (v > 0) or not (v <= 86400)) then
+      return 'timeout', 'must be a number of seconds in (0, 86400]'
+    end
+    v = t.every
+    if v ~= nil and type(v) ~= 'number' then return 'every', 'must be a number of seconds' end
+    if v ~= nil and (type(v) ~= 'number' or not (v >= 1) or not (v <= 315360000)) then
+      return 'every', 'must be between 1 s and ten years'
+    end
+    v = t.method
+    if v ~= nil and (v ~= 'GET' and v ~= 'POST') then
+      return 'method', 'must be GET or POST'
+    end
+    v = t.body
+    if v ~= nil and (v ~= 'form' and v ~= 'json') then
+      return 'body', "must be 'form' or 'json'"
+    end
+    v = t.persistent
+    if v ~= nil and (type(v) ~= 'boolean') then
+      return 'persistent', 'must be true or false'
+    end
+    v = t.retries
+    if v ~= nil and (type(v) ~= 'number' or v % 1 ~= 0 or v < 0 or v > 10000) then
+      return 'retries', 'must be an integer from 0 to 10000'
+    end
+    if t.tz ~= nil and t.cron == nil then
+      return 'tz', 'is the zone of a cron schedule: give it with cron'
+    end
+    v = t.signing_key
+    if v ~= nil and (type(v) ~= 'string' or #v < 1 or #v > 128 or not string.find(v, '^[A-Za-z0-9%_%.%:%-]*$')) then
+      return 'signing_key', "must be 1-128 letters, digits, '_', '.', ':' or '-'"
+    end
+    if t.signing_key ~= nil and t.url == nil then
+      return 'signing_key', 'is for a url task: only URL requests are signed'
+    end
+  end
+  return unknown_field, refused_field
+end
 -- add.lua's gate of validity (docs/protocol.md, section 7), in the lib so that the function library makes its
 -- functions once, at load, not on every add. Whatever would make the daemon misread a record is refused with
 -- `ERR delayd:bad-task <field>: <reason>`, every task of the call checked before anything is written. Clients
@@ -739,23 +814,6 @@ local function trace_ok(trace)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
 
--- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
--- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
--- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
-local function only_known(t)
-  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0)
-    + (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0)
-    + (t.cron ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0)
-    + (t.body ~= nil and 1 or 0) + (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0)
-    + (t.persistent ~= nil and 1 or 0) + (t.retries ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0)
-    + (t.trace ~= nil and 1 or 0)
-  for _, value in pairs(t) do
-    if value == cjson.null then return false end
-    known = known - 1
-  end
-  return known == 0
-end
-
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
 -- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
 -- `intervals` that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad
@@ -823,6 +881,7 @@ local function spec_gate()
   -- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
   -- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
   local usual
+  local unknown_field, refused_field = spec_fields()  -- (the table of fields' checks: _fields.lua)
 
   -- `package.module:function`: dotted identifiers on both sides of one ':' (each '.' followed by a
   -- letter or '_'; the dots found by plain search, far cheaper than a pattern searched for). Checked
@@ -1008,14 +1067,11 @@ local function spec_gate()
     if not ascii and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
     local decoded, t = pcall(cjson.decode, spec)
     if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
-    -- No unknown field (the table of names is made only to name one).
-    if not only_known(t) then
-      local fields = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
-        body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1, trace = 1}
-      for name in pairs(t) do
-        if not fields[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
-      end
-    end
+    -- No unknown field (the table of names is made only to name one), and each of a kind the table checks.
+    local unknown = not only_known(t) and unknown_field(t)
+    if unknown then refuse('spec', 'unknown field ' .. cjson.encode(unknown)) end
+    local refused, why = refused_field(t)
+    if refused then refuse(refused, why) end
     local call, url, push = t.call, t.url, t.push
     local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
       + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
@@ -1028,23 +1084,15 @@ local function spec_gate()
       check_url(url)
       if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
     end
-    if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or url == nil
-        or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
-      refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
-    end
     if t.trace ~= nil and not trace_ok(t.trace) then
       refuse('trace', 'must be a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>, then maybe a space and a tracestate')
     end
-    if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
-    if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
     -- (cjson decodes [] as it decodes {}: an empty one must be written as an object)
     if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil
         or next(t.params) == nil and not string.find(spec, '"params"%s*:%s*{')) then
       refuse('params', 'must be a JSON object')
     end
     if t.params ~= nil then check_depth(t.params, spec, MAX_DEPTH + 1) end
-    if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
-    if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
     local every, cron = t.every, t.cron
     local schedules = 0
     if t.intervals ~= nil then
@@ -1055,10 +1103,7 @@ local function spec_gate()
       end
       for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
     end
-    if every ~= nil then
-      schedules = schedules + 1
-      check_number('every', every, 1, TEN_YEARS)
-    end
+    if every ~= nil then schedules = schedules + 1 end
     if cron ~= nil then
       schedules = schedules + 1
       local fields = 0
@@ -1072,15 +1117,11 @@ local function spec_gate()
     end
     if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
     if t.tz ~= nil then
-      if cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
       if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
         refuse('tz', 'must be an IANA zone name like Europe/Berlin')
       end
     end
     if t.retries ~= nil then
-      if type(t.retries) ~= 'number' or int_of(t.retries) == nil or t.retries < 0 or t.retries > 10000 then
-        refuse('retries', 'must be an integer from 0 to 10000')
-      end
       if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
       if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
     end
@@ -1093,7 +1134,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_70164a8fd28a2c62_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1374,7 +1415,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1391,7 +1432,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1468,7 +1509,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1707,7 +1748,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1756,7 +1797,7 @@ flush_counts(KEYS[8])
 return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1904,7 +1945,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1932,7 +1973,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -1989,7 +2030,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2016,7 +2057,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2073,7 +2114,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2097,7 +2138,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2528,7 +2569,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2556,7 +2597,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2590,7 +2631,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2637,7 +2678,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2677,7 +2718,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2707,7 +2748,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_70164a8fd28a2c62_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
