@@ -27,7 +27,7 @@ from redis_server import RedisServer
 from delayd import Client
 from delayd.store import dialect, lua_lib
 from delayd.store.replies import Finish
-from delayd.store.scripts import SCRIPTS
+from delayd.store.scripts import LIB, SCRIPTS
 from delayd.store.transitions import Store
 
 SCRIPT_COMMANDS = ("evalsha", "eval")
@@ -70,8 +70,8 @@ def ready_tasks(client: Client, r, n: int) -> None:
 
 def versions(other: Path, names: tuple[str, ...] = ("claim", "finish", "promote")) -> list[dict[str, tuple[str, str]]]:
     """(source, sha) of the scripts `names`: these, then those of the checkout `other`."""
-    libs = (other / f"delayd/store/lua/{name}" for name in ("_lib.lua", "_limits.lua", "_take.lua"))
-    lib = "".join(path.read_text() for path in libs if path.exists())  # (_take.lua: not in older checkouts)
+    libs = (other / f"delayd/store/lua/{name}" for name in LIB)
+    lib = "".join(path.read_text() for path in libs if path.exists())  # (_take.lua, _fields.lua: not in every checkout)
     theirs = {}
     for name in names:
         body = (other / f"delayd/store/lua/{name}.lua").read_text()
