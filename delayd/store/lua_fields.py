@@ -25,26 +25,26 @@ def _lua_class(chars: str) -> str:
     return "".join(out)
 
 
-def _refused(f: Field) -> str:
-    """The Lua test that field `f`'s value (`v`, not nil) is refused by its kind."""
+def _refused(f: Field) -> list[str]:
+    """The Lua tests, any of which refuses field `f`'s value (`v`, not nil) by its kind."""
     c = f.check
     if c.kind == "enum":
-        return " and ".join(f"v ~= {_lua(value)}" for value in c.values)
+        return [" and ".join(f"v ~= {_lua(value)}" for value in c.values)]
     if c.kind == "bool":
-        return "type(v) ~= 'boolean'"
+        return ["type(v) ~= 'boolean'"]
     if c.kind == "int":
-        return f"type(v) ~= 'number' or v % 1 ~= 0 or v < {_lua(c.low)} or v > {_lua(c.high)}"
+        return ["type(v) ~= 'number'", "v % 1 ~= 0", f"v < {_lua(c.low)}", f"v > {_lua(c.high)}"]
     if c.kind == "number":
-        above = ">" if c.low_open else ">="
-        return f"type(v) ~= 'number' or not (v {above} {_lua(c.low)}) or not (v <= {_lua(c.high)})"
+        return ["type(v) ~= 'number'", f"not (v {'>' if c.low_open else '>='} {_lua(c.low)})",
+                f"not (v <= {_lua(c.high)})"]
     if c.pattern:
         raise ValueError(f"{f.name}: a text of a pattern has no Lua check (the gate's own kinds)")
     if c.chars:
-        return (f"type(v) ~= 'string' or #v < {_lua(c.low)} or #v > {_lua(c.high)} "
-                f"or not string.find(v, '^[{_lua_class(c.chars)}]*$')")
-    return ("type(v) ~= 'string' or string.find(v, '[%z\\1-\\31\\127]') or "
-            "string.find(v, '\\194[\\128-\\159]') or not (#string.gsub(v, '[\\128-\\191]', '') >= "
-            f"{_lua(c.low)}) or #string.gsub(v, '[\\128-\\191]', '') > {_lua(c.high)}")
+        return ["type(v) ~= 'string'", f"#v < {_lua(c.low)}", f"#v > {_lua(c.high)}",
+                f"not string.find(v, '^[{_lua_class(c.chars)}]*$')"]
+    characters = "#string.gsub(v, '[\\128-\\191]', '')"  # (UTF-8 text: its bytes less continuation bytes)
+    return ["type(v) ~= 'string'", "string.find(v, '[%z\\1-\\31\\127]')", "string.find(v, '\\194[\\128-\\159]')",
+            f"{characters} < {_lua(c.low)}", f"{characters} > {_lua(c.high)}"]
 
 
 def _lua(value: object) -> str:
@@ -114,8 +114,8 @@ def source() -> str:
             if f.check.type_message:
                 checks.append(f"    if v ~= nil and type(v) ~= 'number' then return '{f.name}', "
                               f"{_lua(f.check.type_message)} end\n")
-            checks.append(f"    if v ~= nil and ({_refused(f)}) then\n"
-                          f"      return '{f.name}', {_lua(f.check.message)}\n    end\n")
+            refused = _wrapped(["v ~= nil and (" + _refused(f)[0], *_refused(f)[1:]], " or ", "        ")
+            checks.append(f"    if {refused}) then\n      return '{f.name}', {_lua(f.check.message)}\n    end\n")
         if f.requires:
             absent = " and ".join(f"t.{name} == nil" for name in f.requires)
             checks.append(f"    if t.{f.name} ~= nil and {absent} then\n      return '{f.name}', {_lua(f.alone)}\n"
