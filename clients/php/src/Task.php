@@ -326,9 +326,14 @@ final class Task
         return floor($f) === $f && abs($f) < 2 ** 53 ? (int) $f : $f;
     }
 
+    /** A value for a refusal's message: a string quoted, its control characters escaped as Python's repr does
+     * (the message stays one line). */
     private static function shown(mixed $v): string
     {
-        $text = is_string($v) ? "'" . $v . "'" : json_encode($v, JSON_PARTIAL_OUTPUT_ON_ERROR);
+        $escape = static fn ($m) => ["\n" => '\n', "\r" => '\r', "\t" => '\t'][$m[0]]
+            ?? sprintf('\x%02x', ord(substr($m[0], -1)));  // (a C1 control is \xc2 and its own byte in UTF-8)
+        $text = is_string($v) ? "'" . preg_replace_callback('/[\x00-\x1f\x7f]|\xc2[\x80-\x9f]/', $escape, $v) . "'"
+            : json_encode($v, JSON_PARTIAL_OUTPUT_ON_ERROR);
         return strlen((string) $text) > 80 ? substr((string) $text, 0, 77) . '...' : (string) $text;
     }
 }
