@@ -62,6 +62,7 @@ class Task:
     retries: int | None = None
     signing_key: str | None = None  # a url task: the url_signing_keys entry that signs it (None: the default)
     trace: str | None = None  # the W3C trace context of its add: traceparent[ tracestate] (delayd.tracing)
+    group: str | None = None  # the tenant it is for (SPEC section 10)
     status: str = "delayed"
     created_at: float | None = None
     due_at: float | None = None

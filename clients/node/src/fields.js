@@ -24,6 +24,7 @@ export const CHECKS = {
   "signing_key": {"kind": "text", "pattern": "^[A-Za-z0-9_.:-]{1,128}$", "message": "must be 1-128 letters, digits, '_', '.', ':' or '-'", "requires": ["url"], "alone": "is for a url task: only URL requests are signed"},
   "traceparent": {"kind": "text", "pattern": "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$", "message": "must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero)"},
   "tracestate": {"kind": "tracestate"},
+  "group": {"kind": "text", "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]{1,128}$", "message": "must be 1-128 characters, none of them a control character"},
   "delay": {"kind": "number", "message": "must be a number of seconds from 0 to ten years", "low": 0, "high": 315360000},
   "at": {"kind": "at", "pattern": "^\\s*-?(?:[0-9]+\\.?[0-9]*|\\.[0-9]+)(?:[eE][+-]?[0-9]+)?\\s*$"},
   "debounce": {"kind": "number", "message": "must be a number of seconds from 0 to ten years", "low": 0, "high": 315360000},
@@ -50,6 +51,7 @@ export const ARGUMENTS = {
   "signing_key": null,
   "traceparent": null,
   "tracestate": null,
+  "group": null,
 };
 export const SPEC = [
   ["call", "set", []],
@@ -68,6 +70,7 @@ export const SPEC = [
   ["tz", "changed", [null, "UTC"]],
   ["signing_key", "set", []],
   ["trace", "set", []],
+  ["group", "set", []],
 ];
 export const SHOWN = {
   "topic": null,
@@ -98,4 +101,5 @@ export const SHOWN = {
   "attempts": null,
   "signing_key": null,
   "traceparent": null,
+  "group": null,
 };

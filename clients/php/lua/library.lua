@@ -1,4 +1,4 @@
-#!lua name=delayd_d5a8a2fc61ed8f30
+#!lua name=delayd_bc22a39995baf47d
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -661,7 +661,7 @@ local function only_known(t)
     (t.cron ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0) + (t.body ~= nil and 1 or 0) +
     (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0) + (t.persistent ~= nil and 1 or 0) +
     (t.retries ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0) +
-    (t.trace ~= nil and 1 or 0)
+    (t.trace ~= nil and 1 or 0) + (t.group ~= nil and 1 or 0)
   for _, value in pairs(t) do
     if value == cjson.null then return false end
     known = known - 1
@@ -676,7 +676,7 @@ local function spec_fields()
   local function unknown_field(t)
     local known = {call = true, url = true, push = true, callback = true, timeout = true, every = true, cron = true,
       method = true, body = true, params = true, intervals = true, persistent = true, retries = true,
-      tz = true, signing_key = true, trace = true}
+      tz = true, signing_key = true, trace = true, group = true}
     for name in pairs(t) do
       if not known[name] then return name end
     end
@@ -718,6 +718,11 @@ local function spec_fields()
     end
     if t.signing_key ~= nil and t.url == nil then
       return 'signing_key', 'is for a url task: only URL requests are signed'
+    end
+    v = t.group
+    if v ~= nil and (type(v) ~= 'string' or string.find(v, '[%z\1-\31\127]') or string.find(v, '\194[\128-\159]') or
+        #string.gsub(v, '[\128-\191]', '') < 1 or #string.gsub(v, '[\128-\191]', '') > 128) then
+      return 'group', 'must be 1-128 characters, none of them a control character'
     end
   end
   return unknown_field, refused_field
@@ -1134,7 +1139,7 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1415,7 +1420,7 @@ if next(counts) then flush_counts(counts_key) end
 return written or count
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1432,7 +1437,7 @@ end
 return redis.call('SMEMBERS', KEYS[1])
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1509,7 +1514,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1748,7 +1753,7 @@ flush_stats(KEYS[2], KEYS[3], 9, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1797,7 +1802,7 @@ flush_counts(KEYS[8])
 return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1945,7 +1950,7 @@ flush_stats(KEYS[6], KEYS[7], 9, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -1973,7 +1978,7 @@ if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -2030,7 +2035,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2057,7 +2062,7 @@ wake_held(lp, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2114,7 +2119,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2138,7 +2143,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2569,7 +2574,7 @@ if #found == limit or #expired == limit or full_held or cut or lost_left then fu
 return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2597,7 +2602,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2631,7 +2636,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2678,7 +2683,7 @@ flush_counts(KEYS[3])
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2718,7 +2723,7 @@ flush_counts(KEYS[4])
 return 1
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2748,7 +2753,7 @@ flush_counts(KEYS[4])
 return {1, r[1]}
 
 end}
-redis.register_function{function_name='delayd_d5a8a2fc61ed8f30_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_bc22a39995baf47d_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -12,7 +12,7 @@ local function only_known(t)
     (t.cron ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0) + (t.body ~= nil and 1 or 0) +
     (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0) + (t.persistent ~= nil and 1 or 0) +
     (t.retries ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0) +
-    (t.trace ~= nil and 1 or 0)
+    (t.trace ~= nil and 1 or 0) + (t.group ~= nil and 1 or 0)
   for _, value in pairs(t) do
     if value == cjson.null then return false end
     known = known - 1
@@ -27,7 +27,7 @@ local function spec_fields()
   local function unknown_field(t)
     local known = {call = true, url = true, push = true, callback = true, timeout = true, every = true, cron = true,
       method = true, body = true, params = true, intervals = true, persistent = true, retries = true,
-      tz = true, signing_key = true, trace = true}
+      tz = true, signing_key = true, trace = true, group = true}
     for name in pairs(t) do
       if not known[name] then return name end
     end
@@ -69,6 +69,11 @@ local function spec_fields()
     end
     if t.signing_key ~= nil and t.url == nil then
       return 'signing_key', 'is for a url task: only URL requests are signed'
+    end
+    v = t.group
+    if v ~= nil and (type(v) ~= 'string' or string.find(v, '[%z\1-\31\127]') or string.find(v, '\194[\128-\159]') or
+        #string.gsub(v, '[\128-\191]', '') < 1 or #string.gsub(v, '[\128-\191]', '') > 128) then
+      return 'group', 'must be 1-128 characters, none of them a control character'
     end
   end
   return unknown_field, refused_field
