@@ -19,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from redis_server import RedisServer, now_ms  # noqa: E402
-from store_helper import old_take  # noqa: E402
+from redis_server import RedisServer  # noqa: E402
 
 import delayd  # noqa: E402
 from delayd import Client  # noqa: E402
@@ -67,23 +66,6 @@ def measure(r, name: str, run, calls: int = 1) -> None:
     print(row(name, durations, wall, calls), flush=True)
 
 
-def put_back(r, url: str) -> None:
-    """One promote call after 200 takes of 200 members each were lost (their queue process, of an earlier
-    version, died between its take and its claim: store_helper.old_take)."""
-    r.flushall()
-    r.hset("delayd:meta", "buckets", 1)
-    client = Client.from_url(url)
-    store = client.store
-    client.add_many([{"topic": "t", "id": i, "push": "out"} for i in range(40_000)])
-    while store.promote(0, 200, DAY_MS).full:
-        pass
-    ready = r.lrange(store.keys[0].ready[1], 0, -1)
-    for i in range(200):
-        old_take(r, store.keys[0], ready[i * 200:(i + 1) * 200], now_ms(r) - 1)
-    measure(r, "promote, 200 lost takes of 200 members: its first call", lambda: store.promote(0, 200, DAY_MS))
-    client.close()
-
-
 def fill(client: Client, topics: int, delay: float) -> None:
     for start in range(0, topics, BATCH):
         client.add_many([{"topic": f"tenant{i}:notify", "id": 1, "push": "out", "delay": delay}
@@ -123,9 +105,8 @@ def main() -> None:
                 promote_all()
             except Exception:  # noqa: BLE001
                 pass
-        measure(r, f"take + claim (10 ready), {args.paused:,} paused",
+        measure(r, f"claim (10 ready), {args.paused:,} paused",
                 lambda: [store.claim(0, (5, 3, 2), 10, 60_000, DAY_MS) for _ in range(args.calls)], args.calls)
-        put_back(r, server.url)
         if not args.topics:
             return
         r.flushall()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -27,7 +28,7 @@ from redis_server import RedisServer
 from delayd import Client
 from delayd.store import dialect, lua_lib
 from delayd.store.replies import Finish
-from delayd.store.scripts import LIB, SCRIPTS
+from delayd.store.scripts import SCRIPTS
 from delayd.store.transitions import Store
 
 SCRIPT_COMMANDS = ("evalsha", "eval")
@@ -70,8 +71,9 @@ def ready_tasks(client: Client, r, n: int) -> None:
 
 def versions(other: Path, names: tuple[str, ...] = ("claim", "finish", "promote")) -> list[dict[str, tuple[str, str]]]:
     """(source, sha) of the scripts `names`: these, then those of the checkout `other`."""
-    libs = (other / f"delayd/store/lua/{name}" for name in LIB)
-    lib = "".join(path.read_text() for path in libs if path.exists())  # (_take.lua, _fields.lua: not in every checkout)
+    files = re.search(r"(?:LIB_FILES =|for name in) \(([^)]*)\)", (other / "delayd/store/scripts.py").read_text())
+    lib = "".join((other / "delayd/store/lua" / name).read_text()  # (in the order its scripts.py reads them)
+                  for name in re.findall(r'"(_\w+\.lua)"', files.group(1) if files else '"_lib.lua"'))
     theirs = {}
     for name in names:
         body = (other / f"delayd/store/lua/{name}.lua").read_text()

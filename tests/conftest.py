@@ -15,6 +15,7 @@ from daemon_helper import Daemon  # noqa: E402
 # Fixtures of the helpers, shared by every wing (a real HTTP server, a URL engine, a proxy, Node).
 from node_helper import node  # noqa: E402,F401
 from redis_server import RedisServer, wait_for  # noqa: E402
+from suite_order import DURATIONS, SLOW_FILE, DurationRecorder, longest_first  # noqa: E402
 from url_helper import http, make_engine, proxy  # noqa: E402,F401
 
 # Tests must not read the user's or the system's delayd configuration (DELAYD_CHROMIUM is the
@@ -83,13 +84,6 @@ def daemon(request, redis_url, daemon_factory):
     return daemon_factory(redis_url, **(options.kwargs if options else {}))
 
 
-# The test files that take longest (seconds, measured by `--record-durations`; only those of SLOW_FILE seconds
-# or more are kept). Under pytest-xdist the workers hand the files out in collection order: these go first,
-# longest first, so that no long file starts near the end while the other worker has run out of files.
-DURATIONS = Path(__file__).parent / "durations.json"
-SLOW_FILE = 10.0
-
-
 def pytest_addoption(parser):
     parser.addoption("--record-durations", action="store_true",
                      help=f"write the time of each test file run that took {SLOW_FILE:g} s or more into "
@@ -114,35 +108,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.system)
     if hasattr(config, "workerinput") and DURATIONS.exists():
         longest_first(items, json.loads(DURATIONS.read_text()))
-
-
-def longest_first(items: list, seconds: dict[str, float]) -> None:
-    """Sorts `items` (anything with a nodeid) file by file: the files of `seconds` first, longest first, then the
-    others, most tests first; each file's items stay together and in their order."""
-    tests: dict[str, int] = {}
-    for item in items:
-        tests[_file_of(item.nodeid)] = tests.get(_file_of(item.nodeid), 0) + 1
-    items.sort(key=lambda item: (-seconds.get(_file_of(item.nodeid), 0.0), -tests[_file_of(item.nodeid)]))
-
-
-def _file_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
-class DurationRecorder:
-    """--record-durations: adds up each file's setup, call and teardown times (the reports reach the
-    controller from xdist's workers too) and merges the slow ones into tests/durations.json at the end."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def pytest_runtest_logreport(self, report) -> None:
-        self.seconds[_file_of(report.nodeid)] = self.seconds.get(_file_of(report.nodeid), 0.0) + report.duration
-
-    def pytest_sessionfinish(self, session) -> None:
-        known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-        for path, seconds in self.seconds.items():
-            known.pop(path, None)
-            if seconds >= SLOW_FILE:
-                known[path] = round(seconds, 1)
-        DURATIONS.write_text(json.dumps(dict(sorted(known.items(), key=lambda kv: -kv[1])), indent=1) + "\n")

@@ -44,17 +44,6 @@ def claim_due(store: Store, member: str) -> dict:
     return run
 
 
-def old_take(r, keys, members: list[str], deadline_ms: int) -> str:
-    """What an earlier version's take.lua did (its hold_take), the first of its two claim calls: pop `members`
-    (priority 2, call lists) from the front of their ready list into `taking` as one take, `<list> <length>
-    <member>` for each, at its deadline (ms). Returns the take."""
-    for member in members:
-        assert r.lpop(keys.ready[1]) == member
-    take = "".join(f"2 {len(member)} {member}" for member in members)
-    r.zadd(keys.taking, {take: deadline_ms})
-    return take
-
-
 def record(r, store: Store, member: str) -> dict:
     return r.hgetall(store.keys_for(member).task(member))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from conftest import DURATIONS, SLOW_FILE, longest_first
+from suite_order import DURATIONS, SLOW_FILE, longest_first
 
 
 def test_known_files_go_first_longest_first_then_the_others_by_their_tests():

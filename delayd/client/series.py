@@ -1,7 +1,7 @@
 """The last hour of runs, minute by minute, for the dashboard's charts.
 
 Every script that records run events also adds them to a per-minute hash
-`P{N}:w:m:<minute>` (lua/_lib.lua, flush_stats) that expires after 65 minutes, so the
+`P{N}:w:m:<minute>` (lua/_counts.lua, flush_stats) that expires after 65 minutes, so the
 series is bounded (minutes x topics x events), survives restarts of any process and
 sums every daemon on every host. Reading it (Client.last_hour, AsyncClient.last_hour) is one
 HGETALL per bucket and minute, all in one round trip.
@@ -14,7 +14,7 @@ from delayd.store import stats as stats_mod
 from delayd.store.steps import Batch, Steps, command
 from delayd.store.transitions import Store
 
-MINUTE_MS = 60_000   # lua/_lib.lua: MINUTE_MS
+MINUTE_MS = 60_000   # lua/_counts.lua: MINUTE_MS
 MINUTES = 60
 
 

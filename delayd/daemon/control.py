@@ -85,7 +85,7 @@ class ReloadFailed(RuntimeError):
 def reload(config: Config) -> int | None:
     """SIGHUP to the master, then wait for the outcome it records in status.json (its reload count
     goes up; the master wakes this wait through reload_wait's FIFO). Returns the master's pid (None:
-    not running); raises ReloadFailed. A master of an earlier version, which records no outcome, is
+    not running); raises ReloadFailed. A master whose status.json cannot be read (none written yet) is
     only signalled."""
     if not running_master(config.pid_path):
         return None

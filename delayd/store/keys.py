@@ -79,12 +79,6 @@ class BucketKeys:
         """Ready lists of URL tasks (claimed for the event loop), highest priority first."""
         return tuple(f"{self.tag}ready:u{p}" for p in PRIORITIES)  # type: ignore[return-value]
 
-    @property
-    def taking(self) -> str:
-        """Zset of the takes of earlier versions' queue processes (their take.lua popped ready tasks here for
-        their claim.lua; this version claims in one call) -> deadline (ms); promote puts those past it back."""
-        return self.tag + "taking"
-
     def done(self, status: str) -> str:
         return f"{self.tag}done:{status}"
 
@@ -151,7 +145,7 @@ class BucketKeys:
 
     def minute(self, minute: int) -> str:
         """`P{N}:w:m:<minute>`: run events of that minute (Unix ms // 60000), for the dashboard's
-        charts (lua/_lib.lua, flush_stats; expires after 65 minutes)."""
+        charts (lua/_counts.lua, flush_stats; expires after 65 minutes)."""
         return f"{self.window_prefix}m:{minute}"
 
     @property
@@ -223,7 +217,7 @@ def bucket_count(prefix: str, default: int) -> Steps[int]:
     try:
         stored, layout, protocol = yield command("HMGET", key, "buckets", "layout", "protocol")
         _refuse_other_versions(key, layout, protocol, absent_ok=True)  # before writing into another's store
-        if stored is None or layout is None or protocol is None:  # first use (or a store from before a field)
+        if stored is None or layout is None or protocol is None:  # first use
             if stored is None:
                 yield command("HSETNX", key, "buckets", default)
             if layout is None:

@@ -1,5 +1,5 @@
-"""The shared helpers of lua/_lib.lua, each script given only those it uses, and the function library's
-layout of the same helpers.
+"""The shared helpers of the lib (lua/_lib.lua and the other lua/_*.lua files), each script given only those
+it uses, and the function library's layout of the same helpers.
 
 EVALSHA (Redis 6.2, and the PHP and Node clients' scripts) runs a script's whole source on every call, so a
 script's prelude is only the lib definitions its body names (transitively, in the lib's order). The lib is one

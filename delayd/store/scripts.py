@@ -1,6 +1,6 @@
-"""The Lua scripts: `lua/NAME.lua`, each linked with the `_lib.lua` (and `_limits.lua`, `_take.lua`) helpers it
-uses, known by SHA (EVALSHA), and one function library of them (FCALL, Redis >= 7 and Valkey): the helpers
-made once at its load, each function the script's own body. How a call is spelled and sent is
+"""The Lua scripts: `lua/NAME.lua`, each linked with the helpers it uses of the lib (`_lib.lua` and the other
+`_*.lua` files, LIB_FILES), known by SHA (EVALSHA), and one function library of them (FCALL, Redis >= 7 and
+Valkey): the helpers made once at its load, each function the script's own body. How a call is spelled and sent is
 delayd.store.dialect's and delayd.store.transport's job."""
 from __future__ import annotations
 
@@ -18,22 +18,22 @@ READ_ONLY = frozenset({"browse", "stats"})
 # EVALSHA (6.2) refuses a script only at a first write that needs memory, which delete's first writes
 # (HDEL, ZREM) do not; a function without the flag is refused whole before it starts.
 ALLOW_OOM = frozenset({"delete"})
-
-
-# The helpers, as one lib: _lib.lua, the limits' (_limits.lua), those of earlier versions' takes (_take.lua:
-# promote puts them back), the table of fields' (_fields.lua, made from delayd/model/fields.py) and add's gate.
-LIB = ("_lib.lua", "_limits.lua", "_take.lua", "_fields.lua", "_gate.lua")
+# The helpers, read as one lib in this order (a definition uses only those above it): _lib.lua, the counts'
+# (_counts.lua), the limits' (_limits.lua), the table of task fields' (_fields.lua, written by scripts/build-clients
+# from delayd/model/fields.py), add's gate (_gate.lua), then promote's tick (_tick.lua) and its four jobs.
+LIB_FILES = ("_lib.lua", "_counts.lua", "_limits.lua", "_fields.lua", "_gate.lua", "_tick.lua", "_due.lua",
+             "_release.lua", "_reap.lua", "_trim.lua")
 
 
 class Script:
     """One Lua script from `delayd/store/lua/NAME.lua`."""
 
-    _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text() for name in LIB)
+    _lib = "".join(resources.files(__package__).joinpath(f"lua/{name}").read_text() for name in LIB_FILES)
 
     def __init__(self, name: str):
         self.name = name
         self.body = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()  # (the library's)
-        self.source = lua_lib.source(self._lib, self.body)  # with the helpers of _lib.lua it uses (EVALSHA)
+        self.source = lua_lib.source(self._lib, self.body)  # with the lib's helpers it uses (EVALSHA)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
         self.read_only = name in READ_ONLY
         self.function = ""  # its name in the function library (set by Library)

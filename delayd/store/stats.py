@@ -14,13 +14,14 @@ from typing import Any, Iterable
 from delayd.model.task import STATUSES, printable
 from delayd.store import limits as limits_mod
 from delayd.store.keys import PRIORITIES, host_events_key, hosts_off_key
+from delayd.store.replies import BucketStats
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import Batch, ScriptCall, Steps, Stream, command
 from delayd.store.transitions import Store
 from delayd.store.transport import Transport
 from delayd.store.windows import WINDOW_MS, recent_windows
 
-# Upper bounds (ms) of the lateness histogram; lua/_lib.lua has the same list.
+# Upper bounds (ms) of the lateness histogram; lua/_counts.lua has the same list.
 LATENESS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
 WINDOWS = 7          # "the last minute": the current window and the six before it (60-70 s)
 SCAN_LIMIT = 200     # entries per list looked at for the per-topic oldest due time
@@ -32,7 +33,7 @@ SHOWN = (*OUTCOMES, DEFER)  # what stats and /metrics show per outcome
 # (held back by its topic's limit); the other states are the statuses themselves
 # (delayd.model.task.STATUSES).
 STATES = ("waiting", "ready:3", "ready:2", "ready:1", "parked", "throttled", *STATUSES[1:])
-# Beside them, `host|<origin>`: a URL host's tasks still to be delivered (lua/_lib.lua, count_host).
+# Beside them, `host|<origin>`: a URL host's tasks still to be delivered (lua/_counts.lua, count_host).
 HOST = "host"
 
 
@@ -90,20 +91,13 @@ def new_events() -> dict[str, int]:
 
 
 def add_event(events: dict[str, int], name: str, value: int) -> None:
-    """Fold one stored counter into `events`. Runs started are the sum of the lateness buckets
-    (one `le:` per start, claim.lua): a stored `started` (written beside them before) is skipped."""
-    if name == "started":
+    """Fold one stored counter into `events`. Runs started are the sum of the lateness buckets (one `le:`
+    per start, claim.lua); a field no script writes (`started` among them) is skipped."""
+    if name == "started" or name not in events:
         return
     if name.startswith("le:"):
         events["started"] += value
-    if name in events:
-        events[name] += value
-    elif name.startswith("le:"):  # a bound this version does not know: into the next known one
-        try:
-            bound = float(name[3:])
-        except ValueError:
-            return  # not a bound at all: a corrupt field
-        events[next((f"le:{b}" for b in LATENESS_MS if bound <= b), "le:inf")] += value
+    events[name] += value
 
 
 def histogram(events: dict[str, int]) -> list[tuple[float, int]]:
@@ -211,13 +205,14 @@ def collect_steps(store: Store) -> Steps[dict[str, Any]]:
         store.clock.observe(int(seconds) * 1000 + int(micros) / 1000)
     answers = yield Stream([bucket_call(store, b, [next(heads) for _ in names]) for b, names in enumerate(lists)],
                            window=None)
-    if answers.replies:
-        store.clock.observe(max(int(reply[0]) for reply in answers.replies))
-    hashes = [[keys.counts, keys.totals, keys.paused, *(keys.window(int(reply[1]) + w) for w in range(WINDOWS))]
-              for keys, reply in zip(store.keys, answers.replies)]
+    replies = [BucketStats.from_reply(reply) for reply in answers.replies]
+    if replies:
+        store.clock.observe(max(reply.now for reply in replies))
+    hashes = [[keys.counts, keys.totals, keys.paused, *(keys.window(reply.first_window + w) for w in range(WINDOWS))]
+              for keys, reply in zip(store.keys, replies)]
     pages = iter([page if isinstance(page, dict) else {}  # (a key of another type reads as empty)
                   for page in (yield from scanned_steps([name for names in hashes for name in names]))])
-    stats = summary([(reply, [next(pages) for _ in names]) for reply, names in zip(answers.replies, hashes)])
+    stats = summary([(reply, [next(pages) for _ in names]) for reply, names in zip(replies, hashes)])
     stats["limits"] = {limit.topic: {"rate": limit.rate, "concurrency": limit.concurrency, "held": limit.held,
                                      "running": limit.running} for limit in (yield from limits_mod.read_steps(store))}
     off, events = yield Batch([command("HKEYS", hosts_off_key(store.prefix)),
@@ -237,10 +232,10 @@ def _flat(fields: dict[Any, Any]) -> list[Any]:
     return [item for pair in fields.items() for item in pair]
 
 
-def summary(answers: list[tuple[list[Any], list[dict[Any, Any]]]]) -> dict[str, Any]:
+def summary(answers: list[tuple[BucketStats, list[dict[Any, Any]]]]) -> dict[str, Any]:
     """collect's answer from, per bucket, its stats.lua answer and its hashes read whole (counts,
     totals, paused, then the windows the answer named)."""
-    now_ms = max(int(a[0]) for a, _ in answers) if answers else 0
+    now_ms = max(a.now for a, _ in answers) if answers else 0
     now = now_ms / 1000
     current = now_ms // WINDOW_MS
     span_s = (WINDOWS - 1) * WINDOW_MS / 1000 + (now_ms - current * WINDOW_MS) / 1000
@@ -250,7 +245,7 @@ def summary(answers: list[tuple[list[Any], list[dict[Any, Any]]]]) -> dict[str, 
     recent: dict[str, dict[str, int]] = {}
     earliest: dict[str, float] = {}
     per_bucket, quarantined, truncated, paused = [], 0, False, set()
-    for b, ((_, first, head, q, lag, trunc), (bucket_counts, bucket_totals, flags, *windows)) in enumerate(answers):
+    for b, (reply, (bucket_counts, bucket_totals, flags, *windows)) in enumerate(answers):
         paused.update(printable(topic) for topic in flags)
         mine = _new_counts()
         for state, topic, value in _pairs(_flat(bucket_counts)):
@@ -260,20 +255,20 @@ def summary(answers: list[tuple[list[Any], list[dict[Any, Any]]]]) -> dict[str, 
         for name, topic, value in _pairs(_flat(bucket_totals)):
             add_event(totals.setdefault(topic, new_events()), name, value)
         for w, flat in enumerate(windows):
-            if int(first) + w < current - WINDOWS + 1:
+            if reply.first_window + w < current - WINDOWS + 1:
                 continue  # this bucket's clock read came before a window boundary: not in the span
             for name, topic, value in _pairs(_flat(flat)):
                 add_event(recent.setdefault(topic, new_events()), name, value)
-        for i in range(0, len(lag), 2):
-            due, topic = int(lag[i + 1]) / 1000, printable(lag[i])
+        for i in range(0, len(reply.lag), 2):
+            due, topic = int(reply.lag[i + 1]) / 1000, printable(reply.lag[i])
             earliest[topic] = min(due, earliest.get(topic, due))
-        quarantined += int(q)
-        truncated = truncated or bool(int(trunc))
+        quarantined += reply.quarantined
+        truncated = truncated or bool(reply.truncated)
         per_bucket.append({
             "bucket": b, "waiting": mine["waiting"], "ready": {str(p): mine[f"ready:{p}"] for p in PRIORITIES},
             "parked": mine["parked"], "running": mine["running"], "ok": mine["ok"], "failed": mine["failed"],
             "deleted": mine["deleted"],
-            "quarantined": int(q), "next_due_at": _due_at(head),
+            "quarantined": reply.quarantined, "next_due_at": _due_at(reply.head_due),
         })
 
     topics = {}

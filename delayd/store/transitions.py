@@ -22,12 +22,11 @@ from delayd.store.keys import (
     wire,
 )
 from delayd.store.replies import (
-    CLAIMED_FIELDS,
     FINISH_FIELDS,
     Browsed,
     Claimed,
-    ClaimedTask,
     Finish,
+    Parking,
     Paused,
     Promoted,
     Resumed,
@@ -119,7 +118,7 @@ class Store:
         return deleted((yield ScriptCall(
             SCRIPTS["delete"],
             [keys.task(member), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"), keys.done("deleted"),
-             keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked(topic_of(member)), keys.corrupt],
+             keys.quarantine, keys.counts, keys.recurring, keys.parked(topic_of(member)), keys.corrupt],
             [wire(member), int(hard), retention_ms],
         )))
 
@@ -142,10 +141,10 @@ class Store:
 
     def run_now_steps(self, member: str) -> Steps[RunNow]:
         keys = self.keys_for(member)
-        code, status = yield ScriptCall(SCRIPTS["run_now"], [keys.task(member), keys.delayed, keys.paused, keys.counts,
-                                                             keys.parked(topic_of(member)), keys.corrupt],
-                                        [wire(member), keys.wake_channel])
-        return RunNow(int(code), status)
+        return RunNow.from_reply((yield ScriptCall(
+            SCRIPTS["run_now"], [keys.task(member), keys.delayed, keys.paused, keys.counts,
+                                 keys.parked(topic_of(member)), keys.corrupt],
+            [wire(member), keys.wake_channel])))
 
     def pause_steps(self, topic: str) -> Steps[Paused]:
         """Pause `topic`: flag it in every bucket (one generation for all, taken on the first),
@@ -161,11 +160,11 @@ class Store:
             for ready in (*keys.ready, *keys.ready_url):
                 position, members = 0, []
                 while position >= 0 or members:  # the members a call looked at are parked by the next
-                    moved, position, *members = yield ScriptCall(
+                    step = Parking.from_reply((yield ScriptCall(
                         SCRIPTS["park"], [keys.paused, ready, keys.counts, keys.parked(topic), keys.corrupt,
                                           *map(keys.task, members)],
-                        [keys.task_prefix, topic, generation, position, PARK_CHUNK])
-                    parked, position = parked + int(moved), int(position)
+                        [keys.task_prefix, topic, generation, position, PARK_CHUNK])))
+                    parked, position, members = parked + step.parked, step.position, step.members
                 if position == -2:  # resumed here by a later resume
                     if keys is self.keys[0]:
                         yield from self.resume_steps(topic, generation + 1)
@@ -178,10 +177,9 @@ class Store:
         """Move the earliest `batch` parked tasks of `topic` back to wait for their turn, unless a
         pause of `generation` or later holds the bucket (None: a new resume, its generation taken here)."""
         keys = self.keys[bucket]
-        moved, left, generation, overtaken = yield ScriptCall(
+        return Resumed.from_reply((yield ScriptCall(
             SCRIPTS["resume"], [keys.paused, keys.delayed, keys.counts, keys.parked(topic), keys.corrupt],
-            [topic, keys.wake_channel, batch, "" if generation is None else generation])
-        return Resumed(int(moved), int(left), int(generation), bool(overtaken))
+            [topic, keys.wake_channel, batch, "" if generation is None else generation])))
 
     def resume_steps(self, topic: str, generation: int | None = None) -> Steps[Resumed]:
         """Resume `topic` in every bucket, a batch per call: the pauses before `generation`
@@ -227,24 +225,27 @@ class Store:
         return moved
 
     # -- bucket process --------------------------------------------------------------
-    def promote(self, bucket: int, limit: int, retention_ms: int, members: Iterable[str] = ()) -> Promoted:
-        """One promote.lua call. It touches only the keys it is given: after the bucket's own, those the
-        previous call's reply named (records of members due soon, parked sets, ...: docs/redis-layout.md,
-        "Declared keys"), and the records of `members` (tasks a wake-up named: just added, due now).
-        `full`: a batch hit `limit`, or the call needed keys it was not given: call again at once."""
+    def promote_call(self, bucket: int, limit: int, retention_ms: int, members: Iterable[str] = ()) -> ScriptCall:
+        """promote.lua: the bucket's own keys, then those the previous call's reply named (records of members
+        due soon, parked sets, ...: docs/redis-layout.md, "Declared keys"), and the records of `members`
+        (tasks a wake-up named: just added, due now)."""
         keys = self.keys[bucket]
-        reply = self.transport.call(ScriptCall(
+        return ScriptCall(
             SCRIPTS["promote"],
             [keys.delayed, keys.leases, *keys.ready, keys.done("ok"), keys.done("failed"),
              keys.done("deleted"), keys.quarantine, keys.counts, keys.totals, keys.paused, *keys.ready_url,
-             keys.limited, *run_windows(keys, self.clock), keys.corrupt, keys.taking,
+             keys.limited, *run_windows(keys, self.clock), keys.corrupt,
              *self.learned.get(bucket, ()), *map(keys.task, members)],
             [keys.task_prefix, limit, retention_ms, ready_channel(self.prefix), bucket, self.limits],
-        ))
-        moved, reaped, next_due, next_lease, clock_us, full = reply[:6]
-        self.learned[bucket] = [wire(key) for key in reply[6:]]
-        self.clock.observe(clock_us / 1000)
-        return Promoted(moved, reaped, next_due, next_lease, clock_us, bool(full))
+        )
+
+    def promote(self, bucket: int, limit: int, retention_ms: int, members: Iterable[str] = ()) -> Promoted:
+        """One promote.lua call (promote_call). It touches only the keys it is given. `full`: a batch hit
+        `limit`, or the call needed keys it was not given: call again at once."""
+        promoted = Promoted.from_reply(self.transport.call(self.promote_call(bucket, limit, retention_ms, members)))
+        self.learned[bucket] = [wire(key) for key in promoted.learned]
+        self.clock.observe(promoted.clock_us / 1000)
+        return promoted
 
     # -- queue process ---------------------------------------------------------------
     # (Each transition as a ScriptCall, for the queue's one round trip per turn, and its reply decoded.)
@@ -272,9 +273,9 @@ class Store:
 
     def claimed(self, reply: list[Any]) -> Claimed:
         """claim.lua's reply: how many members it popped, and the tasks it started."""
-        self.clock.observe(reply[0])
-        return Claimed(reply[0], [ClaimedTask._make(reply[i:i + CLAIMED_FIELDS])
-                                  for i in range(2, len(reply), CLAIMED_FIELDS)], reply[1])
+        claimed = Claimed.from_reply(reply)
+        self.clock.observe(claimed.now)
+        return claimed
 
     def claim(self, bucket: int, quotas: tuple[int, int, int], n: int, lease_ms: int, retention_ms: int,
               url: bool = False) -> Claimed:

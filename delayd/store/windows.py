@@ -2,7 +2,7 @@
 passed in KEYS, as Dragonfly and some Cluster proxies require).
 
 Scripts count run events into the 10-second window `P{N}:w:<n>` and the minute `P{N}:w:m:<m>` of
-Redis's clock (lua/_lib.lua, flush_stats); stats.lua reads the last windows. The caller names those
+Redis's clock (lua/_counts.lua, flush_stats); stats.lua reads the last windows. The caller names those
 keys before the call from its estimate of Redis's clock: the local clock plus the offset learnt from
 the last reply that carried Redis's clock (promote, claim, stats), or from one TIME. It declares the
 window of `estimate - width / 2` and the next one, so the script's own window is among them while the
@@ -15,7 +15,7 @@ import time
 
 from delayd.store.keys import BucketKeys
 
-WINDOW_MS = 10_000  # as lua/_lib.lua
+WINDOW_MS = 10_000  # as lua/_counts.lua
 MINUTE_MS = 60_000
 
 

@@ -29,7 +29,7 @@ MIN_BATCH, MAX_BATCH = 50, 200
 
 def woken_member(message: str | None) -> str | None:
     """The member a wake message names: '<ms> <member>' (add, finish, retry, run_now), or None for
-    '<ms>' alone (claim, resume, limits, older versions) and for the listener's (re)subscription."""
+    '<ms>' alone (claim, resume, limits) and for the listener's (re)subscription."""
     return (message or "").partition(" ")[2] or None
 
 

@@ -116,9 +116,7 @@ def test_the_script_gate_holds_for_php_too(redis_url, r, client):
     out = php("""
         $scripts = (new ReflectionProperty($client, 'scripts'))->getValue($client);
         try {
-            $scripts->call('add', ['delayd:{0}:delayed', 'delayd:{0}:counts', 'delayd:{0}:recurring',
-                'delayd:{0}:leases', 'delayd:{0}:done:ok', 'delayd:{0}:done:failed', 'delayd:{0}:done:deleted',
-                'delayd:{0}:quarantine', 'delayd:{0}:paused', 'delayd:{0}:t:t:1', 'delayd:{0}:paused:t'],
+            $scripts->call('add', ['delayd:{0}:delayed', 'delayd:{0}:t:t:1'],
                 [0, 'delayd:wake:0', '{"call":"a:b","intervalTime":[3]}', 2, 'delay', 0]);
         } catch (Delayd\\TaskError $e) { echo $e->getMessage(); }
     """, redis_url).stdout

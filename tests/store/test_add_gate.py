@@ -12,8 +12,7 @@ import redis
 
 from delayd.model.record import spec_json
 from delayd.model.task import Task
-from delayd.store.keys import BucketKeys
-from delayd.store.scripts import LIB, SCRIPTS
+from delayd.store.scripts import SCRIPTS, Script
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
 from delayd.store.transport import Transport
@@ -27,19 +26,11 @@ def store(r):
     return Store(r, "delayd:", 1)
 
 
-def long_keys(keys: BucketKeys, tasks: list) -> list:
-    """add.lua's KEYS in their long form (docs/protocol.md section 3, versions 1-3): the bucket's 10 keys, then
-    each task's record and parked set."""
-    return [keys.delayed, keys.counts, keys.recurring, keys.leases, keys.done("ok"), keys.done("failed"),
-            keys.done("deleted"), keys.quarantine, keys.paused, keys.corrupt,
-            *(key for task, _, _ in tasks for key in (keys.task(task.key), keys.parked(task.topic)))]
-
-
 def raw_call(store: Store, tasks: list, flags: str = "0") -> tuple[list, list]:
-    """KEYS (long form) and ARGV of one add.lua call writing `tasks`, with `flags` (default: protocol 1's
-    replace, without 'c': what a producer that checks nothing sends, which the whole gate answers)."""
+    """KEYS and ARGV of one add.lua call writing `tasks`, with `flags` (default: replace, without 'c': what a
+    producer that checks nothing sends, which the whole gate answers)."""
     call = store.add_call(store.keys[0], tasks, False)
-    return long_keys(store.keys[0], tasks), [flags, *call.args[1:]]
+    return list(call.keys), [flags, *call.args[1:]]
 
 
 def good_call(store: Store, n: int = 2) -> tuple[list, list]:
@@ -166,7 +157,7 @@ def test_params_nested_64_deep_are_written(r, store):
     keys, args = good_call(store)
     args[SPEC] = '{"call":"a:b","params":{"s":"\\"[[{","a":' + '[' * 63 + ']' * 63 + '}}'
     add(r, keys, args)
-    assert r.hget(keys[-2], "spec") == args[SPEC]
+    assert r.hget(keys[-1], "spec") == args[SPEC]
 
 
 @pytest.mark.parametrize("flags", ["0", "0c"])
@@ -175,7 +166,7 @@ def test_a_trace_context_is_stored_as_given(r, store, trace, flags):
     keys, args = good_call(store)
     args[0], args[SPEC] = flags, json.dumps({"call": "a:b", "trace": trace}, separators=(",", ":"))
     add(r, keys, args)
-    assert json.loads(r.hget(keys[-2], "spec"))["trace"] == trace
+    assert json.loads(r.hget(keys[-1], "spec"))["trace"] == trace
 
 
 @pytest.mark.parametrize("spec, message", BAD_RECURRING_SPECS)
@@ -206,7 +197,7 @@ def test_at_is_an_absolute_time_up_to_1e14_ms(r, store):
     args[MODE], args[VALUE] = "at", str(10**14 + 1)
     refused(r, keys, args, "delayd:bad-task at: must be an integer of ms from 0 to 1e14")
     args[VALUE] = str(10**14)
-    assert add(r, keys, args) == [1, 1]
+    assert add(r, keys, args) == 2
     # times are written as integers in full, never in a float's notation (1e+14)
     assert r.hget("delayd:{0}:t:t:1", "due") == str(10**14)
     assert r.zscore("delayd:{0}:delayed", "t:1") == 10**14
@@ -221,7 +212,7 @@ def test_next_is_for_a_cron_task_with_the_value_0(r, store):
     args[SPEC], args[VALUE] = spec_of(store, call="a:b", cron="0 3 * * *"), "5"
     refused(r, keys, args, "delayd:bad-task mode: next\\* takes the value 0")
     args[VALUE] = "0"
-    assert add(r, keys, args) == [1, 1]
+    assert add(r, keys, args) == 2
     assert r.hget("delayd:{0}:t:t:1", "first") == "cron" and r.hget("delayd:{0}:t:t:0", "first") is None
 
 
@@ -232,7 +223,7 @@ def test_a_debounce_takes_wait_and_most_in_ms(r, store, value):
     refused(r, keys, args, "delayd:bad-task debounce: takes 'WAIT:MOST'")
     for good in ("5:", "5:5", f"0:{TEN_YEARS_MS}"):
         args[VALUE] = good
-        assert add(r, keys, args) == [1, 1] and r.hget("delayd:{0}:t:t:1", "since") is not None
+        assert add(r, keys, args) == 2 and r.hget("delayd:{0}:t:t:1", "since") is not None
 
 
 def test_a_debounce_is_not_for_nx_nor_a_recurring_task(r, store):
@@ -249,7 +240,7 @@ def test_a_recurring_spec_needs_a_recurring_mode(r, store):
     args[SPEC] = spec_of(store, call="a:b", every=60)
     refused(r, keys, args, "delayd:bad-task mode: ends in")
     args[MODE] = "delay*"
-    assert add(r, keys, args) == [1, 1]
+    assert add(r, keys, args) == 2
 
 
 @pytest.mark.parametrize("name, message", [
@@ -266,32 +257,22 @@ def test_a_recurring_spec_needs_a_recurring_mode(r, store):
 def test_bad_names_in_the_record_key_are_refused(r, store, name, message):
     keys, args = good_call(store)
     member = name if isinstance(name, bytes) else name.encode()
-    topic = member.rpartition(b":")[0]
-    keys[12], keys[13] = b"delayd:{0}:t:" + member, b"delayd:{0}:paused:" + topic
+    keys[2] = b"delayd:{0}:t:" + member
     refused(r, keys, args, "delayd:bad-task " + message)
-
-
-def test_a_call_without_the_corrupt_key_is_still_taken(r, store):
-    """Producers written before `corrupt` was declared send 9 bucket keys (docs/protocol.md): still
-    accepted (the script then names the set-aside hash itself, as Redis allows)."""
-    keys, args = good_call(store)
-    assert keys[9] == store.keys[0].corrupt
-    assert add(r, [*keys[:9], *keys[10:]], args) == [1, 1]
-    refused(r, [*keys[:9], "delayd:{0}:other", *keys[10:]], args, "delayd:bad-call")
 
 
 def test_names_of_many_characters_count_characters_not_bytes(r, store):
     keys, args = good_call(store)
-    keys[12], keys[13] = ("delayd:{0}:t:t:" + "é" * 512).encode(), b"delayd:{0}:paused:t"
-    assert add(r, keys, args) == [1, 1]
+    keys[2] = ("delayd:{0}:t:t:" + "é" * 512).encode()
+    assert add(r, keys, args) == 2
 
 
 def test_keys_of_another_bucket_or_shape_are_refused(r, store):
     keys, args = good_call(store)
-    refused(r, [*keys[:12], "delayd:{1}:t:t:1", keys[13]], args, "delayd:bad-task key: not a record key of this bucket")
-    refused(r, [*keys[:13], "delayd:{0}:paused:u"], args, "delayd:bad-task key: the task's second key must be")
-    refused(r, [*keys[:3], "delayd:{0}:other", *keys[4:]], args, "delayd:bad-call")
+    refused(r, [*keys[:2], "delayd:{1}:t:t:1"], args, "delayd:bad-task key: not a record key of this bucket")
+    refused(r, ["delayd:{0}:other", *keys[1:]], args, "delayd:bad-call")
     refused(r, keys[:-1], args, "delayd:bad-call")
+    refused(r, [*keys, "delayd:{0}:paused:t"], args, "delayd:bad-call")
     refused(r, keys, args[:-1], "delayd:bad-call")
 
 
@@ -303,10 +284,9 @@ def test_an_oversized_or_non_utf8_spec_is_refused(r, store):
     refused(r, keys, args, "delayd:bad-task spec: is not valid UTF-8 text")
 
 
-@pytest.mark.parametrize("flags, reply", [("0", lambda n: [1] * n), ("0c", lambda n: n)])
-def test_every_field_python_writes_passes_the_gate(r, store, flags, reply):
-    """The Python client's own specs, with every field, are what the gate lets through, with or without
-    'c' (which also makes the reply the count written)."""
+@pytest.mark.parametrize("flags", ["0", "0c"])
+def test_every_field_python_writes_passes_the_gate(r, store, flags):
+    """The Python client's own specs, with every field, are what the gate lets through, with or without 'c'."""
     tasks = [
         Task.new("t", 1, url="https://example.com/hook?a=1", method="POST", body="json", params={"a": [1, {"b": None}]},
                  callback="shop.tasks:done", timeout=2.5, intervals=[0, 1.5, 60], persistent=False, priority=3),
@@ -317,29 +297,29 @@ def test_every_field_python_writes_passes_the_gate(r, store, flags, reply):
             ("http://u:p@[::1]:65535/", "http://x:/", "https://xn--bcher-kva.example:1/", "HTTP://X:080"))),
     ]
     keys, args = raw_call(store, [(task, "delay", 0) for task in tasks], flags)
-    assert add(r, keys, args) == reply(len(tasks))
+    assert add(r, keys, args) == len(tasks)
 
 
-def test_a_call_without_c_replies_per_task_and_with_c_the_count(r, store):
-    """docs/protocol.md, section 3: protocol 1's reply (1 written, 0 not: nx) stays for calls without 'c'."""
+@pytest.mark.parametrize("checked", ["", "c"])
+def test_the_reply_is_the_count_written(r, store, checked):
+    """docs/protocol.md, section 3: with or without 'c', the number of tasks written (nx leaves those that exist)."""
     keys, args = good_call(store, 3)
-    assert add(r, [*keys[:10], *keys[12:]], args[:2] + args[6:]) == [1, 1]
-    assert add(r, keys, ["1", *args[1:]]) == [1, 0, 0]
-    r.delete(keys[10])
-    assert add(r, keys, ["1c", *args[1:]]) == 1
-    assert add(r, keys, ["0c", *args[1:]]) == 3
+    assert add(r, [keys[0], *keys[2:]], args[:2] + args[6:]) == 2
+    assert add(r, keys, ["1" + checked, *args[1:]]) == 1
+    assert add(r, keys, ["1" + checked, *args[1:]]) == 0
+    assert add(r, keys, ["0" + checked, *args[1:]]) == 3
 
 
 def test_the_whole_lib_in_front_runs_as_the_linked_script(r, store):
     """docs/protocol.md, section 6: a client in another language may put the whole lib (_lib.lua, _limits.lua,
-    _take.lua, _fields.lua, _gate.lua) in front of add.lua instead of linking the helpers it uses; the script
-    then works the same."""
+    _gate.lua, ...) in front of add.lua instead of linking the helpers it uses; the script then works
+    the same."""
     lua = resources.files("delayd.store").joinpath("lua")
-    lib = "".join(lua.joinpath(name).read_text() for name in LIB)
+    lib = Script._lib
     source = lib + "\n" + lua.joinpath("add.lua").read_text()
     keys, args = good_call(store)
-    assert r.eval(source, len(keys), *keys, *args) == [1, 1]
-    assert r.eval(source, len(keys), *keys, "1", *args[1:]) == [0, 0]  # nx: both exist
+    assert r.eval(source, len(keys), *keys, *args) == 2
+    assert r.eval(source, len(keys), *keys, "1", *args[1:]) == 0  # nx: both exist
     args[SPEC] = "{}"
     with pytest.raises(redis.exceptions.ResponseError, match="delayd:bad-task target"):
         r.eval(source, len(keys), *keys, *args)
@@ -403,12 +383,12 @@ def test_a_good_spec_of_a_call_callback_and_params_is_written(r, store, spec, fi
     args[SPEC] = spec
     if first is not None:
         args[SPEC - 4] = first
-    assert add(r, keys, args) == [1, 1]
-    assert r.hget(keys[12], "spec") == spec
+    assert add(r, keys, args) == 2
+    assert r.hget(keys[2], "spec") == spec
 
 
-def test_the_short_form_of_keys_names_the_bucket_keys_itself(r, store):
-    """docs/protocol.md section 3, version 4: KEYS `Tdelayed` then each task's record, the bucket's other
+def test_add_names_the_bucket_keys_itself(r, store):
+    """docs/protocol.md section 3: KEYS `Tdelayed` then each task's record, the bucket's other
     keys named by the script from its tag (the store tests' key guard lets add.lua touch only keys under
     the tag of its first key: tests/key_guard.py)."""
     keys = store.keys[0]
@@ -426,7 +406,7 @@ def test_the_short_form_of_keys_names_the_bucket_keys_itself(r, store):
     assert r.zrange(keys.recurring, 0, -1) == ["t:1"]
 
 
-def test_the_short_form_refuses_a_record_of_another_bucket_or_a_wrong_count(r, store):
+def test_add_refuses_a_record_of_another_bucket_or_a_wrong_count(r, store):
     keys = store.keys[0]
     args = list(store.add_call(keys, [(Task.new("t", 1, call="shop.tasks:run"), "delay", 1000)], False).args)
     refused(r, [keys.delayed, "delayd:{1}:t:t:1"], args, "delayd:bad-task key: not a record key of this bucket")
@@ -472,4 +452,4 @@ def test_a_url_spec_naming_url_in_its_params_is_written_for_its_own_url(r, store
     args = [flags, *args[1:]]
     args[2] = '{"url":"http://a.example/1","params":{"url":"http://b.example:70000/2","every":1,"url":3}}'
     assert add(r, keys, args) in (1, [1])
-    assert r.hmget(keys[10], "url", "host") == ["1", "http://a.example:80"]
+    assert r.hmget(keys[1], "url", "host") == ["1", "http://a.example:80"]

@@ -256,7 +256,7 @@ def key_cases(keys):
         "delayed": (keys.delayed, "string"), "leases": (keys.leases, "string"),
         "ready": (keys.ready[1], "hash"), "done:ok": (keys.done("ok"), "list"),
         "quarantine": (keys.quarantine, "list"), "counts": (keys.counts, "string"),
-        "totals": (keys.totals, "list"), "taking": (keys.taking, "hash"),
+        "totals": (keys.totals, "list"),
     }
 
 
@@ -266,8 +266,7 @@ def write_wrong(r, key: str, kind: str) -> None:
      "hash": lambda: r.hset(key, "x", "y")}[kind]()
 
 
-@pytest.mark.parametrize("name", ["delayed", "leases", "ready", "done:ok", "quarantine", "counts", "totals",
-                                  "taking"])
+@pytest.mark.parametrize("name", ["delayed", "leases", "ready", "done:ok", "quarantine", "counts", "totals"])
 def test_a_bucket_key_of_the_wrong_type_is_set_aside(r, store, name):
     keys = store.keys[0]
     key, kind = key_cases(keys)[name]

@@ -6,6 +6,7 @@ import pytest
 import redis
 from store_helper import calls_of, claim, interleaved, promote_all
 
+from delayd.store.replies import Finish
 from delayd.store.scripts import SCRIPTS
 from delayd.store.steps import ScriptCall
 from delayd.store.transitions import Store
@@ -15,25 +16,24 @@ PREFIX = "delayd:"
 
 
 def test_a_key_left_out_of_keys_is_refused_by_name(r):
-    """delete.lua as a producer of protocol 1 sends it (without the topic's parked set): the key the
-    script then names itself is refused; the call as Store sends it goes through."""
+    """finish.lua called without the limits' keys, whose names it builds from the limits' prefix it is given
+    (ARGV): the first one it touches is refused by name; the call as Store sends it goes through."""
     store = Store(r, PREFIX, 1)
-    keys = store.keys[0]
-    declared = [keys.task("t:1"), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
-                keys.done("deleted"), keys.quarantine, keys.counts, keys.paused, keys.recurring]
-    refused = r"undeclared key in delete\.lua: TYPE delayd:\{0\}:paused:t"
+    call = store.finish_call(0, [Finish("t:1", 1, "ok")], 1000)
+    left_out = call._replace(keys=[key for key in call.keys if "{limits}" not in str(key)])
+    refused = r"undeclared key in finish\.lua: HGETALL delayd:\{limits\}:conf"
     with pytest.raises(redis.exceptions.ResponseError, match=refused):
-        Transport(r).call(ScriptCall(SCRIPTS["delete"], declared, ["t:1", 0, 1000]))
-    assert Transport(r).call(ScriptCall(SCRIPTS["delete"], [*declared, keys.parked("t")], ["t:1", 0, 1000])) == 0
+        Transport(r).call(left_out)
+    assert Transport(r).call(call) == [0]
 
 
 def test_setting_a_key_aside_needs_the_slots_corrupt_hash_declared(r):
-    """A key of the wrong type goes to the slot's `corrupt` hash, which the call must declare (a producer of
-    protocol 1 may leave it out of delete's KEYS: refused here, as Dragonfly would)."""
+    """A key of the wrong type goes to the slot's `corrupt` hash, which the call must declare: delete.lua called
+    without it is refused, as Dragonfly would refuse it."""
     store = Store(r, PREFIX, 1)
     keys = store.keys[0]
     declared = [keys.task("t:1"), keys.delayed, keys.leases, keys.done("ok"), keys.done("failed"),
-                keys.done("deleted"), keys.quarantine, keys.counts, keys.paused, keys.recurring, keys.parked("t")]
+                keys.done("deleted"), keys.quarantine, keys.counts, keys.recurring, keys.parked("t")]
     r.set(keys.leases, "not a zset")
     refused = r"undeclared key in delete\.lua: \w+ delayd:\{0\}:corrupt"
     with pytest.raises(redis.exceptions.ResponseError, match=refused):

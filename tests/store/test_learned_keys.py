@@ -40,7 +40,7 @@ def test_the_reply_names_the_records_due_next_so_the_next_call_needs_no_other(r,
     add(store, "t", "later", delay_ms=3_600_000)
     assert store.promote(0, 100, DAY_MS).moved == 0
     assert {keys.task(f"t:{i}") for i in range(3)} <= set(store.learned[0])
-    assert keys.task("t:later") not in store.learned[0]  # more than AHEAD_MS (promote.lua) after the head
+    assert keys.task("t:later") not in store.learned[0]  # more than AHEAD_MS (_tick.lua) after the head
     wait_for(lambda: now_ms(r) >= at + 2, 2, message="the three due")
     done = store.promote(0, 100, DAY_MS)
     assert (done.moved, done.full) == (3, False)

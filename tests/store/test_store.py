@@ -199,7 +199,7 @@ def test_promote_moves_only_due_tasks_never_early(r, store, keys):
     seen: set[str] = set()
 
     def step():
-        moved, _, next_due, _, clock_us, full = store.promote(0, 100, DAY_MS)
+        moved, _, next_due, _, clock_us, full, _ = store.promote(0, 100, DAY_MS)
         now = clock_us // 1000  # ms, as the script compares due times
         assert not full
         ready = set(ready_members(r, keys))
@@ -241,7 +241,7 @@ def test_promote_returns_next_due_and_next_lease(r, store, keys):
     assert store.promote(0, 10, DAY_MS)[2:4] == (-1, -1)
     add(store, "t", "now")
     add(store, "t", "later", delay_ms=50_000)
-    moved, reaped, next_due, next_lease, now, full = store.promote(0, 10, DAY_MS, members=["t:now"])
+    moved, reaped, next_due, next_lease, now, full, _ = store.promote(0, 10, DAY_MS, members=["t:now"])
     assert (moved, reaped, full) == (1, 0, False)
     assert next_due == int(record(r, store, "t:later")["due"])
     assert next_lease == -1
@@ -400,7 +400,7 @@ def test_lapsed_lease_is_reaped_to_the_front_and_fenced(r, store, keys):
     assert r.lrange(keys.ready[1], 0, -1) == ["t:waiting"]
     expiry = old["now"] + 50
     wait_for(lambda: now_ms(r) > expiry, 2, message="the lease to lapse")
-    moved, reaped, _, next_lease, _, _ = store.promote(0, 100, DAY_MS)
+    moved, reaped, _, next_lease, _, _, _ = store.promote(0, 100, DAY_MS)
     assert reaped == 1 and next_lease == -1
     assert r.lrange(keys.ready[1], 0, -1) == ["t:1", "t:waiting"], "a lapsed task goes to the front"
     rec = record(r, store, "t:1")

@@ -76,22 +76,13 @@ local function on(kind, cmd, key, ...)
   return reply
 end
 
--- HMGET of a task record; nil when the key holds something other than a hash.
-local function read_record(task_key, ...)
-  local r = redis.pcall('HMGET', task_key, ...)
-  if r['err'] then return nil end
-  return r
+-- The fields named of a task record (HMGET), after `true`; only `false` when the key holds something other
+-- than a hash: `local hash, status, due = record_fields(key, 'status', 'due')`.
+local function record_fields(task_key, ...)
+  local fields = redis.pcall('HMGET', task_key, ...)
+  if fields['err'] then return false end
+  return true, unpack(fields)
 end
-
--- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
--- in these tables, by topic, and writes them once at the end with one HINCRBY per
--- field: the Redis cost is per batch and per distinct topic, not per task.
---   counts[topic][state]: change of the number of tasks in that state (a live gauge)
---   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
--- Fields in Redis are '<state or event>|<topic>'.
-local counts, runs = {}, {}
-
-local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 
 -- Record fields left out when they hold their default (docs/redis-layout.md):
 -- priority 2, runs 0, and claim, whose default is the record's `created` time.
@@ -106,13 +97,6 @@ local DEFAULT_PRIORITY = '2'
 -- A corrupt (not an integer) field reads as missing rather than failing the whole script.
 local function claim_token(claim, created)
   return int_of(claim) or int_of(created) or 0
-end
-
--- The zset of a paused topic's due tasks, set aside so they neither start nor keep the
--- head of `delayed` (which would wake the bucket process again and again):
--- `P{N}:paused:<topic>`, next to the bucket's `P{N}:paused` hash of paused topics.
-local function parked_key(paused_key, topic)
-  return paused_key .. ':' .. topic
 end
 
 -- The bucket's index of recurring tasks, `P{N}:recurring`: a zset of members, all at score 0
@@ -147,6 +131,16 @@ local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
 
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
 local function add_to(tables, topic, name, delta)
   local t = tables[topic]
   if not t then
@@ -156,7 +150,7 @@ local function add_to(tables, topic, name, delta)
   t[name] = (t[name] or 0) + delta
 end
 
-local function count(state, topic, delta)
+local function count_state(state, topic, delta)
   add_to(counts, topic, state, delta)
 end
 
@@ -167,7 +161,7 @@ end
 
 -- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
 -- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
--- for a host). A record without the field (written before it existed) was never counted in.
+-- for a host). A record without the field (a URL without an origin) is not counted.
 local PENDING = {delayed = true, running = true}
 
 local function count_host(host, delta)
@@ -177,12 +171,12 @@ end
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
   local removed = on('zset', 'ZREM', zset, member) == 1
-  if removed then count(state, topic or topic_of(member), -1) end
+  if removed then count_state(state, topic or topic_of(member), -1) end
   return removed
 end
 
 local function zadd_counted(zset, score, member, state, topic)
-  if on('zset', 'ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
+  if on('zset', 'ZADD', zset, score, member) == 1 then count_state(state, topic or topic_of(member), 1) end
 end
 
 -- HINCRBY that cannot fail on stored data: a counter that is not an integer starts
@@ -217,45 +211,56 @@ end
 
 
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring,
---       the topic's parked set (paused:<topic>; named here from `paused` when a producer leaves it out),
---       corrupt (where a key of the wrong type is set aside; named the same way when left out)
--- ARGV: member, hard (1/0), retention (ms)
+-- KEYS[1]   task_key        P{N}:t:<member>
+-- KEYS[2]   delayed         P{N}:delayed
+-- KEYS[3]   leases          P{N}:leases
+-- KEYS[4]   done_ok         P{N}:done:ok
+-- KEYS[5]   done_failed     P{N}:done:failed
+-- KEYS[6]   done_deleted    P{N}:done:deleted
+-- KEYS[7]   quarantine_key  P{N}:quarantine
+-- KEYS[8]   counts_key      P{N}:counts
+-- KEYS[9]   recurring       P{N}:recurring
+-- KEYS[10]  parked          P{N}:paused:<topic>   the topic's parked set
+-- KEYS[11]  corrupt         P{N}:corrupt          (declared only: set_aside names it)
+-- ARGV[1]   member          topic:id
+-- ARGV[2]   hard            '1' (every trace removed) or '0' (soft)
+-- ARGV[3]   retention       ms
+-- Reply: code, 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed,
+--   ready, parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts
+--   after this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting
+--   or running (its finish is fenced off as below)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
 -- kept only for tasks in done:failed). A task key that is not a hash is removed,
 -- and a soft delete leaves a record that says `deleted`. Either ends a recurring task:
 -- it leaves the `recurring` index (also when its record is already gone).
--- Returns 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed, ready,
--- parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts after
--- this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting or
--- running (its finish is fenced off as above).
-local now = now_ms()
+local task_key, delayed, leases, done_ok, done_failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local done_deleted, quarantine_key, counts_key, recurring, parked = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
-local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
-local parked = KEYS[11] or parked_key(KEYS[9], topic_of(member))
-expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-expect('hash', KEYS[7])
-expect('zset', parked)
-redis.call('HDEL', KEYS[7], member)
-recurring_index(KEYS[10]).remove(member)
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local old = read_record(KEYS[1], 'queued', 'priority', 'claim', 'created', 'status', 'host')
-if not old then
-  redis.call('DEL', KEYS[1])
-  old = {}
-end
+
+local now = now_ms()
+expect('zset', delayed, leases, done_ok, done_failed, done_deleted, parked)
+expect('hash', quarantine_key)
+redis.call('HDEL', quarantine_key, member)
+recurring_index(recurring).remove(member)
+if redis.call('EXISTS', task_key) == 0 then return 0 end
+local hash, queued, priority, claim, created, status, host =
+  record_fields(task_key, 'queued', 'priority', 'claim', 'created', 'status', 'host')
+if not hash then redis.call('DEL', task_key) end  -- read as a record of no fields
 local topic = topic_of(member)
-if old[1] == '1' then count_ready(old[2], topic, -1) end
-if PENDING[old[5]] then count_host(old[6], -1) end  -- a URL task no longer waits for its host
-local claimed = zrem_counted(KEYS[3], member, 'running', topic)  -- a run of it was claimed (leased)
-for _, k in ipairs({2, 4, 5, 6}) do zrem_counted(KEYS[k], member, states[k], topic) end
+if queued == '1' then count_ready(priority, topic, -1) end
+if PENDING[status] then count_host(host, -1) end  -- a URL task no longer waits for its host
+local claimed = zrem_counted(leases, member, 'running', topic)  -- a run of it was claimed (leased)
+zrem_counted(delayed, member, 'waiting', topic)
+zrem_counted(done_ok, member, 'ok', topic)
+zrem_counted(done_failed, member, 'failed', topic)
+zrem_counted(done_deleted, member, 'deleted', topic)
 zrem_counted(parked, member, 'parked', topic)
 if hard then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', task_key)
 else
-  redis.call('HSET', KEYS[1], 'status', 'deleted', 'queued', '0', 'claim', claim_token(old[3], old[4]) + 1)
-  index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
+  redis.call('HSET', task_key, 'status', 'deleted', 'queued', '0', 'claim', claim_token(claim, created) + 1)
+  index_finished(member, done_deleted, now, task_key, retention, 'deleted', topic)
 end
-flush_counts(KEYS[8])
+flush_counts(counts_key)
 return claimed and 2 or 1

@@ -107,7 +107,7 @@ export class Client {
     try {
       [stored, ...versions] = await this.redis.hmget(key, ...fields);
       refuseOtherVersions(key, versions, true); // before writing anything into another version's store
-      if (stored === null || versions.includes(null)) { // first use (or a store from before a field)
+      if (stored === null || versions.includes(null)) { // first use
         if (stored === null) await this.redis.hsetnx(key, 'buckets', this.defaultBuckets);
         if (versions[0] === null) await this.redis.hsetnx(key, 'layout', VERSIONS.layout);
         await this.redis.hsetnx(key, 'protocol', VERSIONS.protocol);
@@ -267,7 +267,7 @@ export class Client {
     const tag = this.tag(bucketOf(member, await this.store()));
     const parked = member.slice(0, member.lastIndexOf(':')); // the topic as the scripts read it: up to the last ':'
     const keys = [`${tag}t:${member}`, ...['delayed', 'leases', 'done:ok', 'done:failed', 'done:deleted', 'quarantine',
-      'counts', 'paused', 'recurring', `paused:${parked}`, 'corrupt'].map((k) => tag + k)];
+      'counts', 'recurring', `paused:${parked}`, 'corrupt'].map((k) => tag + k)];
     const answer = await this.run('delete', keys, [member, hard ? 1 : 0, this.retentionMs]);
     return answer === 2 ? CLAIMED : answer === 1;
   }

@@ -63,11 +63,12 @@ local function expect(kind, ...)
   end
 end
 
--- HMGET of a task record; nil when the key holds something other than a hash.
-local function read_record(task_key, ...)
-  local r = redis.pcall('HMGET', task_key, ...)
-  if r['err'] then return nil end
-  return r
+-- The fields named of a task record (HMGET), after `true`; only `false` when the key holds something other
+-- than a hash: `local hash, status, due = record_fields(key, 'status', 'due')`.
+local function record_fields(task_key, ...)
+  local fields = redis.pcall('HMGET', task_key, ...)
+  if fields['err'] then return false end
+  return true, unpack(fields)
 end
 
 -- A bucket's wake message: the new earliest due time (ms), and the member due then, whose record
@@ -75,16 +76,6 @@ end
 local function wake_message(due, member)
   return string.format('%d', due) .. ' ' .. member
 end
-
--- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
--- in these tables, by topic, and writes them once at the end with one HINCRBY per
--- field: the Redis cost is per batch and per distinct topic, not per task.
---   counts[topic][state]: change of the number of tasks in that state (a live gauge)
---   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
--- Fields in Redis are '<state or event>|<topic>'.
-local counts, runs = {}, {}
-
-local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 
 -- URL tasks wait in ready lists of their own (ready:u3, ready:u2, ready:u1), which
 -- queue processes claim for their event loop apart from call and push tasks (for
@@ -119,8 +110,7 @@ local DEFAULT_PRIORITY = '2'
 -- A task's score in `delayed`: its due time (ms), a quarter of a ms earlier for priority 3 and later for
 -- priority 1, so that of the tasks due in one ms the higher priorities come first (then by name) in every
 -- batch promote takes, and in its ready messages (issue 41). Promote takes the scores up to now +
--- DUE_SKEW, so none moves before its ms. A score of the due time alone (priority 2, and any task an
--- earlier version wrote) reads as before; an earlier version's promote moves a priority-1 task 1 ms late.
+-- DUE_SKEW, so none moves before its ms.
 local DUE_SKEW = 0.25
 local function due_score(due, priority)
   if priority == '3' then return tonumber(due) - DUE_SKEW end
@@ -155,6 +145,16 @@ local function recurring_index(key)
   }
 end
 
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
 local function add_to(tables, topic, name, delta)
   local t = tables[topic]
   if not t then
@@ -164,13 +164,9 @@ local function add_to(tables, topic, name, delta)
   t[name] = (t[name] or 0) + delta
 end
 
-local function count(state, topic, delta)
-  add_to(counts, topic, state, delta)
-end
-
 -- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
 -- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
--- for a host). A record without the field (written before it existed) was never counted in.
+-- for a host). A record without the field (a URL without an origin) is not counted.
 local PENDING = {delayed = true, running = true}
 
 local function count_host(host, delta)
@@ -688,83 +684,77 @@ local function spec_gate()
   end
   return check_spec
 end
+-- One promote call, the bucket's tick (promote.lua), as its jobs share it (_due.lua, _release.lua, _reap.lua,
+-- _trim.lua): `tick`, the table promote.lua makes per call, holds what they read (the clock, the batch, the
+-- keys) and what they add up (`moved`, `reaped`, `kinds` of ready lists that got some, `asked`, `cut`).
+--
+-- Learned keys: a call touches no key it did not declare. The keys it can only know from what it reads
+-- (the records of due and lapsed members, a paused topic's parked set, a limited topic's held set, the
+-- limits' keys) are checked with may_touch(); where one is missing the work stops there (due order kept:
+-- nothing after it is done this call), the keys go in the reply (`tick.asked`), and `tick.cut` is set, so
+-- the caller calls again at once declaring them. The reply also names the keys the next call will probably
+-- need (look_ahead), which the caller declares then: in the common case no call is cut.
 
--- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
--- KEYS, in one of two forms (docs/protocol.md, section 3):
---   short (version 4): the bucket's `delayed` (`P{N}:delayed`), then per task its record
---       `P{N}:t:<topic>:<id>`; the script names the bucket's other keys from its tag `P{N}:`, so a
---       call passes no key it would not read (each costs Redis on every call), and Redis Cluster routes
---       it by that tag, which all of them share;
---   long (versions 1-3): delayed, counts, recurring, leases, done:ok, done:failed, done:deleted,
---       quarantine, paused, corrupt (corrupt may be left out, as producers before it did), then per task
---       2 keys: its record and its topic's parked set `P{N}:paused:<topic>`; every key the script may
---       touch is declared, for servers that refuse undeclared keys; they are checked against those names.
--- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
--- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
--- task itself (docs/protocol.md version 2, section 7): a spec is then read only for what the scripts
--- depend on (unread_ok, _gate.lua), not held to the whole gate, and the reply is the count written
--- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
--- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
--- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
--- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
--- after the first add of the pending run (the record's `since`; docs/protocol.md).
+
+-- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md, section 3).
+-- KEYS[1]       delayed   P{N}:delayed      the bucket's due index; the script names the bucket's other keys
+--                                           from its tag P{N}: (all under it, which Redis Cluster routes by)
+-- KEYS[1 + n]   record    P{N}:t:<member>   task n's record
+-- ARGV[1]       flags     '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer
+--                         checked every task itself (docs/protocol.md, section 7): a spec is then read only for
+--                         what the scripts depend on (unread_ok, _gate.lua), not held to the whole gate
+-- ARGV[2]       channel   Pwake:N, the bucket's wake channel
+-- ARGV[4n - 1]  spec      task n's spec JSON
+-- ARGV[4n]      priority  '1', '2' or '3'
+-- ARGV[4n + 1]  mode      'delay' (value is relative to now) or 'at' (absolute); a recurring task's mode ends
+--                         in '*' ('delay*', 'at*'), which also puts it in the `recurring` index; 'next*'
+--                         (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
+--                         'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never
+--                         later than MOST after the first add of the pending run (the record's `since`)
+-- ARGV[4n + 2]  value     ms, as the mode says
+-- Reply: written, the number of tasks written (a task that exists is not, with nx)
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
--- Returns the number of tasks written ('c'), or one 1 (written) or 0 (exists, nx) per task (protocol 1).
 -- The task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a set-aside cannot
 -- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
 -- type is checked by reading its head with pcall, before any write.
+local delayed, flags, channel = KEYS[1], ARGV[1], ARGV[2]
+local records = KEYS  -- task n's record: records[1 + n]; its values: unpack(ARGV, 4n - 1, 4n + 2)
 local now = now_ms()
-local flags, channel = ARGV[1], ARGV[2]
 local nx, checked = flags == '1' or flags == '1c', flags == '0c' or flags == '1c'
-local delayed = KEYS[1]
 local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
 local prefix = tag .. 't:'
 local tasks = (#ARGV - 2) / 4
-local short = #KEYS == 1 + tasks
-local lead, stride = 1, 1  -- task n's record is KEYS[lead + stride * (n - 1) + 1] (and the long form's parked set next)
-local bad_keys = string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0
-if not short and not bad_keys then
-  lead, stride = KEYS[10] == tag .. 'corrupt' and 10 or 9, 2  -- (a record key is never that)
-  bad_keys = KEYS[2] ~= tag .. 'counts' or KEYS[3] ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases'
-    or KEYS[5] ~= tag .. 'done:ok' or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted'
-    or KEYS[8] ~= tag .. 'quarantine' or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + 2 * tasks
-end
-if bad_keys then
+if string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0 or #records ~= 1 + tasks then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
 
--- Every task of the call, in order: its key(s), priority, mode, value and spec. Fills `names`
+-- Every task of the call, in order: its key, priority, mode, value and spec. Fills `names`
 -- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
 -- `host`); `task` is the task being checked.
 local names, origins, task = {}, {}, 0
 local check_spec  -- spec_gate()'s, made for the first spec that needs it
 local function check_all()
-  local prefix_len, parked_prefix = #prefix, tag .. 'paused:'
-  local last_topic, last_parked  -- a topic and parked key already checked
+  local prefix_len = #prefix
+  local last_topic  -- a topic already checked
   for i = 3, #ARGV, 4 do
     task = task + 1
-    local task_key = KEYS[lead + stride * (task - 1) + 1]
-    local parked = not short and KEYS[lead + 2 * task] or nil
-    local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    local task_key = records[1 + task]
+    local spec, priority, mode, value = unpack(ARGV, i, i + 3)
     if string.sub(task_key, 1, prefix_len) ~= prefix then
       refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
     end
     local member = string.sub(task_key, prefix_len + 1)
     local topic, id = string.match(member, '^(.*):([^:]*)$')
     if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
-    local known = topic == last_topic and parked == last_parked
-    if not known then check_name('topic', topic) end
-    check_name('id', id)
-    if not known then
-      if parked and parked ~= parked_prefix .. topic then
-        refuse('key', "the task's second key must be " .. parked_prefix .. '<topic>')
-      end
-      last_topic, last_parked = topic, parked
+    if topic ~= last_topic then
+      check_name('topic', topic)
+      last_topic = topic
     end
+    check_name('id', id)
     if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
     local at, recurs = false, false
     if mode == 'delay' then
@@ -789,7 +779,6 @@ local function check_all()
     if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
       refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
     end
-    local spec = ARGV[i]
     local read, url = false, nil
     if checked and not recurs then read, url = unread_ok(spec) end
     if not read then
@@ -856,6 +845,10 @@ local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
 
+local function count_state(state, topic, delta)
+  add_to(counts, topic, state, delta)
+end
+
 -- `priority` as read from a record: nil is the default.
 local function count_ready(priority, topic, delta)
   add_to(counts, topic, READY[priority or DEFAULT_PRIORITY] or 'ready:?', delta)
@@ -864,7 +857,7 @@ end
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
   local removed = on('zset', 'ZREM', zset, member) == 1
-  if removed then count(state, topic or topic_of(member), -1) end
+  if removed then count_state(state, topic or topic_of(member), -1) end
   return removed
 end
 
@@ -873,11 +866,14 @@ end
   expect('zset', leases, done_ok, done_failed, done_deleted)
   local quarantine_key = tag .. 'quarantine'
   expect('hash', quarantine_key)
-  return function(task_key, member, topic, recurs, old)
+  -- Clears what the old record (its fields `old_*`, nil when its key is not a hash) left in the bucket's
+  -- indexes; returns the new record's claim token.
+  return function(task_key, member, topic, recurs, old_status, old_queued, old_priority, old_host, old_claim,
+                  old_created)
     -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
     -- no longer waits for its host.
-    if old[2] == '1' then count_ready(old[3], topic, -1) end
-    if PENDING[old[1]] then count_host(old[8], -1) end
+    if old_queued == '1' then count_ready(old_priority, topic, -1) end
+    if PENDING[old_status] then count_host(old_host, -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
     zrem_counted(leases, member, 'running', topic)
@@ -891,7 +887,7 @@ end
       schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.remove(member)
     end
-    return claim_token(old[4], old[5]) + 1
+    return claim_token(old_claim, old_created) + 1
   end
 end
 
@@ -900,35 +896,32 @@ local earliest, earliest_member = math.huge, nil  -- the batch's earliest due ti
 -- Times go to Redis as text made here once: a Lua number passed to redis.call is formatted
 -- (sprintf %.17g) at every use, which costs more than the rest of a task's HSET.
 local now_text = string.format('%d', now)
-local written = not checked and {} or nil  -- protocol 1's reply: 1 or 0 per task
-local count = 0
+local written = 0
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
 for n = 1, task do
-  local i = 4 * n - 1
-  local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local value = tonumber(ARGV[i + 3])
-  local task_key, member, topic = KEYS[lead + stride * (n - 1) + 1], names[2 * n - 1], names[2 * n]
+  local spec, priority, mode, value = unpack(ARGV, 4 * n - 1, 4 * n + 2)
+  local task_key, member, topic = records[1 + n], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
-  -- a hash is no task (read_record gives nil): it is replaced, even with nx.
+  -- a hash is no task (record_fields gives false): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
-  local old  -- the old record's fields; nil when there is none, or the key is not a hash
+  -- The old record: `old` true when there is one (its key a hash), and its fields.
+  local old, old_status, old_queued, old_priority, old_claim, old_created, old_runs, old_since, old_host
   if exists then
-    old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
+    old, old_status, old_queued, old_priority, old_claim, old_created, old_runs, old_since, old_host =
+      record_fields(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
   end
   local recurs = mode == 'delay*' or mode == 'at*' or mode == 'next*'
-  if nx and old then
-    if written then written[n] = 0 end
-  else
-    local due, since = value, nil
+  if not (nx and old) then
+    local due, since = tonumber(value), nil
     if mode == 'delay' or mode == 'delay*' or mode == 'next*' then
-      due = now + value
+      due = now + due
     elseif mode == 'debounce' then
       -- Debounce: due `wait` ms from now, but never later than `most` ms after the first add of
       -- the pending run (`since`): the old record's, when it is delayed and has not run yet.
-      local wait, most = string.match(ARGV[i + 3], '^(%d+):(%d*)$')
+      local wait, most = string.match(value, '^(%d+):(%d*)$')
       since = now
-      if old and old[1] == 'delayed' and (old[6] or '0') == '0' then since = int_of(old[7] or old[5]) or now end
+      if old_status == 'delayed' and (old_runs or '0') == '0' then since = int_of(old_since or old_created) or now end
       due = now + tonumber(wait)
       if most ~= '' and since + tonumber(most) < due then due = math.max(now, since + tonumber(most)) end
     end
@@ -939,7 +932,8 @@ for n = 1, task do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, member, topic, recurs, old or {})
+      token = replace(task_key, member, topic, recurs, old_status, old_queued, old_priority, old_host, old_claim,
+                      old_created)
     end
     local url = is_url(spec)
     local first = mode == 'next*'
@@ -993,8 +987,7 @@ for n = 1, task do
       schedules.add(member)
     end
     if due < earliest then earliest, earliest_member = due, member end
-    count = count + 1
-    if written then written[n] = 1 end
+    written = written + 1
   end
 end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
@@ -1008,4 +1001,4 @@ end
 -- (the member's record for its promote call to declare).
 if earliest < head_due then redis.call('PUBLISH', channel, wake_message(earliest, earliest_member)) end
 if next(counts) then flush_counts(counts_key) end
-return written or count
+return written

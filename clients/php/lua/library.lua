@@ -1,4 +1,4 @@
-#!lua name=delayd_bc22a39995baf47d
+#!lua name=delayd_fb94450b541b7840
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -15,7 +15,7 @@ end
 -- Stored data is not under our control: anyone with access to Redis can write
 -- it, and Redis does not roll a script back when it fails half-way. So nothing a
 -- script reads may make it fail: numbers are read with `int_of(x) or default`,
--- records through `read_record` (a key that is not a hash reads as nil), and the
+-- records through `record_fields` (a key that is not a hash reads as `false`), and the
 -- bucket's own keys are checked with `expect` before anything is written, or each
 -- command on them is sent through `on`.
 
@@ -91,11 +91,12 @@ local function on(kind, cmd, key, ...)
   return reply
 end
 
--- HMGET of a task record; nil when the key holds something other than a hash.
-local function read_record(task_key, ...)
-  local r = redis.pcall('HMGET', task_key, ...)
-  if r['err'] then return nil end
-  return r
+-- The fields named of a task record (HMGET), after `true`; only `false` when the key holds something other
+-- than a hash: `local hash, status, due = record_fields(key, 'status', 'due')`.
+local function record_fields(task_key, ...)
+  local fields = redis.pcall('HMGET', task_key, ...)
+  if fields['err'] then return false end
+  return true, unpack(fields)
 end
 
 -- A bucket's wake message: the new earliest due time (ms), and the member due then, whose record
@@ -111,22 +112,6 @@ local function wake_if_head(zset, member, channel, score)
     redis.call('PUBLISH', channel, wake_message(score, member))
   end
 end
-
--- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
--- in these tables, by topic, and writes them once at the end with one HINCRBY per
--- field: the Redis cost is per batch and per distinct topic, not per task.
---   counts[topic][state]: change of the number of tasks in that state (a live gauge)
---   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
--- Fields in Redis are '<state or event>|<topic>'.
-local counts, runs = {}, {}
-
--- Upper bounds (ms) of the lateness histogram; stats.py has the same list.
-local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
-local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
-local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
-local MINUTE_MS = 60000       -- and one per minute, `P{N}:w:m:<n>`, for the dashboard's
-local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
-local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
 
 -- URL tasks wait in ready lists of their own (ready:u3, ready:u2, ready:u1), which
 -- queue processes claim for their event loop apart from call and push tasks (for
@@ -161,8 +146,7 @@ local DEFAULT_PRIORITY = '2'
 -- A task's score in `delayed`: its due time (ms), a quarter of a ms earlier for priority 3 and later for
 -- priority 1, so that of the tasks due in one ms the higher priorities come first (then by name) in every
 -- batch promote takes, and in its ready messages (issue 41). Promote takes the scores up to now +
--- DUE_SKEW, so none moves before its ms. A score of the due time alone (priority 2, and any task an
--- earlier version wrote) reads as before; an earlier version's promote moves a priority-1 task 1 ms late.
+-- DUE_SKEW, so none moves before its ms.
 local DUE_SKEW = 0.25
 local function due_score(due, priority)
   if priority == '3' then return tonumber(due) - DUE_SKEW end
@@ -200,9 +184,9 @@ end
 
 -- The generation of the pause a flag of the `paused` hash holds, or nil when it holds none: no
 -- flag, or 'r' (a resume is moving the parked tasks back). A pause's flag is its generation (see
--- pause.lua); '1', written by earlier versions, and any other value read as the oldest pause, and
--- so does one more than a minute ahead of this bucket's clock, which no pause wrote (written by
--- hand or damaged, it would hold the topic against every resume).
+-- pause.lua); any other value reads as the oldest pause, and so does one more than a minute ahead
+-- of this bucket's clock, which no pause wrote (written by hand or damaged, it would hold the topic
+-- against every resume).
 local function pause_generation(flag)
   if not flag or flag == 'r' then return nil end
   local generation = int_of(flag)
@@ -242,6 +226,30 @@ local function topic_of(member)
   return string.match(member, '^(.*):') or member
 end
 
+-- Arguments per command when a list of them is unpacked: Lua's unpack fails beyond
+-- ~8,000 values (LUAI_MAXCSTACK), and a call's batch is not bounded below that (a queue
+-- process finishes every run that ended since its last turn, thousands after an outage).
+local UNPACK_MAX = 2000
+
+-- State counts and run statistics (docs/redis-layout.md, "Counters"), read as part of the lib after _lib.lua
+-- (delayd/store/scripts.py, LIB_FILES), and the moves that keep them in step with the indexes.
+
+-- Statistics (docs/redis-layout.md, "Counters"). Each script adds up its changes
+-- in these tables, by topic, and writes them once at the end with one HINCRBY per
+-- field: the Redis cost is per batch and per distinct topic, not per task.
+--   counts[topic][state]: change of the number of tasks in that state (a live gauge)
+--   runs[topic][event]:   events (runs by outcome, starts, lateness buckets)
+-- Fields in Redis are '<state or event>|<topic>'.
+local counts, runs = {}, {}
+
+-- Upper bounds (ms) of the lateness histogram; stats.py has the same list.
+local LATENESS_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
+local WINDOW_MS = 10000      -- one hash of recent runs per 10 s
+local WINDOW_TTL_MS = 130000 -- long enough for the last 7 windows that stats reads
+local MINUTE_MS = 60000       -- and one per minute, `P{N}:w:m:<n>`, for the dashboard's
+local MINUTE_TTL_MS = 3900000 -- charts of the last hour (65 minutes kept)
+local READY = {['3'] = 'ready:3', ['2'] = 'ready:2', ['1'] = 'ready:1'}
+
 local function add_to(tables, topic, name, delta)
   local t = tables[topic]
   if not t then
@@ -251,7 +259,7 @@ local function add_to(tables, topic, name, delta)
   t[name] = (t[name] or 0) + delta
 end
 
-local function count(state, topic, delta)
+local function count_state(state, topic, delta)
   add_to(counts, topic, state, delta)
 end
 
@@ -262,7 +270,7 @@ end
 
 -- A URL task's record names its origin (`host`, written by add) and is counted, while it is to be
 -- delivered (status delayed or running), as `host|<origin>` in `counts` (delayd hosts: the tasks waiting
--- for a host). A record without the field (written before it existed) was never counted in.
+-- for a host). A record without the field (a URL without an origin) is not counted.
 local PENDING = {delayed = true, running = true}
 
 local function count_host(host, delta)
@@ -296,12 +304,12 @@ end
 -- ZREM / ZADD that keep the state count of `member` in step with the index.
 local function zrem_counted(zset, member, state, topic)
   local removed = on('zset', 'ZREM', zset, member) == 1
-  if removed then count(state, topic or topic_of(member), -1) end
+  if removed then count_state(state, topic or topic_of(member), -1) end
   return removed
 end
 
 local function zadd_counted(zset, score, member, state, topic)
-  if on('zset', 'ZADD', zset, score, member) == 1 then count(state, topic or topic_of(member), 1) end
+  if on('zset', 'ZADD', zset, score, member) == 1 then count_state(state, topic or topic_of(member), 1) end
 end
 
 -- The same for many members at once: one ZADD (or ZREM) per zset and topic per call instead
@@ -322,11 +330,6 @@ local function batch_add(batch, zset, topic, member, score)
   args[#args + 1] = member
 end
 
--- Arguments per command when a list of them is unpacked: Lua's unpack fails beyond
--- ~8,000 values (LUAI_MAXCSTACK), and a call's batch is not bounded below that (a queue
--- process finishes every run that ended since its last turn, thousands after an outage).
-local UNPACK_MAX = 2000
-
 -- `states[zset]`: the state counted for that zset's members; `sign` 1 to add, -1 to remove.
 local function flush_counted(batch, states, sign)
   local cmd = sign > 0 and 'ZADD' or 'ZREM'
@@ -334,7 +337,7 @@ local function flush_counted(batch, states, sign)
     for topic, args in pairs(by_key) do
       for i = 1, #args, UNPACK_MAX do  -- (even: a ZADD's score and member stay together)
         local changed = on('zset', cmd, zset, unpack(args, i, math.min(i + UNPACK_MAX - 1, #args)))
-        if changed ~= 0 then count(states[zset], topic, sign * changed) end
+        if changed ~= 0 then count_state(states[zset], topic, sign * changed) end
       end
     end
   end
@@ -373,14 +376,14 @@ local function declared_window(first, second, now, width)
   return first
 end
 
--- Write what the script counted: state counts (flush_counts); run events to the
--- lifetime totals and to the 10-second window and the minute of `now` (which expire), from
--- the declared keys KEYS[w] .. KEYS[w + 3]: windows n, n + 1 and minutes m, m + 1.
-local function flush_stats(counts_key, totals_key, w, now)
+-- Write what the script counted: state counts (flush_counts); run events to the lifetime totals and to
+-- the 10-second window and the minute of `now` (which expire), of the declared keys of windows n, n + 1
+-- (`windows`, `next_window`) and minutes m, m + 1 (`minutes`, `next_minute`).
+local function flush_stats(counts_key, totals_key, windows, next_window, minutes, next_minute, now)
   flush_counts(counts_key)
   if next(runs) then
-    local window = declared_window(KEYS[w], KEYS[w + 1], now, WINDOW_MS)
-    local minute = declared_window(KEYS[w + 2], KEYS[w + 3], now, MINUTE_MS)
+    local window = declared_window(windows, next_window, now, WINDOW_MS)
+    local minute = declared_window(minutes, next_minute, now, MINUTE_MS)
     -- The script that makes a window or minute hash sees a counter equal to its change
     -- and sets its expiry; later scripts (counters already there) leave it as it is.
     local new_window, new_minute = false, false
@@ -414,14 +417,14 @@ local function quarantine(aside, task_key, member, reason)
   if key_type(task_key) ~= 'hash' then
     redis.call('DEL', task_key)
   else
-    local r = redis.call('HMGET', task_key, 'status', 'host')
-    if PENDING[r[1]] then count_host(r[2], -1) end
+    local _, status, host = record_fields(task_key, 'status', 'host')
+    if PENDING[status] then count_host(host, -1) end
   end
   redis.call('HSET', task_key, 'status', 'failed', 'queued', '0', 'error', 'quarantined: ' .. reason)
   on('hash', 'HSET', aside.quarantine, member, reason)
   index_finished(member, aside.failed, aside.now, task_key, aside.retention, 'failed', topic_of(member))
 end
--- The helpers of limits per topic, read as the end of _lib.lua (delayd/store/scripts.py), linked the
+-- The helpers of limits per topic, read as part of the lib (delayd/store/scripts.py, LIB_FILES), linked the
 -- same way. Limits per topic (docs/redis-layout.md, "Limits"): a rate (GCRA: one theoretical arrival time
 -- per topic, in µs) and a concurrency (the topic's runs in flight, a zset run_id -> lease expiry),
 -- kept beside the limits set under `L` = `P{limits}:` and read by the daemon's scripts on a
@@ -588,64 +591,6 @@ local function free_slots(lp, freed, now, reach)
     end
     if removed > 0 then wake_held(lp, topic, now, reach) end
   end
-end
--- The takes of earlier versions (promote.lua): their take.lua popped ready members into the bucket's
--- `taking` zset, one member per take, for their claim.lua to start in a second call. This version's claim
--- pops and starts in one call; promote still puts back the takes an older queue process left there
--- (killed or hung between its two calls) while daemons of both versions run during an upgrade.
--- A take (hold_take of those versions): per task, in order, `<list> <length> <member>` (its list, so
--- that putting it back needs no record; the length, as a member may hold any byte), at its deadline (ms).
-
--- The entries of a take (its member of `taking`), in the order popped: {list name ('3', 'u2', ...), member}.
-local function take_entries(take)
-  local entries, at = {}, 1
-  while true do
-    local list, length, from = string.match(take, '^(u?[123]) (%d+) ()', at)
-    if not from then break end
-    at = from + tonumber(length)
-    entries[#entries + 1] = {list, string.sub(take, from, at - 1)}
-  end
-  return entries
-end
-
--- Takes of `taking` past their hold at `now` (ms): their queue process died or hung between take and
--- claim. Their members go back to the front of their lists (`lists`: list name -> key), in the order
--- they were popped, each passed to `found(list name, member)`; a claim that comes later finds its take
--- gone and starts nothing. At most `limit` members a call (whole takes, at least one), the newest takes
--- first, so that the older ones, put back by the next call, go in front of them: one call never pushes
--- 200 takes of 200 members (issue 41: 40,000 members in one call). Returns how many takes went back, and
--- whether lost takes are left (call again at once).
-local function put_back_lost(taking, now, limit, lists, found)
-  local lost = on('zset', 'ZREVRANGEBYSCORE', taking, now, '-inf', 'LIMIT', 0, limit + 1)
-  if #lost == 0 then return 0, false end
-  local chosen, size = {}, 0
-  for _, take in ipairs(lost) do
-    local entries = take_entries(take)
-    if #chosen == limit or (#chosen > 0 and size + #entries > limit) then break end
-    chosen[#chosen + 1] = {take, entries}
-    size = size + #entries
-  end
-  local back = {}  -- list -> its members to push, the last first
-  for t = 1, #chosen do  -- newest take first: pushed first, so that the older ones end up in front
-    local entries = chosen[t][2]
-    for i = #entries, 1, -1 do
-      local list = lists[entries[i][1]]
-      back[list] = back[list] or {}
-      back[list][#back[list] + 1] = entries[i][2]
-    end
-  end
-  for t = #chosen, 1, -1 do
-    for _, entry in ipairs(chosen[t][2]) do found(entry[1], entry[2]) end
-  end
-  local taken = {}
-  for t, take in ipairs(chosen) do taken[t] = take[1] end
-  for list, members in pairs(back) do
-    for i = 1, #members, UNPACK_MAX do
-      on('list', 'LPUSH', list, unpack(members, i, math.min(i + UNPACK_MAX - 1, #members)))
-    end
-  end
-  redis.call('ZREM', taking, unpack(taken))
-  return #chosen, #lost > #chosen
 end
 -- Written by scripts/build-clients (delayd/store/lua_fields.py) from delayd/model/fields.py, the table of task
 -- fields: do not edit. add.lua's gate (_gate.lua) reads a decoded spec's fields with these: which it may have,
@@ -1139,86 +1084,486 @@ local function spec_gate()
   end
   return check_spec
 end
-redis.register_function{function_name='delayd_bc22a39995baf47d_add', flags={}, callback=function(keys, argv)
+-- One promote call, the bucket's tick (promote.lua), as its jobs share it (_due.lua, _release.lua, _reap.lua,
+-- _trim.lua): `tick`, the table promote.lua makes per call, holds what they read (the clock, the batch, the
+-- keys) and what they add up (`moved`, `reaped`, `kinds` of ready lists that got some, `asked`, `cut`).
+--
+-- Learned keys: a call touches no key it did not declare. The keys it can only know from what it reads
+-- (the records of due and lapsed members, a paused topic's parked set, a limited topic's held set, the
+-- limits' keys) are checked with may_touch(); where one is missing the work stops there (due order kept:
+-- nothing after it is done this call), the keys go in the reply (`tick.asked`), and `tick.cut` is set, so
+-- the caller calls again at once declaring them. The reply also names the keys the next call will probably
+-- need (look_ahead), which the caller declares then: in the common case no call is cut.
+
+-- Whether the call declared `key` (its KEYS made a set at the first question: an idle tick asks none).
+local function is_declared(tick, key)
+  if not tick.declared then
+    tick.declared = {}
+    for _, k in ipairs(KEYS) do tick.declared[k] = true end
+  end
+  return tick.declared[key]
+end
+
+-- Name `key` in the reply, once: the next call declares it.
+local function ask_key(tick, key)
+  if not tick.named[key] then
+    tick.named[key] = true
+    tick.asked[#tick.asked + 1] = key
+  end
+end
+
+-- Whether the call may touch `key`; if not, it is asked for.
+local function may_touch(tick, key)
+  if is_declared(tick, key) then return true end
+  ask_key(tick, key)
+  return false
+end
+
+-- Whether the call may touch all of `keys`; if not, all of them are asked for (the next call needs
+-- the whole set).
+local function may_touch_all(tick, keys)
+  local all = true
+  for _, key in ipairs(keys) do all = is_declared(tick, key) and all end
+  if not all then for _, key in ipairs(keys) do ask_key(tick, key) end end
+  return all
+end
+
+local LIMIT_KEY_KINDS = {'tat:', 'run:', 'where:'}
+
+-- `keys` and the limits' keys a release or a freed slot of `topic` touches (a single Redis only:
+-- `tick.limits_prefix` is '' on Redis Cluster).
+local function topic_limit_keys(tick, topic, keys)
+  local lp = tick.limits_prefix
+  if lp ~= '' then
+    for _, kind in ipairs(LIMIT_KEY_KINDS) do keys[#keys + 1] = lp .. kind .. topic end
+    keys[#keys + 1] = lp .. 'conf'
+    keys[#keys + 1] = lp .. 'corrupt'
+  end
+  return keys
+end
+
+-- The ready list of a task by its `url` flag and priority (see is_url), and its kind, which the ready
+-- messages name ('' call/push, 'u' URL).
+local function ready_list(tick, url, priority)
+  if url == '1' then return tick.url_lists[priority], 'u' end
+  return tick.lists[priority], ''
+end
+
+-- Why an entry of `index` cannot be handled where a `wanted` status belongs, or nil: its record (`hash`
+-- false when its key is not a hash) with `status` and `priority`.
+local function entry_defect(tick, task_key, hash, status, priority, index, wanted)
+  if not hash then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
+  if not status then return index .. ' entry without a record' end
+  if status ~= wanted then return index .. ' entry with status ' .. string.sub(status, 1, 40) end
+  if not tick.lists[priority or DEFAULT_PRIORITY] then return 'record with a bad priority' end
+end
+
+-- The pause of `topic`: false (nothing parks), or {key = its parked set, known, after}. The `paused` hash
+-- is never read whole (a call costs the same whatever the number of topics paused: issue 41); each topic
+-- of a member this call handles is looked up once (HGET). A topic being resumed ('r', see resume.lua)
+-- parks only what is due after its earliest task still parked, so that the batches of a resume keep due
+-- order. A flagged topic whose parked set this call may not touch is not `known`: its tasks are not moved
+-- this call (the set is asked for).
+local function pause_of(tick, topic)
+  local pause = tick.pauses[topic]
+  if pause ~= nil then return pause end
+  if tick.none_paused == nil then tick.none_paused = on('hash', 'HLEN', tick.paused) == 0 end
+  pause = false
+  local flag = not tick.none_paused and on('hash', 'HGET', tick.paused, topic)
+  if flag then
+    local key = parked_key(tick.paused, topic)
+    pause = {key = key, known = is_declared(tick, key), after = -math.huge}
+    if pause.known then
+      expect('zset', key)
+      if flag == 'r' then
+        pause.after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+        if not pause.after then pause = false end
+      end
+    end
+  end
+  tick.pauses[topic] = pause
+  return pause
+end
+
+-- Whether a task of `topic` due at `score` waits in its topic's parked set.
+local function parks(tick, topic, score)
+  local pause = pause_of(tick, topic)
+  return pause and score > pause.after
+end
+
+-- Whether the call may move `member` (its record `task_key` declared, its topic's pause known); if not,
+-- the call is cut there and the keys are asked for.
+local function movable(tick, member, task_key)
+  local pause = pause_of(tick, topic_of(member))
+  local known = not pause or may_touch(tick, pause.key)
+  if may_touch(tick, task_key) and known then return true end
+  tick.cut = true
+  return false
+end
+
+-- Members of a zset at scores no script writes (past 2^53 ms: inf, 1e300), with their scores: such an
+-- entry would never come due, lapse or expire, and would be counted as waiting forever.
+local function timeless(tick, key)
+  return on('zset', 'ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', '0', tick.batch_text)
+end
+
+local AHEAD_MS = 50
+
+-- When the bucket needs looking at again: the next due time (the earlier of the heads of `delayed` and of
+-- `limited`) and the next lease expiry (ms, or -1 for none). Asks for the keys the next call will probably
+-- need: the records of the members of `delayed` due within AHEAD_MS of its head or of now, whichever is
+-- later (at most a batch: a backlog's next batch), and of leases lapsing within AHEAD_MS of now (with the
+-- parked sets of their topics that are paused, and their topics' limits' keys).
+local function look_ahead(tick)
+  local now, prefix = tick.now, tick.prefix
+  local head = redis.call('ZRANGE', tick.delayed, 0, 0, 'WITHSCORES')
+  if head[2] then
+    local horizon = math.max(now, due_of_score(head[2])) + AHEAD_MS + DUE_SKEW
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', tick.delayed, '-inf', horizon, 'LIMIT', '0',
+                                       tick.batch_text)) do
+      ask_key(tick, prefix .. member)
+      local pause = pause_of(tick, topic_of(member))
+      if pause then ask_key(tick, pause.key) end
+    end
+  end
+  local lease_head = redis.call('ZRANGE', tick.leases, 0, 0, 'WITHSCORES')
+  if lease_head[2] and tonumber(lease_head[2]) <= now + AHEAD_MS then
+    local lapsing = redis.call('ZRANGEBYSCORE', tick.leases, '-inf', now + AHEAD_MS, 'LIMIT', '0', tick.batch_text)
+    for _, member in ipairs(lapsing) do
+      ask_key(tick, prefix .. member)
+      local pause = pause_of(tick, topic_of(member))
+      if pause then ask_key(tick, pause.key) end
+      for _, key in ipairs(topic_limit_keys(tick, topic_of(member), {})) do ask_key(tick, key) end
+    end
+  end
+  local limited_head = redis.call('ZRANGE', tick.limited, 0, 0, 'WITHSCORES')
+  local next_due = head[2] and due_of_score(head[2]) or -1
+  if limited_head[2] and (next_due < 0 or tonumber(limited_head[2]) < next_due) then
+    next_due = tonumber(limited_head[2])
+  end
+  return next_due, tonumber(lease_head[2] or -1)
+end
+-- Due tasks, the first job of a promote call (promote.lua, _tick.lua): the members of `delayed` due now, a
+-- batch at most, go to the back of their kind's and priority's ready list in due order (one RPUSH per list
+-- for the whole batch), `queued=1`. A due task of a paused topic is parked instead (with its due time), so
+-- it leaves the head of `delayed`. A member whose record is missing or corrupt (not a hash, a status or
+-- priority it cannot have there) is quarantined, and so is an entry at a score no script writes (never
+-- due). Returns how many members were due (a whole batch: the caller calls again at once).
+local function move_due(tick)
+  local now, prefix = tick.now, tick.prefix
+  local found, scores = {}, {}
+  local entries = on('zset', 'ZRANGEBYSCORE', tick.delayed, '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', '0',
+                     tick.batch_text)
+  for i = 1, #entries, 2 do
+    found[#found + 1] = entries[i]
+    scores[entries[i]] = entries[i + 1]
+  end
+  -- In due order, up to the first member the call may not move (it and the rest are asked for).
+  local moving = {}
+  for _, member in ipairs(found) do
+    if tick.cut or not movable(tick, member, prefix .. member) then
+      ask_key(tick, prefix .. member)
+    else
+      moving[#moving + 1] = member
+    end
+  end
+  local pushes = {}  -- ready list -> its members, in due order
+  for _, member in ipairs(moving) do
+    local task_key = prefix .. member
+    local hash, status, priority, url, parked_at = record_fields(task_key, 'status', 'priority', 'url', 'parked')
+    local topic = topic_of(member)
+    count_state('waiting', topic, -1)
+    local reason = entry_defect(tick, task_key, hash, status, priority, 'delayed', 'delayed')
+    if reason then
+      quarantine(tick.quarantine_to, task_key, member, reason)
+    elseif parks(tick, topic, tonumber(scores[member]) or now) then
+      mark_parked(task_key, now)
+      zadd_counted(pause_of(tick, topic).key, scores[member], member, 'parked', topic)
+    else
+      priority = priority or DEFAULT_PRIORITY
+      if parked_at then
+        redis.call('HSET', task_key, 'queued', '1', 'unparked', now)  -- set aside until now (mark_parked)
+      else
+        redis.call('HSET', task_key, 'queued', '1')
+      end
+      local list, kind = ready_list(tick, url, priority)
+      local pushed = pushes[list] or {}
+      pushes[list] = pushed
+      pushed[#pushed + 1] = member
+      tick.kinds[kind] = true
+      count_ready(priority, topic, 1)
+      tick.moved = tick.moved + 1
+    end
+  end
+  for list, members in pairs(pushes) do on('list', 'RPUSH', list, unpack(members)) end
+  if #moving > 0 then redis.call('ZREM', tick.delayed, unpack(moving)) end
+  local never = timeless(tick, tick.delayed)
+  for i = 1, #never, 2 do
+    local member, score = never[i], never[i + 1]
+    if may_touch(tick, prefix .. member) then
+      count_state('waiting', topic_of(member), -1)
+      quarantine(tick.quarantine_to, prefix .. member, member, 'delayed entry due at ' .. score .. ' ms: never due')
+      redis.call('ZREM', tick.delayed, member)
+    else
+      tick.cut = true
+    end
+  end
+  return #found
+end
+-- Held tasks, the second job of a promote call (promote.lua, _tick.lua). Tasks held back by a limit
+-- (claim.lua) are released when the topic's time in `limited` comes: as many as the limit lets start now,
+-- earliest due first, to the front of their ready lists (all of them, a batch at a time, when the topic has
+-- no limit any more), marked `released`, their starts and slots taken for them (so that buckets releasing
+-- at the same time never release more than the limit). A held entry whose record is no longer that held
+-- task (deleted, replaced, run meanwhile) is dropped; an entry of `limited` for a topic that holds nothing
+-- here any more leaves `limited` and the topic's `where`. A topic whose held set or limits' keys the call
+-- may not touch waits for the next call; so do the held members from the first whose record it may not
+-- touch (with the topic's keys asked for again).
+
+-- Release what the limit of `topic` lets start of its held set `held_set` (`topic_keys`: the keys that
+-- takes), each member pushed to the front of its list in `fronts` (list -> members, the first due first).
+-- Returns true when the topic's entry is to be looked at again at once (its limit is gone).
+local function release_topic(tick, topic, held_set, topic_keys, fronts)
+  local now, lp = tick.now, tick.limits_prefix
+  tick.limits = tick.limits or limits_of(lp) or {}
+  expect('zset', held_set)
+  local limit = tick.limits[topic]
+  local g = limit and gate(lp, topic, limit, tick.clock)
+  local room = math.min(tick.batch, g and gate_room(g) or tick.batch)
+  local stale, stopped = false, false
+  if room > 0 then
+    local entries = redis.call('ZRANGE', held_set, 0, room - 1, 'WITHSCORES')
+    for i = 1, #entries, 2 do
+      local member, due = entries[i], entries[i + 1]
+      local task_key = tick.prefix .. member
+      if stopped then
+        ask_key(tick, task_key)
+      elseif not may_touch(tick, task_key) then
+        stopped = true
+      else
+        local hash, status, queued, held_at, priority, url =
+          record_fields(task_key, 'status', 'queued', 'held', 'priority', 'url')
+        zrem_counted(held_set, member, 'throttled', topic)
+        if not (hash and status == 'delayed' and queued ~= '1' and held_at) then
+          stale = true
+        elseif parks(tick, topic, tonumber(due) or now) then
+          redis.call('HDEL', task_key, 'held')
+          mark_parked(task_key, now)
+          zadd_counted(pause_of(tick, topic).key, due, member, 'parked', topic)
+        elseif not tick.lists[priority or DEFAULT_PRIORITY] then
+          quarantine(tick.quarantine_to, task_key, member, 'record with a bad priority')
+        else
+          redis.call('HSET', task_key, 'queued', '1', 'released', now)
+          local list, kind = ready_list(tick, url, priority or DEFAULT_PRIORITY)
+          fronts[list] = fronts[list] or {}
+          table.insert(fronts[list], 1, member)
+          tick.kinds[kind] = true
+          count_ready(priority, topic, 1)
+          tick.moved = tick.moved + 1
+          if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
+        end
+      end
+    end
+  end
+  if stopped then
+    tick.cut = true
+    for _, key in ipairs(topic_keys) do ask_key(tick, key) end
+  end
+  if g then gate_close(g) end
+  local left = redis.call('ZCARD', held_set)
+  if left == 0 then
+    redis.call('ZREM', tick.limited, topic)
+    if lp ~= '' then redis.pcall('SREM', lp .. 'where:' .. topic, tick.bucket) end
+  elseif not g or stale or stopped then
+    redis.call('ZADD', tick.limited, now, topic)  -- no limit any more, stale entries, cut: again at once
+    return not g
+  else
+    redis.call('ZADD', tick.limited, gate_next(g, left), topic)
+  end
+  return false
+end
+
+-- The topics of `limited` whose time came, a batch at most: each releases what its limit lets start (LPUSH
+-- of each list's batch in reverse: the earliest first). Returns true when some topic is to be looked at
+-- again at once.
+local function release_held(tick)
+  local again = false
+  local fronts = {}  -- ready list -> its released members, the first due first
+  for _, topic in ipairs(on('zset', 'ZRANGEBYSCORE', tick.limited, '-inf', tick.now, 'LIMIT', '0', tick.batch_text)) do
+    local held_set = held_key(tick.limited, topic)
+    local topic_keys = topic_limit_keys(tick, topic, {held_set})
+    local pause = pause_of(tick, topic)
+    if pause then topic_keys[#topic_keys + 1] = pause.key end
+    if not may_touch_all(tick, topic_keys) then
+      tick.cut = true
+    elseif release_topic(tick, topic, held_set, topic_keys, fronts) then
+      again = true
+    end
+  end
+  for list, members in pairs(fronts) do on('list', 'LPUSH', list, unpack(members)) end
+  return again
+end
+-- Lapsed leases, the third job of a promote call (promote.lua, _tick.lua): the worker died, hung or lost
+-- Redis. Its run is fenced off (claim + 1) and the task runs again soon, to the front of its ready list,
+-- keeping its run number (the same idempotency key); a task of a paused topic is parked instead. A lease of
+-- a task that finished meanwhile is simply dropped; one whose record cannot be a running task is
+-- quarantined. A lapsed lease of a topic with a concurrency limit frees its slot (free_slots).
+local FINISHED = {ok = true, failed = true, deleted = true}
+
+-- The leases lapsed by now, a batch at most, and those that would never lapse (as lapsed now), in expiry
+-- order up to the first the call may not handle (with, on a single Redis, its topic's limits' keys, for the
+-- slot it frees). Returns how many leases were lapsed (a whole batch: the caller calls again at once).
+local function reap_lapsed(tick)
+  local now, prefix, lp = tick.now, tick.prefix, tick.limits_prefix
+  local expired = on('zset', 'ZRANGEBYSCORE', tick.leases, '-inf', now, 'LIMIT', '0', tick.batch_text)
+  local endless = timeless(tick, tick.leases)
+  for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
+  local lapsed, stop = {}, false
+  for _, member in ipairs(expired) do
+    local task_key = prefix .. member
+    if stop or not (movable(tick, member, task_key)
+                    and may_touch_all(tick, topic_limit_keys(tick, topic_of(member), {}))) then
+      stop, tick.cut = true, true
+      ask_key(tick, task_key)
+    else
+      lapsed[#lapsed + 1] = member
+    end
+  end
+  local backs = {}  -- ready list -> its lapsed members, the last lapsed first
+  local freed = nil  -- topic -> the lapsed runs of topics with a concurrency limit
+  for _, member in ipairs(lapsed) do
+    local task_key = prefix .. member
+    local hash, status, priority, claim, created, due, url =
+      record_fields(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
+    local topic = topic_of(member)
+    count_state('running', topic, -1)
+    if lp ~= '' and hash then  -- (the lapsed run's token is the record's; without a record its slot lapses alone)
+      freed = freed or {}
+      freed[topic] = freed[topic] or {}
+      table.insert(freed[topic], run_id(member, claim_token(claim, created)))
+    end
+    if not FINISHED[status] then
+      local reason = entry_defect(tick, task_key, hash, status, priority, 'leased', 'running')
+      local token = hash and claim_token(claim, created) + 1
+      if reason then
+        quarantine(tick.quarantine_to, task_key, member, reason)
+      elseif parks(tick, topic, int_of(due) or now) then
+        -- Its topic is paused: it waits, parked at its due time, to run again on resume.
+        redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
+        mark_parked(task_key, now)
+        zadd_counted(pause_of(tick, topic).key, int_of(due) or now, member, 'parked', topic)
+        tally('lapsed', topic)
+      else
+        redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
+        local list, kind = ready_list(tick, url, priority or DEFAULT_PRIORITY)
+        tick.kinds[kind] = true
+        backs[list] = backs[list] or {}
+        table.insert(backs[list], 1, member)
+        count_ready(priority, topic, 1)
+        tally('lapsed', topic)
+        tick.reaped = tick.reaped + 1
+      end
+    end
+  end
+  -- To the front of their lists in expiry order, the first lapsed first (one LPUSH of each list's in reverse).
+  for list, members in pairs(backs) do on('list', 'LPUSH', list, unpack(members)) end
+  if #lapsed > 0 then redis.call('ZREM', tick.leases, unpack(lapsed)) end
+  if freed then
+    local limits = limits_of(lp)
+    for topic in pairs(freed) do
+      if not (limits and limits[topic] and limits[topic].slots > 0) then freed[topic] = nil end
+    end
+    is_declared(tick, tick.delayed)  -- (other buckets' `limited` only if declared: docs/redis-layout.md)
+    free_slots(lp, freed, now, tick.declared)
+  end
+  return #expired
+end
+-- Finished-task indexes, the fourth job of a promote call (promote.lua, _tick.lua): they keep only what is
+-- inside the retention period (the records themselves expire on their own with PEXPIRE), a batch at most
+-- a call per index; an entry finished at a time that never comes (timeless) is past retention too.
+
+-- Trim the index `done_key` of tasks counted `state`, and their reasons in `reasons` (the quarantine hash,
+-- which keeps a reason for as long as its task is in done:failed), if given.
+local function trim_index(tick, done_key, state, reasons)
+  local old = on('zset', 'ZRANGEBYSCORE', done_key, '-inf', tick.now - tick.retention, 'LIMIT', '0', tick.batch_text)
+  local never = timeless(tick, done_key)
+  for i = 1, #never, 2 do old[#old + 1] = never[i] end
+  if #old > 0 then
+    redis.call('ZREM', done_key, unpack(old))
+    if reasons then on('hash', 'HDEL', reasons, unpack(old)) end
+    for _, member in ipairs(old) do count_state(state, topic_of(member), -1) end
+  end
+end
+
+-- The three finished-task indexes of the bucket, and the quarantine hash with done:failed.
+local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantine_key)
+  trim_index(tick, done_ok, 'ok')
+  trim_index(tick, done_failed, 'failed', quarantine_key)
+  trim_index(tick, done_deleted, 'deleted')
+end
+redis.register_function{function_name='delayd_fb94450b541b7840_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
--- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md).
--- KEYS, in one of two forms (docs/protocol.md, section 3):
---   short (version 4): the bucket's `delayed` (`P{N}:delayed`), then per task its record
---       `P{N}:t:<topic>:<id>`; the script names the bucket's other keys from its tag `P{N}:`, so a
---       call passes no key it would not read (each costs Redis on every call), and Redis Cluster routes
---       it by that tag, which all of them share;
---   long (versions 1-3): delayed, counts, recurring, leases, done:ok, done:failed, done:deleted,
---       quarantine, paused, corrupt (corrupt may be left out, as producers before it did), then per task
---       2 keys: its record and its topic's parked set `P{N}:paused:<topic>`; every key the script may
---       touch is declared, for servers that refuse undeclared keys; they are checked against those names.
--- ARGV: flags, wake channel, then per task 4 values: spec JSON, priority, mode, value (ms)
--- flags: '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer checked every
--- task itself (docs/protocol.md version 2, section 7): a spec is then read only for what the scripts
--- depend on (unread_ok, _gate.lua), not held to the whole gate, and the reply is the count written
--- mode: 'delay' (value is relative to now) or 'at' (absolute); a recurring task's
--- mode ends in '*' ('delay*', 'at*'), which also puts it in the `recurring` index;
--- 'next*' (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
--- 'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never later than MOST
--- after the first add of the pending run (the record's `since`; docs/protocol.md).
+-- add: write (upsert, or insert-if-absent) a batch of tasks of one bucket (docs/protocol.md, section 3).
+-- KEYS[1]       delayed   P{N}:delayed      the bucket's due index; the script names the bucket's other keys
+--                                           from its tag P{N}: (all under it, which Redis Cluster routes by)
+-- KEYS[1 + n]   record    P{N}:t:<member>   task n's record
+-- ARGV[1]       flags     '1' nx (insert only) or '0' (replace), then 'c' ('1c', '0c') when the producer
+--                         checked every task itself (docs/protocol.md, section 7): a spec is then read only for
+--                         what the scripts depend on (unread_ok, _gate.lua), not held to the whole gate
+-- ARGV[2]       channel   Pwake:N, the bucket's wake channel
+-- ARGV[4n - 1]  spec      task n's spec JSON
+-- ARGV[4n]      priority  '1', '2' or '3'
+-- ARGV[4n + 1]  mode      'delay' (value is relative to now) or 'at' (absolute); a recurring task's mode ends
+--                         in '*' ('delay*', 'at*'), which also puts it in the `recurring` index; 'next*'
+--                         (value 0): a cron task whose first due time the daemon resolves (docs/protocol.md);
+--                         'debounce' (value 'WAIT:MOST', ms, MOST may be empty): due WAIT from now, but never
+--                         later than MOST after the first add of the pending run (the record's `since`)
+-- ARGV[4n + 2]  value     ms, as the mode says
+-- Reply: written, the number of tasks written (a task that exists is not, with nx)
 -- A relative delay is resolved here, on Redis's clock. Replacing a task bumps
 -- its claim token, so a worker still running the old version cannot finish it.
--- Returns the number of tasks written ('c'), or one 1 (written) or 0 (exists, nx) per task (protocol 1).
 -- The task's member (`topic:id`) is read from its record's key.
 -- Redis work per call is what a single add (a web request) waits for, so a fresh task
 -- costs TIME, ZRANGE, EXISTS, HSET, ZADD and HINCRBY and nothing else: the keys only a
 -- replacement touches are type-checked at the first replacement (a set-aside cannot
 -- fail, so checking them after earlier tasks' writes keeps the rule), and `delayed`'s
 -- type is checked by reading its head with pcall, before any write.
+local delayed, flags, channel = KEYS[1], ARGV[1], ARGV[2]
+local records = KEYS  -- task n's record: records[1 + n]; its values: unpack(ARGV, 4n - 1, 4n + 2)
 local now = now_ms()
-local flags, channel = ARGV[1], ARGV[2]
 local nx, checked = flags == '1' or flags == '1c', flags == '0c' or flags == '1c'
-local delayed = KEYS[1]
 local tag = string.sub(delayed, 1, -8)  -- `P{N}:` of `P{N}:delayed`
 local prefix = tag .. 't:'
 local tasks = (#ARGV - 2) / 4
-local short = #KEYS == 1 + tasks
-local lead, stride = 1, 1  -- task n's record is KEYS[lead + stride * (n - 1) + 1] (and the long form's parked set next)
-local bad_keys = string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0
-if not short and not bad_keys then
-  lead, stride = KEYS[10] == tag .. 'corrupt' and 10 or 9, 2  -- (a record key is never that)
-  bad_keys = KEYS[2] ~= tag .. 'counts' or KEYS[3] ~= tag .. 'recurring' or KEYS[4] ~= tag .. 'leases'
-    or KEYS[5] ~= tag .. 'done:ok' or KEYS[6] ~= tag .. 'done:failed' or KEYS[7] ~= tag .. 'done:deleted'
-    or KEYS[8] ~= tag .. 'quarantine' or KEYS[9] ~= tag .. 'paused' or #KEYS ~= lead + 2 * tasks
-end
-if bad_keys then
+if string.sub(delayed, -7) ~= 'delayed' or (#ARGV - 2) % 4 ~= 0 or #records ~= 1 + tasks then
   return redis.error_reply('ERR delayd:bad-call KEYS and ARGV do not follow add.lua (docs/protocol.md)')
 end
 
--- Every task of the call, in order: its key(s), priority, mode, value and spec. Fills `names`
+-- Every task of the call, in order: its key, priority, mode, value and spec. Fills `names`
 -- with each task's member and topic (2n - 1, 2n), and `origins` with a URL task's origin (its record's
 -- `host`); `task` is the task being checked.
 local names, origins, task = {}, {}, 0
 local check_spec  -- spec_gate()'s, made for the first spec that needs it
 local function check_all()
-  local prefix_len, parked_prefix = #prefix, tag .. 'paused:'
-  local last_topic, last_parked  -- a topic and parked key already checked
+  local prefix_len = #prefix
+  local last_topic  -- a topic already checked
   for i = 3, #ARGV, 4 do
     task = task + 1
-    local task_key = KEYS[lead + stride * (task - 1) + 1]
-    local parked = not short and KEYS[lead + 2 * task] or nil
-    local priority, mode, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    local task_key = records[1 + task]
+    local spec, priority, mode, value = unpack(ARGV, i, i + 3)
     if string.sub(task_key, 1, prefix_len) ~= prefix then
       refuse('key', 'not a record key of this bucket: ' .. prefix .. '<topic>:<id>')
     end
     local member = string.sub(task_key, prefix_len + 1)
     local topic, id = string.match(member, '^(.*):([^:]*)$')
     if not topic then refuse('id', 'the record key is not <prefix>t:<topic>:<id>') end
-    local known = topic == last_topic and parked == last_parked
-    if not known then check_name('topic', topic) end
-    check_name('id', id)
-    if not known then
-      if parked and parked ~= parked_prefix .. topic then
-        refuse('key', "the task's second key must be " .. parked_prefix .. '<topic>')
-      end
-      last_topic, last_parked = topic, parked
+    if topic ~= last_topic then
+      check_name('topic', topic)
+      last_topic = topic
     end
+    check_name('id', id)
     if priority ~= '1' and priority ~= '2' and priority ~= '3' then refuse('priority', 'must be 1, 2 or 3') end
     local at, recurs = false, false
     if mode == 'delay' then
@@ -1243,7 +1588,6 @@ local function check_all()
     if not ms or ms < 0 or ms > (at and 1e14 or TEN_YEARS * 1000) then
       refuse(at and 'at' or 'delay', 'must be an integer of ms from 0 to ' .. (at and '1e14' or 'ten years'))
     end
-    local spec = ARGV[i]
     local read, url = false, nil
     if checked and not recurs then read, url = unread_ok(spec) end
     if not read then
@@ -1282,11 +1626,14 @@ local function replacing()
   expect('zset', leases, done_ok, done_failed, done_deleted)
   local quarantine_key = tag .. 'quarantine'
   expect('hash', quarantine_key)
-  return function(task_key, member, topic, recurs, old)
+  -- Clears what the old record (its fields `old_*`, nil when its key is not a hash) left in the bucket's
+  -- indexes; returns the new record's claim token.
+  return function(task_key, member, topic, recurs, old_status, old_queued, old_priority, old_host, old_claim,
+                  old_created)
     -- A live ready-list entry of the old record goes stale with it; a URL task still to be delivered
     -- no longer waits for its host.
-    if old[2] == '1' then count_ready(old[3], topic, -1) end
-    if PENDING[old[1]] then count_host(old[8], -1) end
+    if old_queued == '1' then count_ready(old_priority, topic, -1) end
+    if PENDING[old_status] then count_host(old_host, -1) end
     redis.call('HDEL', quarantine_key, member)  -- a quarantine reason belongs to the old record
     redis.call('DEL', task_key)
     zrem_counted(leases, member, 'running', topic)
@@ -1300,7 +1647,7 @@ local function replacing()
       schedules = schedules or recurring_index(tag .. 'recurring')
       schedules.remove(member)
     end
-    return claim_token(old[4], old[5]) + 1
+    return claim_token(old_claim, old_created) + 1
   end
 end
 
@@ -1309,35 +1656,32 @@ local earliest, earliest_member = math.huge, nil  -- the batch's earliest due ti
 -- Times go to Redis as text made here once: a Lua number passed to redis.call is formatted
 -- (sprintf %.17g) at every use, which costs more than the rest of a task's HSET.
 local now_text = string.format('%d', now)
-local written = not checked and {} or nil  -- protocol 1's reply: 1 or 0 per task
-local count = 0
+local written = 0
 local by_topic = {}  -- topic -> {due, member, ...}: one ZADD per topic, not per task
 for n = 1, task do
-  local i = 4 * n - 1
-  local spec, priority, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local value = tonumber(ARGV[i + 3])
-  local task_key, member, topic = KEYS[lead + stride * (n - 1) + 1], names[2 * n - 1], names[2 * n]
+  local spec, priority, mode, value = unpack(ARGV, 4 * n - 1, 4 * n + 2)
+  local task_key, member, topic = records[1 + n], names[2 * n - 1], names[2 * n]
   -- EXISTS first: a fresh task (the usual case) needs nothing else. A record without a
   -- status is corrupt, and its fields must not leak into the new one; a key that is not
-  -- a hash is no task (read_record gives nil): it is replaced, even with nx.
+  -- a hash is no task (record_fields gives false): it is replaced, even with nx.
   local exists = redis.call('EXISTS', task_key) == 1
-  local old  -- the old record's fields; nil when there is none, or the key is not a hash
+  -- The old record: `old` true when there is one (its key a hash), and its fields.
+  local old, old_status, old_queued, old_priority, old_claim, old_created, old_runs, old_since, old_host
   if exists then
-    old = read_record(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
+    old, old_status, old_queued, old_priority, old_claim, old_created, old_runs, old_since, old_host =
+      record_fields(task_key, 'status', 'queued', 'priority', 'claim', 'created', 'runs', 'since', 'host')
   end
   local recurs = mode == 'delay*' or mode == 'at*' or mode == 'next*'
-  if nx and old then
-    if written then written[n] = 0 end
-  else
-    local due, since = value, nil
+  if not (nx and old) then
+    local due, since = tonumber(value), nil
     if mode == 'delay' or mode == 'delay*' or mode == 'next*' then
-      due = now + value
+      due = now + due
     elseif mode == 'debounce' then
       -- Debounce: due `wait` ms from now, but never later than `most` ms after the first add of
       -- the pending run (`since`): the old record's, when it is delayed and has not run yet.
-      local wait, most = string.match(ARGV[i + 3], '^(%d+):(%d*)$')
+      local wait, most = string.match(value, '^(%d+):(%d*)$')
       since = now
-      if old and old[1] == 'delayed' and (old[6] or '0') == '0' then since = int_of(old[7] or old[5]) or now end
+      if old_status == 'delayed' and (old_runs or '0') == '0' then since = int_of(old_since or old_created) or now end
       due = now + tonumber(wait)
       if most ~= '' and since + tonumber(most) < due then due = math.max(now, since + tonumber(most)) end
     end
@@ -1348,7 +1692,8 @@ for n = 1, task do
     local token = now
     if exists then
       replace = replace or replacing()
-      token = replace(task_key, member, topic, recurs, old or {})
+      token = replace(task_key, member, topic, recurs, old_status, old_queued, old_priority, old_host, old_claim,
+                      old_created)
     end
     local url = is_url(spec)
     local first = mode == 'next*'
@@ -1402,8 +1747,7 @@ for n = 1, task do
       schedules.add(member)
     end
     if due < earliest then earliest, earliest_member = due, member end
-    count = count + 1
-    if written then written[n] = 1 end
+    written = written + 1
   end
 end
 -- `waiting` is counted here, straight to Redis (it only grows); a replacement's other
@@ -1417,60 +1761,70 @@ end
 -- (the member's record for its promote call to declare).
 if earliest < head_due then redis.call('PUBLISH', channel, wake_message(earliest, earliest_member)) end
 if next(counts) then flush_counts(counts_key) end
-return written or count
+return written
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
 -- forgetting those of the given topics whose parked set is empty now (a resume moved their tasks back).
--- KEYS: aside (set of topics), corrupt (set_aside), then the parked set (paused:<topic>) of each given topic
--- ARGV: the topics to look at (Store.enable_steps: none on its first call, which only lists them)
--- Returns the topics kept. O(topics in the set).
-expect('set', KEYS[1])
-for i, topic in ipairs(ARGV) do
-  local parked = KEYS[i + 2]
+-- KEYS[1]      aside     P{N}:aside            set of topics
+-- KEYS[2]      corrupt   P{N}:corrupt          (declared only: set_aside names it)
+-- KEYS[2 + t]  parked    P{N}:paused:<topic>   topic t's parked set
+-- ARGV[t]      topic     topic t to look at (Store.enable_steps: none on its first call, which only lists them)
+-- Reply: {topics...}, the topics kept. O(topics in the set).
+local aside = KEYS[1]
+local parked_sets = KEYS  -- topic t's parked set: parked_sets[2 + t]
+
+expect('set', aside)
+for t, topic in ipairs(ARGV) do
+  local parked = parked_sets[2 + t]
   expect('zset', parked)
-  if redis.call('ZCARD', parked) == 0 then redis.call('SREM', KEYS[1], topic) end
+  if redis.call('ZCARD', parked) == 0 then redis.call('SREM', aside, topic) end
 end
-return redis.call('SMEMBERS', KEYS[1])
+return redis.call('SMEMBERS', aside)
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
 -- members that match, with bounded work (the dashboard's task list; changes nothing).
--- KEYS: the index (delayed, leases or done:<status>)
--- ARGV: order ('asc' or 'desc'), cursor score ('' = from the start), cursor member,
---       topic ('' = any), id prefix ('' = any), limit (matches), budget (entries examined)
+-- KEYS[1]  index          P{N}:delayed|P{N}:leases|P{N}:done:<status>
+-- ARGV[1]  order          'asc' or 'desc'
+-- ARGV[2]  cursor_score   '' = from the start
+-- ARGV[3]  cursor_member
+-- ARGV[4]  topic          '' = any
+-- ARGV[5]  id_prefix      '' = any
+-- ARGV[6]  limit          matches
+-- ARGV[7]  budget         entries examined
+-- Reply: {matches, examined, stop_score, stop_member, size, kind}
+--   matches: {member, score, ...}; examined: index entries looked at; stop_score, stop_member: the last entry
+--   examined (false when the index was read to its end); size: the index's; kind, only when the index is not
+--   a sorted set, the key's type (then nothing was read: this script only reads, so it leaves the key for
+--   the writers' `expect` to set aside)
 -- Order is (score, member) ascending, or its reverse. The cursor is the last entry the
 -- caller has seen; the page starts right after it, found with ZRANK when the member is
 -- still in this index at that score, else by ZCOUNT and a skip over equal scores.
--- Returns {{member, score, ...} of matches, examined, stop score or false, stop member
---          (false when the index was read to its end), size of the index}, and a sixth
--- value, the key's type, when the index is not a sorted set (then nothing was read:
--- this script only reads, so it leaves the key for the writers' `expect` to set aside).
-local key, order = KEYS[1], ARGV[1]
-local cursor_score, cursor_member = ARGV[2], ARGV[3]
-local topic, prefix = ARGV[4], ARGV[5]
+local index = KEYS[1]
+local order, cursor_score, cursor_member, topic, id_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local limit, budget = tonumber(ARGV[6]), tonumber(ARGV[7])
 local desc = order == 'desc'
-local kind = key_type(key)
+local kind = key_type(index)
 if kind ~= 'zset' and kind ~= 'none' then return {{}, 0, false, false, 0, kind} end
 local range = desc and 'ZREVRANGE' or 'ZRANGE'
 
 local start, skip_ties = 0, false
 if cursor_score ~= '' then
-  local score = redis.call('ZSCORE', key, cursor_member)
+  local score = redis.call('ZSCORE', index, cursor_member)
   if score and tonumber(score) == tonumber(cursor_score) then
-    start = redis.call(desc and 'ZREVRANK' or 'ZRANK', key, cursor_member) + 1
+    start = redis.call(desc and 'ZREVRANK' or 'ZRANK', index, cursor_member) + 1
   else
     if desc then
-      start = redis.call('ZCOUNT', key, '(' .. cursor_score, '+inf')
+      start = redis.call('ZCOUNT', index, '(' .. cursor_score, '+inf')
     else
-      start = redis.call('ZCOUNT', key, '-inf', '(' .. cursor_score)
+      start = redis.call('ZCOUNT', index, '-inf', '(' .. cursor_score)
     end
     skip_ties = true
   end
@@ -1478,20 +1832,20 @@ end
 
 -- A member is topic:id and an id holds no ':', so with a topic the test is a plain prefix
 -- compare plus "no ':' after the topic"; a scan stays cheap per entry.
-local head = topic ~= '' and (topic .. ':' .. prefix) or nil
+local head = topic ~= '' and (topic .. ':' .. id_prefix) or nil
 local function matches(member)
   if head then
     return string.sub(member, 1, #head) == head and not string.find(member, ':', #topic + 2, true)
   end
-  return prefix == '' or string.sub(string.match(member, '[^:]*$'), 1, #prefix) == prefix
+  return id_prefix == '' or string.sub(string.match(member, '[^:]*$'), 1, #id_prefix) == id_prefix
 end
 
 local found, examined, last_score, last_member = {}, 0, false, false
 local target = tonumber(cursor_score)
-local size = redis.call('ZCARD', key)
+local size = redis.call('ZCARD', index)
 local pos = start  -- index of the next entry not examined
 while #found < 2 * limit and examined < budget and pos < size do
-  local page = redis.call(range, key, pos, pos + math.min(200, budget - examined) - 1, 'WITHSCORES')
+  local page = redis.call(range, index, pos, pos + math.min(200, budget - examined) - 1, 'WITHSCORES')
   if #page == 0 then break end
   for i = 1, #page, 2 do
     local member, score = page[i], page[i + 1]
@@ -1514,7 +1868,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1525,15 +1879,39 @@ counts, runs = {}, {}
 -- `P{N}:`, which Redis Cluster routes the call by (docs/redis-layout.md, "Declared keys"). So do the
 -- limits' keys of their topics (`tat:`, `run:`, `where:` under `P{limits}:`, whose `conf` is declared;
 -- a single Redis only).
--- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
---       the ready lists of priority 3, 2, 1 of the kind claimed (ready:3 ... or ready:u3 ...),
---       then on a single Redis the limits' conf (P{limits}:conf) and, for URL tasks, the disabled
---       hosts (P{hosts}:off)
--- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, task-key prefix (P{N}:t:), the quotas of priority 3, 2, 1, n
--- Pops as pop_ready below says. Takes an older version left in `taking` (its take.lua) are not this
--- script's: promote puts them back when their hold runs out, and that version's claim starts them.
+-- KEYS[1]   leases          P{N}:leases
+-- KEYS[2]   counts_key      P{N}:counts
+-- KEYS[3]   totals_key      P{N}:totals
+-- KEYS[4]   done_failed     P{N}:done:failed
+-- KEYS[5]   quarantine_key  P{N}:quarantine
+-- KEYS[6]   limited         P{N}:limited
+-- KEYS[7]   paused          P{N}:paused
+-- KEYS[8]   aside           P{N}:aside
+-- KEYS[9]   window          P{N}:w:<n>        the run-event windows of the caller's clock (flush_stats)
+-- KEYS[10]  next_window     P{N}:w:<n+1>
+-- KEYS[11]  minute          P{N}:w:m:<m>
+-- KEYS[12]  next_minute     P{N}:w:m:<m+1>
+-- KEYS[13]  corrupt         P{N}:corrupt      (declared only: set_aside names it)
+-- KEYS[14]  ready_3         P{N}:ready:3|P{N}:ready:u3   the ready lists of the kind claimed, call/push or URL
+-- KEYS[15]  ready_2         P{N}:ready:2|P{N}:ready:u2
+-- KEYS[16]  ready_1         P{N}:ready:1|P{N}:ready:u1
+-- KEYS[17]  limits_conf     P{limits}:conf    (declared only: limits_of names it) on a single Redis
+-- KEYS[18]  hosts_off       P{hosts}:off      the disabled hosts, on a single Redis, for a claim of URL tasks
+-- ARGV[1]   lease_ms        the lease of each task started
+-- ARGV[2]   wake_channel    Pwake:N
+-- ARGV[3]   retention       ms (a quarantined task's record expires after it)
+-- ARGV[4]   limits_prefix   P{limits}:, or '' on Redis Cluster
+-- ARGV[5]   bucket          N
+-- ARGV[6]   prefix          the task-key prefix P{N}:t:
+-- ARGV[7]   quota_3         of the n, the first pass's share of priority 3
+-- ARGV[8]   quota_2
+-- ARGV[9]   quota_1
+-- ARGV[10]  n               the most members popped
+-- Reply: {now, popped, tasks...}
+--   now: Redis's clock (ms); popped: members popped (started, or held, parked, skipped, quarantined); tasks:
+--   per task started {member, spec, runs, claim, due, created, error, priority, first} (first: 'cron', a
+--   first due time to resolve, see add.lua; or '')
+-- Pops as pop_ready below says.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -1555,15 +1933,20 @@ counts, runs = {}, {}
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
--- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
--- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
--- Returns {now, members popped, then per task started 9 values: member, spec, runs, claim, due, created,
---          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
+-- the record's `host` (written by add), looked at only while some host is disabled: otherwise a claim
+-- pays one HKEYS of an empty key.
+local leases, counts_key, totals_key, done_failed, quarantine_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local limited, paused, aside = KEYS[6], KEYS[7], KEYS[8]
+local window, next_window, minute, next_minute = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local ready_3, ready_2, ready_1, hosts_off = KEYS[14], KEYS[15], KEYS[16], KEYS[18]
+local lease_ms, wake_channel, retention = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local limits_prefix, bucket, prefix = ARGV[4], ARGV[5], ARGV[6]
+local quota_3, quota_2, quota_1, n = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
 -- Pop up to n members of the bucket's ready lists (priority 3, 2, 1), weighted by priority: the first
 -- pass takes up to each priority's quota (`quota`, by the same index), a second fills whatever is left
 -- over in priority order (favours high priorities, never starves priority 1).
-local function pop_ready(lists, quota, n)
+local function pop_ready(lists, quota)
   local members = {}
   local emptied = {}  -- lists this call found short: the second pass skips them
   local function pop(p, want)
@@ -1579,68 +1962,59 @@ local function pop_ready(lists, quota, n)
 end
 
 local now = now_ms()
-local popped = pop_ready({KEYS[14], KEYS[15], KEYS[16]}, {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])},
-  tonumber(ARGV[10]))
+local popped = pop_ready({ready_3, ready_2, ready_1}, {quota_3, quota_2, quota_1})
 if #popped == 0 then return {now, 0} end  -- (nothing ready: none of the reads below)
-local lease, prefix = tonumber(ARGV[1]), ARGV[6]
 -- Numbers every started task writes, as text once: a Lua number given to redis.call is formatted per
 -- argument (%.17g, the dearest step of a task's claim after the commands themselves).
-local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease)
-local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
+local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease_ms)
+local quarantine_to = {failed = done_failed, quarantine = quarantine_key, now = now, retention = retention}
 local out = {now, #popped}
-local taken = 0
-local lease_head = on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local started = 0
+local lease_head = on('zset', 'ZRANGE', leases, 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
-local lp, bucket = ARGV[4], ARGV[5]
-local limits = limits_of(lp)
-local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
-local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if KEYS[18] then
-  local origins = redis.pcall('HKEYS', KEYS[18])
+local limits = limits_of(limits_prefix)
+local gates, held_by_topic, held_count = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
+local disabled_hosts = nil  -- origin -> true, or nil when none is disabled
+if hosts_off then
+  local origins = redis.pcall('HKEYS', hosts_off)
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
-    off = {}
-    for _, origin in ipairs(origins) do off[origin] = true end
+    disabled_hosts = {}
+    for _, origin in ipairs(origins) do disabled_hosts[origin] = true end
   end
 end
--- Whether `topic` was paused in this bucket since promote made its tasks ready: one HGET per topic claimed, never
--- the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
+-- Whether `topic` was paused in this bucket since promote made its tasks ready: one HGET per topic claimed,
+-- never the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
 local pauses, none_paused = {}, nil  -- (none_paused: the hash is empty, usually: no topic looked up)
-local function paused(topic)
-  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[7]) == 0 end
+local function paused_since(topic)
+  if none_paused == nil then none_paused = on('hash', 'HLEN', paused) == 0 end
   if none_paused then return false end
-  if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', KEYS[7], topic)) or false end
+  if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', paused, topic)) or false end
   return pauses[topic]
 end
 
--- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
-local function spec_origin(spec)
-  local ok, decoded = pcall(cjson.decode, spec)
-  if ok and type(decoded) == 'table' then return origin_of(decoded.url) end
-end
-
--- Park a ready task (its topic paused, or its host disabled: `host`): out of the ready count, parked
--- at its due time; a disabled host's topic is named in `aside`.
-local function park(topic, member, task_key, r, host)
+-- Park a ready task (its topic paused, or its host disabled: `host_disabled`): out of the ready count,
+-- parked at its due time; a disabled host's topic is named in `aside`.
+local function park(topic, member, task_key, priority, due, held_at, host_disabled)
   redis.call('HSET', task_key, 'queued', '0')
   mark_parked(task_key, now)
-  if r[12] then redis.call('HDEL', task_key, 'held', 'released') end
-  count_ready(r[9], topic, -1)
-  zadd_counted(parked_key(KEYS[7], topic), int_of(r[6]) or now, member, 'parked', topic)
-  if host then on('set', 'SADD', KEYS[8], topic) end
+  if held_at then redis.call('HDEL', task_key, 'held', 'released') end
+  count_ready(priority, topic, -1)
+  zadd_counted(parked_key(paused, topic), int_of(due) or now, member, 'parked', topic)
+  if host_disabled then on('set', 'SADD', aside, topic) end
 end
 
--- Start a task of limited topic `topic` (record `r`) now, as the run with claim token `token`? Takes the
--- start from its gate if so.
-local function admitted(topic, member, r, token)
+-- Start a task of limited topic `topic` now, as the run with claim token `token`? Takes the start from its
+-- gate if so. A task promote released (`released_at`), or a lapsed run running again, took its start before.
+local function admitted(topic, member, token, released_at, lapsed)
   local g = gates[topic]
   if not g then
-    g = gate(lp, topic, limits[topic], now_us())
-    g.waiting = redis.call('EXISTS', held_key(KEYS[6], topic)) == 1
+    g = gate(limits_prefix, topic, limits[topic], now_us())
+    g.waiting = redis.call('EXISTS', held_key(limited, topic)) == 1
     gates[topic] = g
   end
-  if r[13] or r[5] == '1' then return gate_claim_started(g, member, run_id(member, token), now + lease) end
+  if released_at or lapsed == '1' then return gate_claim_started(g, member, run_id(member, token), now + lease_ms) end
   if g.waiting then return false end  -- earlier ones are held: after them
-  return gate_take(g, run_id(member, token), now + lease)
+  return gate_take(g, run_id(member, token), now + lease_ms)
 end
 
 -- A released task of `topic` that this claim does not start (deleted, replaced, parked, quarantined):
@@ -1655,170 +2029,203 @@ local function unreserve(topic, member)
 end
 
 -- Hold a ready task back: out of the ready count, into its topic's held set at its due time.
-local function hold(topic, member, task_key, r)
-  if r[12] then  -- held before: its first hold counts (a release that lost its start is forgotten)
+local function hold(topic, member, task_key, priority, due, held_at, released_at)
+  if held_at then  -- held before: its first hold counts (a release that lost its start is forgotten)
     redis.call('HSET', task_key, 'queued', '0')
-    if r[13] then redis.call('HDEL', task_key, 'released') end
+    if released_at then redis.call('HDEL', task_key, 'released') end
   else
     redis.call('HSET', task_key, 'queued', '0', 'held', now)
   end
-  count_ready(r[9], topic, -1)
-  zadd_counted(held_key(KEYS[6], topic), int_of(r[6]) or now, member, 'throttled', topic)
-  holding[topic] = (holding[topic] or 0) + 1
-  held = held + 1
+  count_ready(priority, topic, -1)
+  zadd_counted(held_key(limited, topic), int_of(due) or now, member, 'throttled', topic)
+  held_by_topic[topic] = (held_by_topic[topic] or 0) + 1
+  held_count = held_count + 1
   gates[topic].waiting = true
 end
 
--- Why the record `r` of a popped entry cannot be claimed, or nil.
-local function defect(r, task_key, member)
-  if not r then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
-  if r[1] ~= '1' then return 'queued flag is ' .. string.sub(r[1], 1, 40) .. ', not 0 or 1' end
-  if r[10] ~= 'delayed' then return 'ready entry with status ' .. string.sub(r[10] or '(none)', 1, 40) end
+-- Why a popped entry cannot be claimed, or nil: its record (`hash` false when its key is not a hash),
+-- with its `queued` flag and `status`.
+local function unclaimable(task_key, hash, queued, status, member)
+  if not hash then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
+  if queued ~= '1' then return 'queued flag is ' .. string.sub(queued, 1, 40) .. ', not 0 or 1' end
+  if status ~= 'delayed' then return 'ready entry with status ' .. string.sub(status or '(none)', 1, 40) end
   if not string.find(member, ':', 1, true) then return 'member is not topic:id' end
 end
 
 -- Start (or hold, park, skip) the popped task `member`, whose record is `task_key`.
-local function claim(member, task_key)
-  local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-    'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
+local function start(member, task_key)
+  local hash, queued, spec, runs, claim, lapsed, due, created, last_error, priority, status, first, held_at,
+        released_at, host, parked_at, unparked_at =
+    record_fields(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed', 'due', 'created', 'error', 'priority',
+                  'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
   -- Entries whose task was deleted, replaced or already claimed are stale
   -- (queued is 0 or missing): skipped.
   local topic = topic_of(member)
-  if r and not (r[1] and r[1] ~= '0') then  -- (a hard-deleted record reads as all nil: no released field)
+  if hash and not (queued and queued ~= '0') then  -- (a hard-deleted record reads as all nil: no released field)
     unreserve(topic, member)
     return
   end
-  local reason = defect(r, task_key, member)
-  local token = r and claim_token(r[4], r[7]) + 1
-  local held_on_purpose = not reason and paused(topic)  -- (paused: parked; else a disabled host's park)
-  if reason or held_on_purpose or off and off[r[14] or spec_origin(r[2]) or ''] then
-    if r and r[13] then unreserve(topic, member) end
+  local reason = unclaimable(task_key, hash, queued, status, member)
+  local token = hash and claim_token(claim, created) + 1
+  local held_on_purpose = not reason and paused_since(topic)  -- (paused: parked; else a disabled host's park)
+  if reason or held_on_purpose or disabled_hosts and disabled_hosts[host or ''] then
+    if released_at then unreserve(topic, member) end
     if reason then
-      if r and r[1] == '1' then count_ready(r[9], topic, -1) end
-      quarantine(aside, task_key, member, reason)
+      if queued == '1' then count_ready(priority, topic, -1) end
+      quarantine(quarantine_to, task_key, member, reason)
     else
-      park(topic, member, task_key, r, not held_on_purpose)
+      park(topic, member, task_key, priority, due, held_at, not held_on_purpose)
     end
-  elseif limits and limits[topic] and not admitted(topic, member, r, token) then
-    hold(topic, member, task_key, r)
+  elseif limits and limits[topic] and not admitted(topic, member, token, released_at, lapsed) then
+    hold(topic, member, task_key, priority, due, held_at, released_at)
   else
-    local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
-    if r[5] ~= '1' then runs = runs + 1 end
+    local run = int_of(runs) or 0  -- missing before the first run (or corrupt)
+    if lapsed ~= '1' then run = run + 1 end
     redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
-      'claim', string.format('%d', token), 'runs', string.format('%d', runs), 'last_run', now_text)
-    count_ready(r[9], topic, -1)
-    batch_add(leased, KEYS[1], topic, member, leased_until)
-    local late = now - (int_of(r[6]) or now)
-    if r[12] then  -- held back by its limit: from its hold to its release (or now) is the limit's
-      local waited = math.max(0, math.min(now, int_of(r[13]) or now) - (int_of(r[12]) or now))
+      'claim', string.format('%d', token), 'runs', string.format('%d', run), 'last_run', now_text)
+    count_ready(priority, topic, -1)
+    batch_add(leased, leases, topic, member, leased_until)
+    local late = now - (int_of(due) or now)
+    if held_at then  -- held back by its limit: from its hold to its release (or now) is the limit's
+      local waited = math.max(0, math.min(now, int_of(released_at) or now) - (int_of(held_at) or now))
       late = late - waited
       tally('limited', topic)
       tally('limited_ms', topic, waited)
       redis.call('HDEL', task_key, 'held', 'released')
     end
-    if r[15] then  -- set aside on purpose (paused topic, disabled host): from its park to its let-go is not late
-      late = late - math.max(0, math.min(now, int_of(r[16]) or now) - (int_of(r[15]) or now))
+    if parked_at then  -- set aside on purpose (paused topic, disabled host): from its park to its let-go is not late
+      late = late - math.max(0, math.min(now, int_of(unparked_at) or now) - (int_of(parked_at) or now))
       redis.call('HDEL', task_key, 'parked', 'unparked')
     end
     tally_lateness(topic, late)
-    local n = #out  -- (appended in place: no table a task)
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
-      member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY, r[11] or ''
-    taken = taken + 1
+    local at = #out  -- (appended in place: no table a task)
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6], out[at + 7], out[at + 8],
+      out[at + 9] = member, spec or '', run, token, due or '', created or '', last_error or '',
+      priority or DEFAULT_PRIORITY, first or ''
+    started = started + 1
   end
 end
 
-for _, member in ipairs(popped) do claim(member, prefix .. member) end
-flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
+for _, member in ipairs(popped) do start(member, prefix .. member) end
+flush_counted(leased, {[leases] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
-if unreserved then free_slots(lp, unreserved, now, {[KEYS[6]] = true}) end  -- (other buckets: gate_next's time)
-if held > 0 then
+-- (other buckets' `limited`: at gate_next's time)
+if unreserved then free_slots(limits_prefix, unreserved, now, {[limited] = true}) end
+if held_count > 0 then
   -- The topic's entry in `limited`: when its limit next lets them start (earlier only), and a
   -- wake for the bucket process when that moved.
   local soonest = nil
-  for topic, count in pairs(holding) do
-    local at = gate_next(gates[topic], count)
-    if on('zset', 'ZADD', KEYS[6], 'LT', 'CH', at, topic) == 1 then soonest = math.min(soonest or at, at) end
-    redis.pcall('SADD', lp .. 'where:' .. topic, bucket)
+  for topic, tasks in pairs(held_by_topic) do
+    local at = gate_next(gates[topic], tasks)
+    if on('zset', 'ZADD', limited, 'LT', 'CH', at, topic) == 1 then soonest = math.min(soonest or at, at) end
+    redis.pcall('SADD', limits_prefix .. 'where:' .. topic, bucket)
   end
-  if soonest then redis.call('PUBLISH', ARGV[2], soonest) end
+  if soonest then redis.call('PUBLISH', wake_channel, soonest) end
 end
 
 -- The bucket process sleeps until its next due time or lease expiry; tell it
 -- when this claim made a lease the earliest one.
-if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
-  redis.call('PUBLISH', ARGV[2], now + lease)
+if started > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease_ms) then
+  redis.call('PUBLISH', wake_channel, now + lease_ms)
 end
-flush_stats(KEYS[2], KEYS[3], 9, now)
+flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, now)
 return out
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- delete: soft (status 'deleted', kept for the retention period) or hard (gone).
--- KEYS: task, delayed, leases, done:ok, done:failed, done:deleted, quarantine, counts, paused, recurring,
---       the topic's parked set (paused:<topic>; named here from `paused` when a producer leaves it out),
---       corrupt (where a key of the wrong type is set aside; named the same way when left out)
--- ARGV: member, hard (1/0), retention (ms)
+-- KEYS[1]   task_key        P{N}:t:<member>
+-- KEYS[2]   delayed         P{N}:delayed
+-- KEYS[3]   leases          P{N}:leases
+-- KEYS[4]   done_ok         P{N}:done:ok
+-- KEYS[5]   done_failed     P{N}:done:failed
+-- KEYS[6]   done_deleted    P{N}:done:deleted
+-- KEYS[7]   quarantine_key  P{N}:quarantine
+-- KEYS[8]   counts_key      P{N}:counts
+-- KEYS[9]   recurring       P{N}:recurring
+-- KEYS[10]  parked          P{N}:paused:<topic>   the topic's parked set
+-- KEYS[11]  corrupt         P{N}:corrupt          (declared only: set_aside names it)
+-- ARGV[1]   member          topic:id
+-- ARGV[2]   hard            '1' (every trace removed) or '0' (soft)
+-- ARGV[3]   retention       ms
+-- Reply: code, 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed,
+--   ready, parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts
+--   after this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting
+--   or running (its finish is fenced off as below)
 -- A soft delete bumps the claim token, so a run in progress cannot finish it and
 -- a stale ready-list entry is skipped. Either leaves no quarantine entry (that is
 -- kept only for tasks in done:failed). A task key that is not a hash is removed,
 -- and a soft delete leaves a record that says `deleted`. Either ends a recurring task:
 -- it leaves the `recurring` index (also when its record is already gone).
--- Returns 0 if there was no such task; 1 if it was deleted while no run of it was claimed (delayed, ready,
--- parked, held or finished): claim.lua pops, checks and leases in one call, so no run of it starts after
--- this; 2 if it was deleted while a run was claimed (in `leases`): that run's handler may be starting or
--- running (its finish is fenced off as above).
-local now = now_ms()
+local task_key, delayed, leases, done_ok, done_failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local done_deleted, quarantine_key, counts_key, recurring, parked = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local member, hard, retention = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
-local states = {nil, 'waiting', 'running', 'ok', 'failed', 'deleted'}
-local parked = KEYS[11] or parked_key(KEYS[9], topic_of(member))
-expect('zset', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-expect('hash', KEYS[7])
-expect('zset', parked)
-redis.call('HDEL', KEYS[7], member)
-recurring_index(KEYS[10]).remove(member)
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local old = read_record(KEYS[1], 'queued', 'priority', 'claim', 'created', 'status', 'host')
-if not old then
-  redis.call('DEL', KEYS[1])
-  old = {}
-end
+
+local now = now_ms()
+expect('zset', delayed, leases, done_ok, done_failed, done_deleted, parked)
+expect('hash', quarantine_key)
+redis.call('HDEL', quarantine_key, member)
+recurring_index(recurring).remove(member)
+if redis.call('EXISTS', task_key) == 0 then return 0 end
+local hash, queued, priority, claim, created, status, host =
+  record_fields(task_key, 'queued', 'priority', 'claim', 'created', 'status', 'host')
+if not hash then redis.call('DEL', task_key) end  -- read as a record of no fields
 local topic = topic_of(member)
-if old[1] == '1' then count_ready(old[2], topic, -1) end
-if PENDING[old[5]] then count_host(old[6], -1) end  -- a URL task no longer waits for its host
-local claimed = zrem_counted(KEYS[3], member, 'running', topic)  -- a run of it was claimed (leased)
-for _, k in ipairs({2, 4, 5, 6}) do zrem_counted(KEYS[k], member, states[k], topic) end
+if queued == '1' then count_ready(priority, topic, -1) end
+if PENDING[status] then count_host(host, -1) end  -- a URL task no longer waits for its host
+local claimed = zrem_counted(leases, member, 'running', topic)  -- a run of it was claimed (leased)
+zrem_counted(delayed, member, 'waiting', topic)
+zrem_counted(done_ok, member, 'ok', topic)
+zrem_counted(done_failed, member, 'failed', topic)
+zrem_counted(done_deleted, member, 'deleted', topic)
 zrem_counted(parked, member, 'parked', topic)
 if hard then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', task_key)
 else
-  redis.call('HSET', KEYS[1], 'status', 'deleted', 'queued', '0', 'claim', claim_token(old[3], old[4]) + 1)
-  index_finished(member, KEYS[6], now, KEYS[1], retention, 'deleted', topic)
+  redis.call('HSET', task_key, 'status', 'deleted', 'queued', '0', 'claim', claim_token(claim, created) + 1)
+  index_finished(member, done_deleted, now, task_key, retention, 'deleted', topic)
 end
-flush_counts(KEYS[8])
+flush_counts(counts_key)
 return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- finish: record the outcome of a batch of runs of one bucket.
--- KEYS: delayed, leases, done:ok, done:failed, quarantine, counts, totals, recurring,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
---       then each run's record,
---       then on a single Redis the limits' keys of the runs' topics and every bucket's limited (Store.limit_keys)
--- ARGV: retention (ms), wake channel,
---       attempts kept (the delivery log's length), limits prefix (P{limits}:, or '' on Redis
---       Cluster), then per run 8 values:
---       member, claim token, outcome ('ok'|'failed'|'retry'|'quarantine'|'defer'),
---       gap (ms, for retry), last error ('' clears it; the reason, for quarantine),
---       next due (ms; 'end' for a recurring task's last run; or ''),
---       wait (ms: the next run starts no earlier than now + wait; '' or 0 for none),
---       attempt (one line for the delivery log, or '')
+-- KEYS[1]        delayed         P{N}:delayed
+-- KEYS[2]        leases          P{N}:leases
+-- KEYS[3]        done_ok         P{N}:done:ok
+-- KEYS[4]        done_failed     P{N}:done:failed
+-- KEYS[5]        quarantine_key  P{N}:quarantine
+-- KEYS[6]        counts_key      P{N}:counts
+-- KEYS[7]        totals_key      P{N}:totals
+-- KEYS[8]        recurring       P{N}:recurring
+-- KEYS[9]        window          P{N}:w:<n>        the run-event windows of the caller's clock (flush_stats)
+-- KEYS[10]       next_window     P{N}:w:<n+1>
+-- KEYS[11]       minute          P{N}:w:m:<m>
+-- KEYS[12]       next_minute     P{N}:w:m:<m+1>
+-- KEYS[13]       corrupt         P{N}:corrupt      (declared only: set_aside names it)
+-- KEYS[13 + r]   record          P{N}:t:<member>   run r's record
+-- KEYS[14 + runs..] limit_keys   P{limits}:*|P{N}:limited   on a single Redis, the limits' keys of the runs'
+--                                                 topics and every bucket's limited (Store.limit_keys)
+-- ARGV[1]        retention       ms
+-- ARGV[2]        wake_channel    Pwake:N
+-- ARGV[3]        attempts_kept   the delivery log's length
+-- ARGV[4]        limits_prefix   P{limits}:, or '' on Redis Cluster
+-- ARGV[8r - 3]   member          run r's task
+-- ARGV[8r - 2]   claim           its claim token
+-- ARGV[8r - 1]   outcome         'ok', 'failed', 'retry', 'quarantine' or 'defer'
+-- ARGV[8r]       gap             ms, for retry
+-- ARGV[8r + 1]   err             its last error ('' clears it; the reason, for quarantine)
+-- ARGV[8r + 2]   next_due        ms; 'end' for a recurring task's last run; or ''
+-- ARGV[8r + 3]   wait            ms: the next run starts no earlier than now + wait ('' or 0 for none)
+-- ARGV[8r + 4]   attempt         one line for the delivery log, or ''
+-- Reply: {applied...}, per run 1 (applied) or 0 (stale)
 -- A next due time (a recurring task's next run, ok or retry) puts the task back
 -- to `delayed` at that time and keeps the due time this run was for in `last_due`;
 -- 'end' or a quarantine takes it out of the `recurring` index (add puts it in).
@@ -1826,37 +2233,41 @@ counts, runs = {}, {}
 -- due time was resolved): the task goes back to `delayed` at now + wait (or at the next due
 -- time given) and gives back the run number claim counted.
 -- A run whose claim token is stale (lease lapsed, task replaced or deleted), or
--- whose record is no longer a hash, changes nothing. Returns one 1 (applied) or
--- 0 (stale) per run.
+-- whose record is no longer a hash, changes nothing.
 -- A run of a topic with a concurrency limit gives its slot back, stale or not (SPEC 9: a run holds
 -- its slot until it ends, whatever happened to its record; free_slots wakes the buckets holding the
 -- topic's tasks).
 -- Each run's record gets one HSET of every field it changes; the bucket process is
 -- woken once per batch, if a run went back to `delayed` ahead of its head.
+local delayed, leases, done_ok, done_failed, quarantine_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local counts_key, totals_key, recurring = KEYS[6], KEYS[7], KEYS[8]
+local window, next_window, minute, next_minute = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local records = KEYS  -- run r's record: records[13 + r]; its values: unpack(ARGV, 8r - 3, 8r + 4)
+local retention, wake_channel = tonumber(ARGV[1]), ARGV[2]
+local attempts_kept, limits_prefix = tonumber(ARGV[3]) or 0, ARGV[4]
+
 local now = now_ms()
-local retention, channel = tonumber(ARGV[1]), ARGV[2]
 -- Numbers every finished task writes, as text once (a Lua number is formatted per redis.call argument).
 local now_text, retention_text = string.format('%d', now), string.format('%d', retention)
-local kept = tonumber(ARGV[3]) or 0
-local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = retention}
-local schedules = recurring_index(KEYS[8])
+local quarantine_to = {failed = done_failed, quarantine = quarantine_key, now = now, retention = retention}
+local schedules = recurring_index(recurring)
 local applied = {}
 local head_due = nil     -- the head of `delayed` before this call (read at the first re-queue)
 local earliest, earliest_member = math.huge, nil  -- the earliest due time re-queued, and its member
 -- Leases taken out and tasks indexed as finished, one ZREM / ZADD per topic (batch_add).
 local unleased, indexed = {}, {}
-local index_states = {[KEYS[3]] = 'ok', [KEYS[4]] = 'failed'}
+local index_states = {[done_ok] = 'ok', [done_failed] = 'failed'}
 
--- Append `line` to the delivery log `log` (lines oldest first), keeping the last `kept`:
+-- Append `line` to the delivery log `log` (lines oldest first), keeping the last `attempts_kept`:
 -- the oldest lines are cut off the log before the one concatenation.
 local function logged(log, line)
-  if kept <= 1 or type(log) ~= 'string' or log == '' then return line end
+  if attempts_kept <= 1 or type(log) ~= 'string' or log == '' then return line end
   local breaks, at = {}, string.find(log, '\n', 1, true)
   while at do
     breaks[#breaks + 1] = at
     at = string.find(log, '\n', at + 1, true)
   end
-  local drop = #breaks + 2 - kept  -- lines too many once `line` is added (at most #breaks: kept >= 2)
+  local drop = #breaks + 2 - attempts_kept  -- lines too many once `line` is added (at most #breaks)
   if drop > 0 then log = string.sub(log, breaks[drop] + 1) end
   return log .. '\n' .. line
 end
@@ -1864,9 +2275,9 @@ end
 -- The run's task waits again, in `delayed` at `due`; `fields` (for the one HSET) says so.
 local function requeue(member, topic, due, fields, priority)
   if head_due == nil then
-    head_due = tonumber(on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or math.huge)
+    head_due = tonumber(on('zset', 'ZRANGE', delayed, 0, 0, 'WITHSCORES')[2] or math.huge)
   end
-  zadd_counted(KEYS[1], due_score(due, priority), member, 'waiting', topic)
+  zadd_counted(delayed, due_score(due, priority), member, 'waiting', topic)
   if due < earliest then earliest, earliest_member = due, member end
   fields[#fields + 1] = 'status'
   fields[#fields + 1] = 'delayed'
@@ -1874,65 +2285,65 @@ local function requeue(member, topic, due, fields, priority)
   fields[#fields + 1] = due
 end
 
-local lp = ARGV[4]
-local limits = limits_of(lp)
+local limits = limits_of(limits_prefix)
 local freed = nil  -- topic -> members whose slot this call frees
 
-for i = 5, #ARGV, 8 do
-  local member, claim, outcome, gap, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
-  local next_due, wait, attempt = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]) or 0, ARGV[i + 7]
-  local task_key = KEYS[14 + (i - 5) / 8]
-  local r = read_record(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts', 'host', 'priority')
+for r = 1, (#ARGV - 4) / 8 do
+  local member, claim, outcome, gap, err, next_due, wait, attempt = unpack(ARGV, 8 * r - 3, 8 * r + 4)
+  local task_key = records[13 + r]
+  local hash, stored_claim, status, due, last_error, runs, attempts, host, priority =
+    record_fields(task_key, 'claim', 'status', 'due', 'error', 'runs', 'attempts', 'host', 'priority')
   local topic = topic_of(member)
   if limits and limits[topic] and limits[topic].slots > 0 then  -- the run ended, recorded or stale
     freed = freed or {}
     freed[topic] = freed[topic] or {}
     table.insert(freed[topic], run_id(member, claim))
   end
-  if r and r[1] == claim and r[2] == 'running' then
-    local not_before = now + wait
+  if hash and stored_claim == claim and status == 'running' then
+    local next_at = tonumber(next_due)
+    local not_before = now + (tonumber(wait) or 0)
     local fields = {}
-    batch_add(unleased, KEYS[2], topic, member)
+    batch_add(unleased, leases, topic, member)
     tally(outcome, topic)
     if outcome == 'defer' then
-      local runs = (int_of(r[5]) or 1) - 1
-      if runs > 0 then
-        fields = {'runs', runs}
+      local runs_left = (int_of(runs) or 1) - 1
+      if runs_left > 0 then
+        fields = {'runs', runs_left}
       else  -- never run: no run number, no last run, and a first due time now resolved
         redis.call('HDEL', task_key, 'runs', 'last_run', 'first')
       end
-      requeue(member, topic, next_due or not_before, fields, r[8])
-    elseif next_due and (outcome == 'ok' or outcome == 'retry') then
-      if next_due < not_before then next_due = not_before end
-      fields = {'last_due', r[3] or now}
-      requeue(member, topic, next_due, fields, r[8])
+      requeue(member, topic, next_at or not_before, fields, priority)
+    elseif next_at and (outcome == 'ok' or outcome == 'retry') then
+      if next_at < not_before then next_at = not_before end
+      fields = {'last_due', due or now}
+      requeue(member, topic, next_at, fields, priority)
     elseif outcome == 'retry' then
       -- Next run counts from the previous due time; if that is past (or
       -- unreadable), from now.
-      local due = (int_of(r[3]) or now) + gap
-      if due < now then due = now + gap end
-      if due < not_before then due = not_before end
-      requeue(member, topic, due, fields, r[8])
+      local retry_at = (int_of(due) or now) + tonumber(gap)
+      if retry_at < now then retry_at = now + tonumber(gap) end
+      if retry_at < not_before then retry_at = not_before end
+      requeue(member, topic, retry_at, fields, priority)
     elseif outcome == 'ok' or outcome == 'failed' then
       fields = {'status', outcome}
-      count_host(r[7], -1)  -- a URL task no longer waits for its host (a quarantine counts it itself)
-      batch_add(indexed, KEYS[outcome == 'ok' and 3 or 4], topic, member, now_text)
+      count_host(host, -1)  -- a URL task no longer waits for its host (a quarantine counts it itself)
+      batch_add(indexed, outcome == 'ok' and done_ok or done_failed, topic, member, now_text)
       redis.call('PEXPIRE', task_key, retention_text)
     else
-      quarantine(aside, task_key, member, err)  -- writes its own error
+      quarantine(quarantine_to, task_key, member, err)  -- writes its own error
     end
-    if ARGV[i + 5] == 'end' or outcome == 'quarantine' then schedules.remove(member) end
+    if next_due == 'end' or outcome == 'quarantine' then schedules.remove(member) end
     if outcome ~= 'quarantine' then
       if err ~= '' then
         fields[#fields + 1] = 'error'
         fields[#fields + 1] = err
-      elseif r[4] then
+      elseif last_error then
         redis.call('HDEL', task_key, 'error')
       end
     end
-    if attempt ~= '' and kept > 0 then
+    if attempt ~= '' and attempts_kept > 0 then
       fields[#fields + 1] = 'attempts'
-      fields[#fields + 1] = logged(r[6], attempt)
+      fields[#fields + 1] = logged(attempts, attempt)
     end
     if #fields > 0 then redis.call('HSET', task_key, unpack(fields)) end
     applied[#applied + 1] = 1
@@ -1940,53 +2351,67 @@ for i = 5, #ARGV, 8 do
     applied[#applied + 1] = 0
   end
 end
-flush_counted(unleased, {[KEYS[2]] = 'running'}, -1)
-if freed then free_slots(lp, freed, now) end
+flush_counted(unleased, {[leases] = 'running'}, -1)
+if freed then free_slots(limits_prefix, freed, now) end
 flush_counted(indexed, index_states, 1)
 if earliest < (head_due or math.huge) then
-  redis.call('PUBLISH', channel, wake_message(earliest, earliest_member))
+  redis.call('PUBLISH', wake_channel, wake_message(earliest, earliest_member))
 end
-flush_stats(KEYS[6], KEYS[7], 9, now)
+flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, now)
 return applied
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
--- KEYS: off (hash origin -> when disabled, ms), events (hash disabled|enabled -> times), corrupt
---       (set_aside), then to enable
---       each origin's health hash (`P{hosts}:h:<origin>`)
--- ARGV: 'disable' or 'enable', then the origins (scheme://host:port)
+-- KEYS[1]      off        P{hosts}:off             hash origin -> when disabled (ms)
+-- KEYS[2]      events     P{hosts}:events          hash disabled|enabled -> times
+-- KEYS[3]      corrupt    P{hosts}:corrupt         (declared only: set_aside names it)
+-- KEYS[3 + o]  health     P{hosts}:h:<origin>      to enable, origin o's health hash
+-- ARGV[1]      action     'disable' or 'enable'
+-- ARGV[1 + o]  origin     origin o (scheme://host:port)
+-- Reply: changed, how many origins changed
 -- Disabling flags the origins: from then on claim.lua sets their due URL tasks aside (runs in flight
 -- finish). Enabling unflags them, and forgets since when they had been failing (`P{hosts}:h:<origin>`),
 -- so that url_disable_after counts afresh; Store.enable_steps then resumes the topics holding tasks set aside.
 -- An origin already in the asked state is left as it is and not counted. O(origins).
--- Returns how many origins changed.
+local off, events = KEYS[1], KEYS[2]
+local health = KEYS  -- origin o's health hash: health[3 + o]
 local action = ARGV[1]
-expect('hash', KEYS[1], KEYS[2])
+local origins = ARGV  -- origin o: origins[1 + o]
+
+expect('hash', off, events)
 local changed = 0
-for i = 2, #ARGV do
+for o = 1, #origins - 1 do
   if action == 'disable' then
-    changed = changed + redis.call('HSETNX', KEYS[1], ARGV[i], now_ms())
+    changed = changed + redis.call('HSETNX', off, origins[1 + o], now_ms())
   else
-    changed = changed + redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.pcall('HDEL', KEYS[i + 2], 'failing_since')
+    changed = changed + redis.call('HDEL', off, origins[1 + o])
+    redis.pcall('HDEL', health[3 + o], 'failing_since')
   end
 end
-if changed > 0 then redis.call('HINCRBY', KEYS[2], action .. 'd', changed) end
+if changed > 0 then redis.call('HINCRBY', events, action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
--- KEYS: seen (zset: origin -> last report, ms), off, events, corrupt (set_aside), then one hash per host,
---       `P{hosts}:h:<origin>`
--- ARGV: per host 5 values: deliveries, failures, last outcome ('ok' or 'fail'), last error
---       ('' when none failed), ms the host's circuit stays open from now (0: closed); then the ms of
---       continuous failure after which a host is disabled (url_disable_after; 0: never)
+-- KEYS[1]          seen           P{hosts}:seen           zset: origin -> last report (ms)
+-- KEYS[2]          off            P{hosts}:off
+-- KEYS[3]          events         P{hosts}:events
+-- KEYS[4]          corrupt        P{hosts}:corrupt        (declared only: set_aside names it)
+-- KEYS[4 + h]      health         P{hosts}:h:<origin>     host h's hash
+-- ARGV[5h - 4]     deliveries     to host h
+-- ARGV[5h - 3]     failures
+-- ARGV[5h - 2]     last           the last outcome, 'ok' or 'fail'
+-- ARGV[5h - 1]     err            the last error ('' when none failed)
+-- ARGV[5h]         open_ms        ms the host's circuit stays open from now (0: closed)
+-- ARGV[5hosts + 1] disable_after  ms of continuous failure after which a host is disabled (url_disable_after;
+--                                 0: never)
+-- Reply: now, Redis's clock (ms)
 -- A host's hash: `m<minute % 60>` = '<minute>,<deliveries>,<failures>' (a ring: the last hour,
 -- minute by minute), `error` and `error_at` (the last failure), `ok_at` (the last success),
 -- `failing_since` (the first failure after the last success; removed by a success), `open_until`.
@@ -1994,17 +2419,19 @@ local KEYS, ARGV = keys, argv
 -- the event counted in `P{hosts}:events`).
 -- Bounded: a hash expires a day after its last report, and the index forgets hosts not reported
 -- for a day (at most 100 per call). Times are Redis's clock.
+local seen, off, events = KEYS[1], KEYS[2], KEYS[3]
+local health, hosts = KEYS, #KEYS - 4  -- host h's hash: health[4 + h]; its values: unpack(ARGV, 5h - 4, 5h)
+local disable_after = tonumber(ARGV[5 * hosts + 1]) or 0
+
 local now = now_ms()
 local DAY = 86400000
-local seen, off, events = KEYS[1], KEYS[2], KEYS[3]
 local host_prefix = string.sub(seen, 1, -5) .. 'h:'  -- `P{hosts}:h:` of `P{hosts}:seen`
-local disable_after = tonumber(ARGV[(#KEYS - 4) * 5 + 1]) or 0
 local minute = math.floor(now / 60000)
 local slot = 'm' .. (minute % 60)
-for i = 5, #KEYS do
-  local key, j = KEYS[i], (i - 5) * 5
-  local deliveries, failures = tonumber(ARGV[j + 1]) or 0, tonumber(ARGV[j + 2]) or 0
-  local last, err, open_ms = ARGV[j + 3], ARGV[j + 4], tonumber(ARGV[j + 5]) or 0
+for h = 1, hosts do
+  local key = health[4 + h]
+  local deliveries, failures, last, err, open_ms = unpack(ARGV, 5 * h - 4, 5 * h)
+  deliveries, failures, open_ms = tonumber(deliveries) or 0, tonumber(failures) or 0, tonumber(open_ms) or 0
   local ring = on('hash', 'HGET', key, slot)
   local at, d, f = string.match(ring or '', '^(%d+),(%d+),(%d+)$')
   if tonumber(at) ~= minute then d, f = 0, 0 end
@@ -2035,43 +2462,64 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
 -- the buckets holding the topic's tasks are told, in their own slots.
--- KEYS: conf, tat:<topic>, run:<topic>, where:<topic>, corrupt (set_aside; all under P{limits}:),
---       every bucket's limited
--- ARGV: topic, the limit as 'N PERIOD_MS K' (N starts per PERIOD_MS, 0 = no rate; K runs in
---       flight, 0 = no cap) or '' to clear it, the limits prefix P{limits}:
+-- KEYS[1]      conf           P{limits}:conf
+-- KEYS[2]      tat            P{limits}:tat:<topic>
+-- KEYS[3]      run            P{limits}:run:<topic>
+-- KEYS[4]      where          P{limits}:where:<topic>   (declared only: wake_held names it)
+-- KEYS[5]      corrupt        P{limits}:corrupt         (declared only: set_aside names it)
+-- KEYS[5 + b]  limited        P{N}:limited              every bucket's (declared only: wake_held names them)
+-- ARGV[1]      topic
+-- ARGV[2]      limit          'N PERIOD_MS K' (N starts per PERIOD_MS, 0 = no rate; K runs in flight, 0 = no
+--                             cap), or '' to clear it
+-- ARGV[3]      limits_prefix  P{limits}:
+-- Reply: had, 1 if the topic had a limit, else 0
 -- A new limit holds from the next claim (runs already in flight are not counted against it); the
 -- buckets holding tasks of the topic look at them again at once, so a higher limit lets more start
 -- and a cleared one releases them all, in due order. Clearing forgets the rate state and the runs
--- in flight. Returns 1 if the topic had a limit, else 0.
+-- in flight.
+local conf, tat, run = KEYS[1], KEYS[2], KEYS[3]
+local topic, limit, limits_prefix = ARGV[1], ARGV[2], ARGV[3]
+
 local now = now_ms()
-local topic, value, lp = ARGV[1], ARGV[2], ARGV[3]
-expect('hash', KEYS[1])
-local had = redis.call('HEXISTS', KEYS[1], topic)
-if value == '' then
-  redis.call('HDEL', KEYS[1], topic)
-  redis.call('DEL', KEYS[2], KEYS[3])
+expect('hash', conf)
+local had = redis.call('HEXISTS', conf, topic)
+if limit == '' then
+  redis.call('HDEL', conf, topic)
+  redis.call('DEL', tat, run)
 else
-  redis.call('HSET', KEYS[1], topic, value)
+  redis.call('HSET', conf, topic, limit)
 end
-wake_held(lp, topic, now)
+wake_held(limits_prefix, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- park: set aside the tasks of a paused topic that were in one ready list when it was paused,
 -- a bounded chunk per call (Client.pause walks each ready list of each bucket after pause.lua).
--- KEYS: paused, ready list, counts, the topic's parked set (paused:<topic>), corrupt (set_aside), then
---       the records (`<task-key prefix><member>`) of the members the previous call returned
--- ARGV: task-key prefix, topic, the pause's generation, position (entries counted from the
---       list's tail that earlier calls looked at; -1: none left to look at), chunk
+-- KEYS[1]      paused        P{N}:paused
+-- KEYS[2]      ready         P{N}:ready:*         one ready list
+-- KEYS[3]      counts_key    P{N}:counts
+-- KEYS[4]      parked        P{N}:paused:<topic>  the topic's parked set
+-- KEYS[5]      corrupt       P{N}:corrupt         (declared only: set_aside names it)
+-- KEYS[5 + m]  record        P{N}:t:<member>      the records of the members the previous call returned
+-- ARGV[1]      prefix        the task-key prefix P{N}:t:
+-- ARGV[2]      topic
+-- ARGV[3]      generation    the pause's
+-- ARGV[4]      position      entries counted from the list's tail that earlier calls looked at (-1: none
+--                            left to look at)
+-- ARGV[5]      chunk         entries to look at
+-- Reply: {parked, position, members...}
+--   parked: tasks parked; position: the next call's, -1 at the head, or -2 (and nothing else) when the bucket no longer
+--   holds this pause or a later one (a resume that began after it has resumed the topic here); members:
+--   the topic's members looked at, for the next call
 -- A script touches only the records its call declares, so each chunk takes two calls: one
 -- looks at the `chunk` entries before `position` from the tail and returns the topic's members
 -- among them, the next parks those whose record is still live (`queued=1`: `queued=0`, into
@@ -2082,36 +2530,35 @@ counts, runs = {}, {}
 -- are pushed there, which moves no entry's distance from the tail, and what promote appends at
 -- the tail while the topic is paused is of other topics (it only moves the walk's window back
 -- over entries already seen). Costs O(chunk), whatever the list's length.
--- Returns {parked, next position (-1 at the head), the topic's members looked at}, or {0, -2}
--- when the bucket no longer holds this pause or a later one (a resume that began after it has
--- resumed the topic here).
+local paused, ready, counts_key, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local records = KEYS  -- the m-th member's record: records[5 + m]
 local prefix, topic, generation = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local position, chunk = tonumber(ARGV[4]), tonumber(ARGV[5])
-local parked = KEYS[4]
-expect('hash', KEYS[1])
-local held = pause_generation(redis.call('HGET', KEYS[1], topic))
-if not held or held < generation then return {0, -2} end
-expect('list', KEYS[2])
+
+expect('hash', paused)
+local flagged = pause_generation(redis.call('HGET', paused, topic))  -- the pause the bucket holds
+if not flagged or flagged < generation then return {0, -2} end
+expect('list', ready)
 expect('zset', parked)
 local now = now_ms()
 local moved = 0
-for i = 6, #KEYS do
-  local task_key = KEYS[i]
+for m = 1, #records - 5 do
+  local task_key = records[5 + m]
   local member = string.sub(task_key, #prefix + 1)
   if string.sub(task_key, 1, #prefix) == prefix and topic_of(member) == topic then
-    local r = read_record(task_key, 'queued', 'due', 'priority')
-    if r and r[1] == '1' then
+    local hash, queued, due, priority = record_fields(task_key, 'queued', 'due', 'priority')
+    if hash and queued == '1' then
       redis.call('HSET', task_key, 'queued', '0')
       mark_parked(task_key, now)
-      count_ready(r[3], topic, -1)
-      zadd_counted(parked, int_of(r[2]) or now, member, 'parked', topic)
+      count_ready(priority, topic, -1)
+      zadd_counted(parked, int_of(due) or now, member, 'parked', topic)
       moved = moved + 1
     end
   end
 end
-flush_counts(KEYS[3])
+flush_counts(counts_key)
 if position < 0 then return {moved, -1} end
-local entries = redis.call('LRANGE', KEYS[2], -(position + chunk), -(position + 1))
+local entries = redis.call('LRANGE', ready, -(position + chunk), -(position + 1))
 local reply = {moved, #entries < chunk and -1 or position + chunk}
 for _, member in ipairs(entries) do
   if topic_of(member) == topic then reply[#reply + 1] = member end
@@ -2119,531 +2566,203 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
 -- park.lua on their ready lists).
--- KEYS: paused, corrupt (set_aside)
--- ARGV: topic, generation ('' on the first bucket: it is taken there)
+-- KEYS[1]  paused            P{N}:paused
+-- KEYS[2]  corrupt           P{N}:corrupt   (declared only: set_aside names it)
+-- ARGV[1]  topic
+-- ARGV[2]  given_generation  the pause's, '' on the first bucket: it is taken there
+-- Reply: generation, the pause's
 -- Promote reads the flag: from now on the topic's due tasks (and lapsed leases) are parked in
 -- `paused:<topic>` instead of made ready. The flag's value is the pause's generation: Redis's
 -- clock in µs when the pause reached its first bucket, and later than the generation held there
 -- before, so a pause's generation is later than that of every resume that began before it
 -- (resume.lua takes its own on the same bucket). A resume acts only on pauses of earlier
 -- generations: a pause wins, on every bucket, over a resume that began before it. A bucket keeps
--- the latest generation it is given. O(1). Returns the generation.
-local topic = ARGV[1]
-expect('hash', KEYS[1])
-local held = pause_generation(redis.call('HGET', KEYS[1], topic))
-local generation = int_of(ARGV[2]) or math.max(now_us(), (held or 0) + 1)
-if not held or held < generation then
-  redis.call('HSET', KEYS[1], topic, string.format('%d', generation))
+-- the latest generation it is given. O(1).
+local paused = KEYS[1]
+local topic, given_generation = ARGV[1], ARGV[2]
+
+expect('hash', paused)
+local flagged = pause_generation(redis.call('HGET', paused, topic))  -- the pause the bucket holds
+local generation = int_of(given_generation) or math.max(now_us(), (flagged or 0) + 1)
+if not flagged or flagged < generation then
+  redis.call('HSET', paused, topic, string.format('%d', generation))
 end
 return generation
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
--- promote: the bucket's tick. Moves due tasks to the ready lists, puts tasks whose
--- lease lapsed back at the front of them, and trims finished-task indexes.
--- KEYS: delayed, leases, ready:3, ready:2, ready:1, done:ok, done:failed,
---       done:deleted, quarantine, counts, totals, paused, ready:u3, ready:u2, ready:u1, limited,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside), taking,
---       then the learned keys (below)
--- ARGV: task-key prefix, batch limit, retention (ms), ready channel, bucket id,
---       limits prefix (P{limits}:, or '' on Redis Cluster)
--- Tasks held back by a limit (claim.lua) are released when the topic's time in `limited` comes:
--- as many as the limit lets start now, earliest due first, to the front of their ready lists
--- (all of them, a batch at a time, when the topic has no limit any more), their starts and slots
--- taken for them (so that buckets releasing at the same time never release more than the limit).
--- A lapsed lease of a limited topic frees its slot (free_slots).
--- A member whose record is missing or corrupt (not a hash, a status or priority it
--- cannot have there) is quarantined: set aside as a failed task with the reason.
--- Learned keys: the script touches no key its call did not declare. The keys it can only know from
--- what it reads (the records of due and lapsed members, a paused topic's parked set, a limited topic's
--- held set, the limits' keys) are checked with use(); where one is missing the work stops there (due
--- order kept: nothing after it is done this call), the keys go in the reply, and `full` is set, so the
--- caller calls again at once declaring them. The reply also names the keys the next call will probably
--- need (the records of the members due soonest and of leases about to lapse, and the parked sets of
--- those members' topics that are paused), which the caller declares then: in the common case no call is cut.
--- Returns {moved, reaped, next due (ms or -1), next lease expiry or `taking` deadline (ms or -1),
---          Redis's clock (µs), 1 if a batch was full or cut (call again at once) else 0,
---          then the keys to declare on the next call}
---          (next due: the earlier of the head of `delayed` and of `limited`)
+-- promote: the bucket's tick. Four jobs, in this order, each in a file of the lib: due tasks to the ready
+-- lists (_due.lua), held tasks their limit lets start (_release.lua), lapsed leases back to run again
+-- (_reap.lua), finished-task indexes trimmed to the retention (_trim.lua); then the ready messages, and the
+-- keys the next call will need (_tick.lua: a call touches no key it did not declare).
+-- KEYS[1]    delayed        P{N}:delayed
+-- KEYS[2]    leases         P{N}:leases
+-- KEYS[3]    ready_3        P{N}:ready:3
+-- KEYS[4]    ready_2        P{N}:ready:2
+-- KEYS[5]    ready_1        P{N}:ready:1
+-- KEYS[6]    done_ok        P{N}:done:ok
+-- KEYS[7]    done_failed    P{N}:done:failed
+-- KEYS[8]    done_deleted   P{N}:done:deleted
+-- KEYS[9]    quarantine_key P{N}:quarantine
+-- KEYS[10]   counts_key     P{N}:counts
+-- KEYS[11]   totals_key     P{N}:totals
+-- KEYS[12]   paused         P{N}:paused
+-- KEYS[13]   ready_u3       P{N}:ready:u3
+-- KEYS[14]   ready_u2       P{N}:ready:u2
+-- KEYS[15]   ready_u1       P{N}:ready:u1
+-- KEYS[16]   limited        P{N}:limited
+-- KEYS[17]   window         P{N}:w:<n>        the run-event windows of the caller's clock (flush_stats)
+-- KEYS[18]   next_window    P{N}:w:<n+1>
+-- KEYS[19]   minute         P{N}:w:m:<m>
+-- KEYS[20]   next_minute    P{N}:w:m:<m+1>
+-- KEYS[21]   corrupt        P{N}:corrupt      (declared only: set_aside names it)
+-- KEYS[22..] learned        *                 the keys the previous call's reply named, then the records of
+--                                             the members wake messages named
+-- ARGV[1]    prefix         the task-key prefix P{N}:t:
+-- ARGV[2]    batch          the most entries a job takes of one index in one call
+-- ARGV[3]    retention      ms
+-- ARGV[4]    ready_channel  Pready
+-- ARGV[5]    bucket         N
+-- ARGV[6]    limits_prefix  P{limits}:, or '' on Redis Cluster
+-- Reply: {moved, reaped, next_due, next_lease, clock_us, full, learned...}
+--   moved: tasks made ready (due or released); reaped: lapsed leases made ready again;
+--   next_due: ms, the earlier of the heads of `delayed` and of `limited`, or -1; next_lease: ms, the
+--   earliest lease expiry, or -1; clock_us: Redis's clock (µs); full: 1 if a batch was full or the call was
+--   cut for want of keys (call again at once), else 0; learned: the keys the next call is to declare.
+local delayed, leases, ready_3, ready_2, ready_1 = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local done_ok, done_failed, done_deleted, quarantine_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local counts_key, totals_key, paused = KEYS[10], KEYS[11], KEYS[12]
+local ready_u3, ready_u2, ready_u1, limited = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local window, next_window, minute, next_minute = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local prefix, batch, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ready_channel, bucket, limits_prefix = ARGV[4], ARGV[5], ARGV[6]
+
 local clock = now_us()
 local now = math.floor(clock / 1000)
-local prefix, limit, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
--- The batch limit as text once: a Lua number given to redis.call is formatted per argument (%.17g).
-local limit_text = string.format('%d', limit)
-local ready = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5]}
-local ready_url = {['3'] = KEYS[13], ['2'] = KEYS[14], ['1'] = KEYS[15]}
--- Due tasks pushed per ready list (in due order), and the kinds of list that got
--- some, which the ready messages name ('' call/push, 'u' URL).
-local pushes, kinds = {}, {}
-
--- A member made ready in a list of kind `kind`: the kind's ready message goes out.
-local function announce(kind)
-  kinds[kind] = true
-end
-
--- The keys the call may touch (KEYS, made a set at the first question: an idle tick asks none), and
--- those to name in the reply: `asked` in order, once each.
-local declared, asked, named = nil, {}, {}
-local function is_declared(key)
-  if not declared then
-    declared = {}
-    for _, k in ipairs(KEYS) do declared[k] = true end
-  end
-  return declared[key]
-end
-local function ask(key)
-  if not named[key] then
-    named[key] = true
-    asked[#asked + 1] = key
-  end
-end
--- Whether the call may touch `key`; if not, it is asked for.
-local function use(key)
-  if is_declared(key) then return true end
-  ask(key)
-  return false
-end
--- Whether the call may touch all of `keys`; if not, all of them are asked for (the next call needs
--- the whole set).
-local function use_all(keys)
-  local all = true
-  for _, key in ipairs(keys) do all = is_declared(key) and all end
-  if not all then for _, key in ipairs(keys) do ask(key) end end
-  return all
-end
-local lp = ARGV[6]
--- The limits' keys a topic's release or freed slot touches (single Redis only: `lp` is '' on Cluster).
-local function limit_keys(topic, keys)
-  if lp ~= '' then
-    for _, kind in ipairs({'tat:', 'run:', 'where:'}) do keys[#keys + 1] = lp .. kind .. topic end
-    keys[#keys + 1] = lp .. 'conf'
-    keys[#keys + 1] = lp .. 'corrupt'
-  end
-  return keys
-end
-local cut = false  -- work left undone for want of keys: call again at once
-
--- The ready list of a task (by its `url` flag and priority: see is_url in _lib), and its kind.
--- A record without the flag goes to the call lists (a URL task written before the flag
--- existed is still delivered on the event loop: the queue process routes by the target).
-local function list_of(url, priority)
-  if url == '1' then return ready_url[priority], 'u' end
-  return ready[priority], ''
-end
-local aside = {failed = KEYS[7], quarantine = KEYS[9], now = now, retention = retention}
-
--- Why the record `r` (status, priority) of a member of `index` cannot be used, or nil.
-local function defect(r, task_key, index, status)
-  if not r then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
-  if not r[1] then return index .. ' entry without a record' end
-  if r[1] ~= status then return index .. ' entry with status ' .. string.sub(r[1], 1, 40) end
-  if not ready[r[2] or DEFAULT_PRIORITY] then return 'record with a bad priority' end
-end
-
--- Paused topics: the `paused` hash is never read whole (a call costs the same whatever the number of
--- topics paused: issue 41); each topic of a member this call handles is looked up once (HGET).
--- A topic being resumed ('r', see resume.lua) parks only what is due after its earliest task still
--- parked, so that the batches of a resume keep due order. A flagged topic whose parked set this call
--- may not touch is not `known`: its tasks are not moved this call (the set is asked for).
-local pauses = {}  -- topic -> false (nothing parks), or {key = its parked set, known, after}
-local none_paused = nil  -- whether the `paused` hash is empty (usually: then no topic is looked up)
-local function pause_of(topic)
-  local p = pauses[topic]
-  if p ~= nil then return p end
-  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[12]) == 0 end
-  p = false
-  local flag = not none_paused and on('hash', 'HGET', KEYS[12], topic)
-  if flag then
-    local key = parked_key(KEYS[12], topic)
-    p = {key = key, known = is_declared(key), after = -math.huge}
-    if p.known then
-      expect('zset', key)
-      if flag == 'r' then
-        p.after = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
-        if not p.after then p = false end
-      end
-    end
-  end
-  pauses[topic] = p
-  return p
-end
--- Whether the call may handle tasks of `topic` (not paused, or its parked set declared); if not, the
--- parked set is asked for.
-local function pause_known(topic)
-  local p = pause_of(topic)
-  return not p or use(p.key)
-end
--- The parked set of `topic` when it is paused (for the reply: the next call will probably need it).
-local function ask_parked(topic)
-  local p = pause_of(topic)
-  if p then ask(p.key) end
-end
-
--- Whether the call may move `member` (its record declared, its topic's pause known); if not, it is cut
--- there and the record asked for.
-local function movable(member, task_key)
-  local known = pause_known(topic_of(member))
-  if use(task_key) and known then return true end
-  cut = true
-  return false
-end
-
--- Whether a task of `topic` due at `score` waits in its topic's parked set.
-local function parks(topic, score)
-  local p = pause_of(topic)
-  return p and score > p.after
-end
-
--- Members of a zset at scores no script writes (past 2^53 ms: inf, 1e300): such an entry
--- would never come due, lapse or expire, and would be counted as waiting forever.
-local function timeless(key)
-  return on('zset', 'ZRANGEBYSCORE', key, '(9007199254740992', '+inf', 'WITHSCORES', 'LIMIT', '0', limit_text)
-end
-
--- Due tasks go to the back of their kind's and priority's ready list, in due order:
--- one RPUSH per list for the whole batch. A due task of a paused topic is parked
--- instead (with its due time), so it leaves the head of `delayed`.
-local moved = 0
-local found, scores = {}, {}
-local pairs_ = on('zset', 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', '0', limit_text)
-for i = 1, #pairs_, 2 do
-  found[#found + 1] = pairs_[i]
-  scores[pairs_[i]] = pairs_[i + 1]
-end
--- In due order, up to the first member the call may not move (it and the rest are asked for).
-local due = {}
-for _, member in ipairs(found) do
-  if cut or not movable(member, prefix .. member) then
-    ask(prefix .. member)
-  else
-    due[#due + 1] = member
-  end
-end
-for _, member in ipairs(due) do
-  local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'url', 'parked')
-  local topic = topic_of(member)
-  count('waiting', topic, -1)
-  local reason = defect(r, task_key, 'delayed', 'delayed')
-  if reason then
-    quarantine(aside, task_key, member, reason)
-  elseif parks(topic, tonumber(scores[member]) or now) then
-    mark_parked(task_key, now)
-    zadd_counted(pause_of(topic).key, scores[member], member, 'parked', topic)
-  else
-    local priority = r[2] or DEFAULT_PRIORITY
-    if r[4] then
-      redis.call('HSET', task_key, 'queued', '1', 'unparked', now)  -- set aside until now (mark_parked)
-    else
-      redis.call('HSET', task_key, 'queued', '1')
-    end
-    local list, kind = list_of(r[3], priority)
-    local batch = pushes[list] or {}
-    pushes[list] = batch
-    batch[#batch + 1] = member
-    announce(kind)
-    count_ready(priority, topic, 1)
-    moved = moved + 1
-  end
-end
-for _, list in ipairs({KEYS[3], KEYS[4], KEYS[5], KEYS[13], KEYS[14], KEYS[15]}) do
-  if pushes[list] then on('list', 'RPUSH', list, unpack(pushes[list])) end
-end
-
--- Held tasks whose limit may let them start: the earliest the limit lets through go to the front
--- of their ready lists (LPUSH of the batch in reverse: the earliest first), marked `released`.
--- A held entry whose record is no longer that held task (deleted, replaced, run meanwhile) is
--- dropped. An entry for a topic that holds nothing here any more leaves `limited` and `where`.
--- A topic whose held set or limits' keys the call may not touch waits for the next call; so do the
--- held members from the first whose record it may not touch (with the topic's keys asked for again).
-local limited = on('zset', 'ZRANGEBYSCORE', KEYS[16], '-inf', now, 'LIMIT', '0', limit_text)
-local limits = nil
-local fronts, full_held = {}, false
-local function release(topic, held, topic_keys)
-  limits = limits or limits_of(lp) or {}
-  expect('zset', held)
-  local l = limits[topic]
-  local g = l and gate(lp, topic, l, clock)
-  local room = math.min(limit, g and gate_room(g) or limit)
-  local stale, stopped = false, false
-  if room > 0 then
-    local members = redis.call('ZRANGE', held, 0, room - 1, 'WITHSCORES')
-    for i = 1, #members, 2 do
-      local member = members[i]
-      local task_key = prefix .. member
-      local r = nil
-      if stopped then
-        ask(task_key)
-      elseif not use(task_key) then
-        stopped = true
-      else
-        r = read_record(task_key, 'status', 'queued', 'held', 'priority', 'url')
-        zrem_counted(held, member, 'throttled', topic)
-        if not (r and r[1] == 'delayed' and r[2] ~= '1' and r[3]) then
-          stale = true
-        elseif parks(topic, tonumber(members[i + 1]) or now) then
-          redis.call('HDEL', task_key, 'held')
-          mark_parked(task_key, now)
-          zadd_counted(pause_of(topic).key, members[i + 1], member, 'parked', topic)
-        elseif not ready[r[4] or DEFAULT_PRIORITY] then
-          quarantine(aside, task_key, member, 'record with a bad priority')
-        else
-          redis.call('HSET', task_key, 'queued', '1', 'released', now)
-          local list, kind = list_of(r[5], r[4] or DEFAULT_PRIORITY)
-          fronts[list] = fronts[list] or {}
-          table.insert(fronts[list], 1, member)
-          announce(kind)
-          count_ready(r[4], topic, 1)
-          moved = moved + 1
-          if g then gate_take(g, member, now + LIMIT_RESERVE_MS) end
-        end
-      end
-    end
-  end
-  if stopped then
-    cut = true
-    for _, key in ipairs(topic_keys) do ask(key) end
-  end
-  if g then gate_close(g) end
-  local left = redis.call('ZCARD', held)
-  if left == 0 then
-    redis.call('ZREM', KEYS[16], topic)
-    if lp ~= '' then redis.pcall('SREM', lp .. 'where:' .. topic, ARGV[5]) end
-  elseif not g or stale or stopped then
-    redis.call('ZADD', KEYS[16], now, topic)  -- no limit any more, stale entries, cut: again at once
-    full_held = full_held or not g
-  else
-    redis.call('ZADD', KEYS[16], gate_next(g, left), topic)
-  end
-end
-for _, topic in ipairs(limited) do
-  local held = held_key(KEYS[16], topic)
-  local topic_keys = limit_keys(topic, {held})
-  local p = pause_of(topic)
-  if p then topic_keys[#topic_keys + 1] = p.key end
-  if not use_all(topic_keys) then
-    cut = true
-  else
-    release(topic, held, topic_keys)
-  end
-end
-for list, members in pairs(fronts) do on('list', 'LPUSH', list, unpack(members)) end
-if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
-local never = timeless(KEYS[1])
-for i = 1, #never, 2 do
-  if use(prefix .. never[i]) then
-    count('waiting', topic_of(never[i]), -1)
-    quarantine(aside, prefix .. never[i], never[i], 'delayed entry due at ' .. never[i + 1] .. ' ms: never due')
-    redis.call('ZREM', KEYS[1], never[i])
-  else
-    cut = true
-  end
-end
-
--- Lapsed leases: the worker died, hung or lost Redis. Fence it off (claim + 1)
--- and run the task again soon, keeping its run number (same idempotency key).
--- A lease of a task that finished meanwhile is simply dropped.
-local finished = {ok = true, failed = true, deleted = true}
-local reaped = 0
-local freed = nil  -- lapsed runs of topics with a concurrency limit: topic -> members
-local expired = on('zset', 'ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', '0', limit_text)
-local endless = timeless(KEYS[2])  -- a lease that would never lapse: as lapsed now
-for i = 1, #endless, 2 do expired[#expired + 1] = endless[i] end
--- In expiry order, up to the first the call may not handle (with, on a single Redis, its topic's limits'
--- keys, for the slot it frees).
-local lapsed, stop = {}, false
-local backs = {}  -- ready list -> its lapsed members, the last lapsed first
-for _, member in ipairs(expired) do
-  local task_key = prefix .. member
-  if stop or not (movable(member, task_key) and use_all(limit_keys(topic_of(member), {}))) then
-    stop, cut = true, true
-    ask(task_key)
-  else
-    lapsed[#lapsed + 1] = member
-  end
-end
-for _, member in ipairs(lapsed) do
-  local task_key = prefix .. member
-  local r = read_record(task_key, 'status', 'priority', 'claim', 'created', 'due', 'url')
-  local topic = topic_of(member)
-  count('running', topic, -1)
-  if lp ~= '' and r then  -- (the lapsed run's token is the record's; without a record its slot lapses alone)
-    freed = freed or {}
-    freed[topic] = freed[topic] or {}
-    table.insert(freed[topic], run_id(member, claim_token(r[3], r[4])))
-  end
-  if not (r and finished[r[1]]) then
-    local reason = defect(r, task_key, 'leased', 'running')
-    local token = r and claim_token(r[3], r[4]) + 1
-    if reason then
-      quarantine(aside, task_key, member, reason)
-    elseif parks(topic, int_of(r[5]) or now) then
-      -- Its topic is paused: it waits, parked at its due time, to run again on resume.
-      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '0', 'lapsed', '1', 'claim', token)
-      mark_parked(task_key, now)
-      zadd_counted(pause_of(topic).key, int_of(r[5]) or now, member, 'parked', topic)
-      tally('lapsed', topic)
-    else
-      redis.call('HSET', task_key, 'status', 'delayed', 'queued', '1', 'lapsed', '1', 'claim', token)
-      local list, kind = list_of(r[6], r[2] or DEFAULT_PRIORITY)
-      announce(kind)
-      backs[list] = backs[list] or {}
-      table.insert(backs[list], 1, member)
-      count_ready(r[2], topic, 1)
-      tally('lapsed', topic)
-      reaped = reaped + 1
-    end
-  end
-end
--- To the front of their lists in expiry order, the first lapsed first (one LPUSH of each list's in reverse).
-for list, members in pairs(backs) do on('list', 'LPUSH', list, unpack(members)) end
-if #lapsed > 0 then redis.call('ZREM', KEYS[2], unpack(lapsed)) end
-if freed then
-  local set = limits_of(lp)
-  for topic in pairs(freed) do
-    if not (set and set[topic] and set[topic].slots > 0) then freed[topic] = nil end
-  end
-  is_declared(KEYS[1])
-  free_slots(lp, freed, now, declared)  -- (other buckets' `limited` only if declared: docs/redis-layout.md)
-end
-
--- Finished-task indexes keep only what is inside the retention period (the
--- records themselves expire on their own with PEXPIRE). The quarantine hash
--- keeps a reason for as long as its task is in done:failed.
-local states = {nil, nil, nil, nil, nil, 'ok', 'failed', 'deleted'}
-for k = 6, 8 do
-  local old = on('zset', 'ZRANGEBYSCORE', KEYS[k], '-inf', now - retention, 'LIMIT', '0', limit_text)
-  local kept = timeless(KEYS[k])  -- finished at a time that never comes: past retention too
-  for i = 1, #kept, 2 do old[#old + 1] = kept[i] end
-  if #old > 0 then
-    redis.call('ZREM', KEYS[k], unpack(old))
-    if k == 7 then on('hash', 'HDEL', KEYS[9], unpack(old)) end
-    for _, member in ipairs(old) do count(states[k], topic_of(member), -1) end
-  end
-end
-flush_stats(KEYS[10], KEYS[11], 17, now)
-
--- Takes an earlier version's queue process never claimed (it died or hung between its take and its
--- claim): back to the front of their lists (_take.lua).
-local lists = {['3'] = KEYS[3], ['2'] = KEYS[4], ['1'] = KEYS[5], u3 = KEYS[13], u2 = KEYS[14], u1 = KEYS[15]}
-local _, lost_left = put_back_lost(KEYS[22], now, limit, lists, function(list)
-  announce(string.sub(list, 1, -2))
-end)
-
+local tick = {
+  now = now, clock = clock, prefix = prefix, batch = batch, retention = retention, bucket = bucket,
+  limits_prefix = limits_prefix, delayed = delayed, leases = leases, paused = paused, limited = limited,
+  -- The batch as text once: a Lua number given to redis.call is formatted per argument (%.17g).
+  batch_text = string.format('%d', batch),
+  lists = {['3'] = ready_3, ['2'] = ready_2, ['1'] = ready_1},
+  url_lists = {['3'] = ready_u3, ['2'] = ready_u2, ['1'] = ready_u1},
+  quarantine_to = {failed = done_failed, quarantine = quarantine_key, now = now, retention = retention},
+  moved = 0, reaped = 0, kinds = {}, cut = false, asked = {}, named = {}, pauses = {},
+}
+local due_found = move_due(tick)
+local release_again = release_held(tick)
+local leases_found = reap_lapsed(tick)
+trim_finished(tick, done_ok, done_failed, done_deleted, quarantine_key)
+flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, now)
 -- `N` for call/push tasks, `uN` for URL tasks: a queue process claims only the kind announced.
-for kind in pairs(kinds) do redis.call('PUBLISH', ARGV[4], kind .. ARGV[5]) end
--- The keys the next call will probably need: the records of the members of `delayed` due within
--- AHEAD_MS of its head or of now, whichever is later (at most a batch: a backlog's next batch), and of
--- leases lapsing within AHEAD_MS of now (with their topics' limits' keys).
-local AHEAD_MS = 50
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[2] then
-  local horizon = math.max(now, due_of_score(head[2])) + AHEAD_MS + DUE_SKEW
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', horizon, 'LIMIT', '0', limit_text)) do
-    ask(prefix .. member)
-    ask_parked(topic_of(member))
-  end
-end
-local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if lease[2] and tonumber(lease[2]) <= now + AHEAD_MS then
-  local lapsing = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now + AHEAD_MS, 'LIMIT', '0', limit_text)
-  for _, member in ipairs(lapsing) do
-    ask(prefix .. member)
-    ask_parked(topic_of(member))
-    for _, key in ipairs(limit_keys(topic_of(member), {})) do ask(key) end
-  end
-end
-local next_held = redis.call('ZRANGE', KEYS[16], 0, 0, 'WITHSCORES')
-local next_due = head[2] and due_of_score(head[2]) or -1
-if next_held[2] and (next_due < 0 or tonumber(next_held[2]) < next_due) then next_due = tonumber(next_held[2]) end
-local taking = redis.call('ZRANGE', KEYS[22], 0, 0, 'WITHSCORES')
-local next_lease = tonumber(lease[2] or -1)
-if taking[2] and (next_lease < 0 or tonumber(taking[2]) < next_lease) then
-  next_lease = math.ceil(tonumber(taking[2]))
-end
-local full = 0
-if #found == limit or #expired == limit or full_held or cut or lost_left then full = 1 end
-return {moved, reaped, next_due, next_lease, clock, full, unpack(asked)}
+for kind in pairs(tick.kinds) do redis.call('PUBLISH', ready_channel, kind .. bucket) end
+local next_due, next_lease = look_ahead(tick)
+local full = (due_found == batch or leases_found == batch or release_again or tick.cut) and 1 or 0
+return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
--- KEYS: info (hash: daemon id -> JSON entry), expires (sorted set: daemon id -> expiry ms), corrupt (set_aside)
--- ARGV: daemon id, JSON entry ('' removes the entry: a graceful stop), ttl (ms)
+-- KEYS[1]  info      P{daemons}:info      hash: daemon id -> JSON entry
+-- KEYS[2]  expires   P{daemons}:expires   sorted set: daemon id -> expiry (ms)
+-- KEYS[3]  corrupt   P{daemons}:corrupt   (declared only: set_aside names it)
+-- ARGV[1]  id        the daemon's id
+-- ARGV[2]  entry     its JSON entry ('' removes the entry: a graceful stop)
+-- ARGV[3]  ttl       ms
+-- Reply: now, the Redis time (ms) of the call
 -- Entries whose expiry has passed (a daemon that died without a stop) are dropped
 -- on every call, so the registry never grows with dead daemons.
--- Returns the Redis time (ms) of the call.
-local now = now_ms()
+local info, expires = KEYS[1], KEYS[2]
 local id, entry, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-expect('hash', KEYS[1])
-expect('zset', KEYS[2])
-local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+
+local now = now_ms()
+expect('hash', info)
+expect('zset', expires)
+local dead = redis.call('ZRANGEBYSCORE', expires, '-inf', now)
 for _, gone in ipairs(dead) do
-  redis.call('HDEL', KEYS[1], gone)
-  redis.call('ZREM', KEYS[2], gone)
+  redis.call('HDEL', info, gone)
+  redis.call('ZREM', expires, gone)
 end
 if entry == '' then
-  redis.call('HDEL', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', info, id)
+  redis.call('ZREM', expires, id)
 else
-  redis.call('HSET', KEYS[1], id, entry)
-  redis.call('ZADD', KEYS[2], now + ttl, id)
+  redis.call('HSET', info, id, entry)
+  redis.call('ZADD', expires, now + ttl, id)
 end
 return now
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
--- KEYS: leases, corrupt (set_aside), then each run's record, then on a single Redis the limits' keys of their topics
--- ARGV: lease (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       then per run: member, claim token
+-- KEYS[1]          leases         P{N}:leases
+-- KEYS[2]          corrupt        P{N}:corrupt      (declared only: set_aside names it)
+-- KEYS[2 + r]      record         P{N}:t:<member>   run r's record
+-- KEYS[3 + runs..] limit_keys     P{limits}:*       on a single Redis, the limits' keys of the runs' topics
+-- ARGV[1]          lease_ms       the new lease, from now
+-- ARGV[2]          limits_prefix  P{limits}:, or '' on Redis Cluster
+-- ARGV[1 + 2r]     member         run r's task
+-- ARGV[2 + 2r]     claim          its claim token
+-- Reply: {renewed...}, per run 1 (renewed) or 0 (lost: the run was fenced off)
 -- A run of a topic with a concurrency limit holds its slot as long as its lease: renewed with it, and
 -- renewed alone while the run goes on fenced off (SPEC 9: its slot is the run's until the run ends).
--- Returns one 1 (renewed) or 0 (lost: the run was fenced off) per run.
+local leases = KEYS[1]
+local records = KEYS  -- run r's record: records[2 + r]; its values: unpack(ARGV, 1 + 2r, 2 + 2r)
+local lease_ms, limits_prefix = tonumber(ARGV[1]), ARGV[2]
+
 local now = now_ms()
-local lease, lp = tonumber(ARGV[1]), ARGV[2]
-local limits = limits_of(lp)
-expect('zset', KEYS[1])
+local limits = limits_of(limits_prefix)
+expect('zset', leases)
 local renewed = {}
-for i = 3, #ARGV, 2 do
-  local member, claim = ARGV[i], ARGV[i + 1]
-  local r = read_record(KEYS[2 + (i - 1) / 2], 'claim', 'status')
-  local l = limits and limits[topic_of(member)]
-  local slot = l and l.slots > 0 and lp .. 'run:' .. topic_of(member)
-  if r and r[1] == claim and r[2] == 'running' and redis.call('ZSCORE', KEYS[1], member) then
-    redis.call('ZADD', KEYS[1], 'XX', now + lease, member)
+for r = 1, (#ARGV - 2) / 2 do
+  local member, claim = unpack(ARGV, 1 + 2 * r, 2 + 2 * r)
+  local hash, stored_claim, status = record_fields(records[2 + r], 'claim', 'status')
+  local limit = limits and limits[topic_of(member)]
+  local slot = limit and limit.slots > 0 and limits_prefix .. 'run:' .. topic_of(member)
+  if hash and stored_claim == claim and status == 'running' and redis.call('ZSCORE', leases, member) then
+    redis.call('ZADD', leases, 'XX', now + lease_ms, member)
     -- (not XX: a run renewed after its lease expired, before promote reaped it, takes its slot back)
-    if slot then redis.pcall('ZADD', slot, now + lease, run_id(member, claim)) end
+    if slot then redis.pcall('ZADD', slot, now + lease_ms, run_id(member, claim)) end
     renewed[#renewed + 1] = 1
   else
     -- Fenced off (its record deleted or replaced), the run goes on: it keeps the slot it still has.
-    if slot then redis.pcall('ZADD', slot, 'XX', now + lease, run_id(member, claim)) end
+    if slot then redis.pcall('ZADD', slot, 'XX', now + lease_ms, run_id(member, claim)) end
     renewed[#renewed + 1] = 0
   end
 end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- resume: start the tasks of one topic in one bucket again, a batch at a time.
--- KEYS: paused, delayed, counts, the topic's parked set (paused:<topic>), corrupt (set_aside)
--- ARGV: topic, wake channel, batch size, the resume's generation ('' on its first call, on the
---       first bucket: it is taken there, later than the pause flagged there)
+-- KEYS[1]  paused         P{N}:paused
+-- KEYS[2]  delayed        P{N}:delayed
+-- KEYS[3]  counts_key     P{N}:counts
+-- KEYS[4]  parked         P{N}:paused:<topic>  the topic's parked set
+-- KEYS[5]  corrupt        P{N}:corrupt         (declared only: set_aside names it)
+-- ARGV[1]  topic
+-- ARGV[2]  wake_channel   Pwake:N
+-- ARGV[3]  batch_size     the most tasks moved back
+-- ARGV[4]  given_generation  the resume's ('' on its first call, on the first bucket: it is taken there,
+--                            later than the pause flagged there)
+-- Reply: {moved, left, generation, overtaken}
+--   moved: tasks moved back; left: tasks still parked; generation: the resume's; overtaken: 1 if a later
+--   pause holds the bucket, else 0
 -- Moves the earliest `batch` parked tasks back into `delayed` at their due times, so
 -- promote makes them ready in due order, and wakes the bucket. While some stay parked
 -- the flag reads 'r' (resuming): promote then makes ready only the topic's due tasks
@@ -2651,14 +2770,14 @@ counts, runs = {}, {}
 -- due order holds across batches. The last batch clears the flag.
 -- A bucket flagged by a pause of this generation or a later one (a pause that began after this
 -- resume: see pause.lua) is left as it is, and the call says so: the pause wins.
--- Returns {moved, still parked, the resume's generation, 1 if a later pause holds the bucket else 0}.
-local topic, channel, batch_size = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local parked = KEYS[4]
-expect('hash', KEYS[1])
-expect('zset', KEYS[2], parked)
-local held = pause_generation(redis.call('HGET', KEYS[1], topic))
-local generation = int_of(ARGV[4]) or math.max(now_us(), (held or 0) + 1)
-if held and held >= generation then
+local paused, delayed, counts_key, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local topic, wake_channel, batch_size, given_generation = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+
+expect('hash', paused)
+expect('zset', delayed, parked)
+local flagged = pause_generation(redis.call('HGET', paused, topic))  -- the pause the bucket holds
+local generation = int_of(given_generation) or math.max(now_us(), (flagged or 0) + 1)
+if flagged and flagged >= generation then
   return {0, redis.call('ZCARD', parked), generation, 1}
 end
 local batch = redis.call('ZRANGE', parked, 0, batch_size - 1, 'WITHSCORES')
@@ -2669,109 +2788,142 @@ if moved > 0 then
     args[#args + 1] = batch[i + 1]
     args[#args + 1] = batch[i]
   end
-  count('waiting', topic, redis.call('ZADD', KEYS[2], unpack(args)))
-  count('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
-  redis.call('PUBLISH', channel, batch[2])
+  count_state('waiting', topic, redis.call('ZADD', delayed, unpack(args)))
+  count_state('parked', topic, -redis.call('ZREMRANGEBYRANK', parked, 0, moved - 1))
+  redis.call('PUBLISH', wake_channel, batch[2])
 end
 local left = redis.call('ZCARD', parked)
 if left == 0 then
-  redis.call('HDEL', KEYS[1], topic)
+  redis.call('HDEL', paused, topic)
 else
-  redis.call('HSET', KEYS[1], topic, 'r')
+  redis.call('HSET', paused, topic, 'r')
 end
-flush_counts(KEYS[3])
+flush_counts(counts_key)
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- retry: put a finished task back to run now (one more run by its schedule): a failed one (retry), or
 -- a failed or ok one finished inside a time span (replay: the same task, so the same webhook-id).
--- KEYS: task, delayed, done:<status>, counts, quarantine, corrupt (set_aside), recurring
--- ARGV: member, wake channel, status ('failed' when left out; or 'ok'), and for a replay the span
---       (ms) its finish time (its score in done:<status>) must be in: from, to
+-- KEYS[1]  task_key        P{N}:t:<member>
+-- KEYS[2]  delayed         P{N}:delayed
+-- KEYS[3]  done            P{N}:done:<status>   the index of `status`
+-- KEYS[4]  counts_key      P{N}:counts
+-- KEYS[5]  quarantine_key  P{N}:quarantine
+-- KEYS[6]  corrupt         P{N}:corrupt         (declared only: set_aside names it)
+-- KEYS[7]  recurring       P{N}:recurring
+-- ARGV[1]  member          topic:id
+-- ARGV[2]  wake_channel    Pwake:N
+-- ARGV[3]  status          'failed' (also when left out) or 'ok'
+-- ARGV[4]  span_from       for a replay, the span (ms) its finish time (its score in done:<status>) must be
+-- ARGV[5]  span_to         in (both left out for a retry)
+-- Reply: code, 1 if the task was of that status (and finished in the span) and is now delayed, 0 if
+--   missing (or its key is not a hash), -1 if not
 -- A recurring task (every, cron) recurs again: back in the `recurring` index its last run took it out of.
--- Returns 1 if the task was of that status (and finished in the span) and is now delayed, 0 if
--- missing (or its key is not a hash), -1 if not.
+local task_key, delayed, done, counts_key, quarantine_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local recurring = KEYS[7]
+local member, wake_channel, status = ARGV[1], ARGV[2], ARGV[3] or 'failed'
+local span_from, span_to = ARGV[4], ARGV[5]
+
 local now = now_ms()
-local member, status = ARGV[1], ARGV[3] or 'failed'
-expect('zset', KEYS[2], KEYS[3])
-expect('hash', KEYS[5])
-local r = read_record(KEYS[1], 'status', 'host', 'priority', 'spec')
-if not (r and r[1]) then return 0 end
-if r[1] ~= status then return -1 end
-if ARGV[4] then
-  local finished = tonumber(redis.call('ZSCORE', KEYS[3], member))
-  if not (finished and finished >= tonumber(ARGV[4]) and finished <= tonumber(ARGV[5])) then return -1 end
+expect('zset', delayed, done)
+expect('hash', quarantine_key)
+local hash, stored_status, host, priority, spec = record_fields(task_key, 'status', 'host', 'priority', 'spec')
+if not (hash and stored_status) then return 0 end
+if stored_status ~= status then return -1 end
+if span_from then
+  local finished = tonumber(redis.call('ZSCORE', done, member))
+  if not (finished and finished >= tonumber(span_from) and finished <= tonumber(span_to)) then return -1 end
 end
-redis.call('HSET', KEYS[1], 'status', 'delayed', 'due', now)
-redis.call('PERSIST', KEYS[1])
-redis.call('HDEL', KEYS[5], member)  -- no longer in done:failed
+redis.call('HSET', task_key, 'status', 'delayed', 'due', now)
+redis.call('PERSIST', task_key)
+redis.call('HDEL', quarantine_key, member)  -- no longer in done:failed
 local topic = topic_of(member)
-zrem_counted(KEYS[3], member, status, topic)
-zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
-count_host(r[2], 1)  -- a URL task waits for its host again
-local ok, spec = pcall(cjson.decode, r[4] or '')
+zrem_counted(done, member, status, topic)
+zadd_counted(delayed, due_score(now, priority), member, 'waiting', topic)
+count_host(host, 1)  -- a URL task waits for its host again
+local ok, decoded = pcall(cjson.decode, spec or '')
 local null = cjson.null  -- a null every/cron is no schedule (docs/protocol.md section 7)
-if ok and type(spec) == 'table' and ((spec.every or null) ~= null or (spec.cron or null) ~= null) then
-  recurring_index(KEYS[7]).add(member)
+if ok and type(decoded) == 'table' and ((decoded.every or null) ~= null or (decoded.cron or null) ~= null) then
+  recurring_index(recurring).add(member)
 end
-wake_if_head(KEYS[2], member, ARGV[2], now)
-flush_counts(KEYS[4])
+wake_if_head(delayed, member, wake_channel, now)
+flush_counts(counts_key)
 return 1
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
 -- run_now: make a waiting task due now (a recurring one then continues on its schedule).
--- KEYS: task, delayed, paused, counts, the topic's parked set (paused:<topic>), corrupt (set_aside)
--- ARGV: member, wake channel
--- Returns {code, status}: 1 due now; 2 due now but its topic is paused (it runs first
--- on resume); 3 already due (in a ready list, waiting for a worker: nothing changed);
--- 0 no such task; -1 not delayed (running or finished: nothing changed).
+-- KEYS[1]  task_key      P{N}:t:<member>
+-- KEYS[2]  delayed       P{N}:delayed
+-- KEYS[3]  paused        P{N}:paused         (declared only: the topic's parked set is KEYS[5])
+-- KEYS[4]  counts_key    P{N}:counts
+-- KEYS[5]  parked        P{N}:paused:<topic>
+-- KEYS[6]  corrupt       P{N}:corrupt        (declared only: set_aside names it)
+-- ARGV[1]  member        topic:id
+-- ARGV[2]  wake_channel  Pwake:N
+-- Reply: {code, status}
+--   code: 1 due now; 2 due now but its topic is paused (it runs first on resume); 3 already due (in a ready
+--   list, waiting for a worker: nothing changed); 0 no such task; -1 not delayed (running or finished:
+--   nothing changed); status: the task's, '' when there is none
+local task_key, delayed, counts_key, parked = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local member, wake_channel = ARGV[1], ARGV[2]
+
 local now = now_ms()
-local member, channel = ARGV[1], ARGV[2]
-local r = read_record(KEYS[1], 'status', 'queued', 'priority')
-if not (r and r[1]) then return {0, ''} end
-if r[1] ~= 'delayed' then return {-1, r[1]} end
-if r[2] == '1' then return {3, r[1]} end
+local hash, status, queued, priority = record_fields(task_key, 'status', 'queued', 'priority')
+if not (hash and status) then return {0, ''} end
+if status ~= 'delayed' then return {-1, status} end
+if queued == '1' then return {3, status} end
 local topic = topic_of(member)
-local parked = KEYS[5]
-expect('zset', KEYS[2], parked)
-redis.call('HSET', KEYS[1], 'due', now)
+expect('zset', delayed, parked)
+redis.call('HSET', task_key, 'due', now)
 if redis.call('ZSCORE', parked, member) then
   redis.call('ZADD', parked, now, member)
-  return {2, r[1]}
+  return {2, status}
 end
-zadd_counted(KEYS[2], due_score(now, r[3]), member, 'waiting', topic)
-wake_if_head(KEYS[2], member, channel, now)
-flush_counts(KEYS[4])
-return {1, r[1]}
+zadd_counted(delayed, due_score(now, priority), member, 'waiting', topic)
+wake_if_head(delayed, member, wake_channel, now)
+flush_counts(counts_key)
+return {1, status}
 
 end}
-redis.register_function{function_name='delayd_bc22a39995baf47d_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the
 -- number of topics. The per-topic hashes (counts, totals, the windows, paused) are read by the caller a
 -- page at a time (HSCAN), so that no call blocks Redis in proportion to the topics (issue 41).
--- KEYS: delayed, quarantine, then the run-event windows w:<n-k+1> ... w:<n+1> (only their names are read)
---       (the k windows the caller expects to be the last, and the next one: delayd.store.windows),
---       then the records (`<task-key prefix><member>`) of the members the caller found at the heads
---       of the bucket's ready lists (a peek first: a script reads only the records its call declares)
--- ARGV: task-key prefix, number of windows k, scan limit, 1 if a ready list held more entries than
---       the peek looked at else 0
--- Returns {now, first window number (the caller reads windows first ... first + k - 1), due time of
---          the delayed head (or false), quarantined, {topic, earliest due, ...} of tasks due but not
---          started, 1 if a scan hit the limit (the per-topic due times may then be late ones) else 0}
+-- KEYS[1]          delayed           P{N}:delayed
+-- KEYS[2]          quarantine_key    P{N}:quarantine
+-- KEYS[3]          first_window_key  P{N}:w:<n>   the first of the run-event windows w:<n-k+1> ... w:<n+1>
+--                                               (only their names are read): the k windows the caller expects
+--                                               to be the last, and the next one (delayd.store.windows)
+-- KEYS[4..3 + k]   windows           P{N}:w:<n>   (declared only) the others
+-- KEYS[4 + k..]    heads             P{N}:t:<member>   the records of the members the caller found at the heads
+--                                               of the bucket's ready lists (a peek first: a script reads
+--                                               only the records its call declares)
+-- ARGV[1]          prefix          the task-key prefix P{N}:t:
+-- ARGV[2]          windows_count   k
+-- ARGV[3]          scan_limit      the most overdue entries of `delayed` looked at
+-- ARGV[4]          truncated       1 if a ready list held more entries than the peek looked at, else 0
+-- Reply: {now, first_window, head_due, quarantined, lag, truncated}
+--   now: Redis's clock (ms); first_window: the first window's number (the caller reads windows first ...
+--   first + k - 1); head_due: the due time of the delayed head (or false); quarantined: how many; lag:
+--   {topic, earliest due, ...} of tasks due but not started; truncated: 1 if a scan hit the limit (the
+--   per-topic due times may then be late ones), else 0
 -- It writes nothing, not even to set a corrupt key aside: a key of the wrong type
 -- reads as empty, an unreadable due time is not seen.
+local delayed, quarantine_key, first_window_key = KEYS[1], KEYS[2], KEYS[3]
+local heads = KEYS  -- the h-th head's record: heads[3 + k + h]
+local prefix, windows_count, scan_limit, truncated = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
 local now = now_ms()
-local prefix = ARGV[1]
 
 -- The reply of a read, or `default` when it fails on stored data (WRONGTYPE).
 local function read(default, ...)
@@ -2779,13 +2931,11 @@ local function read(default, ...)
   if type(reply) == 'table' and reply['err'] then return default end
   return reply
 end
-local windows, limit, truncated = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local WINDOW_KEYS, RECORD_KEYS = 3, 3 + windows + 1  -- where the windows and the records start in KEYS
 
 -- The last `windows` windows of Redis's clock, among the declared ones; if the caller's clock was
 -- off by more than half a window, the declared ones nearest to them (the reply's `first` says which).
-local declared = tonumber(string.match(KEYS[WINDOW_KEYS], '(%d+)$'))
-local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows + 1, declared), declared + 1)
+local declared = tonumber(string.match(first_window_key, '(%d+)$'))
+local first = math.min(math.max(math.floor(now / WINDOW_MS) - windows_count + 1, declared), declared + 1)
 
 -- The due time (ms) a score of `delayed` stands for (due_of_score: a priority's skew removed). One below
 -- any time a script writes (-inf, -1e300: written by someone else) counts as due now, since promote moves
@@ -2806,12 +2956,13 @@ local function seen(member, due)
   local topic = topic_of(member)
   if earliest[topic] == nil or due < earliest[topic] then earliest[topic] = due end
 end
-local overdue = read({}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, limit)
+local overdue = read({}, 'ZRANGEBYSCORE', delayed, '-inf', now + DUE_SKEW, 'WITHSCORES', 'LIMIT', 0, scan_limit)
 for i = 1, #overdue, 2 do seen(overdue[i], tonumber(due_time(overdue[i + 1]))) end
-if #overdue == 2 * limit then truncated = 1 end
-for i = RECORD_KEYS, #KEYS do
-  local r = read({}, 'HMGET', KEYS[i], 'queued', 'due')
-  if r[1] == '1' and r[2] then seen(string.sub(KEYS[i], #prefix + 1), int_of(r[2])) end
+if #overdue == 2 * scan_limit then truncated = 1 end
+for h = 1, #heads - (3 + windows_count) do
+  local task_key = heads[3 + windows_count + h]
+  local hash, queued, due = record_fields(task_key, 'queued', 'due')
+  if hash and queued == '1' and due then seen(string.sub(task_key, #prefix + 1), int_of(due)) end
 end
 local lag = {}
 for topic, due in pairs(earliest) do
@@ -2819,7 +2970,7 @@ for topic, due in pairs(earliest) do
   lag[#lag + 1] = due
 end
 
-local head = read({}, 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {now, first, head[2] and due_time(head[2]) or false, read(0, 'HLEN', KEYS[2]), lag, truncated}
+local head = read({}, 'ZRANGE', delayed, 0, 0, 'WITHSCORES')
+return {now, first, head[2] and due_time(head[2]) or false, read(0, 'HLEN', quarantine_key), lag, truncated}
 
 end}

@@ -112,7 +112,7 @@ final class Client
         $tag = $this->tag($member);
         $parked = substr($member, 0, strrpos($member, ':'));  // the topic as the scripts read it: up to the last ':'
         $keys = ["{$tag}t:$member", "{$tag}delayed", "{$tag}leases", "{$tag}done:ok", "{$tag}done:failed",
-            "{$tag}done:deleted", "{$tag}quarantine", "{$tag}counts", "{$tag}paused", "{$tag}recurring",
+            "{$tag}done:deleted", "{$tag}quarantine", "{$tag}counts", "{$tag}recurring",
             "{$tag}paused:$parked", "{$tag}corrupt"];
         $answer = $this->scripts->call('delete', $keys, [$member, $hard ? 1 : 0, (int) ($this->options['retention'] * 1000)]);
         return $answer === 2 ? self::CLAIMED : $answer === 1;

@@ -1,4 +1,4 @@
--- The helpers of limits per topic, read as the end of _lib.lua (delayd/store/scripts.py), linked the
+-- The helpers of limits per topic, read as part of the lib (delayd/store/scripts.py, LIB_FILES), linked the
 -- same way. Limits per topic (docs/redis-layout.md, "Limits"): a rate (GCRA: one theoretical arrival time
 -- per topic, in µs) and a concurrency (the topic's runs in flight, a zset run_id -> lease expiry),
 -- kept beside the limits set under `L` = `P{limits}:` and read by the daemon's scripts on a

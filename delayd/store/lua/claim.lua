@@ -5,15 +5,39 @@
 -- `P{N}:`, which Redis Cluster routes the call by (docs/redis-layout.md, "Declared keys"). So do the
 -- limits' keys of their topics (`tat:`, `run:`, `where:` under `P{limits}:`, whose `conf` is declared;
 -- a single Redis only).
--- KEYS: leases, counts, totals, done:failed, quarantine, limited, paused, aside,
---       the run-event windows w:<n>, w:<n+1>, w:m:<m>, w:m:<m+1> (flush_stats), corrupt (set_aside),
---       the ready lists of priority 3, 2, 1 of the kind claimed (ready:3 ... or ready:u3 ...),
---       then on a single Redis the limits' conf (P{limits}:conf) and, for URL tasks, the disabled
---       hosts (P{hosts}:off)
--- ARGV: lease (ms), wake channel, retention (ms), limits prefix (P{limits}:, or '' on Redis Cluster),
---       bucket id, task-key prefix (P{N}:t:), the quotas of priority 3, 2, 1, n
--- Pops as pop_ready below says. Takes an older version left in `taking` (its take.lua) are not this
--- script's: promote puts them back when their hold runs out, and that version's claim starts them.
+-- KEYS[1]   leases          P{N}:leases
+-- KEYS[2]   counts_key      P{N}:counts
+-- KEYS[3]   totals_key      P{N}:totals
+-- KEYS[4]   done_failed     P{N}:done:failed
+-- KEYS[5]   quarantine_key  P{N}:quarantine
+-- KEYS[6]   limited         P{N}:limited
+-- KEYS[7]   paused          P{N}:paused
+-- KEYS[8]   aside           P{N}:aside
+-- KEYS[9]   window          P{N}:w:<n>        the run-event windows of the caller's clock (flush_stats)
+-- KEYS[10]  next_window     P{N}:w:<n+1>
+-- KEYS[11]  minute          P{N}:w:m:<m>
+-- KEYS[12]  next_minute     P{N}:w:m:<m+1>
+-- KEYS[13]  corrupt         P{N}:corrupt      (declared only: set_aside names it)
+-- KEYS[14]  ready_3         P{N}:ready:3|P{N}:ready:u3   the ready lists of the kind claimed, call/push or URL
+-- KEYS[15]  ready_2         P{N}:ready:2|P{N}:ready:u2
+-- KEYS[16]  ready_1         P{N}:ready:1|P{N}:ready:u1
+-- KEYS[17]  limits_conf     P{limits}:conf    (declared only: limits_of names it) on a single Redis
+-- KEYS[18]  hosts_off       P{hosts}:off      the disabled hosts, on a single Redis, for a claim of URL tasks
+-- ARGV[1]   lease_ms        the lease of each task started
+-- ARGV[2]   wake_channel    Pwake:N
+-- ARGV[3]   retention       ms (a quarantined task's record expires after it)
+-- ARGV[4]   limits_prefix   P{limits}:, or '' on Redis Cluster
+-- ARGV[5]   bucket          N
+-- ARGV[6]   prefix          the task-key prefix P{N}:t:
+-- ARGV[7]   quota_3         of the n, the first pass's share of priority 3
+-- ARGV[8]   quota_2
+-- ARGV[9]   quota_1
+-- ARGV[10]  n               the most members popped
+-- Reply: {now, popped, tasks...}
+--   now: Redis's clock (ms); popped: members popped (started, or held, parked, skipped, quarantined); tasks:
+--   per task started {member, spec, runs, claim, due, created, error, priority, first} (first: 'cron', a
+--   first due time to resolve, see add.lua; or '')
+-- Pops as pop_ready below says.
 -- Counts each start by its lateness (now - due) for the statistics: one `le:` bucket per
 -- start (the starts are the sum of the buckets: no `started` field to write as well).
 -- Each claim bumps the task's claim token (the fencing token finish/renew check)
@@ -35,15 +59,20 @@
 -- A URL task whose host (scheme://host:port) is disabled (delayd hosts disable) is set aside as a
 -- paused topic's task is (not run, not counted as a run): parked in `paused:<topic>` at its due time,
 -- its topic named in `aside`, whose topics a host's enable resumes (Store.enable_steps). Its host is
--- the record's `host` (from the spec, for a record written before add wrote the field), looked at only
--- while some host is disabled: otherwise a claim pays one HKEYS of an empty key.
--- Returns {now, members popped, then per task started 9 values: member, spec, runs, claim, due, created,
---          last error, priority, first ('cron': a first due time to resolve, see add.lua; or '')}
+-- the record's `host` (written by add), looked at only while some host is disabled: otherwise a claim
+-- pays one HKEYS of an empty key.
+local leases, counts_key, totals_key, done_failed, quarantine_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local limited, paused, aside = KEYS[6], KEYS[7], KEYS[8]
+local window, next_window, minute, next_minute = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local ready_3, ready_2, ready_1, hosts_off = KEYS[14], KEYS[15], KEYS[16], KEYS[18]
+local lease_ms, wake_channel, retention = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local limits_prefix, bucket, prefix = ARGV[4], ARGV[5], ARGV[6]
+local quota_3, quota_2, quota_1, n = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
 -- Pop up to n members of the bucket's ready lists (priority 3, 2, 1), weighted by priority: the first
 -- pass takes up to each priority's quota (`quota`, by the same index), a second fills whatever is left
 -- over in priority order (favours high priorities, never starves priority 1).
-local function pop_ready(lists, quota, n)
+local function pop_ready(lists, quota)
   local members = {}
   local emptied = {}  -- lists this call found short: the second pass skips them
   local function pop(p, want)
@@ -59,68 +88,59 @@ local function pop_ready(lists, quota, n)
 end
 
 local now = now_ms()
-local popped = pop_ready({KEYS[14], KEYS[15], KEYS[16]}, {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])},
-  tonumber(ARGV[10]))
+local popped = pop_ready({ready_3, ready_2, ready_1}, {quota_3, quota_2, quota_1})
 if #popped == 0 then return {now, 0} end  -- (nothing ready: none of the reads below)
-local lease, prefix = tonumber(ARGV[1]), ARGV[6]
 -- Numbers every started task writes, as text once: a Lua number given to redis.call is formatted per
 -- argument (%.17g, the dearest step of a task's claim after the commands themselves).
-local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease)
-local aside = {failed = KEYS[4], quarantine = KEYS[5], now = now, retention = tonumber(ARGV[3])}
+local now_text, leased_until = string.format('%d', now), string.format('%d', now + lease_ms)
+local quarantine_to = {failed = done_failed, quarantine = quarantine_key, now = now, retention = retention}
 local out = {now, #popped}
-local taken = 0
-local lease_head = on('zset', 'ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local started = 0
+local lease_head = on('zset', 'ZRANGE', leases, 0, 0, 'WITHSCORES')
 local leased = {}  -- the leases, one ZADD per topic (batch_add)
-local lp, bucket = ARGV[4], ARGV[5]
-local limits = limits_of(lp)
-local gates, holding, held = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
-local off = nil  -- the disabled hosts: origin -> true, or nil when none is
-if KEYS[18] then
-  local origins = redis.pcall('HKEYS', KEYS[18])
+local limits = limits_of(limits_prefix)
+local gates, held_by_topic, held_count = {}, {}, 0  -- topic -> gate; topic -> tasks held by this call
+local disabled_hosts = nil  -- origin -> true, or nil when none is disabled
+if hosts_off then
+  local origins = redis.pcall('HKEYS', hosts_off)
   if type(origins) == 'table' and not origins['err'] and #origins > 0 then
-    off = {}
-    for _, origin in ipairs(origins) do off[origin] = true end
+    disabled_hosts = {}
+    for _, origin in ipairs(origins) do disabled_hosts[origin] = true end
   end
 end
--- Whether `topic` was paused in this bucket since promote made its tasks ready: one HGET per topic claimed, never
--- the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
+-- Whether `topic` was paused in this bucket since promote made its tasks ready: one HGET per topic claimed,
+-- never the whole `paused` hash (a claim costs the same whatever the number of topics paused: issue 41).
 local pauses, none_paused = {}, nil  -- (none_paused: the hash is empty, usually: no topic looked up)
-local function paused(topic)
-  if none_paused == nil then none_paused = on('hash', 'HLEN', KEYS[7]) == 0 end
+local function paused_since(topic)
+  if none_paused == nil then none_paused = on('hash', 'HLEN', paused) == 0 end
   if none_paused then return false end
-  if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', KEYS[7], topic)) or false end
+  if pauses[topic] == nil then pauses[topic] = pause_generation(on('hash', 'HGET', paused, topic)) or false end
   return pauses[topic]
 end
 
--- The origin of a URL task whose record has no `host` (written before add wrote it): from its spec.
-local function spec_origin(spec)
-  local ok, decoded = pcall(cjson.decode, spec)
-  if ok and type(decoded) == 'table' then return origin_of(decoded.url) end
-end
-
--- Park a ready task (its topic paused, or its host disabled: `host`): out of the ready count, parked
--- at its due time; a disabled host's topic is named in `aside`.
-local function park(topic, member, task_key, r, host)
+-- Park a ready task (its topic paused, or its host disabled: `host_disabled`): out of the ready count,
+-- parked at its due time; a disabled host's topic is named in `aside`.
+local function park(topic, member, task_key, priority, due, held_at, host_disabled)
   redis.call('HSET', task_key, 'queued', '0')
   mark_parked(task_key, now)
-  if r[12] then redis.call('HDEL', task_key, 'held', 'released') end
-  count_ready(r[9], topic, -1)
-  zadd_counted(parked_key(KEYS[7], topic), int_of(r[6]) or now, member, 'parked', topic)
-  if host then on('set', 'SADD', KEYS[8], topic) end
+  if held_at then redis.call('HDEL', task_key, 'held', 'released') end
+  count_ready(priority, topic, -1)
+  zadd_counted(parked_key(paused, topic), int_of(due) or now, member, 'parked', topic)
+  if host_disabled then on('set', 'SADD', aside, topic) end
 end
 
--- Start a task of limited topic `topic` (record `r`) now, as the run with claim token `token`? Takes the
--- start from its gate if so.
-local function admitted(topic, member, r, token)
+-- Start a task of limited topic `topic` now, as the run with claim token `token`? Takes the start from its
+-- gate if so. A task promote released (`released_at`), or a lapsed run running again, took its start before.
+local function admitted(topic, member, token, released_at, lapsed)
   local g = gates[topic]
   if not g then
-    g = gate(lp, topic, limits[topic], now_us())
-    g.waiting = redis.call('EXISTS', held_key(KEYS[6], topic)) == 1
+    g = gate(limits_prefix, topic, limits[topic], now_us())
+    g.waiting = redis.call('EXISTS', held_key(limited, topic)) == 1
     gates[topic] = g
   end
-  if r[13] or r[5] == '1' then return gate_claim_started(g, member, run_id(member, token), now + lease) end
+  if released_at or lapsed == '1' then return gate_claim_started(g, member, run_id(member, token), now + lease_ms) end
   if g.waiting then return false end  -- earlier ones are held: after them
-  return gate_take(g, run_id(member, token), now + lease)
+  return gate_take(g, run_id(member, token), now + lease_ms)
 end
 
 -- A released task of `topic` that this claim does not start (deleted, replaced, parked, quarantined):
@@ -135,99 +155,104 @@ local function unreserve(topic, member)
 end
 
 -- Hold a ready task back: out of the ready count, into its topic's held set at its due time.
-local function hold(topic, member, task_key, r)
-  if r[12] then  -- held before: its first hold counts (a release that lost its start is forgotten)
+local function hold(topic, member, task_key, priority, due, held_at, released_at)
+  if held_at then  -- held before: its first hold counts (a release that lost its start is forgotten)
     redis.call('HSET', task_key, 'queued', '0')
-    if r[13] then redis.call('HDEL', task_key, 'released') end
+    if released_at then redis.call('HDEL', task_key, 'released') end
   else
     redis.call('HSET', task_key, 'queued', '0', 'held', now)
   end
-  count_ready(r[9], topic, -1)
-  zadd_counted(held_key(KEYS[6], topic), int_of(r[6]) or now, member, 'throttled', topic)
-  holding[topic] = (holding[topic] or 0) + 1
-  held = held + 1
+  count_ready(priority, topic, -1)
+  zadd_counted(held_key(limited, topic), int_of(due) or now, member, 'throttled', topic)
+  held_by_topic[topic] = (held_by_topic[topic] or 0) + 1
+  held_count = held_count + 1
   gates[topic].waiting = true
 end
 
--- Why the record `r` of a popped entry cannot be claimed, or nil.
-local function defect(r, task_key, member)
-  if not r then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
-  if r[1] ~= '1' then return 'queued flag is ' .. string.sub(r[1], 1, 40) .. ', not 0 or 1' end
-  if r[10] ~= 'delayed' then return 'ready entry with status ' .. string.sub(r[10] or '(none)', 1, 40) end
+-- Why a popped entry cannot be claimed, or nil: its record (`hash` false when its key is not a hash),
+-- with its `queued` flag and `status`.
+local function unclaimable(task_key, hash, queued, status, member)
+  if not hash then return 'record is a ' .. key_type(task_key) .. ', not a hash' end
+  if queued ~= '1' then return 'queued flag is ' .. string.sub(queued, 1, 40) .. ', not 0 or 1' end
+  if status ~= 'delayed' then return 'ready entry with status ' .. string.sub(status or '(none)', 1, 40) end
   if not string.find(member, ':', 1, true) then return 'member is not topic:id' end
 end
 
 -- Start (or hold, park, skip) the popped task `member`, whose record is `task_key`.
-local function claim(member, task_key)
-  local r = read_record(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed',
-    'due', 'created', 'error', 'priority', 'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
+local function start(member, task_key)
+  local hash, queued, spec, runs, claim, lapsed, due, created, last_error, priority, status, first, held_at,
+        released_at, host, parked_at, unparked_at =
+    record_fields(task_key, 'queued', 'spec', 'runs', 'claim', 'lapsed', 'due', 'created', 'error', 'priority',
+                  'status', 'first', 'held', 'released', 'host', 'parked', 'unparked')
   -- Entries whose task was deleted, replaced or already claimed are stale
   -- (queued is 0 or missing): skipped.
   local topic = topic_of(member)
-  if r and not (r[1] and r[1] ~= '0') then  -- (a hard-deleted record reads as all nil: no released field)
+  if hash and not (queued and queued ~= '0') then  -- (a hard-deleted record reads as all nil: no released field)
     unreserve(topic, member)
     return
   end
-  local reason = defect(r, task_key, member)
-  local token = r and claim_token(r[4], r[7]) + 1
-  local held_on_purpose = not reason and paused(topic)  -- (paused: parked; else a disabled host's park)
-  if reason or held_on_purpose or off and off[r[14] or spec_origin(r[2]) or ''] then
-    if r and r[13] then unreserve(topic, member) end
+  local reason = unclaimable(task_key, hash, queued, status, member)
+  local token = hash and claim_token(claim, created) + 1
+  local held_on_purpose = not reason and paused_since(topic)  -- (paused: parked; else a disabled host's park)
+  if reason or held_on_purpose or disabled_hosts and disabled_hosts[host or ''] then
+    if released_at then unreserve(topic, member) end
     if reason then
-      if r and r[1] == '1' then count_ready(r[9], topic, -1) end
-      quarantine(aside, task_key, member, reason)
+      if queued == '1' then count_ready(priority, topic, -1) end
+      quarantine(quarantine_to, task_key, member, reason)
     else
-      park(topic, member, task_key, r, not held_on_purpose)
+      park(topic, member, task_key, priority, due, held_at, not held_on_purpose)
     end
-  elseif limits and limits[topic] and not admitted(topic, member, r, token) then
-    hold(topic, member, task_key, r)
+  elseif limits and limits[topic] and not admitted(topic, member, token, released_at, lapsed) then
+    hold(topic, member, task_key, priority, due, held_at, released_at)
   else
-    local runs = int_of(r[3]) or 0  -- missing before the first run (or corrupt)
-    if r[5] ~= '1' then runs = runs + 1 end
+    local run = int_of(runs) or 0  -- missing before the first run (or corrupt)
+    if lapsed ~= '1' then run = run + 1 end
     redis.call('HSET', task_key, 'status', 'running', 'queued', '0', 'lapsed', '0',
-      'claim', string.format('%d', token), 'runs', string.format('%d', runs), 'last_run', now_text)
-    count_ready(r[9], topic, -1)
-    batch_add(leased, KEYS[1], topic, member, leased_until)
-    local late = now - (int_of(r[6]) or now)
-    if r[12] then  -- held back by its limit: from its hold to its release (or now) is the limit's
-      local waited = math.max(0, math.min(now, int_of(r[13]) or now) - (int_of(r[12]) or now))
+      'claim', string.format('%d', token), 'runs', string.format('%d', run), 'last_run', now_text)
+    count_ready(priority, topic, -1)
+    batch_add(leased, leases, topic, member, leased_until)
+    local late = now - (int_of(due) or now)
+    if held_at then  -- held back by its limit: from its hold to its release (or now) is the limit's
+      local waited = math.max(0, math.min(now, int_of(released_at) or now) - (int_of(held_at) or now))
       late = late - waited
       tally('limited', topic)
       tally('limited_ms', topic, waited)
       redis.call('HDEL', task_key, 'held', 'released')
     end
-    if r[15] then  -- set aside on purpose (paused topic, disabled host): from its park to its let-go is not late
-      late = late - math.max(0, math.min(now, int_of(r[16]) or now) - (int_of(r[15]) or now))
+    if parked_at then  -- set aside on purpose (paused topic, disabled host): from its park to its let-go is not late
+      late = late - math.max(0, math.min(now, int_of(unparked_at) or now) - (int_of(parked_at) or now))
       redis.call('HDEL', task_key, 'parked', 'unparked')
     end
     tally_lateness(topic, late)
-    local n = #out  -- (appended in place: no table a task)
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
-      member, r[2] or '', runs, token, r[6] or '', r[7] or '', r[8] or '', r[9] or DEFAULT_PRIORITY, r[11] or ''
-    taken = taken + 1
+    local at = #out  -- (appended in place: no table a task)
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6], out[at + 7], out[at + 8],
+      out[at + 9] = member, spec or '', run, token, due or '', created or '', last_error or '',
+      priority or DEFAULT_PRIORITY, first or ''
+    started = started + 1
   end
 end
 
-for _, member in ipairs(popped) do claim(member, prefix .. member) end
-flush_counted(leased, {[KEYS[1]] = 'running'}, 1)
+for _, member in ipairs(popped) do start(member, prefix .. member) end
+flush_counted(leased, {[leases] = 'running'}, 1)
 for _, g in pairs(gates) do gate_close(g) end
-if unreserved then free_slots(lp, unreserved, now, {[KEYS[6]] = true}) end  -- (other buckets: gate_next's time)
-if held > 0 then
+-- (other buckets' `limited`: at gate_next's time)
+if unreserved then free_slots(limits_prefix, unreserved, now, {[limited] = true}) end
+if held_count > 0 then
   -- The topic's entry in `limited`: when its limit next lets them start (earlier only), and a
   -- wake for the bucket process when that moved.
   local soonest = nil
-  for topic, count in pairs(holding) do
-    local at = gate_next(gates[topic], count)
-    if on('zset', 'ZADD', KEYS[6], 'LT', 'CH', at, topic) == 1 then soonest = math.min(soonest or at, at) end
-    redis.pcall('SADD', lp .. 'where:' .. topic, bucket)
+  for topic, tasks in pairs(held_by_topic) do
+    local at = gate_next(gates[topic], tasks)
+    if on('zset', 'ZADD', limited, 'LT', 'CH', at, topic) == 1 then soonest = math.min(soonest or at, at) end
+    redis.pcall('SADD', limits_prefix .. 'where:' .. topic, bucket)
   end
-  if soonest then redis.call('PUBLISH', ARGV[2], soonest) end
+  if soonest then redis.call('PUBLISH', wake_channel, soonest) end
 end
 
 -- The bucket process sleeps until its next due time or lease expiry; tell it
 -- when this claim made a lease the earliest one.
-if taken > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease) then
-  redis.call('PUBLISH', ARGV[2], now + lease)
+if started > 0 and (lease_head[2] == nil or tonumber(lease_head[2]) > now + lease_ms) then
+  redis.call('PUBLISH', wake_channel, now + lease_ms)
 end
-flush_stats(KEYS[2], KEYS[3], 9, now)
+flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, now)
 return out

@@ -151,8 +151,8 @@ class QueueWorker(ChildProcess, Claims, Outcomes):
 
     def handle(self, item: tuple[str, Any]) -> None:
         kind, value = item
-        if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks (earlier versions: members
-            text = str(value or "").split(" ")[0]  # named after it, read as the bucket alone)
+        if kind == "ready":  # "N": bucket N has call/push tasks ready, "uN": URL tasks
+            text = str(value or "")
             url = text.startswith("u")
             bucket = int(text[url:]) if text[url:].isdigit() else None
             for buckets in ((self.candidates[url],) if bucket is not None else self.candidates.values()):
