@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from delayd.cli.common import (
     Progress,
@@ -25,14 +25,33 @@ from delayd.model import attempts
 from delayd.model.clock import local_time as fmt_time
 from delayd.model.clock import time_parts
 from delayd.model.deletion import CLAIMED
+from delayd.model.fields import FIELDS, SHOWN, Field
 from delayd.model.task import STATUSES, TaskError
 
 if TYPE_CHECKING:
     from delayd.client.sync_client import Client
 
-ADD_FIELDS = ("call", "url", "push", "delay", "at", "intervals", "every", "cron", "tz", "retries", "once", "priority",
-              "params", "method", "body", "timeout", "callback", "signing_key", "debounce", "max_wait",
-              "traceparent", "tracestate")
+CONVERTERS: dict[str, Callable[[str], Any]] = {"float": float, "int": int, "upper": str.upper,
+                                                "non_negative": non_negative}  # the table's flag types
+
+
+def add_flags() -> list[Field]:
+    """The fields of the table (delayd.model.fields) that `delayd add` has a flag for, in its order, each group of
+    flags that exclude each other together where its first member is."""
+    flagged = [f for f in FIELDS if f.flag]
+    out: list[Field] = []
+    for f in flagged:
+        if f not in out:
+            out += [g for g in flagged if g.flag.group == f.flag.group] if f.flag.group else [f]
+    return out
+
+
+def flag_of(f: Field) -> str:
+    """Field `f`'s flag: --name, with '-' for '_', unless the table names another."""
+    return f.flag.flag or f"--{f.name.replace('_', '-')}"
+
+
+ADD_FLAGS = add_flags()
 
 
 def read_jsonl(source: str, client: Client, progress: Progress) -> tuple[list, int]:
@@ -98,8 +117,9 @@ def add_from(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    fields = {f.name: getattr(args, f.name) for f in ADD_FLAGS if f.name != "nx" and getattr(args, f.name) is not None}
     if args.from_file is not None:
-        given = [f"--{name}" for name in ADD_FIELDS if getattr(args, name) not in (None, False)]
+        given = [flag_of(f) for f in ADD_FLAGS if f.name in fields]
         if args.topic is not None or given:
             args.parser.error("--from takes the tasks from the file: give no TOPIC, ID or task options with it"
                               + (f" (got {', '.join(given)})" if given else ""))
@@ -109,19 +129,14 @@ def cmd_add(args: argparse.Namespace) -> int:
     if not (args.call or args.url or args.push):
         args.parser.error("one of the arguments --call --url --push is required")
     try:
-        params = json.loads(args.params) if args.params is not None else None
+        if "params" in fields:
+            fields["params"] = json.loads(fields["params"])
     except json.JSONDecodeError as exc:
         return fail(f"--params is not valid JSON: {exc}")
-    fields = dict(call=args.call, url=args.url, push=args.push, params=params, intervals=args.intervals,
-                  persistent=not args.once, priority=args.priority, callback=args.callback,
-                  method=args.method, body=args.body, timeout=args.timeout, delay=args.delay, at=args.at,
-                  every=args.every, cron=args.cron, tz=args.tz, retries=args.retries, signing_key=args.signing_key,
-                  debounce=args.debounce, max_wait=args.max_wait)
-    if args.traceparent is None:  # the trace context a calling process hands down (OpenTelemetry's env carriers)
-        args.traceparent, args.tracestate = os.environ.get("TRACEPARENT") or None, os.environ.get("TRACESTATE")
-    fields.update(traceparent=args.traceparent, tracestate=args.tracestate)
+    if "traceparent" not in fields and os.environ.get("TRACEPARENT"):  # a calling process's (OpenTelemetry's carriers)
+        fields.update(traceparent=os.environ["TRACEPARENT"], tracestate=os.environ.get("TRACESTATE"))
     client = client_for(args)
-    written = client.add(args.topic, args.id, nx=args.nx, **{k: v for k, v in fields.items() if v is not None})
+    written = client.add(args.topic, args.id, nx=args.nx, **fields)
     task = client.get(args.topic, args.id)
     state = "added" if written else "exists"
     emit(args, {"result": state, "task": task.to_dict() if task else None},
@@ -179,7 +194,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 DUE_WIDTH = 29  # a time with its zone: '2026-12-07 03:00:00.000 CET', up to a 5-letter zone such as +0530
-LS_HEADER = f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':{DUE_WIDTH}} {'TARGET':40} LAST_ERROR"
+COLUMNS = [f for f in SHOWN if f.column]  # the table's fields ls shows in columns of their own
+LS_HEADER = (f"{'KEY':32} {'STATUS':8} {'RUNS':>4} {'DUE':{DUE_WIDTH}} {'TARGET':40} "
+             + "".join(f"{f.name.upper():{f.column}} " for f in COLUMNS) + "LAST_ERROR")
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -208,7 +225,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 continue
             error = (task.last_error or "").splitlines()[0][:60] if task.last_error else ""
             due = time_parts(task.due_at, task.tz)[0]  # a cron task's in its zone, without the local time beside it
-            print(f"{task.key:32} {task.status:8} {task.runs:>4} {due:{DUE_WIDTH}} {task.target[:40]:40} {error}")
+            own = "".join(f"{str(getattr(task, f.shown) or '-')[:f.column]:{f.column}} " for f in COLUMNS)
+            print(f"{task.key:32} {task.status:8} {task.runs:>4} {due:{DUE_WIDTH}} {task.target[:40]:40} {own}{error}")
     finally:
         progress.done()
     if not shown and not args.json:
@@ -234,44 +252,15 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("id", nargs="?", help="id within the topic")
     p.add_argument("--from", dest="from_file", metavar="FILE.jsonl",
                    help="add the tasks of a JSONL file (- for stdin); progress on a terminal, quiet when piped")
-    p.set_defaults(parser=p)
-    target = p.add_mutually_exclusive_group()
-    target.add_argument("--call", metavar="MOD:FUNC", help="function to call with the task")
-    target.add_argument("--url", help="http(s) URL to request")
-    target.add_argument("--push", metavar="LIST", help="Redis list to RPUSH the task's JSON to")
-    when = p.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=non_negative, metavar="S", help="first run S seconds from now")
-    when.add_argument("--at", metavar="TIME", help="first run at Unix seconds or an ISO 8601 time")
-    when.add_argument("--debounce", type=non_negative, metavar="S",
-                      help="run S seconds after the last such add: a task that has not started yet gets these "
-                           "arguments and is put off to now + S (see --max-wait)")
-    p.add_argument("--max-wait", type=non_negative, metavar="M",
-                   help="with --debounce: never put the run off more than M seconds after its first add")
-    schedule = p.add_mutually_exclusive_group()
-    schedule.add_argument("--intervals", metavar="0,30,60", help="runs until success, gaps in seconds, each from "
-                                                                    "the previous run's due time: 0,30,60 runs at "
-                                                                    "+0, +30, +90 s (none: see --retries)")
-    schedule.add_argument("--every", type=float, metavar="S", help="recurring: every S seconds (>= 1), whatever "
-                                                                  "the outcome; first run after S unless --delay/--at")
-    schedule.add_argument("--cron", metavar="EXPR", help="recurring: at the times of 'm h dom mon dow' in --tz")
-    schedule.add_argument("--retries", type=int, metavar="N",
-                          help="no schedule: retry a run that neither succeeds nor fails at most N times, "
-                               "with backoff 1, 2, 4 … s (default: the daemon's retries, 20; 0 = one run)")
-    p.add_argument("--tz", metavar="ZONE", help="IANA time zone of --cron, e.g. Europe/Berlin (default UTC)")
-    p.add_argument("--once", action="store_true", help="end as failed after the last interval, or "
-                                                           "after one run without a schedule (persistent=false)")
-    p.add_argument("--priority", type=int, choices=(1, 2, 3), help="1-3, 3 highest (default 2)")
-    p.add_argument("--params", metavar="JSON", help="JSON object handed to the handler or sent to the URL")
-    p.add_argument("--method", type=str.upper, choices=("GET", "POST"), help="HTTP method of a url task")
-    p.add_argument("--body", choices=("form", "json"), help="how a POST sends params (default form)")
-    p.add_argument("--timeout", type=float, metavar="S", help="per-run timeout of a url task")
-    p.add_argument("--callback", metavar="MOD:FUNC", help="function called once after success")
-    p.add_argument("--signing-key", metavar="NAME", help="the url_signing_keys entry that signs a url task's "
-                                                         "requests (default: url_signing_secret)")
-    p.add_argument("--traceparent", metavar="TP", help="the W3C trace context its runs link to "
-                                                       "(default: $TRACEPARENT, with $TRACESTATE)")
-    p.add_argument("--tracestate", metavar="TS", help="the W3C tracestate going with --traceparent")
-    p.add_argument("--nx", action="store_true", help="only add if the task does not exist")
+    p.set_defaults(parser=p, nx=False)  # (--nx: a flag of the table, which gives no default)
+    groups: dict[str, Any] = {}
+    for f in ADD_FLAGS:
+        flag = f.flag
+        where = p if flag.group is None else groups.get(flag.group) or groups.setdefault(
+            flag.group, p.add_mutually_exclusive_group())
+        options: dict[str, Any] = {"action": "store_const", "const": flag.const} if flag.const is not None else {
+            "metavar": flag.metavar, "type": CONVERTERS.get(flag.type or ""), "choices": flag.choices}
+        where.add_argument(flag_of(f), dest=f.name, help=flag.help, **options)
 
     task_verb(sub, common, "get", "show a task")
     p = task_verb(sub, common, "del", "delete a task (it never runs again; exit 3: too late for a run already "

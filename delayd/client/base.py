@@ -26,8 +26,9 @@ from delayd.client.hosts import HostSwitch
 from delayd.client.limits import LimitSteps
 from delayd.client.reads import Reads
 from delayd.model import schedule
-from delayd.model.checks import DECIMAL_RE, remember
+from delayd.model.checks import DECIMAL_RE, checker, remember
 from delayd.model.deletion import Deleted
+from delayd.model.fields import ARGUMENTS, BY_NAME
 from delayd.model.origin import origins
 from delayd.model.task import Task, TaskError, check_topic, module_allowed
 from delayd.store import connection
@@ -37,9 +38,8 @@ from delayd.store.keys import BucketKeys, StoreError, bucket_count, bucket_of
 from delayd.store.steps import EachCall, Steps, Stream, command
 from delayd.store.transitions import Store
 
-TASK_FIELDS = frozenset({"call", "url", "push", "method", "body", "params", "intervals", "persistent",
-                         "priority", "callback", "timeout", "every", "cron", "tz", "retries",
-                         "signing_key", "traceparent", "tracestate"})  # add()'s keywords but delay/at
+TASK_FIELDS = frozenset(f.name for f in ARGUMENTS)  # add()'s keywords but topic, id and the options (delay, at, ...)
+_SECONDS = {name: checker(BY_NAME[name]) for name in ("delay", "debounce", "max_wait")}  # (seconds >= 0)
 NEXT_CRON = "next"  # build()'s mode for a cron task whose first due time needs Redis's clock
 DEBOUNCE = "debounce"  # build()'s mode for a debounced add: its due time depends on the stored task
 RETRY_BATCH = 200  # failed tasks put back per retry_failed step
@@ -189,9 +189,7 @@ class BaseClient(Reads, LimitSteps, HostSwitch):
             return task, NEXT_CRON, 0  # the calendar's next time after Redis's now: see first_due
         if delay is None:
             delay = task.every if task.every is not None else task.intervals[0]
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10 * 365 * 86400:
-            raise TaskError(f"delay must be a number of seconds from 0 to ten years, got {delay!r}")
-        return task, "delay", int(delay * 1000)
+        return task, "delay", int(_SECONDS["delay"](delay) * 1000)
 
     def build_many(self, items: Iterable[dict[str, Any]]) -> list[Built]:
         """Validate add_many's items (each named by its index in an error), before anything is written."""
@@ -402,9 +400,8 @@ def debounced(task: Task, debounce: Any, max_wait: Any, delay: Any, at: Any) -> 
     if task.recurring:
         raise TaskError("debounce is for a task without every or cron")
     for name, value in (("debounce", debounce), ("max_wait", max_wait)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not 0 <= value <= 10 * 365 * 86400):
-            raise TaskError(f"{name} must be a number of seconds from 0 to ten years, got {value!r}")
+        if value is not None:
+            _SECONDS[name](value)
     if max_wait is not None and max_wait < debounce:
         raise TaskError(f"max_wait ({max_wait:g} s) must be at least debounce ({debounce:g} s)")
     return f"{int(debounce * 1000)}:{'' if max_wait is None else int(max_wait * 1000)}"

@@ -1,29 +1,38 @@
-"""What a task's fields may hold: the checks Task.new (delayd.model.task) runs on what it is given,
-their one-line TaskError, and the limits they check against; also the UTF-8 helpers the readers of
-stored names share. delayd.model.task holds the Task itself, and re-exports these names.
+"""What a task's fields may hold: each kind of check of the table of fields (delayd.model.fields) as a
+Python function (`checker`), the checks of the kinds written by hand (URLs, params, intervals, cron, zones,
+the trace context) and the rules between fields (`between`), their one-line TaskError, and the limits they
+check against; also the UTF-8 helpers the readers of stored names share. delayd.model.task holds the Task
+itself (its Task.new made of these by delayd.model.make), and re-exports these names.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from delayd.model import schedule
+from delayd.model.fields import (
+    BY_NAME,
+    DECIMAL,
+    MAX_NAME,
+    TARGET,
+    TEN_YEARS,
+    TRACEPARENT,
+    Field,
+    message,
+    text_pattern,
+)
 from delayd.model.json_rules import beyond_double
 
-METHODS = ("GET", "POST")
-BODIES = ("form", "json")
 DEFAULT_PARAMS_LIMIT = 64 * 1024
 DEFAULT_RETRIES = 20  # the `retries` option's default (delayd.config)
-MAX_RETRIES = 10_000
+MAX_RETRIES = int(BY_NAME["retries"].check.high)
 RETRY_JITTER = 0.1  # a backoff delay is up to this much (a fraction) longer, never shorter
-MAX_NAME = 512
-MAX_INTERVAL = 10 * 365 * 86400  # seconds: ten years
+MAX_INTERVAL = TEN_YEARS
 MAX_PARAMS_DEPTH = 64  # params nest at most this deep (the params object is level 1; the add script checks the same)
-# A target is `package.module:function` (dotted identifiers on both sides).
-_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
-TARGET_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+TARGET_RE = re.compile(TARGET)
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f]")
 KEY_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # a signing key's name (the add script checks the same)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control characters, Unicode's too
@@ -31,11 +40,9 @@ _BAD_URL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")  # whitespace and control
 _HOST_PORT_RE = re.compile(r"(\[[^\]]+\]|[^:\[\]]*)(?::([0-9]*))?")
 # A W3C traceparent of version 00 (lowercase hex, ids not all zero) and a tracestate kept with it (printable ASCII,
 # at most 512 characters): a task's `trace` is the one, then a space and the other (the add script checks the same).
-TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+TRACEPARENT_RE = re.compile(TRACEPARENT)
 _TRACESTATE_RE = re.compile(r"[!-~](?:[ -~]{0,510}[!-~])?")
-# A number written as text (intervals '0,30,60', at given as seconds): ASCII only, as JSON and the PHP and Node
-# clients read one (float() also takes '٣', '1_0' and 'infinity').
-DECIMAL_RE = re.compile(r"\s*-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
+DECIMAL_RE = re.compile(DECIMAL)  # a number written as text
 _ESCAPE_RE, _STRING_RE, _BRACKET_RE = re.compile(r"\\."), re.compile(r'"[^"]*"'), re.compile(r"[\[\]{}]")
 # Params as add() checks them: json.dumps(params, allow_nan=False, separators=(",", ":")), the encoder made once.
 _encode_params = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
@@ -99,7 +106,9 @@ def parse_intervals(value: Any) -> list[float]:
     return out
 
 
-def _check_name(what: str, value: Any) -> str:
+def check_name(what: str, value: Any) -> str:
+    """A topic, id or push list (`what`): a string or an integer, 1-512 characters of UTF-8, no space or
+    control character."""
     if type(value) is int:  # digits (and a sign): only the length can be wrong
         text = str(value)
         if len(text) > MAX_NAME:
@@ -142,7 +151,7 @@ def check_topic(value: Any) -> str:
     """A topic name, checked as add() checks it."""
     if type(value) is str and value in _GOOD_TOPICS:
         return value
-    return remember(_GOOD_TOPICS, _check_name("topic", value))
+    return remember(_GOOD_TOPICS, check_name("topic", value))
 
 
 def check_target(what: str, value: Any) -> str:
@@ -176,13 +185,10 @@ def check_key_name(value: Any) -> str:
 
 
 def trace_of(traceparent: Any, tracestate: Any = None) -> str | None:
-    """A task's `trace`: `traceparent`, then a space and `tracestate` when that is well formed (W3C: a bad
-    tracestate is dropped); None without a traceparent. A bad traceparent is refused."""
+    """A task's `trace`: `traceparent` (checked), then a space and `tracestate` when that is well formed (W3C: a
+    bad tracestate is dropped); None without a traceparent."""
     if traceparent is None:
         return None
-    if not isinstance(traceparent, str) or not TRACEPARENT_RE.fullmatch(traceparent):
-        raise TaskError(f"traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero), "
-                        f"got {traceparent!r}")
     state = tracestate.strip() if isinstance(tracestate, str) else ""
     return f"{traceparent} {state}" if _TRACESTATE_RE.fullmatch(state) else traceparent
 
@@ -207,14 +213,20 @@ def module_allowed(target: str, allowed: tuple[str, ...]) -> bool:
     return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
 
 
-def params_copy(params: dict, limit: int) -> tuple[dict, str]:
-    """`params` as their JSON (at most `limit` bytes) decodes, and that JSON (what the record stores), or
-    TaskError.
+def check_params(params: Any, limit: int | None) -> tuple[dict, str | None]:
+    """(params, their JSON): a dict; given at add (a `limit`), a copy as their JSON (at most `limit` bytes)
+    decodes, and that JSON (what the record stores); read back from a record (no `limit`), as they are.
 
     The usual params, one level of str keys and values of JSON's own kinds, come back from JSON as they
     are: a shallow copy is their copy, and their JSON is made by a C encoder without the markers that
     find a container inside itself (there is none to find). Other params are encoded as json.dumps
     does, and decoded for the copy."""
+    if params is not None and not isinstance(params, dict):
+        raise TaskError("params must be a JSON object (a dict)")
+    if not params:
+        return {}, None  # a fresh one: nothing to check or copy
+    if limit is None:
+        return params, None
     flat = (type(params) is dict and _STR_ONLY.issuperset(map(type, params))
             and _FLAT_VALUES.issuperset(map(type, params.values())))
     try:
@@ -251,33 +263,113 @@ def nested_deeper(text: str, limit: int) -> bool:
     return False
 
 
-def _check_schedule(intervals: Any, every: Any, cron: Any, tz: Any) -> tuple[Any, Any, Any]:
-    """Validate a recurring schedule: (every, cron, tz), tz defaulting to UTC for cron."""
-    given = [name for name, value in (("intervals", intervals), ("every", every), ("cron", cron))
-             if value is not None]
-    if len(given) > 1:
-        raise TaskError(f"give one of intervals, every or cron, not {' and '.join(given)}")
-    if cron is None and tz is not None:
-        raise TaskError("tz is the zone of a cron schedule: give it with cron")
+def check_id(value: Any) -> str:
+    """A task's id: a name without ':' (the key is topic:id)."""
+    text = check_name("id", value)
+    if ":" in text:
+        raise TaskError("id must not contain ':' (the key is topic:id)")
+    return text
+
+
+def check_url(url: Any, params_limit: int | None) -> str:
+    """An http(s) URL with a host; at add (a `params_limit`), also a port from 1 to 65535, an ASCII host, no
+    whitespace or control character and UTF-8 text (a URL read back from a record is not held to these)."""
     try:
-        if every is not None:
-            return schedule.check_every(every), None, None
-        tz = "UTC" if tz is None else tz
-        schedule.zone(tz)
-        return None, schedule.check_cron(cron), tz
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is not None:
+            parts.hostname  # noqa: B018  (raises ValueError for a malformed host)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
+    if params_limit is not None:
+        if why := url_authority_error(parts.netloc):
+            raise TaskError(f"url {why}, got {url!r}")
+        if _BAD_URL_CHARS.search(url):
+            raise TaskError(f"url must not contain spaces or control characters (percent-encode them), got {url!r}")
+        if not url.isascii() and not is_utf8(url):
+            raise TaskError("url is not valid UTF-8 text")
+    return url
+
+
+def check_cron(value: Any) -> str:
+    """A cron expression (delayd.model.schedule.check_cron), normalised to single spaces."""
+    try:
+        return schedule.check_cron(value)
     except schedule.ScheduleError as exc:
         raise TaskError(str(exc)) from None
 
 
-def _check_retries(retries: Any, backoff: bool, persistent: Any, intervals: Any, every: Any) -> None:
-    """`retries` is for a task without a schedule, and says what persistent=False says otherwise."""
-    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-        raise TaskError(f"retries must be an integer from 0 to {MAX_RETRIES}, got {retries!r}")
-    if not backoff:
-        given = "intervals" if intervals is not None else "every" if every is not None else "cron"
-        raise TaskError(f"retries is for a task without a schedule: give retries or {given}, not both")
-    if persistent is False:
-        raise TaskError("give retries or persistent=False (one run, no retries), not both")
+def check_zone(value: Any) -> str:
+    """An IANA zone name (delayd.model.schedule.zone)."""
+    try:
+        schedule.zone(value)
+    except schedule.ScheduleError as exc:
+        raise TaskError(str(exc)) from None
+    return value
+
+
+# The checks of names and targets: (the field's label, value) -> the value kept.
+LABELLED: dict[str, Callable[[str, Any], Any]] = {"name": check_name, "target": check_target}
+# The checks of the kinds each language writes by hand: (value, the add's params_limit or None) -> the value kept.
+CUSTOM: dict[str, Callable[[Any, int | None], Any]] = {
+    "url": check_url, "params": check_params, "intervals": lambda value, _: parse_intervals(value),
+    "cron": lambda value, _: check_cron(value), "zone": lambda value, _: check_zone(value),
+    "tracestate": lambda value, _: value,
+}
+
+
+def checker(f: Field) -> Callable[[Any], Any]:
+    """Field `f`'s check, of a kind of the table (delayd.model.fields): the value to keep, or TaskError."""
+    check = f.check
+    kind, low, high = check.kind, check.low, check.high
+
+    def refuse(value: Any, kind_message: str | None = None) -> Any:
+        raise TaskError(message(f, repr(value), kind_message=kind_message))
+
+    if kind == "text":
+        pattern = re.compile(text_pattern(check))
+        return lambda value: (value if isinstance(value, str) and pattern.fullmatch(value) and is_utf8(value)
+                              else refuse(value))
+    if kind == "enum":
+        values = check.values
+        if check.fold:
+            return lambda value: (value.upper() if isinstance(value, str) and value.upper() in values
+                                  else refuse(value))
+        return lambda value: value if value in values else refuse(value)
+    if kind == "bool":
+        return lambda value: value if value is True or value is False else refuse(value)
+    if kind == "int":
+        return lambda value: (value if not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+                              else refuse(value))
+    if kind == "number":
+        def number(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                refuse(value, check.type_message or None)
+            if not ((low < value) if check.low_open else (low <= value)) or not value <= high:  # (NaN fails both)
+                refuse(value)
+            return int(value) if float(value).is_integer() else value  # 2.0 as 2, as every producer writes it
+        return number
+    raise ValueError(f"{f.name}: a check of kind {kind!r} is written by hand (CUSTOM, LABELLED)")
+
+
+def between(intervals: Any, every: Any, cron: Any, tz: Any, retries: Any, persistent: Any, traceparent: Any,
+            tracestate: Any) -> tuple[Any, bool, str | None]:
+    """The rules between fields (each checked alone before, and what it requires): one schedule of intervals,
+    every or cron (tz UTC by default), retries only without a schedule and not with persistent=False. Returns
+    (tz, backoff: no schedule given, the task's `trace`)."""
+    if every is None and cron is None and tz is None and retries is None:  # (the usual: no rule to apply)
+        return None, intervals is None, None if traceparent is None else trace_of(traceparent, tracestate)
+    given = [name for name, value in (("intervals", intervals), ("every", every), ("cron", cron))
+             if value is not None]
+    if len(given) > 1:
+        raise TaskError(f"give one of intervals, every or cron, not {' and '.join(given)}")
+    if retries is not None:
+        if given:
+            raise TaskError(f"retries is for a task without a schedule: give retries or {given[0]}, not both")
+        if persistent is False:
+            raise TaskError("give retries or persistent=False (one run, no retries), not both")
+    return "UTC" if cron is not None and tz is None else tz, not given, trace_of(traceparent, tracestate)
 
 
 def is_utf8(text: str) -> bool:

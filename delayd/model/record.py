@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from delayd.model import attempts as attempts_mod
+from delayd.model import make
 from delayd.model.checks import MAX_PARAMS_DEPTH, nested_deeper, stored_trace_ok
+from delayd.model.fields import SPEC, SPEC_NAMES
 from delayd.model.json_rules import loads_spec
 from delayd.model.task import DEFAULT_RETRIES, STATUSES, Task, TaskError, is_utf8, printable
 
@@ -37,50 +39,15 @@ def _value_encoder() -> Any:
 _value_json = _value_encoder()
 
 
-def spec_json(task: Task) -> str:
-    """The immutable part of the task, as stored in Redis (defaults left out).
-
-    Topic and id are not in it: they are the record's member (`topic:id`), which
-    the key and every index already hold, so a record always runs as the task
-    its key names. Written piece by piece (the same text as json.dumps
-    with compact separators; every add pays for it), the target first: add.lua flags a URL
-    task by its spec starting `{"url":`."""
-    spec = []
-    for name, target in (("call", task.call), ("url", task.url), ("push", task.push), ("callback", task.callback)):
-        if target is not None:
-            spec.append(f'"{name}":{_json_text(target)}')
-    if task.timeout is not None:
-        spec.append(f'"timeout":{_value_json(task.timeout)}')
-    if task.every is not None:
-        spec.append(f'"every":{_value_json(task.every)}')
-    if task.cron is not None:
-        spec.append(f'"cron":{_json_text(task.cron)}')
-    # method and body matter only for url tasks, but are kept if given so that
-    # a task reads back exactly as it was added.
-    if task.url or task.method != "GET":
-        spec.append(f'"method":{_json_text(task.method)}')
-    if task.body != "form":
-        spec.append(f'"body":{_json_text(task.body)}')
-    if task.params:
-        spec.append(f'"params":{task.params_json or _value_json(task.params)}')
-    if not (task.backoff or task.every is not None or task.cron is not None):  # (not task.recurring: a call less)
-        spec.append(f'"intervals":{_value_json(task.intervals)}')  # given, even as [0]: none given means backoff
-    if not task.persistent:
-        spec.append('"persistent":false')
-    if task.retries is not None:
-        spec.append(f'"retries":{task.retries}')
-    if task.tz is not None and task.tz != "UTC":
-        spec.append(f'"tz":{_json_text(task.tz)}')
-    if task.signing_key is not None:
-        spec.append(f'"signing_key":{_json_text(task.signing_key)}')
-    if task.trace is not None:
-        spec.append(f'"trace":{_json_text(task.trace)}')
-    return "{" + ",".join(spec) + "}"
-
-
-# The fields a spec may have (docs/protocol.md, section 3).
-SPEC_FIELDS = frozenset({"call", "url", "push", "callback", "timeout", "every", "cron", "tz", "method", "body",
-                         "params", "intervals", "persistent", "retries", "signing_key", "trace"})
+# spec_json(task): the immutable part of the task, as stored in Redis (defaults left out). Topic and id are not
+# in it: they are the record's member (`topic:id`), which the key and every index already hold, so a record
+# always runs as the task its key names. Written piece by piece (the same text as json.dumps with compact
+# separators; every add pays for it), in the order of the table of fields (the target first: add.lua flags a URL
+# task by its spec starting `{"url":`), each when its rule says (delayd.model.fields; made by delayd.model.make).
+spec_json: Callable[[Task], str] = make.spec_json(_json_text, _value_json)
+# The fields a spec may have (docs/protocol.md, section 3), and those that must be integers.
+SPEC_FIELDS = SPEC_NAMES
+_INTEGERS = frozenset(f.name for f in SPEC if f.check and f.check.kind == "int")
 
 
 def _check_read_as_written(spec: dict[str, Any], text: str) -> None:
@@ -121,17 +88,12 @@ def from_record(member: str, record: dict[str, Any], default_retries: int = DEFA
         spec = loads_spec(record["spec"])  # (as the add script reads it, or TaskError)
         _check_read_as_written(spec, record["spec"])
         topic, _, id = member.rpartition(":")
-        task = Task.new(
-            topic, id, call=spec.get("call"), url=spec.get("url"),
-            push=spec.get("push"), method=spec.get("method", "GET"), body=spec.get("body", "form"),
-            params=spec.get("params"), intervals=spec.get("intervals"),
-            persistent=spec.get("persistent", True), priority=int(record.get("priority", 2)),
-            callback=spec.get("callback"), timeout=spec.get("timeout"),
-            every=spec.get("every"), cron=spec.get("cron"), tz=spec.get("tz"),
-            retries=_integer(spec.get("retries")), signing_key=spec.get("signing_key"), params_limit=None,
-        )
+        trace = spec.pop("trace", None)  # (the spec's own fields are Task.new's arguments, but its trace)
+        for name in _INTEGERS.intersection(spec):
+            spec[name] = _integer(spec[name])
+        task = Task.new(topic, id, priority=int(record.get("priority", 2)), params_limit=None, **spec)
         task.default_retries = default_retries
-        task.trace = spec.get("trace")
+        task.trace = trace
         status = record.get("status", "delayed")
         if status not in STATUSES:
             raise TaskError(f"unknown status {status!r}")

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
 UTC = timezone.utc
-MIN_EVERY = 1.0
-MAX_EVERY = 10 * 365 * 86400
 # Names available_timezones() lists that are no place: `localtime` (a Debian symlink to the
 # host's own zone, so each host would compute its own due times) and tzdata's `Factory` (zone unknown).
 NOT_PLACES = frozenset({"localtime", "Factory"})
@@ -29,15 +26,6 @@ NOT_PLACES = frozenset({"localtime", "Factory"})
 
 class ScheduleError(ValueError):
     """An invalid `every`, `cron` or `tz` (one line, fit for a user)."""
-
-
-def check_every(value: object) -> float:
-    """Seconds between runs: a finite number >= 1 (fractions allowed)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ScheduleError(f"every must be a number of seconds, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value) or not MIN_EVERY <= value <= MAX_EVERY:
-        raise ScheduleError(f"every must be between {MIN_EVERY:g} s and ten years, got {value!r}")
-    return int(value) if float(value).is_integer() else float(value)
 
 
 @functools.cache

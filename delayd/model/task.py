@@ -8,33 +8,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Callable, ClassVar
 
-from delayd.model import schedule
+from delayd.model import make, schedule
 from delayd.model.checks import (
-    _BAD_URL_CHARS,
-    BODIES,
     DEFAULT_PARAMS_LIMIT,
     DEFAULT_RETRIES,
     MAX_RETRIES,
-    METHODS,
     RETRY_JITTER,
     TaskError,
-    _check_name,
-    _check_retries,
-    _check_schedule,
     check_key_name,
     check_target,
     check_topic,
     is_utf8,
     module_allowed,
-    params_copy,
     parse_intervals,
     printable,
-    trace_of,
-    url_authority_error,
 )
+from delayd.model.fields import SHOWN
 
 FINISHED = ("ok", "failed", "deleted")
 STATUSES = ("delayed", "running", *FINISHED)  # the one table of statuses (delayed first: stats counts it by state)
@@ -71,6 +62,7 @@ class Task:
     retries: int | None = None
     signing_key: str | None = None  # a url task: the url_signing_keys entry that signs it (None: the default)
     trace: str | None = None  # the W3C trace context of its add: traceparent[ tracestate] (delayd.tracing)
+    group: str | None = None  # the tenant it is for (SPEC section 10)
     status: str = "delayed"
     created_at: float | None = None
     due_at: float | None = None
@@ -99,114 +91,21 @@ class Task:
             return f"url:{self.url}"
         return f"push:{self.push}" if self.push else "-"
 
-    # -- construction and validation -------------------------------------------------
-    @classmethod
-    def new(
-        cls,
-        topic: Any,
-        id: Any,
-        *,
-        call: str | None = None,
-        url: str | None = None,
-        push: str | None = None,
-        method: str = "GET",
-        body: str = "form",
-        params: dict | None = None,
-        intervals: Any = None,
-        persistent: bool = True,
-        priority: int = 2,
-        callback: str | None = None,
-        timeout: float | None = None,
-        every: Any = None,
-        cron: Any = None,
-        tz: Any = None,
-        retries: Any = None,
-        signing_key: Any = None,
-        traceparent: Any = None,
-        tracestate: Any = None,
-        params_limit: int | None = DEFAULT_PARAMS_LIMIT,
-    ) -> "Task":
-        """Validate user input and build a task; raise TaskError with one clear line.
+    @property
+    def traceparent(self) -> str | None:
+        """The traceparent of its trace context (`trace`), as get shows it."""
+        return self.trace and self.trace[:55]
 
-        params_limit=None is for params just decoded from JSON (a stored record):
-        they need no serialisability check or copy, and its URL is not held to the add-time
-        rule on whitespace (a task stored before the rule keeps running).
-        """
-        topic = check_topic(topic)
-        id = _check_name("id", id)
-        if ":" in id:
-            raise TaskError("id must not contain ':' (the key is topic:id)")
-        if (not call) + (not url) + (not push) != 2:
-            raise TaskError("give exactly one of call, url or push")
-        if call is not None:
-            check_target("call", call)
-        if url is not None:
-            try:
-                parts = urlsplit(url) if isinstance(url, str) else None
-                if parts is not None:
-                    parts.hostname  # noqa: B018  (raises ValueError for a malformed host)
-            except ValueError:
-                parts = None
-            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-                raise TaskError(f"url must be an http:// or https:// URL with a host, got {url!r}")
-            if params_limit is not None and (why := url_authority_error(parts.netloc)):
-                raise TaskError(f"url {why}, got {url!r}")
-            if params_limit is not None and _BAD_URL_CHARS.search(url):
-                raise TaskError(f"url must not contain spaces or control characters (percent-encode them), "
-                                f"got {url!r}")
-            if params_limit is not None and not url.isascii() and not is_utf8(url):
-                raise TaskError("url is not valid UTF-8 text")
-        if push is not None:
-            push = _check_name("push list", push)
-        if signing_key is not None and check_key_name(signing_key) and url is None:
-            raise TaskError("signing_key is for a url task: only URL requests are signed")
-        if method != "GET" and (not isinstance(method, str) or method.upper() not in METHODS):
-            raise TaskError(f"method must be GET or POST, got {method!r}")
-        if body not in BODIES:
-            raise TaskError(f"body must be 'form' or 'json', got {body!r}")
-        if params is not None and not isinstance(params, dict):
-            raise TaskError("params must be a JSON object (a dict)")
-        params_json = None
-        if not params:
-            params = {}  # a fresh one: nothing to check or copy
-        elif params_limit is not None:  # user input: must survive JSON, as a copy, within the limit
-            params, params_json = params_copy(params, params_limit)
-        if persistent is not True and persistent is not False:
-            raise TaskError("persistent must be true or false")
-        if priority not in (1, 2, 3) or isinstance(priority, bool) or not isinstance(priority, int):
-            raise TaskError(f"priority must be 1, 2 or 3, got {priority!r}")
-        if callback is not None:
-            check_target("callback", callback)
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
-                raise TaskError(f"timeout must be a number of seconds in (0, 86400], got {timeout!r}")
-            timeout = int(timeout) if float(timeout).is_integer() else timeout  # 2.0 as 2, as every producer writes it
-        if every is not None or cron is not None or tz is not None:
-            every, cron, tz = _check_schedule(intervals, every, cron, tz)
-        backoff = intervals is None and every is None and cron is None
-        if retries is not None:
-            _check_retries(retries, backoff, persistent, intervals, every)
-        # By position, in the order of the fields (tests/model/test_task.py checks that each lands in its own):
-        # matching twenty keywords took a third of building a task.
-        return cls(
-            topic, id, call, url, push, method if method == "GET" else method.upper(), body, params,
-            [0] if intervals is None else parse_intervals(intervals), persistent, priority, callback, timeout,
-            every, cron, tz, backoff, retries, signing_key, trace_of(traceparent, tracestate), params_json=params_json,
-        )
+    # Task.new(topic, id, *, call=None, url=None, ..., params_limit=DEFAULT_PARAMS_LIMIT): validate user input
+    # (every add argument of the table of fields, delayd.model.fields) and build a task; TaskError with one clear
+    # line. params_limit=None is for the fields of a stored record: its params need no serialisability check or
+    # copy, and its URL is not held to the add-time rules (a task stored before a rule keeps running). Made at
+    # import (delayd.model.make), below the class.
+    new: ClassVar[Callable[..., Task]]
 
     def to_dict(self) -> dict[str, Any]:
-        """The task as `delayd get --json` prints it: the field names of SPEC section 2."""
-        return {
-            "topic": self.topic, "id": self.id, "key": self.key, "call": self.call, "url": self.url,
-            "push": self.push, "method": self.method, "body": self.body, "params": self.params,
-            "intervals": self.intervals, "persistent": self.persistent, "priority": self.priority,
-            "callback": self.callback, "timeout": self.timeout, "every": self.every, "cron": self.cron,
-            "tz": self.tz, "retries": self.retry_limit, "status": self.status, "created_at": self.created_at,
-            "due_at": self.due_at,
-            "last_run_at": self.last_run_at, "last_due_at": self.last_due_at, "runs": self.runs,
-            "last_error": self.last_error, "attempts": self.attempts, "signing_key": self.signing_key,
-            "traceparent": self.trace and self.trace[:55],
-        }
+        """The task as `delayd get --json` prints it: the fields the table shows (delayd.model.fields.SHOWN)."""
+        return {f.name: getattr(self, f.shown) for f in SHOWN}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
@@ -285,6 +184,8 @@ class Task:
             return None
         return gap if gap > 0 else 1
 
+
+Task.new = classmethod(make.task_new(Task, DEFAULT_PARAMS_LIMIT))
 
 __all__ = ["FINISHED", "STATUSES", "Task", "TaskError", "DEFAULT_RETRIES", "MAX_RETRIES", "RETRY_JITTER",
            "check_key_name", "check_target", "check_topic", "is_utf8", "module_allowed", "parse_intervals",

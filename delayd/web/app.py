@@ -34,6 +34,7 @@ from delayd.client.async_client import AsyncClient
 from delayd.client.browse import BadCursor
 from delayd.client.errors import REDIS_ERRORS, DelaydError
 from delayd.config import Config
+from delayd.model.fields import SHOWN
 from delayd.model.task import STATUSES, printable
 from delayd.version import __version__
 from delayd.web import actions, display, outage, producers, views
@@ -91,7 +92,8 @@ class Dashboard(Pages):
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                       autoescape=True, undefined=jinja2.StrictUndefined, finalize=display.shown)
         self.env.globals.update(task_url=display.task_url, statuses=STATUSES, version=__version__,
-                                readonly=config.web_readonly, page_size=views.PAGE_SIZE)
+                                readonly=config.web_readonly, page_size=views.PAGE_SIZE,
+                                page_fields=[f.name for f in SHOWN if f.page])
         self.env.filters.update(when=display.when, seconds=display.span, ms=display.ms, seg=display.quote,
                                 urlencode=lambda text: display.quote(text, safe=""))
         self.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)

@@ -10,11 +10,11 @@ import pytest
 from delayd.model.schedule import (
     ScheduleError,
     check_cron,
-    check_every,
     next_cron,
     next_every,
     zone,
 )
+from delayd.model.task import Task, TaskError
 
 
 def ms(wall: str, tz: str, fold: int = 0) -> int:
@@ -113,8 +113,8 @@ def test_cron_names_and_spacing_are_accepted():
 
 @pytest.mark.parametrize("value", [0, 0.5, -1, float("nan"), float("inf"), True, "5"])
 def test_bad_every(value):
-    with pytest.raises(ScheduleError):
-        check_every(value)
+    with pytest.raises(TaskError, match="^every must be "):
+        Task.new("t", 1, call="m:f", every=value)
 
 
 @pytest.mark.parametrize("name", ["Mars/Olympus", "", "../etc/passwd", None, "Europe/",

@@ -63,6 +63,8 @@ REFUSED = [
     {"topic": "t", "id": 1, "url": "ftp://x.example/"},
     {"topic": "t", "id": 1, "url": "https:///path"},
     {"topic": "t", "id": 1, "url": "https://x.example/a b"},
+    {"topic": "t", "id": 1, "url": "https://x.example/a\x85\xa0\u2028b"},  # (shown as Python's repr escapes them)
+    {"topic": "t", "id": 1, "call": "a:b\xad"},
     {"topic": "t", "id": 1, "url": "https://[::1/"},
     {"topic": "t", "id": 1, "push": "a list"},
     {"topic": "t", "id": 1, "url": "https://x.example/", "method": "PUT"},
@@ -80,6 +82,9 @@ REFUSED = [
     {"topic": "t", "id": 1, "call": "a:b", "intervals": [0, -1]},
     {"topic": "t", "id": 1, "call": "a:b", "intervals": [0, 400000000]},
     {"topic": "t", "id": 1, "call": "a:b", "intervals": True},
+    {"topic": "t", "id": 1, "call": "a:b", "intervals": "0,inf"},  # (a number as JSON writes it: fields.DECIMAL)
+    {"topic": "t", "id": 1, "call": "a:b", "intervals": "1_0"},
+    {"topic": "t", "id": 1, "call": "a:b", "at": "Infinity"},
     {"topic": "t", "id": 1, "call": "a:b", "every": 0.5},
     {"topic": "t", "id": 1, "call": "a:b", "every": "10"},
     {"topic": "t", "id": 1, "call": "a:b", "every": 10, "intervals": [1]},

@@ -4,6 +4,7 @@ calls it by too, and each package's version and protocol are delayd's."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import subprocess
@@ -38,6 +39,16 @@ def test_each_package_ships_the_function_library_python_loads_and_its_names(pack
     names = json.loads((package / "lua" / "library.json").read_text())
     assert names == {"library": LIBRARY.name, "since": list(FUNCTIONS_SINCE), "probe": PROBE,
                      "functions": {"add": SCRIPTS["add"].function, "delete": SCRIPTS["delete"].function}}
+
+
+def test_every_file_the_build_writes_is_as_it_would_write_it():
+    """Above all the table of fields (delayd/model/fields.py) as each client reads it (clients/node/src/fields.js,
+    clients/php/src/Fields.php): a change to the table without ./scripts/build-clients would ship half-done."""
+    build = importlib.util.spec_from_file_location("build_clients", ROOT / "scripts" / "build_clients.py")
+    build_clients = importlib.util.module_from_spec(build)
+    build.loader.exec_module(build_clients)
+    for path, text in build_clients.wanted().items():
+        assert path.read_text() == text, f"{path.relative_to(ROOT)}: run ./scripts/build-clients"
 
 
 def test_no_linker_but_delayds_own():

@@ -7,6 +7,7 @@
 import { pyRepr } from './json.js';
 import { choose } from './dialect.js';
 import { bulk, packedCallClass, scriptCall } from './packed.js';
+import { SHOWN } from './fields.js';
 import { DEFAULT_PARAMS_LIMIT, DEFAULT_RETRIES, TaskError, build, newTask } from './task.js';
 import { LAYOUT, PROTOCOL } from './version.js';
 
@@ -293,7 +294,7 @@ export class Client {
     }
   }
 
-  /** A record read back (Task.from_record, then to_dict). */
+  /** A record read back (Task.from_record, then to_dict: the fields the table shows, ./fields.js). */
   taskDict(member, record) {
     if (record.spec === undefined) throw new TaskError("record has no 'spec' field");
     const spec = JSON.parse(record.spec);
@@ -306,15 +307,12 @@ export class Client {
     const seconds = (ms) => (ms === undefined || ms === '' ? null : Number(ms) / 1000);
     let retries = null;
     if (t.backoff) retries = !t.persistent ? 0 : t.retries ?? this.defaultRetries;
-    return {
-      topic: t.topic, id: t.id, key: t.key, call: t.call, url: t.url, push: t.push, method: t.method, body: t.body,
-      params: spec.params ?? {}, intervals: t.intervals, persistent: t.persistent, priority: t.priority,
-      callback: t.callback, timeout: t.timeout, every: t.every, cron: t.cron, tz: t.tz, retries, status,
-      created_at: seconds(record.created), due_at: seconds(record.due), last_run_at: seconds(record.last_run),
-      last_due_at: seconds(record.last_due), runs: Number(record.runs ?? 0), last_error: record.error || null,
-      attempts: attempts(record.attempts), signing_key: t.signing_key,
+    return Object.assign(Object.fromEntries(Object.keys(SHOWN).map((name) => [name, t[name] ?? null])), {
+      params: spec.params ?? {}, retries, status, created_at: seconds(record.created), due_at: seconds(record.due),
+      last_run_at: seconds(record.last_run), last_due_at: seconds(record.last_due), runs: Number(record.runs ?? 0),
+      last_error: record.error || null, attempts: attempts(record.attempts),
       traceparent: typeof spec.trace === 'string' ? spec.trace.slice(0, 55) : null,
-    };
+    });
   }
 }
 

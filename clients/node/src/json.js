@@ -52,6 +52,10 @@ export function compactJson(value, depth = 0) {
   throw new NotJson(`Object of type ${kind} is not JSON serializable`);
 }
 
+// What Python's repr escapes in a string (str.isprintable: controls, format and unassigned characters,
+// surrogates, separators; the space apart).
+const NOT_PRINTABLE = /^[\p{C}\p{Z}]$/u;
+
 /** Python's repr of a JSON-like value, for error messages that read as the Python client's. */
 export function pyRepr(value) {
   if (value === null || value === undefined) return 'None';
@@ -72,9 +76,9 @@ export function pyRepr(value) {
       else if (ch === '\n') out += '\\n';
       else if (ch === '\r') out += '\\r';
       else if (ch === '\t') out += '\\t';
-      else if (c < 0x20 || c === 0x7f) out += '\\x' + c.toString(16).padStart(2, '0');
-      else if (c >= 0xd800 && c <= 0xdfff) out += '\\u' + c.toString(16);
-      else out += ch;
+      else if (ch === ' ' || !NOT_PRINTABLE.test(ch)) out += ch;
+      else if (c < 0x100) out += '\\x' + c.toString(16).padStart(2, '0');
+      else out += c < 0x10000 ? '\\u' + c.toString(16).padStart(4, '0') : '\\U' + c.toString(16).padStart(8, '0');
     }
     return out + quote;
   }

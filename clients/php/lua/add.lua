@@ -197,6 +197,81 @@ local function flush_counts(counts_key)
   end
 end
 
+-- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
+-- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
+-- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
+local function only_known(t)
+  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0) +
+    (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0) +
+    (t.cron ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0) + (t.body ~= nil and 1 or 0) +
+    (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0) + (t.persistent ~= nil and 1 or 0) +
+    (t.retries ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0) +
+    (t.trace ~= nil and 1 or 0) + (t.group ~= nil and 1 or 0)
+  for _, value in pairs(t) do
+    if value == cjson.null then return false end
+    known = known - 1
+  end
+  return known == 0
+end
+
+-- For the whole gate (spec_gate, made only for a call that decodes specs in full): unknown_field(t), a field of
+-- decoded spec `t` the table does not know, or nil; refused_field(t), the first field of `t` the check of its kind
+-- refuses and why, or nil.
+local function spec_fields()
+  local function unknown_field(t)
+    local known = {call = true, url = true, push = true, callback = true, timeout = true, every = true, cron = true,
+      method = true, body = true, params = true, intervals = true, persistent = true, retries = true,
+      tz = true, signing_key = true, trace = true, group = true}
+    for name in pairs(t) do
+      if not known[name] then return name end
+    end
+  end
+
+  local function refused_field(t)
+    local v
+    v = t.timeout
+    if v ~= nil and (type(v) ~= 'number' or not (v > 0) or not (v <= 86400)) then
+      return 'timeout', 'must be a number of seconds in (0, 86400]'
+    end
+    v = t.every
+    if v ~= nil and type(v) ~= 'number' then return 'every', 'must be a number of seconds' end
+    if v ~= nil and (type(v) ~= 'number' or not (v >= 1) or not (v <= 315360000)) then
+      return 'every', 'must be between 1 s and ten years'
+    end
+    v = t.method
+    if v ~= nil and (v ~= 'GET' and v ~= 'POST') then
+      return 'method', 'must be GET or POST'
+    end
+    v = t.body
+    if v ~= nil and (v ~= 'form' and v ~= 'json') then
+      return 'body', "must be 'form' or 'json'"
+    end
+    v = t.persistent
+    if v ~= nil and (type(v) ~= 'boolean') then
+      return 'persistent', 'must be true or false'
+    end
+    v = t.retries
+    if v ~= nil and (type(v) ~= 'number' or v % 1 ~= 0 or v < 0 or v > 10000) then
+      return 'retries', 'must be an integer from 0 to 10000'
+    end
+    if t.tz ~= nil and t.cron == nil then
+      return 'tz', 'is the zone of a cron schedule: give it with cron'
+    end
+    v = t.signing_key
+    if v ~= nil and (type(v) ~= 'string' or #v < 1 or #v > 128 or not string.find(v, '^[A-Za-z0-9%_%.%:%-]*$')) then
+      return 'signing_key', "must be 1-128 letters, digits, '_', '.', ':' or '-'"
+    end
+    if t.signing_key ~= nil and t.url == nil then
+      return 'signing_key', 'is for a url task: only URL requests are signed'
+    end
+    v = t.group
+    if v ~= nil and (type(v) ~= 'string' or string.find(v, '[%z\1-\31\127]') or string.find(v, '\194[\128-\159]') or
+        #string.gsub(v, '[\128-\191]', '') < 1 or #string.gsub(v, '[\128-\191]', '') > 128) then
+      return 'group', 'must be 1-128 characters, none of them a control character'
+    end
+  end
+  return unknown_field, refused_field
+end
 -- add.lua's gate of validity (docs/protocol.md, section 7), in the lib so that the function library makes its
 -- functions once, at load, not on every add. Whatever would make the daemon misread a record is refused with
 -- `ERR delayd:bad-task <field>: <reason>`, every task of the call checked before anything is written. Clients
@@ -289,23 +364,6 @@ local function trace_ok(trace)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
 
--- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
--- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
--- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
-local function only_known(t)
-  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0)
-    + (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0)
-    + (t.cron ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0)
-    + (t.body ~= nil and 1 or 0) + (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0)
-    + (t.persistent ~= nil and 1 or 0) + (t.retries ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0)
-    + (t.trace ~= nil and 1 or 0)
-  for _, value in pairs(t) do
-    if value == cjson.null then return false end
-    known = known - 1
-  end
-  return known == 0
-end
-
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
 -- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
 -- `intervals` that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad
@@ -373,6 +431,7 @@ local function spec_gate()
   -- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
   -- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
   local usual
+  local unknown_field, refused_field = spec_fields()  -- (the table of fields' checks: _fields.lua)
 
   -- `package.module:function`: dotted identifiers on both sides of one ':' (each '.' followed by a
   -- letter or '_'; the dots found by plain search, far cheaper than a pattern searched for). Checked
@@ -558,14 +617,11 @@ local function spec_gate()
     if not ascii and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
     local decoded, t = pcall(cjson.decode, spec)
     if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
-    -- No unknown field (the table of names is made only to name one).
-    if not only_known(t) then
-      local fields = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
-        body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1, trace = 1}
-      for name in pairs(t) do
-        if not fields[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
-      end
-    end
+    -- No unknown field (the table of names is made only to name one), and each of a kind the table checks.
+    local unknown = not only_known(t) and unknown_field(t)
+    if unknown then refuse('spec', 'unknown field ' .. cjson.encode(unknown)) end
+    local refused, why = refused_field(t)
+    if refused then refuse(refused, why) end
     local call, url, push = t.call, t.url, t.push
     local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
       + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
@@ -578,23 +634,15 @@ local function spec_gate()
       check_url(url)
       if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
     end
-    if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or url == nil
-        or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
-      refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
-    end
     if t.trace ~= nil and not trace_ok(t.trace) then
       refuse('trace', 'must be a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>, then maybe a space and a tracestate')
     end
-    if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
-    if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
     -- (cjson decodes [] as it decodes {}: an empty one must be written as an object)
     if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil
         or next(t.params) == nil and not string.find(spec, '"params"%s*:%s*{')) then
       refuse('params', 'must be a JSON object')
     end
     if t.params ~= nil then check_depth(t.params, spec, MAX_DEPTH + 1) end
-    if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
-    if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
     local every, cron = t.every, t.cron
     local schedules = 0
     if t.intervals ~= nil then
@@ -605,10 +653,7 @@ local function spec_gate()
       end
       for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
     end
-    if every ~= nil then
-      schedules = schedules + 1
-      check_number('every', every, 1, TEN_YEARS)
-    end
+    if every ~= nil then schedules = schedules + 1 end
     if cron ~= nil then
       schedules = schedules + 1
       local fields = 0
@@ -622,15 +667,11 @@ local function spec_gate()
     end
     if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
     if t.tz ~= nil then
-      if cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
       if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
         refuse('tz', 'must be an IANA zone name like Europe/Berlin')
       end
     end
     if t.retries ~= nil then
-      if type(t.retries) ~= 'number' or int_of(t.retries) == nil or t.retries < 0 or t.retries > 10000 then
-        refuse('retries', 'must be an integer from 0 to 10000')
-      end
       if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
       if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
     end

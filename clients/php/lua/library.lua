@@ -1,4 +1,4 @@
-#!lua name=delayd_6cef70898463ec2e
+#!lua name=delayd_fb94450b541b7840
 local KEYS, ARGV
 -- Redis's clock in milliseconds: every due time and lease is on this clock.
 local function now_ms()
@@ -592,6 +592,86 @@ local function free_slots(lp, freed, now, reach)
     if removed > 0 then wake_held(lp, topic, now, reach) end
   end
 end
+-- Written by scripts/build-clients (delayd/store/lua_fields.py) from delayd/model/fields.py, the table of task
+-- fields: do not edit. add.lua's gate (_gate.lua) reads a decoded spec's fields with these: which it may have,
+-- and the check of each field of a kind the table says (the gate checks the others, and the rules between
+-- fields, itself). A string cjson decoded from a spec of UTF-8 text is UTF-8 text (it refuses a lone surrogate).
+
+-- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
+-- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
+-- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
+local function only_known(t)
+  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0) +
+    (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0) +
+    (t.cron ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0) + (t.body ~= nil and 1 or 0) +
+    (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0) + (t.persistent ~= nil and 1 or 0) +
+    (t.retries ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0) +
+    (t.trace ~= nil and 1 or 0) + (t.group ~= nil and 1 or 0)
+  for _, value in pairs(t) do
+    if value == cjson.null then return false end
+    known = known - 1
+  end
+  return known == 0
+end
+
+-- For the whole gate (spec_gate, made only for a call that decodes specs in full): unknown_field(t), a field of
+-- decoded spec `t` the table does not know, or nil; refused_field(t), the first field of `t` the check of its kind
+-- refuses and why, or nil.
+local function spec_fields()
+  local function unknown_field(t)
+    local known = {call = true, url = true, push = true, callback = true, timeout = true, every = true, cron = true,
+      method = true, body = true, params = true, intervals = true, persistent = true, retries = true,
+      tz = true, signing_key = true, trace = true, group = true}
+    for name in pairs(t) do
+      if not known[name] then return name end
+    end
+  end
+
+  local function refused_field(t)
+    local v
+    v = t.timeout
+    if v ~= nil and (type(v) ~= 'number' or not (v > 0) or not (v <= 86400)) then
+      return 'timeout', 'must be a number of seconds in (0, 86400]'
+    end
+    v = t.every
+    if v ~= nil and type(v) ~= 'number' then return 'every', 'must be a number of seconds' end
+    if v ~= nil and (type(v) ~= 'number' or not (v >= 1) or not (v <= 315360000)) then
+      return 'every', 'must be between 1 s and ten years'
+    end
+    v = t.method
+    if v ~= nil and (v ~= 'GET' and v ~= 'POST') then
+      return 'method', 'must be GET or POST'
+    end
+    v = t.body
+    if v ~= nil and (v ~= 'form' and v ~= 'json') then
+      return 'body', "must be 'form' or 'json'"
+    end
+    v = t.persistent
+    if v ~= nil and (type(v) ~= 'boolean') then
+      return 'persistent', 'must be true or false'
+    end
+    v = t.retries
+    if v ~= nil and (type(v) ~= 'number' or v % 1 ~= 0 or v < 0 or v > 10000) then
+      return 'retries', 'must be an integer from 0 to 10000'
+    end
+    if t.tz ~= nil and t.cron == nil then
+      return 'tz', 'is the zone of a cron schedule: give it with cron'
+    end
+    v = t.signing_key
+    if v ~= nil and (type(v) ~= 'string' or #v < 1 or #v > 128 or not string.find(v, '^[A-Za-z0-9%_%.%:%-]*$')) then
+      return 'signing_key', "must be 1-128 letters, digits, '_', '.', ':' or '-'"
+    end
+    if t.signing_key ~= nil and t.url == nil then
+      return 'signing_key', 'is for a url task: only URL requests are signed'
+    end
+    v = t.group
+    if v ~= nil and (type(v) ~= 'string' or string.find(v, '[%z\1-\31\127]') or string.find(v, '\194[\128-\159]') or
+        #string.gsub(v, '[\128-\191]', '') < 1 or #string.gsub(v, '[\128-\191]', '') > 128) then
+      return 'group', 'must be 1-128 characters, none of them a control character'
+    end
+  end
+  return unknown_field, refused_field
+end
 -- add.lua's gate of validity (docs/protocol.md, section 7), in the lib so that the function library makes its
 -- functions once, at load, not on every add. Whatever would make the daemon misread a record is refused with
 -- `ERR delayd:bad-task <field>: <reason>`, every task of the call checked before anything is written. Clients
@@ -684,23 +764,6 @@ local function trace_ok(trace)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
 
--- True if every field of decoded spec `t` is a known one and none is null: the known ones present are all there
--- are (counted without a table of names, which would be made on every call). (A null is no value of any field:
--- cjson's null is not nil, so it would pass for one given, where the daemon's reader reads None.)
-local function only_known(t)
-  local known = (t.call ~= nil and 1 or 0) + (t.url ~= nil and 1 or 0) + (t.push ~= nil and 1 or 0)
-    + (t.callback ~= nil and 1 or 0) + (t.timeout ~= nil and 1 or 0) + (t.every ~= nil and 1 or 0)
-    + (t.cron ~= nil and 1 or 0) + (t.tz ~= nil and 1 or 0) + (t.method ~= nil and 1 or 0)
-    + (t.body ~= nil and 1 or 0) + (t.params ~= nil and 1 or 0) + (t.intervals ~= nil and 1 or 0)
-    + (t.persistent ~= nil and 1 or 0) + (t.retries ~= nil and 1 or 0) + (t.signing_key ~= nil and 1 or 0)
-    + (t.trace ~= nil and 1 or 0)
-  for _, value in pairs(t) do
-    if value == cjson.null then return false end
-    known = known - 1
-  end
-  return known == 0
-end
-
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
 -- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
 -- `intervals` that are no list of numbers, a schedule other than the mode says (the `recurring` index), a bad
@@ -768,6 +831,7 @@ local function spec_gate()
   -- The start of the last spec with params, `{"call":"<name>","callback":"<name>","params":` (or without the
   -- callback), and its names: a batch repeats it, and a spec that starts the same has the same names.
   local usual
+  local unknown_field, refused_field = spec_fields()  -- (the table of fields' checks: _fields.lua)
 
   -- `package.module:function`: dotted identifiers on both sides of one ':' (each '.' followed by a
   -- letter or '_'; the dots found by plain search, far cheaper than a pattern searched for). Checked
@@ -953,14 +1017,11 @@ local function spec_gate()
     if not ascii and not utf8_ok(spec) then refuse('spec', 'is not valid UTF-8 text') end
     local decoded, t = pcall(cjson.decode, spec)
     if not decoded or type(t) ~= 'table' or t[1] ~= nil then refuse('spec', 'is not a JSON object') end
-    -- No unknown field (the table of names is made only to name one).
-    if not only_known(t) then
-      local fields = {call = 1, url = 1, push = 1, callback = 1, timeout = 1, every = 1, cron = 1, tz = 1, method = 1,
-        body = 1, params = 1, intervals = 1, persistent = 1, retries = 1, signing_key = 1, trace = 1}
-      for name in pairs(t) do
-        if not fields[name] then refuse('spec', 'unknown field ' .. cjson.encode(name)) end
-      end
-    end
+    -- No unknown field (the table of names is made only to name one), and each of a kind the table checks.
+    local unknown = not only_known(t) and unknown_field(t)
+    if unknown then refuse('spec', 'unknown field ' .. cjson.encode(unknown)) end
+    local refused, why = refused_field(t)
+    if refused then refuse(refused, why) end
     local call, url, push = t.call, t.url, t.push
     local targets = (call ~= nil and call ~= '' and call ~= cjson.null and 1 or 0)
       + (url ~= nil and url ~= '' and url ~= cjson.null and 1 or 0)
@@ -973,23 +1034,15 @@ local function spec_gate()
       check_url(url)
       if not is_url(spec) then refuse('url', 'the spec of a URL task must start with {"url":') end
     end
-    if t.signing_key ~= nil and (type(t.signing_key) ~= 'string' or #t.signing_key > 128 or url == nil
-        or not string.find(t.signing_key, '^[%w_.:%-]+$')) then
-      refuse('signing_key', 'must be 1-128 letters, digits, _ . : - on a url task')
-    end
     if t.trace ~= nil and not trace_ok(t.trace) then
       refuse('trace', 'must be a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex>, then maybe a space and a tracestate')
     end
-    if t.method ~= nil and t.method ~= 'GET' and t.method ~= 'POST' then refuse('method', 'must be GET or POST') end
-    if t.body ~= nil and t.body ~= 'form' and t.body ~= 'json' then refuse('body', "must be 'form' or 'json'") end
     -- (cjson decodes [] as it decodes {}: an empty one must be written as an object)
     if t.params ~= nil and (type(t.params) ~= 'table' or t.params[1] ~= nil
         or next(t.params) == nil and not string.find(spec, '"params"%s*:%s*{')) then
       refuse('params', 'must be a JSON object')
     end
     if t.params ~= nil then check_depth(t.params, spec, MAX_DEPTH + 1) end
-    if t.persistent ~= nil and type(t.persistent) ~= 'boolean' then refuse('persistent', 'must be true or false') end
-    if t.timeout ~= nil then check_number('timeout', t.timeout, 0, 86400, true) end
     local every, cron = t.every, t.cron
     local schedules = 0
     if t.intervals ~= nil then
@@ -1000,10 +1053,7 @@ local function spec_gate()
       end
       for _, gap in ipairs(list) do check_number('intervals', gap, 0, TEN_YEARS) end
     end
-    if every ~= nil then
-      schedules = schedules + 1
-      check_number('every', every, 1, TEN_YEARS)
-    end
+    if every ~= nil then schedules = schedules + 1 end
     if cron ~= nil then
       schedules = schedules + 1
       local fields = 0
@@ -1017,15 +1067,11 @@ local function spec_gate()
     end
     if schedules > 1 then refuse('schedule', 'give one of intervals, every or cron') end
     if t.tz ~= nil then
-      if cron == nil then refuse('tz', 'is the zone of a cron schedule: give it with cron') end
       if type(t.tz) ~= 'string' or #t.tz > 64 or not string.find(t.tz, '^[%w_%+%-/]+$') then
         refuse('tz', 'must be an IANA zone name like Europe/Berlin')
       end
     end
     if t.retries ~= nil then
-      if type(t.retries) ~= 'number' or int_of(t.retries) == nil or t.retries < 0 or t.retries > 10000 then
-        refuse('retries', 'must be an integer from 0 to 10000')
-      end
       if schedules > 0 then refuse('retries', 'is for a task without intervals, every or cron') end
       if t.persistent == false then refuse('retries', 'give retries or persistent=false, not both') end
     end
@@ -1455,7 +1501,7 @@ local function trim_finished(tick, done_ok, done_failed, done_deleted, quarantin
   trim_index(tick, done_failed, 'failed', quarantine_key)
   trim_index(tick, done_deleted, 'deleted')
 end
-redis.register_function{function_name='delayd_6cef70898463ec2e_add', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_add', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -1718,7 +1764,7 @@ if next(counts) then flush_counts(counts_key) end
 return written
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_aside', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_aside', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- aside: the topics of one bucket that may hold URL tasks set aside for a disabled host (claim.lua),
@@ -1740,7 +1786,7 @@ end
 return redis.call('SMEMBERS', aside)
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_browse', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_browse', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- browse: read one page of a bucket's index (a zset of members) in order, keeping the
@@ -1822,7 +1868,7 @@ if pos >= size then last_score, last_member = false, false end
 return {found, examined, last_score, last_member, size}
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_claim', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_claim', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2086,7 +2132,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return out
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_delete', flags={'allow-oom'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_delete', flags={'allow-oom'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2146,7 +2192,7 @@ flush_counts(counts_key)
 return claimed and 2 or 1
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_finish', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_finish', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2315,7 +2361,7 @@ flush_stats(counts_key, totals_key, window, next_window, minute, next_minute, no
 return applied
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_host_switch', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_host_switch', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- host_switch: disable or enable URL hosts (delayd hosts disable|enable), counting the event.
@@ -2349,7 +2395,7 @@ if changed > 0 then redis.call('HINCRBY', events, action .. 'd', changed) end
 return changed
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_hosts', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_hosts', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- hosts: fold one queue process's delivery tallies into the health of each URL host (delayd hosts).
@@ -2416,7 +2462,7 @@ if #gone > 0 then redis.call('ZREM', seen, unpack(gone)) end
 return now
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_limit', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_limit', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- limit: set or clear one topic's limit (docs/redis-layout.md, "Limits"). A single Redis only:
@@ -2452,7 +2498,7 @@ wake_held(limits_prefix, topic, now)
 return had
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_park', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_park', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2520,7 +2566,7 @@ end
 return reply
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_pause', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_pause', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- pause: flag one topic as paused in one bucket (Client.pause runs it on every bucket, then
@@ -2549,7 +2595,7 @@ end
 return generation
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_promote', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_promote', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2623,7 +2669,7 @@ local full = (due_found == batch or leases_found == batch or release_again or ti
 return {tick.moved, tick.reaped, next_due, next_lease, clock, full, unpack(tick.asked)}
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_register', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_register', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- register: refresh (or remove) one daemon's entry in the registry of live daemons.
@@ -2657,7 +2703,7 @@ end
 return now
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_renew', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_renew', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- renew: extend the leases of runs still in progress.
@@ -2699,7 +2745,7 @@ end
 return renewed
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_resume', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_resume', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2756,7 +2802,7 @@ flush_counts(counts_key)
 return {moved, left, generation, 0}
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_retry', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_retry', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2809,7 +2855,7 @@ flush_counts(counts_key)
 return 1
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_run_now', flags={}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_run_now', flags={}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 counts, runs = {}, {}
@@ -2847,7 +2893,7 @@ flush_counts(counts_key)
 return {1, status}
 
 end}
-redis.register_function{function_name='delayd_6cef70898463ec2e_stats', flags={'no-writes'}, callback=function(keys, argv)
+redis.register_function{function_name='delayd_fb94450b541b7840_stats', flags={'no-writes'}, callback=function(keys, argv)
 KEYS, ARGV = keys, argv
 local KEYS, ARGV = keys, argv
 -- stats: read one bucket's statistics (changes nothing): the part whose cost does not grow with the

@@ -1,6 +1,6 @@
 <?php
 // A stored task record as `delayd get --json` prints it (docs/protocol.md, section 5; Python's
-// Task.from_record and Task.to_dict).
+// Task.from_record and Task.to_dict): the fields the table shows (Fields.php), each from the spec or its default.
 declare(strict_types=1);
 
 namespace Delayd;
@@ -22,23 +22,18 @@ final class Record
         if ($backoff) {
             $retries = $persistent ? ($spec['retries'] ?? $defaultRetries) : 0;
         }
-        return [
-            'topic' => $topic, 'id' => $id, 'key' => "$topic:$id",
-            'call' => $spec['call'] ?? null, 'url' => $spec['url'] ?? null, 'push' => $spec['push'] ?? null,
-            'method' => strtoupper($spec['method'] ?? 'GET'), 'body' => $spec['body'] ?? 'form',
-            'params' => $spec['params'] ?? [], 'intervals' => $spec['intervals'] ?? [0],
+        return array_replace(Fields::SHOWN, array_intersect_key($spec, Fields::SHOWN), [
+            'topic' => $topic, 'id' => $id, 'key' => "$topic:$id", 'method' => strtoupper($spec['method'] ?? 'GET'),
             'persistent' => $persistent, 'priority' => (int) ($record['priority'] ?? 2),
-            'callback' => $spec['callback'] ?? null, 'timeout' => $spec['timeout'] ?? null,
-            'every' => $spec['every'] ?? null, 'cron' => $spec['cron'] ?? null,
             'tz' => isset($spec['cron']) ? ($spec['tz'] ?? 'UTC') : null,
             'retries' => $retries, 'status' => $record['status'] ?? 'delayed',
             'created_at' => self::seconds($record['created'] ?? null), 'due_at' => self::seconds($record['due'] ?? null),
             'last_run_at' => self::seconds($record['last_run'] ?? null),
             'last_due_at' => self::seconds($record['last_due'] ?? null),
             'runs' => (int) ($record['runs'] ?? 0), 'last_error' => ($record['error'] ?? '') === '' ? null : $record['error'],
-            'attempts' => self::attempts($record['attempts'] ?? ''), 'signing_key' => $spec['signing_key'] ?? null,
+            'attempts' => self::attempts($record['attempts'] ?? ''),
             'traceparent' => is_string($spec['trace'] ?? null) ? substr($spec['trace'], 0, 55) : null,
-        ];
+        ]);
     }
 
     private static function seconds(?string $ms): ?float
