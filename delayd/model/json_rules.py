@@ -3,7 +3,7 @@
 hex, `nan` and `inf` and makes an integer past a double's range infinite, Python reads NaN, Infinity, lone
 surrogates and integers of any size, and both keep the last of a name given twice. What one would read
 otherwise than the other is refused by both (docs/protocol.md section 7; the add script's side is
-lua/_gate.lua's check_json; tests/store/test_json_agreement.py holds them to it)."""
+lua/_gate_json.lua's check_json; tests/store/test_json_agreement.py holds them to it)."""
 from __future__ import annotations
 
 import json

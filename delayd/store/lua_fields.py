@@ -1,8 +1,8 @@
 """delayd/store/lua/_fields.lua, add.lua's gate's part made from the table of fields (delayd.model.fields):
 which fields a spec may have, and each field of a kind the table says (enum, bool, int, number, text, the fields
 it requires) checked with the table's message. scripts/build-clients writes it (tests/producers/test_packages.py
-holds it to the table); the gate (_gate.lua) checks the kinds written by hand (names, URLs, params, intervals,
-cron, zones, the trace context) and the rules between fields itself."""
+holds it to the table); the gate (_gate.lua, its checks of text in _gate_text.lua) checks the kinds written by
+hand (names, URLs, params, intervals, cron, zones, the trace context) and the rules between fields itself."""
 from __future__ import annotations
 
 from string import Template
@@ -67,7 +67,7 @@ def _wrapped(items: list[str], separator: str, indent: str) -> str:
     return "\n".join(lines)
 
 
-FILE = "_fields.lua"  # in delayd/store/lua, before _gate.lua in the lib
+FILE = "_fields.lua"  # in delayd/store/lua, before the gate's files (_gate_text.lua, ...) in the lib
 _SOURCE = Template("""\
 -- Written by scripts/build-clients (delayd/store/lua_fields.py) from delayd/model/fields.py, the table of task
 -- fields: do not edit. add.lua's gate (_gate.lua) reads a decoded spec's fields with these: which it may have,

@@ -20,9 +20,10 @@ READ_ONLY = frozenset({"browse", "stats"})
 ALLOW_OOM = frozenset({"delete"})
 # The helpers, read as one lib in this order (a definition uses only those above it): _lib.lua, the counts'
 # (_counts.lua), the limits' (_limits.lua), the table of task fields' (_fields.lua, written by scripts/build-clients
-# from delayd/model/fields.py), add's gate (_gate.lua), then promote's tick (_tick.lua) and its four jobs.
-LIB_FILES = ("_lib.lua", "_counts.lua", "_limits.lua", "_fields.lua", "_gate.lua", "_tick.lua", "_due.lua",
-             "_release.lua", "_reap.lua", "_trim.lua")
+# from delayd/model/fields.py), add's gate (its refusal and checks of text, _gate_text.lua; of JSON that cjson and
+# Python read alike, _gate_json.lua; the gate proper, _gate.lua), then promote's tick (_tick.lua) and its four jobs.
+LIB_FILES = ("_lib.lua", "_counts.lua", "_limits.lua", "_fields.lua", "_gate_text.lua", "_gate_json.lua", "_gate.lua",
+             "_tick.lua", "_due.lua", "_release.lua", "_reap.lua", "_trim.lua")
 
 
 class Script:

@@ -272,21 +272,19 @@ local function spec_fields()
   end
   return unknown_field, refused_field
 end
--- add.lua's gate of validity (docs/protocol.md, section 7), in the lib so that the function library makes its
--- functions once, at load, not on every add. Whatever would make the daemon misread a record is refused with
--- `ERR delayd:bad-task <field>: <reason>`, every task of the call checked before anything is written. Clients
--- check first, for messages their users can act on (delayd.model.task); this is what holds when one does not.
--- A call flagged 'c' says its producer did: of its specs add.lua reads only what the scripts themselves
--- depend on (unread_ok), and a record bad otherwise is set aside at its first claim, never run.
--- Redis runs this for every task of every add, so the common case is kept cheap: one pcall for
--- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
--- a topic and a target checked once while they repeat, and a spec decoded at most once.
-local MAX_NAME, MAX_SPEC, TEN_YEARS = 512, 1048576, 315360000
+-- The gate's refusal and its checks of text (add.lua's gate of validity: _gate.lua, docs/protocol.md section 7),
+-- read as part of the lib after _fields.lua (delayd/store/scripts.py, LIB_FILES): refuse(), which every check of
+-- the gate raises through, and the checks of what a task names as text: UTF-8, a topic's, id's or push list's
+-- name, a URL task's URL, a trace context. add.lua checks each task's topic and id with them, _gate.lua a spec's
+-- fields; kept apart from the gate so that each file holds one concern.
+
 local REFUSED = 'delayd:bad-task '  -- the start of what refuse() raises (no Lua error starts so)
 
 local function refuse(field, reason)
   error(REFUSED .. field .. ': ' .. reason, 0)
 end
+
+local MAX_NAME = 512  -- the most characters of a topic, id or push list
 
 -- UTF-8 text: ASCII at once, else every sequence well formed (no overlong forms, surrogates or
 -- code points past U+10FFFF), as Python's decoder reads it.
@@ -363,6 +361,98 @@ local function trace_ok(trace)
   local rest = string.sub(trace, 56)
   return rest == '' or string.find(rest, '^ [!-~][ -~]*$') ~= nil and string.find(rest, '[!-~]$') ~= nil
 end
+-- The gate's JSON agreement (docs/protocol.md section 7; tests/store/test_json_agreement.py), read as part of the
+-- lib after _gate_text.lua (delayd/store/scripts.py, LIB_FILES): what Redis's cjson decodes but the daemon's
+-- reader, Python's json, reads otherwise or refuses (numbers, control characters in strings, a field named
+-- twice), which the whole gate (spec_gate, _gate.lua) refuses. Made by json_checks(), called by spec_gate, so that
+-- a call which never decodes a spec in full never builds these functions. delayd/model/json_rules.py is the
+-- same rules on the Python side.
+
+-- check_json(text, ascii, t), for spec_gate: refuses JSON `text` that cjson and Python's json read apart.
+local function json_checks()
+  -- The first name that JSON object `text` gives twice at its top (each key decoded by cjson, escapes and all),
+  -- for the refusal's message: escapes masked (positions kept), then strings and brackets walked.
+  local function named_twice(text)
+    local masked, depth, seen, at = string.gsub(text, '\\.', '\1\1'), 0, {}, 1
+    while true do
+      local from, _, c = string.find(masked, '([{}%[%]"])', at)
+      if not from then return '?' end
+      at = from + 1
+      if c == '"' then
+        at = string.find(masked, '"', at, true) + 1
+        if depth == 1 and string.find(masked, '^%s*:', at) then
+          local name = cjson.decode(string.sub(text, from, at - 1))
+          if seen[name] then return name end
+          seen[name] = true
+        end
+      else
+        depth = depth + ((c == '{' or c == '[') and 1 or -1)
+      end
+    end
+  end
+
+  -- What cjson decodes (as it did `text`) but the daemon's reader, Python's json, reads otherwise or refuses
+  -- (docs/protocol.md section 7; tests/store/test_json_agreement.py): a number JSON does not have (hex, `+1`,
+  -- `01`, `1.`, `.5`, nan and inf, which cjson takes; NaN and Infinity, which both do) or beyond a double's
+  -- range (cjson's infinity, Python's exact integer), a control character in a string or after the object
+  -- (unless `ascii`: printable ASCII has none), and, for a spec whose fields passed their checks (`t`, its
+  -- decoding), a field named twice (both keep the last; add.lua's pattern of a checked spec reads the first).
+  -- Read in `text` less its strings: numbers, words, brackets, ',' and ':'. (Each pattern searched costs
+  -- per byte: most are tried only once a plain search found the character they are about.)
+  local function check_json(text, ascii, t)
+    local bare = string.find(text, '\\', 1, true) and string.gsub(text, '\\.', '') or text
+    local strings = string.gsub(bare, '"[^"]*"', '')
+    if not ascii and string.find(text, '[%z\1-\31]') and (string.find(text, '[%z\1-\8\11\12\14-\31]')
+        or select(2, string.gsub(bare, '[\t\n\r]', '')) > select(2, string.gsub(strings, '[\t\n\r]', ''))) then
+      refuse('spec', 'holds a control character in a string (JSON escapes it) or after the object')
+    end
+    bare = strings
+    -- (cjson's numbers beyond JSON's spell nan, inf or hex with one of these letters, which true, false and
+    -- null have not, or 'na'; or have a '+' not after an exponent's e, a '.' not followed by a digit, or after
+    -- '-' (cjson refuses one after anything else), a leading 0)
+    local letter = string.find(bare, '%a')
+    if letter and (string.find(bare, '[iIxXNA]', letter) or string.find(bare, 'na', letter, true))
+        or string.find(bare, '+', 1, true) and string.find(bare, '[^eE]%+')
+        or string.find(bare, '.', 1, true) and (string.find(bare, '%.%D') or string.find(bare, '-.', 1, true))
+        or string.find(bare, '0', 1, true) and string.find(bare, '[%s:,%[]%-?0%d') then
+      refuse('spec', 'holds a number JSON does not have (NaN, Infinity, hex, +1, 01, 1.)')
+    end
+    if #bare > 309 or letter and string.find(bare, '[eE][+-]?%d%d%d', letter) then  -- (what may be past 1.8e308)
+      for number in string.gmatch(bare, '[%d.eE+-]+') do
+        local value = tonumber(number)
+        if value == math.huge or value == -math.huge then
+          refuse('spec', "holds a number beyond a double's range (about 1.8e308)")
+        end
+      end
+    end
+    if t then  -- a ':' for each member at its top, once params go (its other fields hold no object)
+      local fields, colons = 0, 0
+      for _ in pairs(t) do fields = fields + 1 end
+      local top = string.sub(bare, string.find(bare, '{', 1, true) + 1)
+      if t.params then top = string.gsub(top, '%b{}', '') end
+      local at = string.find(top, ':', 1, true)
+      while at do
+        colons = colons + 1
+        at = string.find(top, ':', at + 1, true)
+      end
+      if colons ~= fields then refuse('spec', 'names the field ' .. cjson.encode(named_twice(text)) .. ' twice') end
+    end
+  end
+  return check_json
+end
+-- add.lua's gate of validity (docs/protocol.md, section 7), in the lib so that the function library makes its
+-- functions once, at load, not on every add. Whatever would make the daemon misread a record is refused with
+-- `ERR delayd:bad-task <field>: <reason>`, every task of the call checked before anything is written. Clients
+-- check first, for messages their users can act on (delayd.model.task); this is what holds when one does not.
+-- A call flagged 'c' says its producer did: of its specs add.lua reads only what the scripts themselves
+-- depend on (unread_ok), and a record bad otherwise is set aside at its first claim, never run.
+-- Redis runs this for every task of every add, so the common case is kept cheap: one pcall for
+-- the whole call (not one per task), names of printable ASCII proven by one anchored pattern,
+-- a topic and a target checked once while they repeat, and a spec decoded at most once.
+-- This file is the gate proper: a checked call's reading of a spec (unread_ok, plain_ok) and the whole gate
+-- (spec_gate). It comes last of the gate's lib files (delayd/store/scripts.py, LIB_FILES), after refuse() and the
+-- checks of text (_gate_text.lua) and the checks that cjson and Python read JSON alike (_gate_json.lua).
+local MAX_SPEC, TEN_YEARS = 1048576, 315360000
 
 -- A checked call's spec that unread_ok leaves in doubt (`t`, decoded): only what the daemon would read
 -- otherwise than it was written is checked here: an unknown or null field, a `push` that is no string or
@@ -488,74 +578,7 @@ local function spec_gate()
     end
   end
 
-  -- The first name that JSON object `text` gives twice at its top (each key decoded by cjson, escapes and all),
-  -- for the refusal's message: escapes masked (positions kept), then strings and brackets walked.
-  local function named_twice(text)
-    local masked, depth, seen, at = string.gsub(text, '\\.', '\1\1'), 0, {}, 1
-    while true do
-      local from, _, c = string.find(masked, '([{}%[%]"])', at)
-      if not from then return '?' end
-      at = from + 1
-      if c == '"' then
-        at = string.find(masked, '"', at, true) + 1
-        if depth == 1 and string.find(masked, '^%s*:', at) then
-          local name = cjson.decode(string.sub(text, from, at - 1))
-          if seen[name] then return name end
-          seen[name] = true
-        end
-      else
-        depth = depth + ((c == '{' or c == '[') and 1 or -1)
-      end
-    end
-  end
-
-  -- What cjson decodes (as it did `text`) but the daemon's reader, Python's json, reads otherwise or refuses
-  -- (docs/protocol.md section 7; tests/store/test_json_agreement.py): a number JSON does not have (hex, `+1`,
-  -- `01`, `1.`, `.5`, nan and inf, which cjson takes; NaN and Infinity, which both do) or beyond a double's
-  -- range (cjson's infinity, Python's exact integer), a control character in a string or after the object
-  -- (unless `ascii`: printable ASCII has none), and, for a spec whose fields passed their checks (`t`, its
-  -- decoding), a field named twice (both keep the last; add.lua's pattern of a checked spec reads the first).
-  -- Read in `text` less its strings: numbers, words, brackets, ',' and ':'. (Each pattern searched costs
-  -- per byte: most are tried only once a plain search found the character they are about.)
-  local function check_json(text, ascii, t)
-    local bare = string.find(text, '\\', 1, true) and string.gsub(text, '\\.', '') or text
-    local strings = string.gsub(bare, '"[^"]*"', '')
-    if not ascii and string.find(text, '[%z\1-\31]') and (string.find(text, '[%z\1-\8\11\12\14-\31]')
-        or select(2, string.gsub(bare, '[\t\n\r]', '')) > select(2, string.gsub(strings, '[\t\n\r]', ''))) then
-      refuse('spec', 'holds a control character in a string (JSON escapes it) or after the object')
-    end
-    bare = strings
-    -- (cjson's numbers beyond JSON's spell nan, inf or hex with one of these letters, which true, false and
-    -- null have not, or 'na'; or have a '+' not after an exponent's e, a '.' not followed by a digit, or after
-    -- '-' (cjson refuses one after anything else), a leading 0)
-    local letter = string.find(bare, '%a')
-    if letter and (string.find(bare, '[iIxXNA]', letter) or string.find(bare, 'na', letter, true))
-        or string.find(bare, '+', 1, true) and string.find(bare, '[^eE]%+')
-        or string.find(bare, '.', 1, true) and (string.find(bare, '%.%D') or string.find(bare, '-.', 1, true))
-        or string.find(bare, '0', 1, true) and string.find(bare, '[%s:,%[]%-?0%d') then
-      refuse('spec', 'holds a number JSON does not have (NaN, Infinity, hex, +1, 01, 1.)')
-    end
-    if #bare > 309 or letter and string.find(bare, '[eE][+-]?%d%d%d', letter) then  -- (what may be past 1.8e308)
-      for number in string.gmatch(bare, '[%d.eE+-]+') do
-        local value = tonumber(number)
-        if value == math.huge or value == -math.huge then
-          refuse('spec', "holds a number beyond a double's range (about 1.8e308)")
-        end
-      end
-    end
-    if t then  -- a ':' for each member at its top, once params go (its other fields hold no object)
-      local fields, colons = 0, 0
-      for _ in pairs(t) do fields = fields + 1 end
-      local top = string.sub(bare, string.find(bare, '{', 1, true) + 1)
-      if t.params then top = string.gsub(top, '%b{}', '') end
-      local at = string.find(top, ':', 1, true)
-      while at do
-        colons = colons + 1
-        at = string.find(top, ':', at + 1, true)
-      end
-      if colons ~= fields then refuse('spec', 'names the field ' .. cjson.encode(named_twice(text)) .. ' twice') end
-    end
-  end
+  local check_json = json_checks()  -- (cjson's and Python's reading of JSON held alike: _gate_json.lua)
 
   -- The spec of a task whose mode says whether it recurs: decoded, every field checked. (A table
   -- cjson decodes is a JSON array exactly when its [1] is set: arrays are dense, nulls are
