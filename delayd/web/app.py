@@ -169,6 +169,8 @@ class Dashboard(Pages):
                     return self.refuse(request, 403, "missing or wrong CSRF token; reload the page and try again")
             try:
                 return await handler(request, who)
+            except params.BadParam as exc:
+                return self.refuse(request, 400, str(exc))
             except FAILURES as exc:
                 return self.refuse(request, 503, outage.answer(exc, request.method in WRITES))
         return endpoint
@@ -250,17 +252,17 @@ class Dashboard(Pages):
             return await self.api_add(request)
         try:
             return display.Json(await views.listing(self.client, *list_params(request), page_size(request)))
-        except ValueError as exc:  # (BadParam, BadCursor)
+        except ValueError as exc:  # (a status or cursor views.listing refuses)
             return self.refuse(request, 400, str(exc))
 
     async def api_hosts(self, request: Request, who: Identity) -> Response:
         return display.Json({"hosts": await views.hosts(self.client)})
 
     async def api_schedules(self, request: Request, who: Identity) -> Response:
+        topic, _, q, cursor = list_params(request)
         try:
-            topic, _, q, cursor = list_params(request)
             return display.Json(await views.schedule_list(self.client, topic, q, cursor, page_size(request)))
-        except (params.BadParam, BadCursor) as exc:
+        except BadCursor as exc:
             return self.refuse(request, 400, str(exc))
 
     async def api_add(self, request: Request) -> Response:
@@ -285,38 +287,26 @@ class Dashboard(Pages):
                 return display.Json(*await producers.get(self.client, topic, id))
             data = await views.detail(self.client, topic, id)
             return display.Json(data) if data else self.refuse(request, 404, f"not found: {topic}:{id}")
-        try:
-            hard = params.given(request, "hard", params.flag, False, form=False)
-        except params.BadParam as exc:
-            return self.refuse(request, 400, str(exc))
+        hard = params.given(request, "hard", params.flag, False, form=False)
         return display.Json(*await producers.delete(self.client, topic, id, hard=hard))
 
     async def api_task_action(self, request: Request, who: Identity) -> Response:
         """POST /api/tasks/TOPIC/ID/{run,retry,delete}."""
-        try:
-            hard = params.given(request, "hard", params.flag, False)
-        except params.BadParam as exc:
-            return self.refuse(request, 400, str(exc))
+        hard = params.given(request, "hard", params.flag, False)
         return await self.act(request, actions.task_action, self.client, *segments(request, "/api/tasks/"), hard=hard)
 
     async def api_topic(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/api/topics/")
         if len(parts) != 2:
             return self.refuse(request, 404, "use POST /api/topics/TOPIC/{pause,resume,retry-failed}")
-        try:
-            cursor = params.given(request, "cursor", params.failed_cursor, None)
-        except ValueError as exc:  # (BadCursor)
-            return self.refuse(request, 400, str(exc))
+        cursor = params.given(request, "cursor", params.failed_cursor, None)
         return await self.act(request, actions.topic_action, self.client, *parts, cursor=cursor)
 
     async def api_host(self, request: Request, who: Identity) -> Response:
         """POST /api/hosts/HOST/{disable,enable,replay}: what the form body says (HOST empty: its `host`)."""
         parts = segments(request, "/api/hosts/")
-        try:
-            named = params.given(request, "host", params.host, "", query=False)
-            replay = params.replay(request) if parts[-1] == "replay" else None
-        except ValueError as exc:  # (BadParam, TaskError)
-            return self.refuse(request, 400, str(exc))
+        named = params.given(request, "host", params.host, "", query=False)
+        replay = params.replay(request) if parts[-1] == "replay" else None
         if len(parts) != 2 or not (parts[0] or named):
             return self.refuse(request, 404, "use POST /api/hosts/HOST/{disable,enable,replay} (HOST percent-encoded; "
                                              "replay with since=TIME, status=failed|ok|all, dry_run=1)")
@@ -325,11 +315,8 @@ class Dashboard(Pages):
     async def api_limit(self, request: Request, who: Identity) -> Response:
         """POST /api/limits/TOPIC: what the form body says (TOPIC empty: its `topic`, as the overview's form)."""
         parts = segments(request, "/api/limits/")
-        try:
-            named = params.given(request, "topic", params.topic, "", query=False)
-            limit = params.limit(request)
-        except ValueError as exc:  # (BadParam, TaskError)
-            return self.refuse(request, 400, str(exc))
+        named = params.given(request, "topic", params.topic, "", query=False)
+        limit = params.limit(request)
         if len(parts) != 1 or not (parts[0] or named):
             return self.refuse(request, 404,
                                "use POST /api/limits/TOPIC with rate=N/s and/or concurrency=K, or clear=1")

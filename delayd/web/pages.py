@@ -68,14 +68,14 @@ class Pages:
         return self.render(request, who, "overview.html", {"s": data, "charts": data["_charts"]})
 
     async def page_tasks(self, request: Request, who: Identity) -> Response:
+        params = list_params(request)
         try:
-            topic, status, q, cursor = list_params(request)
-            data = await views.listing(self.client, topic, status, q, cursor)
-        except ValueError as exc:  # (BadParam, BadCursor)
+            data = await views.listing(self.client, *params)
+        except ValueError as exc:
             return self.refuse(request, 400, str(exc))
         topics = await self.client.topics()
-        return self.render(request, who, "tasks.html", {"d": data, "topic": topic, "status": status or "", "q": q,
-                                                        "topics": topics})
+        return self.render(request, who, "tasks.html", {"d": data, "topic": params[0], "status": params[1] or "",
+                                                        "q": params[2], "topics": topics})
 
     async def page_task(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/tasks/")
@@ -88,10 +88,10 @@ class Pages:
         return self.render(request, who, "task.html", {"t": data, "trace": trace})
 
     async def page_schedules(self, request: Request, who: Identity) -> Response:
+        topic, _, q, cursor = list_params(request)
         try:
-            topic, _, q, cursor = list_params(request)
             data = await views.schedule_list(self.client, topic, q, cursor)
-        except (BadParam, BadCursor) as exc:
+        except BadCursor as exc:
             return self.refuse(request, 400, str(exc))
         return self.render(request, who, "schedules.html", {"d": data, "topic": topic, "q": q})
 

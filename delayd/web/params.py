@@ -20,7 +20,7 @@ REPLAY_STATUSES = ("failed", "ok", "all")
 
 
 class BadParam(ValueError):
-    """A value refused (answered 400)."""
+    """A value refused (app.py answers 400 with its one line)."""
 
 
 def flag(name: str, text: str, words: dict[str, bool] = FLAGS) -> bool:
@@ -80,10 +80,14 @@ def concurrency(name: str, text: str) -> int | None:
 def given(request: Request, name: str, check: Callable[[str, str], T], default: T, query: bool = True,
           form: bool = True) -> T:
     """`name`'s value: each one given (in the query string, then in the form body, which wins; each where
-    asked for) passed through check(name, text), which raises ValueError; `default` when none is given."""
+    asked for) passed through check(name, text); BadParam for one it refuses (a ValueError: a TaskError,
+    a BadCursor), `default` when none is given."""
     body = getattr(request.state, "form", {}) if form else {}
     texts = [*(request.query_params.getlist(name) if query else ()), *([body[name]] if name in body else [])]
-    values = [check(name, text) for text in texts]
+    try:
+        values = [check(name, text) for text in texts]
+    except ValueError as exc:
+        raise BadParam(str(exc)) from None
     return values[-1] if values else default
 
 
