@@ -26,6 +26,8 @@ from delayd.store import connection
 pytestmark = pytest.mark.system
 
 EXAMPLES = 25  # generated cases per operation, token and phase: bounds the run to fit CI (docs/development.md, "Tests")
+SCENARIOS = 15  # of the stateful run, each of at most STEPS calls: bounded likewise
+STEPS = 5
 load_all_checks()
 EVERY_CHECK = CHECKS.get_all()
 TOKENS = {"web_token": TOKEN, "producer_token": PRODUCER}
@@ -107,3 +109,22 @@ def test_each_operation_and_token_is_an_item_of_its_own(request):
     if len(ids) < 2:
         pytest.skip("fewer than two of the fuzz runs are selected")
     assert len(set(ids)) == len(ids), ids
+
+
+
+def test_calls_along_the_links_conform(server, http, sent):
+    """schemathesis' stateful phase, with the web token: calls chained along the links it infers between
+    operations (a value of one answer sent to another operation: a host listed, then disabled or replayed;
+    a task read, then acted on), with every check again, those that look at the calls before among them."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    class Links(schema.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"base_url": server.base, "session": http, "headers": headers}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            sent.append(response.status_code)
+            case.validate_response(response, checks=EVERY_CHECK, headers=headers, recorder=self.recorder)
+
+    Links.run(settings=settings(max_examples=SCENARIOS, stateful_step_count=STEPS, deadline=None, database=None,
+                                suppress_health_check=list(HealthCheck)))
