@@ -310,7 +310,8 @@ class Dashboard(Pages):
         if len(parts) != 2 or not (parts[0] or named):
             return self.refuse(request, 404, "use POST /api/hosts/HOST/{disable,enable,replay} (HOST percent-encoded; "
                                              "replay with since=TIME, status=failed|ok|all, dry_run=1)")
-        return await self.act(request, actions.host_action, self.client, parts[0] or named, parts[1], replay)
+        host = params.host("host", parts[0]) if parts[0] else named
+        return await self.act(request, actions.host_action, self.client, host, parts[1], replay)
 
     async def api_limit(self, request: Request, who: Identity) -> Response:
         """POST /api/limits/TOPIC: what the form body says (TOPIC empty: its `topic`, as the overview's form)."""

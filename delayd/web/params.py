@@ -48,8 +48,14 @@ def failed_cursor(name: str, text: str) -> str | None:
 
 
 def host(name: str, text: str) -> str:
-    """A HOST as delayd.model.origin reads it."""
-    origins(text)
+    """A HOST as delayd.model.origin reads it, without `%` (a host name holds no percent-escape, and a path
+    segment's are decoded before this reads it)."""
+    if "%" in text:
+        raise BadParam(f"bad host {text!r}: a host name holds no %")
+    try:
+        origins(text)
+    except TaskError as exc:
+        raise BadParam(str(exc)) from None
     return text
 
 

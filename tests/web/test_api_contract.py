@@ -62,6 +62,7 @@ def test_host_actions_read_their_form(api):
     assert api.post("/api/hosts/shop.example/disable", params={"status": "AAA"}).json()["result"] == "disabled"
     assert api.post("/api/hosts/shop.example/enable", data={"host": "ftp://x"}).status_code == 400, \
         "a form's host is checked, though the path names the host"
+    assert api.post("/api/hosts/shop%25example/disable").status_code == 400, "a host name holds no %"
 
 
 def test_a_limit_is_read_from_the_form(api, client):

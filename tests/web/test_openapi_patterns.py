@@ -51,6 +51,7 @@ PATTERNS = {
     "at": (SCHEMAS["Time"], taken(to_ms), False),
     "signing_key": (TASK["signing_key"], taken(check_key_name), True),
     "traceparent": (TASK["traceparent"], taken(lambda text: Task.new("t", 1, call="a:b", traceparent=text)), True),
+    "group": (TASK["group"], taken(lambda text: Task.new("t", 1, call="a:b", group=text)), True),
     "host": (SCHEMAS["Origin"], taken(lambda text: params.host("host", text)), True),
     "rate": (FORMS["/api/limits/{topic}"]["rate"], taken(lambda text: params.rate("rate", text)), True),
     "task cursor": (SCHEMAS["TaskCursor"], taken(lambda text: text and cursors.place(text)), True),
