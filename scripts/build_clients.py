@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from delayd import __version__
+from delayd.model import api_schemas
 from delayd.model.fields import ARGUMENTS, FIELDS, SHOWN, SPEC, TARGET, Check, text_pattern
 from delayd.store import lua_fields
 from delayd.store.dialect import FUNCTIONS_SINCE, PROBE
@@ -120,10 +121,13 @@ OPENAPI = ROOT / "delayd/web/openapi.json"  # (docs/openapi.json links to it)
 
 def openapi_file() -> dict[Path, str]:
     """docs/openapi.json with its task schemas' properties made from the table of fields: TaskInput's (each add
-    argument's schema and its doc) and Task's (what get shows); the rules between fields are the document's own."""
+    argument's schema and its doc) and Task's (what get shows), and the components they refer to (what a kind
+    of value may be: delayd.model.api_schemas); the rules between fields are the document's own."""
     doc = json.loads(OPENAPI.read_text())
     schemas = doc["components"]["schemas"]
-    schemas["TaskInput"]["properties"] = {f.name: {**f.schema, "description": f.doc} for f in FIELDS if f.schema}
+    schemas.update(api_schemas.components())
+    schemas["TaskInput"]["properties"] = {f.name: {**f.schema, "description": f.doc} for f in FIELDS
+                                          if f.schema is not None}
     schemas["Task"]["properties"] = {f.name: f.output for f in SHOWN}
     return {OPENAPI: json.dumps(doc, indent=2) + "\n"}
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, NamedTuple
 
+import redis
+
 from delayd.model.origin import origin
 from delayd.store.steps import Batch, Steps, Stream, command
 from delayd.store.transitions import Store
@@ -45,9 +47,11 @@ def replay_steps(store: Store, named: list[str], since_ms: int, statuses: tuple[
         for status in statuses:
             low, skip = span[0], 0  # the next page: from score `low`, past `skip` entries still there at it
             while True:
-                page = yield command("ZRANGEBYSCORE", keys.done(status), low, span[1], "WITHSCORES", "LIMIT",
-                                     skip, PAGE, withscores=True)
-                if not page:
+                page, = yield Batch([command("ZRANGEBYSCORE", keys.done(status), low, span[1], "WITHSCORES", "LIMIT",
+                                             skip, PAGE, withscores=True)])
+                if isinstance(page, Exception) and not isinstance(page, redis.exceptions.ResponseError):
+                    raise page
+                if not page or isinstance(page, Exception):  # (WRONGTYPE: an index of another type, nothing to replay)
                     break
                 specs = yield Batch([command("HGET", keys.task(member), "spec") for member, _ in page])
                 chosen = {member for (member, _), spec in zip(page, specs) if host_of(spec) in named}

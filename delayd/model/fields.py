@@ -40,10 +40,14 @@ DECIMAL = r"^\s*-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*$"
 # A W3C traceparent of version 00: lowercase hex, ids not all zero.
 TRACEPARENT = "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"
 TARGETS = ("call", "url", "push")  # a task has exactly one (a rule between fields)
-# OpenAPI's schemas that several fields share.
-_NAME_SCHEMA = {"type": "string", "pattern": "^[^\\x00-\\x20\\x7f]+$", "maxLength": MAX_NAME}
-_TARGET_SCHEMA = {"type": "string", "pattern": TARGET.replace("(?:", "(")}
-_SECONDS = {"type": "number", "minimum": 0}
+# OpenAPI's schemas that several fields share: a field add() takes as None when null, and the components of
+# docs/openapi.json (delayd.model.api_schemas) that say what a kind of value may be.
+def _ref(name: str, null: bool = True) -> dict:
+    schema = {"$ref": f"#/components/schemas/{name}"}
+    return {"anyOf": [schema, {"type": "null"}]} if null else schema
+
+
+_SECONDS = {"type": ["number", "null"], "minimum": 0, "maximum": TEN_YEARS}
 _TEXT_OR_NULL, _NUMBER_OR_NULL = {"type": ["string", "null"]}, {"type": ["number", "null"]}
 
 
@@ -109,39 +113,34 @@ def _f(name: str, doc: str, check: Check | None = None, *, shown: str | None = "
 _SECONDS_CHECK = Check("number", "must be a number of seconds from 0 to ten years", low=0, high=TEN_YEARS)
 FIELDS: tuple[Field, ...] = (
     _f("topic", "Task type, e.g. `order:cancel`: no spaces or control characters.", Check("name"),
-       schema=_NAME_SCHEMA, output={"type": "string"}),
+       schema=_ref("Name", null=False), output={"type": "string"}),
     _f("id", "The id within the topic (no `:`); an integer is its decimal text.", Check("name"),
-       schema={"oneOf": [{"type": "string", "pattern": "^[^\\x00-\\x20\\x7f:]+$", "maxLength": MAX_NAME},
-                         {"type": "integer"}]}, output={"type": "string"}),
+       schema=_ref("Id", null=False), output={"type": "string"}),
     _f("key", "`topic:id`, the task's name in logs and in its idempotency key (`topic:id:run`)",
        output={"type": "string"}),
     _f("call", "`package.module:function` to run (it must be in allowed_modules).",
-       Check("target", "must look like package.module:function"), spec=0, schema=_TARGET_SCHEMA,
+       Check("target", "must look like package.module:function"), spec=0, schema=_ref("Target"),
        flag=Flag("function to call with the task", "MOD:FUNC", group="target")),
     _f("url", "An http(s) URL to request (port 1-65535).", Check("url"), spec=1,
-       schema={"type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^\\x00-\\x20\\x7f-\\x9f/?#@:]+(:([1-9][0-9]{0,3}"
-               "|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?([/?#][^\\x00-\\x20\\x7f-\\x9f]*)?$"},
+       schema=_ref("Url"),
        flag=Flag("http(s) URL to request", group="target")),
     _f("push", "A Redis list to push the task onto.", Check("name", label="push list"), spec=2,
-       schema=_NAME_SCHEMA, flag=Flag("Redis list to RPUSH the task's JSON to", "LIST", group="target")),
+       schema=_ref("Name"), flag=Flag("Redis list to RPUSH the task's JSON to", "LIST", group="target")),
     _f("method", "Of a url task (any case).", Check("enum", "must be GET or POST", values=("GET", "POST"), fold=True),
        default="GET", spec=7, written="with-url", omit=("GET",),
-       schema={"type": "string", "enum": ["GET", "POST"]},
+       schema={"type": "string", "pattern": "^([Gg][Ee][Tt]|[Pp][Oo][Ss][Tt])$"},
        flag=Flag("HTTP method of a url task", type="upper", choices=("GET", "POST"))),
     _f("body", "How a POST sends `params`.", Check("enum", "must be 'form' or 'json'", values=("form", "json")),
        default="form", spec=8, written="changed", omit=("form",), schema={"type": "string", "enum": ["form", "json"]},
        flag=Flag("how a POST sends params (default form)", choices=("form", "json"))),
     _f("params", "Handed to the handler, or sent to the URL (at most params_limit bytes as JSON).", Check("params"),
-       default={}, spec=9, written="changed", omit=({},), schema={"type": "object"},
+       default={}, spec=9, written="changed", omit=({},), schema={"type": ["object", "null"]},
        output={"type": ["object", "null"]},
        flag=Flag("JSON object handed to the handler or sent to the URL", "JSON")),
     _f("intervals", "The schedule: the gaps in seconds before each run until success, e.g. `[0, 30, 60]` or "
        "`\"0,30,60\"`.",
        Check("intervals", pattern=DECIMAL), default=[0], spec=10, written="scheduled",
-       schema={"oneOf": [{"type": "number", "minimum": 0, "maximum": TEN_YEARS},
-                         {"type": "array", "minItems": 1, "maxItems": 1000,
-                          "items": {"type": "number", "minimum": 0, "maximum": TEN_YEARS}},
-                         {"type": "string", "pattern": "^ *[0-9]+(\\.[0-9]+)?( *, *[0-9]+(\\.[0-9]+)?)* *$"}]},
+       schema=_ref("Intervals"),
        output={"type": ["array", "null"], "items": {"type": "number"}},
        flag=Flag("runs until success, gaps in seconds, each from the previous run's due time: 0,30,60 runs at "
                  "+0, +30, +90 s (none: see --retries)", "0,30,60", group="schedule")),
@@ -154,26 +153,26 @@ FIELDS: tuple[Field, ...] = (
        Check("int", "must be 1, 2 or 3", low=1, high=3), default=2, schema={"type": "integer", "enum": [1, 2, 3]},
        output={"type": "integer"}, flag=Flag("1-3, 3 highest (default 2)", type="int", choices=(1, 2, 3))),
     _f("callback", "`module:function` called once after success.",
-       Check("target", "must look like package.module:function"), spec=3, schema=_TARGET_SCHEMA,
+       Check("target", "must look like package.module:function"), spec=3, schema=_ref("Target"),
        flag=Flag("function called once after success", "MOD:FUNC")),
     _f("timeout", "Seconds this task's handler may run.",
        Check("number", "must be a number of seconds in (0, 86400]", low=0, high=86400, low_open=True), spec=4,
-       schema={"type": "number", "exclusiveMinimum": 0, "maximum": 86400}, output=_NUMBER_OR_NULL,
+       schema={"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 86400}, output=_NUMBER_OR_NULL,
        flag=Flag("per-run timeout of a url task", "S", type="float")),
     _f("every", "Recurring every S seconds.",
        Check("number", "must be between 1 s and ten years", low=1, high=TEN_YEARS,
              type_message="must be a number of seconds"), spec=5,
-       schema={"type": "number", "minimum": 1, "maximum": TEN_YEARS}, output=_NUMBER_OR_NULL,
+       schema={"type": ["number", "null"], "minimum": 1, "maximum": TEN_YEARS}, output=_NUMBER_OR_NULL,
        flag=Flag("recurring: every S seconds (>= 1), whatever the outcome; first run after S unless --delay/--at",
                  "S", type="float", group="schedule")),
-    _f("cron", "Recurring on `m h dom mon dow`.", Check("cron"), spec=6, schema={"type": "string"},
+    _f("cron", "Recurring on `m h dom mon dow`.", Check("cron"), spec=6, schema=_ref("Cron"),
        flag=Flag("recurring: at the times of 'm h dom mon dow' in --tz", "EXPR", group="schedule")),
     _f("tz", "IANA zone of `cron` (default UTC).", Check("zone"), spec=13, written="changed", omit=(None, "UTC"),
        requires=("cron",), alone="is the zone of a cron schedule: give it with cron",
-       schema={"type": "string"}, flag=Flag("IANA time zone of --cron, e.g. Europe/Berlin (default UTC)", "ZONE")),
+       schema=_ref("Zone"), flag=Flag("IANA time zone of --cron, e.g. Europe/Berlin (default UTC)", "ZONE")),
     _f("retries", "Retries with backoff (a task without a schedule).",
        Check("int", f"must be an integer from 0 to {10_000}", low=0, high=10_000), spec=12, shown="retry_limit",
-       schema={"type": "integer", "minimum": 0, "maximum": 10_000}, output={"type": ["integer", "null"]},
+       schema={"type": ["integer", "null"], "minimum": 0, "maximum": 10_000}, output={"type": ["integer", "null"]},
        flag=Flag("no schedule: retry a run that neither succeeds nor fails at most N times, with backoff 1, 2, 4 … s "
                  "(default: the daemon's retries, 20; 0 = one run)", "N", type="int", group="schedule")),
     _f("status", "`delayed`, `running`, `ok`, `failed` or `deleted`",
@@ -192,25 +191,27 @@ FIELDS: tuple[Field, ...] = (
        Check("text", "must be 1-128 letters, digits, '_', '.', ':' or '-'", low=1, high=128,
              chars="A-Za-z0-9_.:-"), spec=14, requires=("url",),
        alone="is for a url task: only URL requests are signed",
-       schema={"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
+       schema={"type": ["string", "null"], "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
        flag=Flag("the url_signing_keys entry that signs a url task's requests (default: url_signing_secret)", "NAME")),
     _f("traceparent", "W3C trace context of the add (else the request's own).",
        Check("text", "must be W3C's 00-<32 hex>-<16 hex>-<2 hex> (lowercase, ids not all zero)", pattern=TRACEPARENT),
-       schema={"type": "string", "pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"},
+       schema={"type": ["string", "null"], "pattern": TRACEPARENT},
        flag=Flag("the W3C trace context its runs link to (default: $TRACEPARENT, with $TRACESTATE)", "TP")),
-    _f("tracestate", "the W3C tracestate that goes with `traceparent` (kept with it in the task's trace context)",
-       Check("tracestate"), shown=None, schema={"type": "string"},
+    _f("tracestate", "the W3C tracestate that goes with `traceparent` (kept with it in the task's trace context; "
+       "one that is not W3C's printable text of at most 512 characters is dropped, as W3C asks)",
+       Check("tracestate"), shown=None, schema={},
        flag=Flag("the W3C tracestate going with --traceparent", "TS")),
     _f("trace", "the W3C trace context of the add: its traceparent, then a space and its tracestate (made of them)",
        spec=15, shown=None),
     _f("group", "The tenant the task is for, e.g. `merchant-42`: 1-128 characters, none of them a control character.",
        Check("text", "must be 1-128 characters, none of them a control character", low=1, high=128), spec=16,
-       schema={"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"},
+       schema={"type": ["string", "null"], "minLength": 1, "maxLength": 128, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"},
        flag=Flag("the tenant the task is for, e.g. merchant-42", "NAME"), page=True, column=16),
     _f("delay", "Seconds from now to the first run.", _SECONDS_CHECK, option=True, shown=None, schema=_SECONDS,
        flag=Flag("first run S seconds from now", "S", type="non_negative", group="when")),
     _f("at", "The first run's time: Unix seconds or ISO 8601.", Check("at", pattern=DECIMAL), option=True, shown=None,
-       schema={"oneOf": [{"type": "number"}, {"type": "string"}]},
+       schema={"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 100_000_000_000},
+                         _ref("Time", null=False), {"type": "null"}]},
        flag=Flag("first run at Unix seconds or an ISO 8601 time", "TIME", group="when")),
     _f("debounce", "Replace a pending run and move it to now + S.",
        _SECONDS_CHECK, option=True, shown=None,

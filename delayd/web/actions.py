@@ -12,6 +12,8 @@ from delayd.client.browse import BadCursor
 from delayd.client.errors import DelaydError, Overtaken, RedisUnavailable
 from delayd.model.deletion import CLAIMED
 from delayd.model.task import TaskError
+from delayd.web import cursors
+from delayd.web.params import Limit, Replay
 
 
 class ActionError(Exception):
@@ -58,13 +60,13 @@ async def topic_action(client: AsyncClient, topic: str, action: str, cursor: str
     raise ActionError(404, f"unknown action {action!r}")
 
 
-async def host_action(client: AsyncClient, host: str, action: str, form: dict[str, str]) -> dict[str, Any]:
-    """POST /api/hosts/<host>/{disable,enable,replay} (delayd hosts disable|enable, delayd replay: `since`,
-    `status`, `dry_run`; the replay streams through the tasks a page at a time while the request waits)."""
+async def host_action(client: AsyncClient, host: str, action: str, replay: Replay | None) -> dict[str, Any]:
+    """POST /api/hosts/<host>/{disable,enable,replay} (delayd hosts disable|enable, delayd replay: what
+    `replay` says; it streams through the tasks a page at a time while the request waits)."""
     try:
-        if action == "replay":
-            dry_run = form.get("dry_run") in ("1", "true", "on")
-            done = await client.replay(host, form.get("since", ""), form.get("status") or "failed", dry_run)
+        if action == "replay" and replay is not None:
+            since, status, dry_run = replay
+            done = await client.replay(host, since, status, dry_run)
             count = done.matched if dry_run else done.requeued
             return {"result": "counted" if dry_run else "replayed", **done._asdict(),
                     "message": f"{'would re-queue' if dry_run else 're-queued'} {count} finished URL task"
@@ -96,26 +98,21 @@ async def retry_failed(client: AsyncClient, topic: str, cursor: str | None = Non
     except BadCursor as exc:
         raise ActionError(400, str(exc)) from None
     retried, left = done.retried, done.failed_left
-    return {"result": "retrying", "retried": retried, "failed_left": left, "cursor": done.cursor,
+    return {"result": "retrying", "retried": retried, "failed_left": left, "cursor": cursors.shown(done.cursor),
             "message": f"{retried} failed task{'s' if retried != 1 else ''} of {topic} will run again now"
                        + (f"; {left} failed left" if left else "")}
 
 
-async def limit_action(client: AsyncClient, topic: str, form: dict[str, str]) -> dict[str, Any]:
+async def limit_action(client: AsyncClient, topic: str, limit: Limit) -> dict[str, Any]:
     """POST /api/limits/<topic>: set its limit (`rate` N/s|N/m|N/h and/or `concurrency` K) or, with
     `clear`, lift it (delayd limit)."""
     try:
-        if form.get("clear"):
+        if limit.clear:
             had = await client.clear_limit(topic)
             return {"result": "cleared" if had else "none",
                     "message": f"limit of {topic} cleared: its held tasks start now" if had
                     else f"{topic} had no limit"}
-        concurrency = form.get("concurrency") or None
-        if concurrency is not None:
-            if not (concurrency.isascii() and concurrency.isdigit()):  # (int() takes '٣' and '1_0')
-                raise TaskError(f"concurrency must be a whole number, got {concurrency!r}")
-            concurrency = int(concurrency)
-        await client.set_limit(topic, rate=form.get("rate") or None, concurrency=concurrency)
+        await client.set_limit(topic, rate=limit.rate, concurrency=limit.concurrency)
     except TaskError as exc:
         raise ActionError(400, str(exc)) from None
     except RedisUnavailable:
@@ -123,4 +120,5 @@ async def limit_action(client: AsyncClient, topic: str, form: dict[str, str]) ->
     except DelaydError as exc:
         raise ActionError(409, str(exc)) from None
     return {"result": "set", "message": f"{topic} limited to "
-            + ", ".join(f"{name} {form[name]}" for name in ("rate", "concurrency") if form.get(name))}
+            + ", ".join(f"{name} {value}" for name, value in (("rate", limit.rate), ("concurrency", limit.concurrency))
+                        if value is not None)}

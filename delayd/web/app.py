@@ -37,7 +37,7 @@ from delayd.config import Config
 from delayd.model.fields import SHOWN
 from delayd.model.task import STATUSES, printable
 from delayd.version import __version__
-from delayd.web import actions, display, outage, producers, views
+from delayd.web import actions, display, outage, params, producers, views
 from delayd.web.auth import (
     COOKIE,
     SESSION_S,
@@ -48,7 +48,7 @@ from delayd.web.auth import (
     is_loopback,
 )
 from delayd.web.bodies import BodyTooLarge, read_body, read_form
-from delayd.web.pages import Pages, limit_param, list_params, raw_path, segments
+from delayd.web.pages import Pages, Segments, list_params, raw_path, segments
 
 HERE = resources.files(__package__)
 OPENAPI_PATH = "/api/openapi.json"  # the HTTP API's OpenAPI document (delayd/web/openapi.json, docs/openapi.json)
@@ -111,7 +111,8 @@ class Dashboard(Pages):
             Route(OPENAPI_PATH, guarded(self.api_openapi)),
             Route("/api/stats", guarded(self.api_stats)),
             Route("/api/tasks", guarded(self.api_tasks), methods=["GET", "POST"]),
-            Route("/api/tasks/{rest:path}", guarded(self.api_task), methods=["GET", "POST", "DELETE"]),
+            Segments("/api/tasks/", 2, guarded(self.api_task), methods=["GET", "DELETE"]),
+            Segments("/api/tasks/", 3, guarded(self.api_task_action), methods=["POST"]),
             Route("/api/schedules", guarded(self.api_schedules)),
             Route("/api/hosts", guarded(self.api_hosts)),
             Route("/api/hosts/{rest:path}", guarded(self.api_host), methods=["POST"]),
@@ -168,6 +169,8 @@ class Dashboard(Pages):
                     return self.refuse(request, 403, "missing or wrong CSRF token; reload the page and try again")
             try:
                 return await handler(request, who)
+            except params.BadParam as exc:
+                return self.refuse(request, 400, str(exc))
             except FAILURES as exc:
                 return self.refuse(request, 503, outage.answer(exc, request.method in WRITES))
         return endpoint
@@ -248,9 +251,8 @@ class Dashboard(Pages):
         if request.method == "POST":
             return await self.api_add(request)
         try:
-            return display.Json(await views.listing(self.client, *list_params(request),
-                                                    limit_param(request, views.PAGE_SIZE)))
-        except ValueError as exc:
+            return display.Json(await views.listing(self.client, *list_params(request), page_size(request)))
+        except ValueError as exc:  # (a status or cursor views.listing refuses)
             return self.refuse(request, 400, str(exc))
 
     async def api_hosts(self, request: Request, who: Identity) -> Response:
@@ -259,11 +261,7 @@ class Dashboard(Pages):
     async def api_schedules(self, request: Request, who: Identity) -> Response:
         topic, _, q, cursor = list_params(request)
         try:
-            limit = limit_param(request, views.PAGE_SIZE)
-        except ValueError as exc:
-            return self.refuse(request, 400, str(exc))
-        try:
-            return display.Json(await views.schedule_list(self.client, topic, q, cursor, limit))
+            return display.Json(await views.schedule_list(self.client, topic, q, cursor, page_size(request)))
         except BadCursor as exc:
             return self.refuse(request, 400, str(exc))
 
@@ -282,45 +280,48 @@ class Dashboard(Pages):
             return display.Json(exc.answer(), exc.status)
 
     async def api_task(self, request: Request, who: Identity) -> Response:
-        parts = segments(request, "/api/tasks/")
-        if request.method == "GET" and len(parts) == 2:
+        """GET and DELETE /api/tasks/TOPIC/ID."""
+        topic, id = segments(request, "/api/tasks/")
+        if request.method == "GET":
             if who.producer:  # a producer reads what `delayd get --json` prints, not the dashboard's view
-                return display.Json(*await producers.get(self.client, *parts))
-            data = await views.detail(self.client, *parts)
-            return display.Json(data) if data else self.refuse(request, 404, f"not found: {parts[0]}:{parts[1]}")
-        if request.method == "DELETE" and len(parts) == 2:
-            hard = request.query_params.get("hard", "false")
-            if hard not in ("true", "false", "1", "0"):
-                return self.refuse(request, 400, f"hard must be true or false, got {hard!r}")
-            return display.Json(*await producers.delete(self.client, *parts, hard=hard in ("true", "1")))
-        if request.method == "POST" and len(parts) == 3:
-            hard = request.query_params.get("hard") == "1" or request.state.form.get("hard") == "1"
-            return await self.act(request, actions.task_action, self.client, *parts, hard=hard)
-        return self.refuse(request, 404, "use GET or DELETE /api/tasks/TOPIC/ID, or POST /api/tasks/TOPIC/ID/ACTION")
+                return display.Json(*await producers.get(self.client, topic, id))
+            data = await views.detail(self.client, topic, id)
+            return display.Json(data) if data else self.refuse(request, 404, f"not found: {topic}:{id}")
+        hard = params.given(request, "hard", params.flag, False, form=False)
+        return display.Json(*await producers.delete(self.client, topic, id, hard=hard))
+
+    async def api_task_action(self, request: Request, who: Identity) -> Response:
+        """POST /api/tasks/TOPIC/ID/{run,retry,delete}."""
+        hard = params.given(request, "hard", params.flag, False)
+        return await self.act(request, actions.task_action, self.client, *segments(request, "/api/tasks/"), hard=hard)
 
     async def api_topic(self, request: Request, who: Identity) -> Response:
         parts = segments(request, "/api/topics/")
         if len(parts) != 2:
             return self.refuse(request, 404, "use POST /api/topics/TOPIC/{pause,resume,retry-failed}")
-        cursor = request.query_params.get("cursor") or request.state.form.get("cursor")
+        cursor = params.given(request, "cursor", params.failed_cursor, None)
         return await self.act(request, actions.topic_action, self.client, *parts, cursor=cursor)
 
     async def api_host(self, request: Request, who: Identity) -> Response:
-        form = {**request.query_params, **request.state.form}
+        """POST /api/hosts/HOST/{disable,enable,replay}: what the form body says (HOST empty: its `host`)."""
         parts = segments(request, "/api/hosts/")
-        if len(parts) != 2 or not (parts[0] or form.get("host")):
+        named = params.given(request, "host", params.host, "", query=False)
+        replay = params.replay(request) if parts[-1] == "replay" else None
+        if len(parts) != 2 or not (parts[0] or named):
             return self.refuse(request, 404, "use POST /api/hosts/HOST/{disable,enable,replay} (HOST percent-encoded; "
                                              "replay with since=TIME, status=failed|ok|all, dry_run=1)")
-        return await self.act(request, actions.host_action, self.client, parts[0] or form["host"], parts[1], form)
+        host = params.host("host", parts[0]) if parts[0] else named
+        return await self.act(request, actions.host_action, self.client, host, parts[1], replay)
 
     async def api_limit(self, request: Request, who: Identity) -> Response:
-        form = {**request.query_params, **request.state.form}
+        """POST /api/limits/TOPIC: what the form body says (TOPIC empty: its `topic`, as the overview's form)."""
         parts = segments(request, "/api/limits/")
-        topic = parts[0] or form.get("topic", "")  # (the overview's form names the topic in a field)
-        if len(parts) != 1 or not topic:
+        named = params.given(request, "topic", params.topic, "", query=False)
+        limit = params.limit(request)
+        if len(parts) != 1 or not (parts[0] or named):
             return self.refuse(request, 404,
                                "use POST /api/limits/TOPIC with rate=N/s and/or concurrency=K, or clear=1")
-        return await self.act(request, actions.limit_action, self.client, topic, form)
+        return await self.act(request, actions.limit_action, self.client, parts[0] or named, limit)
 
     async def act(self, request: Request, action: Callable[..., Awaitable[dict[str, Any]]], *args: Any,
                   **kwargs: Any) -> Response:
@@ -364,6 +365,11 @@ class _Headers:
                 message = {**message, "headers": headers}
             await send(message)
         await self.app(scope, receive, send_with_headers)
+
+
+def page_size(request: Request) -> int:
+    """?limit= of a list: 1 to 200 rows (default PAGE_SIZE); BadParam for another value."""
+    return params.given(request, "limit", lambda name, text: params.whole(name, text, 1, 200), views.PAGE_SIZE)
 
 
 def _address(request: Request) -> str | None:

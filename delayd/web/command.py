@@ -16,6 +16,7 @@ from delayd.config import Config, ConfigError
 from delayd.web.auth import is_loopback
 
 DEFAULT_PORT = 8470
+HEAD_LIMIT = 64 * 1024  # bytes of a request head uvicorn reads (server_settings)
 
 
 def check_bind(config: Config) -> None:
@@ -67,8 +68,12 @@ def serve(config: Config, sock: socket.socket, on_started: Any = None) -> None:
 
 
 def server_settings(config: Config) -> dict[str, Any]:
-    """uvicorn's settings for the dashboard (scripts/bench_http.py serves its ceiling with them too)."""
-    return {"log_level": "warning", "access_log": False, "server_header": False, **proxy_headers(config)}
+    """uvicorn's settings for the dashboard (scripts/bench_http.py serves its ceiling with them too). A request
+    head (its line and headers) of up to HEAD_LIMIT bytes is read: every parameter docs/openapi.json allows fits,
+    percent-encoded (a list's topic, id prefix and cursor: 512, 512 and 8,192 characters); a bigger one is
+    answered 400 in text/plain by uvicorn itself (h11's default: 16 KiB)."""
+    return {"log_level": "warning", "access_log": False, "server_header": False,
+            "h11_max_incomplete_event_size": HEAD_LIMIT, **proxy_headers(config)}
 
 
 def proxy_headers(config: Config) -> dict[str, Any]:

@@ -5,27 +5,54 @@ parameters), which the JSON API reads the same way.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from delayd.client.async_client import AsyncClient
 from delayd.client.browse import BadCursor
 from delayd.config import Config
+from delayd.model.checks import MAX_NAME
 from delayd.web import display, views
 from delayd.web.auth import Identity
+from delayd.web.params import BadParam
 
 
 def raw_path(request: Request) -> str:
     """The path as sent, still percent-encoded (a `/` inside a name is `%2F`)."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
+    return scope_path(request.scope)
+
+
+def scope_path(scope: Scope) -> str:
+    raw = scope.get("raw_path") or scope["path"].encode()
     return raw.decode("latin-1").partition("?")[0]
 
 
 def segments(request: Request, prefix: str) -> list[str]:
     """The percent-decoded segments of the raw path after `prefix` ('/tasks/')."""
     return [display.unquote(part) for part in raw_path(request)[len(prefix):].split("/")]
+
+
+MAX_CURSOR = 8192  # characters of a list's cursor: a schedule's is a name's UTF-8 in base64url (at most 5,468)
+
+
+class Segments(Route):
+    """The route of `prefix` then exactly `count` segments of the raw path (a name's `/` is sent as `%2F`,
+    which Starlette decodes before it matches a path): so that a method another shape takes answers 405
+    with this shape's own methods in Allow."""
+
+    def __init__(self, prefix: str, count: int, endpoint: Callable, methods: list[str]):
+        super().__init__(prefix + "{rest:path}", endpoint, methods=methods)
+        self.prefix, self.count = prefix, count
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE and scope_path(scope)[len(self.prefix):].count("/") + 1 != self.count:
+            return Match.NONE, {}
+        return match, child
 
 
 class Pages:
@@ -73,13 +100,11 @@ class Pages:
 
 
 def list_params(request: Request) -> tuple[str, str | None, str, str | None]:
+    """(topic, status, id prefix, cursor) of a list (GET /api/tasks, /api/schedules and their pages): '' is none;
+    BadParam for text longer than any name (MAX_NAME) or cursor (MAX_CURSOR)."""
     q = request.query_params
+    for name, most in (("topic", MAX_NAME), ("q", MAX_NAME), ("cursor", MAX_CURSOR)):
+        if len(q.get(name, "")) > most:
+            raise BadParam(f"{name} is longer than {most} characters")
     return q.get("topic", "").strip(), q.get("status") or None, q.get("q", "").strip(), q.get("cursor") or None
 
-
-def limit_param(request: Request, default: int) -> int:
-    """?limit=, clamped to 1..200; ValueError if it is not a whole number in ASCII digits."""
-    text = request.query_params.get("limit")
-    if text and not (text.isascii() and text.isdigit()):
-        raise ValueError(f"limit must be a whole number, got {text!r}")
-    return min(200, max(1, int(text))) if text else default

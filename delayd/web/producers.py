@@ -36,6 +36,7 @@ MAX_BATCH = 1000            # items of one array
 PARSE_ON_LOOP = 32 * 1024   # a bigger body is parsed and validated in a worker thread
 WRITERS = 2                 # GroupCommit's writes in flight
 JSON_TYPE = "application/json"
+INTEGER_FIELDS = ("topic", "id", "push", "priority", "retries")  # fields that take an integer (among others)
 
 Options = tuple[bool, bool]  # (nx, durable) of one item
 
@@ -72,8 +73,19 @@ def parse(body: bytes) -> Any:
         raise BadInput(f"the body is not valid JSON: {exc}") from None
 
 
+def _whole_numbers(item: dict[str, Any]) -> None:
+    """JSON has one kind of number: `2.0` is the integer 2 (as docs/openapi.json and JSON Schema read it), so
+    a field that takes an integer takes it written either way, where add() in Python takes only an int."""
+    for name in INTEGER_FIELDS:
+        value = item.get(name)
+        if type(value) is float and value.is_integer():
+            item[name] = int(value)
+
+
 def _options(item: dict[str, Any], index: int | None) -> Options:
-    """Take nx and durable out of an item (strict booleans: they are not task fields)."""
+    """Take nx and durable out of an item (strict booleans: they are not task fields), and read its whole
+    numbers as integers (_whole_numbers)."""
+    _whole_numbers(item)
     nx, durable = item.pop("nx", False), item.pop("durable", False)
     if (nx is True or nx is False) and (durable is True or durable is False):
         return nx, durable

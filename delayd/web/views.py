@@ -7,10 +7,11 @@ import time
 from typing import Any
 
 from delayd.client.async_client import AsyncClient
+from delayd.client.browse import Page
 from delayd.client.schedules import PAGE_SIZE as SCHEDULES_PAGE_SIZE
 from delayd.client.schedules import Schedule
 from delayd.model.task import STATUSES, Task, TaskError
-from delayd.web import charts
+from delayd.web import charts, cursors
 
 PAGE_SIZE = 50
 
@@ -40,10 +41,15 @@ def task_dict(client: AsyncClient, task: Task) -> dict[str, Any]:
 
 async def listing(client: AsyncClient, topic: str, status: str | None, q: str, cursor: str | None,
                   limit: int = PAGE_SIZE) -> dict[str, Any]:
-    """GET /api/tasks: one page, and the task named exactly topic:q if there is one."""
+    """GET /api/tasks: one page, and the task named exactly topic:q if there is one. `cursor` as
+    delayd.web.cursors gives it: BadCursor (a ValueError) for another shape."""
     if status is not None and status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}")
-    found = await client.browse(status, topic, q, cursor, limit)
+    where, past = cursors.place(cursor) if cursor else None, False
+    if where is not None and status is not None and where.source != (part := cursors.STATUSES.index(status)):
+        where, past = None, where.source > part  # another status's part: this one from its top, or nothing more
+    found = Page([], None, 0, 0, []) if past else await client.browse(
+        status, topic, q, cursors.for_client(where) if where else None, limit)
     exact = None
     if topic and q and not cursor:
         try:
@@ -56,7 +62,7 @@ async def listing(client: AsyncClient, topic: str, status: str | None, q: str, c
              "status": r.task.status if r.task else r.status, "index": r.status,
              "index_at": r.score / 1000 if math.isfinite(r.score) else None,
              "task": task_dict(client, r.task) if r.task else None, "corrupt": r.error} for r in found.rows]
-    return {"tasks": rows, "cursor": found.cursor, "exact": exact, "examined": found.examined,
+    return {"tasks": rows, "cursor": cursors.shown(found.cursor), "exact": exact, "examined": found.examined,
             "indexed": found.indexed, "complete": found.cursor is None, "problems": found.problems}
 
 

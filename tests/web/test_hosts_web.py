@@ -102,3 +102,15 @@ def test_a_stored_url_with_an_impossible_port_breaks_no_json_read(web, client, r
         assert answer.status_code == 200 and answer.json()["matched"] == 1, answer.text
         for path in ("/api/tasks/shop/0", "/api/tasks?topic=shop", "/api/tasks?status=failed", "/api/hosts"):
             assert api.get(path).status_code == 200, path
+
+
+def test_a_replay_walks_past_an_index_of_the_wrong_type(web, client, r):
+    """A bucket's `done:ok` that is no sorted set (damaged by hand) answered 503 to a replay of every status, found
+    by schemathesis' stateful run (tests/web/test_openapi_fuzz.py): it holds nothing to replay, the rest does."""
+    since = failed_urls(client, r, 2)
+    for keys in client.store.keys:
+        r.set(keys.done("ok"), "not a sorted set")
+    with web.client(headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        answer = api.post("/api/hosts/shop.example/replay", data={"since": str(since), "status": "all"})
+        assert answer.status_code == 200 and answer.json()["requeued"] == 2, answer.text
+    assert "Traceback" not in web.errors()

@@ -24,7 +24,7 @@ def test_the_api_sets_and_clears_a_limit(web, client):
         assert "payment:refund" in page and "50/s" in page and "Set limit" in page
         for bad in ({"rate": "5/d"}, {"concurrency": "x"}, {}):
             assert api.post("/api/limits/payment:refund", data=bad).status_code == 400, bad
-        assert api.post("/api/limits/payment:refund?clear=1").json()["result"] == "cleared"
+        assert api.post("/api/limits/payment:refund", data={"clear": "1"}).json()["result"] == "cleared"
         assert client.limits() == []
         client.set_limit("x", concurrency=1)
         assert api.post("/api/limits/x", data={"clear": "1"}).json()["result"] == "cleared"
@@ -44,7 +44,7 @@ def test_a_readonly_dashboard_shows_limits_and_refuses_to_change_them(redis_url,
     client.set_limit("t", rate="2/m")
     with Web(redis_url, DELAYD_WEB_TOKEN=TOKEN, DELAYD_WEB_READONLY="1") as server, \
             server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-        assert http.post("/api/limits/t?clear=1").status_code == 403
+        assert http.post("/api/limits/t", data={"clear": "1"}).status_code == 403
         page = http.get("/").text
         assert "2/m" in page and "Set limit" not in page
     assert [x.rate for x in client.limits()] == ["2/m"]

@@ -1,23 +1,21 @@
 """schemathesis against a real `delayd web` on a real Redis: requests generated from
-docs/openapi.json (valid and invalid ones) for every operation and each token, and
-every answer checked against the document: no 500, a documented status, content type, headers and
-body. The number of requests sent is printed at the end (tests/web/conftest.py; docs/development.md, "Tests")."""
+docs/openapi.json (valid and invalid ones, and methods it does not list) for every operation and each
+token, and every answer checked against the document with every check schemathesis has (its CLI's `-c all`):
+no 500; a documented status, content type, headers and body; a request the document allows is accepted and
+one it forbids refused; a method it does not list answers 405 with the methods it does list in `Allow`. The
+one rule JSON Schema cannot state is openapi_hooks.py's. The number of requests sent is printed at the end
+(tests/web/conftest.py; docs/development.md, "Tests")."""
 from __future__ import annotations
 
 import contextlib
 
+import openapi_hooks  # noqa: F401  (registers its hook)
 import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 from redis_server import RedisServer
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.checks import CHECKS, load_all_checks
 from test_openapi import DOCUMENT, PRODUCER
 from test_web import damage
 from web_helper import REQUESTS_SENT, TOKEN, Web
@@ -28,8 +26,10 @@ from delayd.store import connection
 pytestmark = pytest.mark.system
 
 EXAMPLES = 25  # generated cases per operation, token and phase: bounds the run to fit CI (docs/development.md, "Tests")
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
-          response_schema_conformance]
+SCENARIOS = 15  # of the stateful run, each of at most STEPS calls: bounded likewise
+STEPS = 5
+load_all_checks()
+EVERY_CHECK = CHECKS.get_all()
 TOKENS = {"web_token": TOKEN, "producer_token": PRODUCER}
 
 schema = schemathesis.openapi.from_path(DOCUMENT)
@@ -90,7 +90,15 @@ def test_every_answer_conforms(case, token, server, http, sent):
     headers = {"Authorization": f"Bearer {TOKENS[token]}"}
     response = case.call(base_url=server.base, session=http, headers=headers)
     sent.append(response.status_code)
-    case.validate_response(response, checks=CHECKS, headers=headers)
+    case.validate_response(response, checks=EVERY_CHECK, headers=headers)
+
+
+def test_every_check_is_run():
+    """The checks the CLI's `-c all` runs, the conformance of valid and invalid requests and of 405's Allow
+    among them (a schemathesis that renamed one would otherwise drop it here unnoticed)."""
+    names = {check.__name__ for check in EVERY_CHECK}
+    assert {"positive_data_acceptance", "negative_data_rejection", "unsupported_method", "allow_header_conformance",
+            "not_a_server_error", "response_schema_conformance"} <= names, names
 
 
 def test_each_operation_and_token_is_an_item_of_its_own(request):
@@ -101,3 +109,22 @@ def test_each_operation_and_token_is_an_item_of_its_own(request):
     if len(ids) < 2:
         pytest.skip("fewer than two of the fuzz runs are selected")
     assert len(set(ids)) == len(ids), ids
+
+
+
+def test_calls_along_the_links_conform(server, http, sent):
+    """schemathesis' stateful phase, with the web token: calls chained along the links it infers between
+    operations (a value of one answer sent to another operation: a host listed, then disabled or replayed;
+    a task read, then acted on), with every check again, those that look at the calls before among them."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    class Links(schema.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"base_url": server.base, "session": http, "headers": headers}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            sent.append(response.status_code)
+            case.validate_response(response, checks=EVERY_CHECK, headers=headers, recorder=self.recorder)
+
+    Links.run(settings=settings(max_examples=SCENARIOS, stateful_step_count=STEPS, deadline=None, database=None,
+                                suppress_health_check=list(HealthCheck)))
